@@ -1,0 +1,3 @@
+from envtool.cli import main
+
+main()

@@ -1,0 +1,104 @@
+"""Where environments live, and which python a command targets (-n NAME / --prefix / --python)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from envtool.errors import UsageError
+
+
+def conda_root(environ: dict[str, str] | None = None) -> Path | None:
+    """The conda/mamba installation whose envs/ `conda activate NAME` searches, if one exists."""
+    env = os.environ if environ is None else environ
+    for var in ("ENVTOOL_CONDA_ROOT", "MAMBA_ROOT_PREFIX", "CONDA_ROOT"):
+        if env.get(var):
+            return Path(env[var])
+    if env.get("CONDA_EXE"):  # <root>/bin/conda or <root>/condabin/conda
+        return Path(env["CONDA_EXE"]).resolve().parent.parent
+    home = Path(env.get("HOME", str(Path.home())))
+    for name in ("miniforge3", "mambaforge", "miniconda3", "anaconda3"):
+        if (home / name / "conda-meta").is_dir():
+            return home / name
+    return None
+
+
+def envs_dir(environ: dict[str, str] | None = None) -> Path:
+    """<conda root>/envs when conda is installed (so `conda activate NAME` works), else a per-user dir."""
+    env = os.environ if environ is None else environ
+    if env.get("ENVTOOL_ENVS_DIR"):
+        return Path(env["ENVTOOL_ENVS_DIR"])
+    root = conda_root(env)
+    if root is not None:
+        return root / "envs"
+    data = env.get("XDG_DATA_HOME") or str(
+        Path(env.get("HOME", str(Path.home()))) / ".local" / "share"
+    )
+    return Path(data) / "envtool" / "envs"
+
+
+def python_in(prefix: Path) -> Path:
+    for candidate in (prefix / "bin" / "python", prefix / "python.exe", prefix / "bin" / "python3"):
+        if candidate.exists():
+            return candidate
+    return prefix / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The environment a command acts on."""
+
+    python: Path
+    prefix: Path | None
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or str(self.prefix or self.python)
+
+
+def resolve_target(
+    name: str | None = None, prefix: str | None = None, python: str | None = None
+) -> Target:
+    """-n NAME, --prefix PATH or --python PATH; none given → the python envtool runs under."""
+    given = [x for x in (name, prefix, python) if x]
+    if len(given) > 1:
+        raise UsageError(
+            "give one of NAME, --prefix, --python", "pick the one environment to act on"
+        )
+    if name:
+        p = Path(name)
+        if os.sep in name and p.is_dir():  # a path given positionally
+            return Target(python_in(p), p, None)
+        pre = envs_dir() / name
+        if not pre.is_dir():
+            raise UsageError(
+                f"no environment named {name!r} under {envs_dir()}",
+                f"create it with `envtool create {name}`, or pass --prefix PATH / --python PATH",
+            )
+        return Target(python_in(pre), pre, name)
+    if prefix:
+        pre = Path(prefix).expanduser().resolve()
+        if not pre.is_dir():
+            raise UsageError(
+                f"--prefix {prefix}: no such directory", "pass an existing environment prefix"
+            )
+        return Target(python_in(pre), pre, None)
+    if python:
+        exe = Path(python).expanduser()
+        if not exe.exists():
+            raise UsageError(
+                f"--python {python}: no such file", "pass the path of the environment's python"
+            )
+        return Target(exe, _prefix_of(exe), None)
+    exe = Path(sys.executable)
+    return Target(exe, Path(sys.prefix), None)
+
+
+def _prefix_of(exe: Path) -> Path | None:
+    parent = exe.parent
+    if parent.name in ("bin", "Scripts"):
+        return parent.parent
+    return parent

@@ -1,0 +1,201 @@
+"""CUDA knowledge: driver floors, torch builds and GPU architectures, as pure functions over cuda_data.json.
+
+No I/O beyond reading the packaged data file once. Every number comes from a cited row.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from envtool.core.versions import major_minor, parse_version
+
+
+@dataclass(frozen=True)
+class CudaData:
+    min_driver: dict[str, str]
+    compat_floor: dict[int, str]
+    torch_cuda: dict[str, tuple[str, ...]]
+    cuda_archs: dict[str, tuple[str, ...]]
+    pytorch_channel_last: str
+    sources: dict[str, str]
+
+
+@lru_cache(maxsize=1)
+def load_cuda_data() -> CudaData:
+    raw = json.loads(resources.files("envtool.core").joinpath("cuda_data.json").read_text())
+    return CudaData(
+        min_driver={r["cuda"]: r["driver"] for r in raw["min_driver"]},
+        compat_floor={int(r["major"]): r["driver"] for r in raw["minor_compat_floor"]},
+        torch_cuda={r["torch"]: tuple(r["cuda"]) for r in raw["torch_cuda"]},
+        cuda_archs={r["cuda"]: tuple(r["archs"]) for r in raw["cuda_archs"]},
+        pytorch_channel_last=raw["pytorch_channel_last"]["torch"],
+        sources=raw["sources"],
+    )
+
+
+def known_cuda_versions() -> list[str]:
+    return sorted(load_cuda_data().min_driver, key=parse_version)
+
+
+def min_driver(cuda: str) -> str | None:
+    """Minimum Linux driver that runs CUDA `cuda` natively (GA toolkit driver). None if unknown."""
+    return load_cuda_data().min_driver.get(major_minor(cuda))
+
+
+def compat_floor(cuda: str) -> str | None:
+    """Minimum driver for minor-version compatibility within CUDA `cuda`'s major (11.x and later)."""
+    return load_cuda_data().compat_floor.get(parse_version(cuda)[0])
+
+
+def driver_at_least(driver: str, floor: str) -> bool:
+    return parse_version(driver) >= parse_version(floor)
+
+
+def newest_cuda_native(driver: str) -> str | None:
+    """Newest CUDA toolkit whose GA driver floor this driver meets (e.g. 470.182.03 -> 11.4)."""
+    best = None
+    for cuda in known_cuda_versions():
+        if driver_at_least(driver, load_cuda_data().min_driver[cuda]):
+            best = cuda
+    return best
+
+
+def newest_cuda_compat(driver: str) -> str | None:
+    """Newest CUDA reachable with minor-version compatibility: the newest known X.Y whose major's
+    compatibility floor this driver meets (e.g. 470 -> 11.8, 525.60.13 -> 12.9)."""
+    best = newest_cuda_native(driver)
+    for cuda in known_cuda_versions():
+        floor = compat_floor(cuda)
+        if (
+            floor
+            and driver_at_least(driver, floor)
+            and (best is None or parse_version(cuda) > parse_version(best))
+        ):
+            best = cuda
+    return best
+
+
+@dataclass(frozen=True)
+class DriverVerdict:
+    """Can driver D run CUDA C? `native` (full support), `compat` (minor-version compatibility:
+    works, but PTX JIT of newer code fails), or `no`."""
+
+    mode: str  # "native" | "compat" | "no" | "unknown"
+    cuda: str
+    driver: str
+    min_driver: str | None
+    compat_floor: str | None
+
+
+def driver_supports(driver: str, cuda: str) -> DriverVerdict:
+    cuda = major_minor(cuda)
+    floor = min_driver(cuda)
+    cfloor = compat_floor(cuda)
+    if floor is None:
+        return DriverVerdict("unknown", cuda, driver, None, cfloor)
+    if driver_at_least(driver, floor):
+        mode = "native"
+    elif cfloor and driver_at_least(driver, cfloor):
+        mode = "compat"
+    else:
+        mode = "no"
+    return DriverVerdict(mode, cuda, driver, floor, cfloor)
+
+
+def torch_series(torch_version: str) -> str:
+    """'2.3.1+cu121' -> '2.3'."""
+    return major_minor(torch_version)
+
+
+def official_cuda_builds(torch_version: str) -> tuple[str, ...] | None:
+    """CUDA versions PyTorch built official binaries for, for this torch release (None: not in table)."""
+    return load_cuda_data().torch_cuda.get(torch_series(torch_version))
+
+
+def official_torch_for_cuda(cuda: str) -> list[str]:
+    """Torch series that have an official build for CUDA `cuda`, oldest first."""
+    cuda = major_minor(cuda)
+    data = load_cuda_data().torch_cuda
+    return sorted((t for t, cs in data.items() if cuda in cs), key=parse_version)
+
+
+def pytorch_channel_has(torch_version: str) -> bool:
+    """Was this torch release published on the legacy `-c pytorch` conda channel?"""
+    return parse_version(torch_series(torch_version)) <= parse_version(
+        load_cuda_data().pytorch_channel_last
+    )
+
+
+def archs_for_cuda(cuda: str) -> tuple[str, ...] | None:
+    """GPU architectures (sm_XX) official torch builds for this CUDA version carry."""
+    return load_cuda_data().cuda_archs.get(major_minor(cuda))
+
+
+_ARCH = re.compile(r"^(sm|compute)_(\d+)([a-z]?)$")
+
+
+def parse_arch_list(text: str | list[str]) -> tuple[str, ...]:
+    """torch.cuda.get_arch_list() output or TORCH_CUDA_ARCH_LIST -> normalized names.
+
+    Accepts ['sm_80', 'compute_90'], "sm_80 sm_86", and "8.0;8.6;9.0+PTX" (the +PTX suffix adds compute_XX).
+    """
+    items = text if isinstance(text, list) else re.split(r"[;,\s]+", text.strip())
+    out: list[str] = []
+    for item in items:
+        item = item.strip().strip("'\"[]")
+        if not item:
+            continue
+        if _ARCH.match(item):
+            out.append(item)
+            continue
+        m = re.match(r"^(\d+)\.(\d+)([a-z]?)(\+PTX)?$", item, re.IGNORECASE)
+        if not m:
+            raise ValueError(f"not a GPU architecture: {item!r}")
+        num = f"{m.group(1)}{m.group(2)}{m.group(3)}"
+        out.append(f"sm_{num}")
+        if m.group(4):
+            out.append(f"compute_{num}")
+    return tuple(out)
+
+
+def capability_to_arch(capability: str | tuple[int, int]) -> str:
+    """'8.6' or (8, 6) -> 'sm_86'; also accepts 'sm_86'."""
+    if isinstance(capability, tuple):
+        return f"sm_{capability[0]}{capability[1]}"
+    if capability.startswith("sm_"):
+        return capability
+    major, _, minor = capability.partition(".")
+    return f"sm_{int(major)}{int(minor or 0)}"
+
+
+def _split_arch(name: str) -> tuple[int, int, str]:
+    m = _ARCH.match(name)
+    if not m:
+        raise ValueError(f"not a GPU architecture: {name!r}")
+    digits = m.group(2)
+    return int(digits[:-1]), int(digits[-1]), m.group(3)
+
+
+def arch_covered(capability: str | tuple[int, int], arch_list: tuple[str, ...] | list[str]) -> bool:
+    """Will a build with `arch_list` run kernels on a GPU of this compute capability?
+
+    Machine code (sm_XY) runs on the same major with an equal or higher minor (sm_80 runs on 8.6/8.9);
+    arch-specific variants (sm_90a) only on that exact GPU; PTX (compute_XY) JIT-compiles for any
+    GPU of capability >= X.Y.
+    """
+    gmaj, gmin, _ = _split_arch(capability_to_arch(capability))
+    for name in arch_list:
+        kind = name.split("_", 1)[0]
+        amaj, amin, suffix = _split_arch(name)
+        if kind == "sm":
+            if suffix and (amaj, amin) == (gmaj, gmin):
+                return True
+            if not suffix and amaj == gmaj and amin <= gmin:
+                return True
+        elif (amaj, amin) <= (gmaj, gmin):
+            return True
+    return False

@@ -1,0 +1,27 @@
+"""Typed errors. Only the CLI turns them into exit codes; everything else raises."""
+
+from __future__ import annotations
+
+
+class EnvtoolError(Exception):
+    """A failure the user can act on: one-line message plus the fix."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        return f"{self.message} — {self.hint}" if self.hint else self.message
+
+
+class UsageError(EnvtoolError):
+    """Bad input: a file, a value or a flag. Exit 2."""
+
+
+class DiagnosedFailure(EnvtoolError):
+    """envtool worked and found a problem (doctor fail, stale lock, drift, failed job). Exit 1."""
+
+    exit_code = 1

@@ -1,0 +1,53 @@
+"""Rendering results: human text or one versioned JSON envelope. Commands return a Result; this prints it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON_VERSION = 1
+
+
+@dataclass
+class Result:
+    """What a command produced: data for --json, lines for humans, and the exit code it implies."""
+
+    command: str
+    data: dict[str, Any] = field(default_factory=dict)
+    text: list[str] = field(default_factory=list)
+    exit_code: int = 0
+
+
+def render_json(result: Result) -> str:
+    envelope = {"version": JSON_VERSION, "command": result.command, "exit_code": result.exit_code}
+    envelope.update(result.data)
+    return json.dumps(envelope, indent=2, sort_keys=False, default=str)
+
+
+def render_error_json(command: str, message: str, hint: str | None, exit_code: int) -> str:
+    return json.dumps(
+        {
+            "version": JSON_VERSION,
+            "command": command,
+            "exit_code": exit_code,
+            "error": {"message": message, "hint": hint},
+        },
+        indent=2,
+    )
+
+
+def emit(result: Result, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(render_json(result) + "\n")
+    else:
+        for line in result.text:
+            sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def note(message: str) -> None:
+    """Progress and diagnostics go to stderr so stdout stays parseable."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()

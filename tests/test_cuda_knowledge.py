@@ -1,0 +1,163 @@
+"""Every row of the CUDA knowledge table, against the values in design.md / NVIDIA / PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+
+from envtool.core import cuda
+from envtool.core.versions import cuda_from_build_tag, cuda_from_int, parse_version
+
+MIN_DRIVER = {
+    "9.0": "384.81",
+    "9.2": "396.26",
+    "10.0": "410.48",
+    "10.1": "418.39",
+    "10.2": "440.33",
+    "11.0": "450.36.06",
+    "11.1": "455.23",
+    "11.2": "460.27.03",
+    "11.3": "465.19.01",
+    "11.4": "470.42.01",
+    "11.5": "495.29.05",
+    "11.6": "510.39.01",
+    "11.7": "515.43.04",
+    "11.8": "520.61.05",
+    "12.0": "525.60.13",
+    "12.1": "530.30.02",
+    "12.2": "535.54.03",
+    "12.4": "550.54.14",
+    "12.6": "560.28.03",
+    "12.8": "570.26",
+    "12.9": "575.51.03",
+    "13.0": "580.65.06",
+    "13.1": "590.44.01",
+    "13.2": "595.45.04",
+}
+
+TORCH_CUDA = {
+    "2.0": ("11.7", "11.8"),
+    "2.1": ("11.8", "12.1"),
+    "2.2": ("11.8", "12.1"),
+    "2.3": ("11.8", "12.1"),
+    "2.4": ("11.8", "12.1", "12.4"),
+    "2.5": ("11.8", "12.1", "12.4"),
+    "2.6": ("11.8", "12.4", "12.6"),
+    "2.7": ("11.8", "12.6", "12.8"),
+    "2.8": ("12.6", "12.8", "12.9"),
+    "2.9": ("12.6", "12.8", "13.0"),
+    "2.10": ("12.6", "12.8", "13.0"),
+    "2.11": ("12.6", "12.8", "13.0"),
+}
+
+
+@pytest.mark.parametrize("cuda_version,driver", sorted(MIN_DRIVER.items()))
+def test_min_driver_row(cuda_version: str, driver: str) -> None:
+    assert cuda.min_driver(cuda_version) == driver
+    verdict = cuda.driver_supports(driver, cuda_version)
+    assert verdict.mode == "native"
+    # one patch level below the GA floor is no longer native
+    below = list(parse_version(driver))
+    below[-1] -= 1
+    below_s = ".".join(str(x) for x in below)
+    assert cuda.driver_supports(below_s, cuda_version).mode in ("compat", "no")
+
+
+@pytest.mark.parametrize("major,floor", [(11, "450.80.02"), (12, "525.60.13"), (13, "580")])
+def test_minor_compat_floor(major: int, floor: str) -> None:
+    assert cuda.compat_floor(f"{major}.0") == floor
+    assert cuda.compat_floor(f"{major}.9") == floor
+
+
+def test_driver_470_runs_114_natively_and_118_with_compat() -> None:
+    assert cuda.newest_cuda_native("470.182.03") == "11.4"
+    assert cuda.newest_cuda_compat("470.182.03") == "11.8"
+    assert cuda.driver_supports("470.182.03", "11.8").mode == "compat"
+    v = cuda.driver_supports("470.182.03", "12.4")
+    assert v.mode == "no" and v.min_driver == "550.54.14"
+
+
+def test_driver_examples() -> None:
+    assert cuda.newest_cuda_native("580.159.04") == "13.0"
+    assert cuda.newest_cuda_native("410.104") == "10.0"
+    assert cuda.newest_cuda_native("384.0") is None
+    assert cuda.newest_cuda_compat("535.98") == "12.9"  # 12.x compat floor met, 13 not
+    assert cuda.driver_supports("535.98", "12.6").mode == "compat"
+    assert cuda.driver_supports("440.33", "11.0").mode == "no"  # below 11.x compat floor
+    assert cuda.driver_supports("999.1", "99.9").mode == "unknown"
+
+
+@pytest.mark.parametrize("torch_version,cudas", sorted(TORCH_CUDA.items()))
+def test_torch_cuda_row(torch_version: str, cudas: tuple[str, ...]) -> None:
+    assert cuda.official_cuda_builds(torch_version) == cudas
+    assert cuda.official_cuda_builds(torch_version + ".1+cu999") == cudas
+    for c in cudas:
+        assert torch_version in cuda.official_torch_for_cuda(c)
+
+
+def test_pytorch_channel_end() -> None:
+    assert cuda.pytorch_channel_has("2.5.1")
+    assert not cuda.pytorch_channel_has("2.6.0")
+    assert not cuda.pytorch_channel_has("2.7")
+
+
+@pytest.mark.parametrize("cuda_version", ["11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0"])
+def test_arch_rows_cover_hopper(cuda_version: str) -> None:
+    archs = cuda.archs_for_cuda(cuda_version)
+    assert archs and cuda.arch_covered("9.0", archs)
+
+
+def test_cuda13_drops_below_sm75_and_128_adds_blackwell() -> None:
+    a13 = cuda.archs_for_cuda("13.0")
+    assert not cuda.arch_covered("7.0", a13) and not cuda.arch_covered("6.1", a13)
+    assert cuda.arch_covered("7.5", a13)
+    for c in ("12.8", "12.9", "13.0"):
+        assert cuda.arch_covered("10.0", cuda.archs_for_cuda(c))
+        assert cuda.arch_covered("12.0", cuda.archs_for_cuda(c))
+    for c in ("11.8", "12.1", "12.4", "12.6"):
+        assert not cuda.arch_covered("12.0", cuda.archs_for_cuda(c))  # RTX 50xx: no kernel image
+        assert cuda.arch_covered("6.1", cuda.archs_for_cuda(c))  # GTX 10xx via sm_60
+
+
+def test_arch_coverage_rules() -> None:
+    assert cuda.arch_covered("8.9", ["sm_80", "sm_86"])  # same major, lower minor runs
+    assert not cuda.arch_covered("8.0", ["sm_86"])  # higher minor does not run on lower
+    assert not cuda.arch_covered("9.0", ["sm_80", "sm_86"])  # new major needs PTX
+    assert cuda.arch_covered("9.0", ["sm_80", "compute_80"])  # PTX JIT forward
+    assert cuda.arch_covered("9.0", ["sm_90a"]) and not cuda.arch_covered("9.1", ["sm_90a"])
+
+
+def test_parse_arch_list() -> None:
+    assert cuda.parse_arch_list(["sm_80", "sm_90"]) == ("sm_80", "sm_90")
+    assert cuda.parse_arch_list("7.5;8.0;8.6;9.0;10.0;12.0+PTX") == (
+        "sm_75",
+        "sm_80",
+        "sm_86",
+        "sm_90",
+        "sm_100",
+        "sm_120",
+        "compute_120",
+    )
+    assert cuda.parse_arch_list("sm_50 sm_60 compute_70") == ("sm_50", "sm_60", "compute_70")
+    with pytest.raises(ValueError):
+        cuda.parse_arch_list("banana")
+
+
+def test_every_row_has_a_known_source() -> None:
+    import json
+    from importlib import resources
+
+    raw = json.loads(resources.files("envtool.core").joinpath("cuda_data.json").read_text())
+    for table in ("min_driver", "minor_compat_floor", "torch_cuda", "cuda_archs"):
+        for row in raw[table]:
+            assert row["source"] in raw["sources"], row
+
+
+def test_version_helpers() -> None:
+    assert cuda_from_int(13000) == "13.0" and cuda_from_int(11040) == "11.4"
+    assert cuda_from_int(9010) == "9.1"
+    assert cuda_from_build_tag("2.1.0+cu121") == "12.1"
+    assert cuda_from_build_tag("cuda126_mkl_py312_h1234_300") == "12.6"
+    assert cuda_from_build_tag("py3.11_cuda12.1_cudnn8.9.2_0") == "12.1"
+    assert cuda_from_build_tag("cu92") == "9.2"
+    assert cuda_from_build_tag("cpu_mkl_py312") is None
+    assert parse_version("2.3.1+cu121") == (2, 3, 1)
