@@ -1,0 +1,368 @@
+"""The environment.yml model: parse conda spec strings and environment files, render them back.
+
+Pure: functions take text and return models. Files are read by the commands. PyYAML is
+imported lazily (inside the functions) so `envtool --help` never loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from envtool.errors import UsageError
+
+# A conda package name: letters, digits and . _ - (e.g. ruamel.yaml, cuda-version, _openmp_mutex).
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+_OPERATOR_START = "=<>!~"
+
+
+@dataclass(frozen=True)
+class CondaSpec:
+    """One conda dependency as written: `[channel::]name[ version[ build]]`.
+
+    `version` keeps the constraint text with conda's single `=` shorthand removed:
+    `pytorch=1.12` -> "1.12" (conda reads it as 1.12.*), `pytorch==2.3.1` -> "==2.3.1",
+    `pytorch>=2.0,<2.4` -> ">=2.0,<2.4". None when no version was given.
+    """
+
+    name: str
+    version: str | None = None
+    build: str | None = None
+    channel: str | None = None
+    raw: str = ""
+
+    def render(self) -> str:
+        """Back to a conda string: `channel::name=version=build`, or the space form when the
+        version carries an operator (`pytorch >=2.0,<2.4 cuda*`)."""
+        head = f"{self.channel}::{self.name}" if self.channel else self.name
+        version = self.version
+        if version is None and self.build is not None:
+            version = "*"
+        if version is None:
+            return head
+        has_operator = version[0] in _OPERATOR_START or "," in version or "|" in version
+        if self.build is None:
+            return head + version if has_operator else f"{head}={version}"
+        if has_operator:
+            return f"{head} {version} {self.build}"
+        return f"{head}={version}={self.build}"
+
+    def with_version(self, version: str | None, build: str | None = None) -> CondaSpec:
+        return CondaSpec(self.name, version, build, self.channel, self.raw)
+
+
+def parse_conda_spec(text: str) -> CondaSpec:
+    """Split a conda spec string into (channel, name, version, build).
+
+    Handles `pytorch::pytorch=1.12.*`, `nvidia::cuda-toolkit`, `pytorch==2.3.1`,
+    `pytorch=2.3.1=py3.11_cuda12.1*`, `pytorch 2.3.1 cuda*`, `pytorch>=2.0,<2.4`,
+    `python >= 3.8`, `pytorch[version='>=2', build='cuda*']`, trailing `# comments`.
+    Raises ValueError on text that is not a spec (the caller adds file and line).
+    """
+    raw = text
+    # YAML already drops " # comment"; a spec string passed directly may still carry one.
+    s = re.split(r"\s#", text, maxsplit=1)[0].strip()
+    if not s:
+        raise ValueError(f"empty conda spec {raw!r}")
+    channel = None
+    if "::" in s:
+        channel, _, s = s.partition("::")
+        channel = channel.strip() or None
+        s = s.strip()
+    brackets: dict[str, str] = {}
+    if "[" in s and s.endswith("]"):
+        s, _, inner = s[:-1].partition("[")
+        brackets = _parse_brackets(inner, raw)
+        s = s.strip()
+    m = _NAME.match(s)
+    if not m:
+        raise ValueError(f"not a conda spec: {raw!r} (expected a package name first)")
+    name = m.group(0)
+    rest = s[m.end() :].strip()
+    version: str | None = None
+    build: str | None = None
+    if rest:
+        if rest[0] == "=" and not rest.startswith("=="):
+            # name=version[=build] shorthand
+            parts = rest[1:].split("=")
+            # "=1.2=build" -> ["1.2", "build"]; "==" inside is not valid in this form
+            version = parts[0].strip() or None
+            if len(parts) > 1:
+                build = "=".join(parts[1:]).strip() or None
+            if len(parts) > 2 or (version and " " in version):
+                raise ValueError(f"not a conda spec: {raw!r}")
+        else:
+            tokens = _join_operator_tokens(rest.split())
+            if len(tokens) > 2:
+                raise ValueError(f"not a conda spec: {raw!r} (too many parts)")
+            version = tokens[0]
+            build = tokens[1] if len(tokens) > 1 else None
+    version = brackets.get("version", version)
+    build = brackets.get("build", build)
+    channel = brackets.get("channel", channel)
+    if version is not None and any(c.isspace() for c in version):
+        raise ValueError(f"not a conda spec: {raw!r}")
+    return CondaSpec(name=name, version=version, build=build, channel=channel, raw=raw)
+
+
+def _join_operator_tokens(tokens: list[str]) -> list[str]:
+    """`python >= 3.8` -> ['>=3.8']; `pytorch >=2.0, <2.4` -> ['>=2.0,<2.4']."""
+    out: list[str] = []
+    for tok in tokens:
+        if out and (re.fullmatch(r"[=<>!~]+", out[-1]) or out[-1].endswith(",")):
+            out[-1] += tok
+        elif out and tok.startswith(",") and len(out) == 1:
+            out[-1] += tok
+        else:
+            out.append(tok)
+    return out
+
+
+def _parse_brackets(inner: str, raw: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for m in re.finditer(r"(\w+)\s*=\s*(?:'([^']*)'|\"([^\"]*)\"|([^,\]]*))", inner):
+        key = m.group(1)
+        value = next(g for g in m.groups()[1:] if g is not None).strip()
+        out[key] = value
+    if not out and inner.strip():
+        raise ValueError(f"not a conda spec: {raw!r} (bad [key=value] part)")
+    return out
+
+
+@dataclass(frozen=True)
+class PipLine:
+    """One entry of an environment.yml `pip:` list.
+
+    kind: "requirement" (`torch==2.1.0+cu121`), "option" (`--extra-index-url URL`, `-f URL`),
+    or "other" (`-e .`, `-r file`, `git+https://…`, a path or URL).
+    """
+
+    kind: str
+    raw: str
+    name: str | None = None
+    specifier: str | None = None  # "==2.1.0+cu121", ">=1.8,<2"
+    option: str | None = None  # "--extra-index-url", "--find-links", "--index-url"
+    value: str | None = None  # the option's argument
+
+    @property
+    def pinned_version(self) -> str | None:
+        """'==2.1.0+cu121' -> '2.1.0+cu121'; None unless an exact == pin."""
+        if self.specifier and re.fullmatch(r"===?[^,<>!=~]+", self.specifier):
+            return self.specifier.lstrip("=").strip()
+        return None
+
+
+_PIP_OPTIONS = {
+    "-f": "--find-links",
+    "--find-links": "--find-links",
+    "-i": "--index-url",
+    "--index-url": "--index-url",
+    "--extra-index-url": "--extra-index-url",
+}
+_PIP_REQ = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._\-]*)\s*(?:\[[^\]]*\])?\s*(?P<spec>[=<>!~][^;#]*)?\s*(?:;.*)?$"
+)
+
+
+def parse_pip_line(text: str) -> PipLine:
+    """Classify one pip entry; never raises (anything unrecognised is kind "other")."""
+    s = re.split(r"\s#", text, maxsplit=1)[0].strip()
+    for flag, option in _PIP_OPTIONS.items():
+        if s == flag or s.startswith(flag + " ") or s.startswith(flag + "="):
+            value = s[len(flag) :].lstrip(" =").strip() or None
+            return PipLine("option", text, option=option, value=value)
+    if s.startswith("-") or "://" in s or s.startswith((".", "/")) or "@" in s.split(";")[0]:
+        return PipLine("other", text)
+    m = _PIP_REQ.match(s)
+    if not m:
+        return PipLine("other", text)
+    spec = (m.group("spec") or "").replace(" ", "") or None
+    return PipLine("requirement", text, name=m.group("name"), specifier=spec)
+
+
+def normalize_pip_name(name: str) -> str:
+    """PEP 503: 'Torch_Vision' -> 'torch-vision'."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass
+class EnvSpec:
+    """A parsed environment.yml."""
+
+    name: str | None
+    channels: list[str] = field(default_factory=list)
+    dependencies: list[CondaSpec] = field(default_factory=list)
+    pip: list[str] = field(default_factory=list)
+    variables: dict[str, str] = field(default_factory=dict)
+    prefix: str | None = None
+    source: str = "environment.yml"
+    has_pip_section: bool = False
+
+    def find(self, *names: str) -> list[CondaSpec]:
+        """Conda dependencies with one of these names (in file order)."""
+        wanted = set(names)
+        return [d for d in self.dependencies if d.name in wanted]
+
+    def pip_lines(self) -> list[PipLine]:
+        return [parse_pip_line(p) for p in self.pip]
+
+
+def parse_environment_yml(text: str, source: str) -> EnvSpec:
+    """environment.yml text -> EnvSpec. Raises UsageError naming `source`, the line and the fix."""
+    import yaml
+
+    fix = "fix the YAML (see https://docs.conda.io/projects/conda/en/latest/user-guide/tasks/manage-environments.html#create-env-file-manually)"
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            root = loader.get_single_node()
+            data = loader.construct_document(root) if root is not None else None
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}" if mark else source
+        problem = exc.problem or exc.context or "malformed YAML"
+        raise UsageError(f"{where}: malformed YAML: {problem}", fix) from None
+    except yaml.YAMLError as exc:  # e.g. "expected a single document"
+        raise UsageError(f"{source}: malformed YAML: {exc}", fix) from None
+
+    if data is None:
+        raise UsageError(f"{source}: the file is empty", "add at least a `dependencies:` list")
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"{source}:{_line(root)}: expected a mapping with name/channels/dependencies, "
+            f"got {_kind(data)}",
+            "start the file with `name: ...` and `dependencies:` keys",
+        )
+
+    def where(key: str, index: int | None = None) -> str:
+        return f"{source}:{_line(_child(root, key, index))}"
+
+    name = data.get("name")
+    if name is not None and not isinstance(name, (str, int, float)):
+        raise UsageError(f"{where('name')}: `name` must be a string", "write `name: myenv`")
+    channels = data.get("channels") or []
+    if not isinstance(channels, list) or not all(isinstance(c, str) for c in channels):
+        raise UsageError(
+            f"{where('channels')}: `channels` must be a list of channel names",
+            "write `channels:` followed by lines like `  - conda-forge`",
+        )
+    deps_raw = data.get("dependencies")
+    if deps_raw is None:
+        deps_raw = []
+    if not isinstance(deps_raw, list):
+        raise UsageError(
+            f"{where('dependencies')}: `dependencies` must be a list, got {_kind(deps_raw)}",
+            "write each dependency on its own line starting with `  - `",
+        )
+    deps: list[CondaSpec] = []
+    pip: list[str] = []
+    has_pip_section = False
+    for i, item in enumerate(deps_raw):
+        if isinstance(item, dict):
+            if set(item) != {"pip"}:
+                keys = ", ".join(sorted(map(str, item)))
+                raise UsageError(
+                    f"{where('dependencies', i)}: unexpected mapping ({keys}) in dependencies",
+                    "only a nested `- pip:` list is allowed there",
+                )
+            entries = item["pip"] or []
+            if not isinstance(entries, list) or not all(
+                isinstance(e, (str, int, float)) for e in entries
+            ):
+                raise UsageError(
+                    f"{where('dependencies', i)}: `pip:` must be a list of requirement strings",
+                    "write `- pip:` followed by lines like `    - torch==2.3.1`",
+                )
+            has_pip_section = True
+            pip.extend(str(e) for e in entries)
+            continue
+        if not isinstance(item, str):
+            raise UsageError(
+                f"{where('dependencies', i)}: dependency {item!r} is not a spec string",
+                'quote it, e.g. `- "python=3.10"`',
+            )
+        try:
+            deps.append(parse_conda_spec(item))
+        except ValueError as exc:
+            raise UsageError(
+                f"{where('dependencies', i)}: {exc}",
+                "use conda's form `name`, `name=1.2`, `name>=1.2,<2` or `channel::name=1.2`",
+            ) from None
+    variables = data.get("variables") or {}
+    if not isinstance(variables, dict):
+        raise UsageError(
+            f"{where('variables')}: `variables` must be a mapping",
+            "write `variables:` followed by lines like `  MY_VAR: value`",
+        )
+    prefix = data.get("prefix")
+    return EnvSpec(
+        name=None if name is None else str(name),
+        channels=list(channels),
+        dependencies=deps,
+        pip=pip,
+        variables={str(k): "" if v is None else str(v) for k, v in variables.items()},
+        prefix=None if prefix is None else str(prefix),
+        source=source,
+        has_pip_section=has_pip_section,
+    )
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _line(node: Any) -> int:
+    """1-based line of a YAML node (1 when unknown)."""
+    mark = getattr(node, "start_mark", None)
+    return mark.line + 1 if mark is not None else 1
+
+
+def _child(root: Any, key: str, index: int | None = None) -> Any:
+    """The value node under `key` (or its `index`-th item) in a composed mapping node."""
+    for key_node, value_node in getattr(root, "value", []):
+        if getattr(key_node, "value", None) == key:
+            if index is not None and isinstance(value_node.value, list):
+                items = value_node.value
+                if 0 <= index < len(items):
+                    return items[index]
+            return value_node
+    return root
+
+
+def _scalar(text: str) -> str:
+    """A YAML scalar that reads back as exactly `text` (plain when safe, else double-quoted)."""
+    import yaml
+
+    try:
+        if yaml.safe_load(f"- {text}") == [text]:
+            return text
+    except yaml.YAMLError:
+        pass
+    return json.dumps(text)  # JSON strings are valid YAML double-quoted scalars
+
+
+def render_environment_yml(spec: EnvSpec) -> str:
+    """EnvSpec -> environment.yml text in conda's usual layout. Deterministic for a given spec."""
+    lines: list[str] = []
+    if spec.name is not None:
+        lines.append(f"name: {_scalar(spec.name)}")
+    if spec.channels:
+        lines.append("channels:")
+        lines += [f"  - {_scalar(c)}" for c in spec.channels]
+    lines.append("dependencies:" if (spec.dependencies or spec.pip) else "dependencies: []")
+    lines += [f"  - {_scalar(d.render())}" for d in spec.dependencies]
+    if spec.pip or spec.has_pip_section:
+        lines.append("  - pip:")
+        lines += [f"      - {_scalar(p)}" for p in spec.pip]
+    if spec.variables:
+        lines.append("variables:")
+        lines += [f"  {_scalar(k)}: {_scalar(v)}" for k, v in spec.variables.items()]
+    if spec.prefix is not None:
+        lines.append(f"prefix: {_scalar(spec.prefix)}")
+    return "\n".join(lines) + "\n"
