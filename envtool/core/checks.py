@@ -1,0 +1,781 @@
+"""Doctor checks: small pure functions over recorded facts, each returning a verdict with its fix.
+
+Every check takes (HostFacts, EnvFacts), never raises, and returns a Check whose summary names the
+cause (not the symptom). Missing facts give `skip` with the reason. No I/O here: the facts were
+probed (or replayed) elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from envtool.core import cuda as cudak
+from envtool.core.facts import EnvFacts, HostFacts
+from envtool.core.versions import cuda_from_build_tag, cuda_from_int, major_minor, parse_version
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+_RANK = {SKIP: 0, OK: 0, WARN: 1, FAIL: 2}
+GIB = 1 << 30
+
+
+@dataclass
+class Check:
+    id: str
+    status: str  # ok | warn | fail | skip
+    summary: str
+    evidence: list[str] | dict[str, Any]
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- derived facts
+
+
+def _torch_label(env: EnvFacts) -> str:
+    if env.torch and env.torch.version:
+        return f"torch {env.torch.version}"
+    pkg = env.conda_packages.get("pytorch")
+    if pkg:
+        return f"pytorch {pkg.get('version', '?')} ({pkg.get('build', '?')})"
+    return "torch"
+
+
+def _conda_build(env: EnvFacts, name: str) -> str:
+    return (env.conda_packages.get(name) or {}).get("build", "") or ""
+
+
+def torch_is_cpu_build(env: EnvFacts) -> bool | None:
+    """True when the torch in the env is a CPU-only build; None when we cannot tell."""
+    build = _conda_build(env, "pytorch")
+    if "cpuonly" in env.conda_packages or _conda_build(env, "pytorch-mutex") == "cpu":
+        return True
+    if build and (build.startswith("cpu_") or "_cpu_" in build or build.startswith("cpu")):
+        return True
+    t = env.torch
+    if t and t.version:
+        if "+cpu" in t.version:
+            return True
+        if t.cuda:
+            return False
+        if cuda_from_build_tag(t.version.partition("+")[2] or "") is not None:
+            return False
+        # torch imported/read and torch.version.cuda is None: a CPU build
+        return True
+    if build:
+        return cuda_from_build_tag(build) is None
+    return None
+
+
+def torch_cuda(env: EnvFacts) -> str | None:
+    """The CUDA version the env's torch was built for ("12.1"), from the probe or the build tag."""
+    t = env.torch
+    if t and t.cuda:
+        try:
+            return major_minor(t.cuda)
+        except ValueError:
+            pass
+    if t and t.version and "+" in t.version:
+        found = cuda_from_build_tag(t.version.partition("+")[2])
+        if found:
+            return found
+    build = _conda_build(env, "pytorch")
+    if build and not torch_is_cpu_build(env):
+        return cuda_from_build_tag(build)
+    return None
+
+
+_FOUND_VERSION = re.compile(r"too old \(found version (\d+)\)")
+
+
+def driver_cuda_from_message(env: EnvFacts) -> str | None:
+    """torch says "The NVIDIA driver on your system is too old (found version 11040)" -> "11.4"."""
+    msg = env.torch.available_message if env.torch else None
+    m = _FOUND_VERSION.search(msg or "")
+    return cuda_from_int(int(m.group(1))) if m else None
+
+
+def driver_cuda(host: HostFacts, env: EnvFacts) -> str | None:
+    """Newest CUDA the driver runs: the probe's value, else derived from the driver version,
+    else torch's own "found version NNNNN" message (a container without nvidia-smi)."""
+    if host.driver_cuda:
+        return host.driver_cuda
+    if host.driver_version:
+        return cudak.newest_cuda_native(host.driver_version)
+    return driver_cuda_from_message(env)
+
+
+def _driver_seen(host: HostFacts, env: EnvFacts) -> bool:
+    return host.has_driver or driver_cuda(host, env) is not None
+
+
+def _gpu_count(host: HostFacts, env: EnvFacts) -> int:
+    if host.gpus:
+        return len(host.gpus)
+    return len(env.torch.capabilities) if env.torch and env.torch.capabilities else 0
+
+
+def pick_cuda_for_driver(host: HostFacts, env: EnvFacts) -> str | None:
+    """The newest CUDA this driver can run (natively or via minor-version compatibility) that
+    official torch builds exist for — what `envtool create NAME --cuda X` should ask for."""
+    ceiling = None
+    if host.driver_version:
+        ceiling = cudak.newest_cuda_compat(host.driver_version)
+    else:
+        ceiling = driver_cuda(host, env)
+    if ceiling is None:
+        return None
+    best = None
+    for c in cudak.known_cuda_versions():
+        if parse_version(c) <= parse_version(ceiling) and cudak.official_torch_for_cuda(c):
+            best = c
+    return best
+
+
+def _cu_tag(cuda: str) -> str:
+    return "cu" + major_minor(cuda).replace(".", "")
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
+    ev: list[str] = []
+    if env.python_exe:
+        ev.append(f"python: {env.python_exe}")
+    if env.status in ("timeout", "crashed", "no-python"):
+        what = {
+            "timeout": "timed out",
+            "crashed": "crashed",
+            "no-python": "has no python",
+        }[env.status]
+        if env.error:
+            ev.append(env.error)
+        return Check(
+            "torch-present",
+            FAIL,
+            f"the environment's python {what} while importing torch",
+            ev,
+            "run `python -c 'import torch'` in the environment to see the error; "
+            "recreate it with `envtool create NAME --cuda auto` if it is broken",
+        )
+    if env.torch is None:
+        if env.torch_import_error:
+            ev.append(env.torch_import_error)
+            return Check(
+                "torch-present",
+                FAIL,
+                "torch is not importable in this environment",
+                ev,
+                "envtool create NAME --cuda auto (or `pip install torch` in the environment)",
+            )
+        if env.status == "not-probed" and "pytorch" not in env.conda_packages:
+            return Check("torch-present", SKIP, "the environment was not probed", ev)
+        if "pytorch" not in env.conda_packages:
+            return Check(
+                "torch-present",
+                FAIL,
+                "torch is not installed in this environment",
+                ev,
+                "envtool create NAME --cuda auto (or `pip install torch` in the environment)",
+            )
+    if env.torch and env.torch.path:
+        ev.append(f"imported from {env.torch.path}")
+    return Check("torch-present", OK, f"{_torch_label(env)} is installed", ev)
+
+
+def check_nvidia_driver(host: HostFacts, env: EnvFacts) -> Check:
+    ev: list[str] = []
+    if host.has_driver:
+        ev.append(f"driver {host.driver_version} (source: {host.source or '?'})")
+        if host.driver_cuda:
+            ev.append(f"driver supports CUDA ≤ {host.driver_cuda}")
+        return Check("nvidia-driver", OK, f"NVIDIA driver {host.driver_version}", ev)
+    from_msg = driver_cuda_from_message(env)
+    if from_msg:
+        ev.append(env.torch.available_message if env.torch else "")
+        return Check(
+            "nvidia-driver",
+            OK,
+            f"an NVIDIA driver is present (version not probed; it reports CUDA {from_msg})",
+            ev,
+        )
+    if host.no_driver_reason:
+        ev.append(host.no_driver_reason)
+    ev.extend(host.probe_errors)
+    tc = torch_cuda(env)
+    cpu = torch_is_cpu_build(env)
+    if tc and not cpu:
+        floor = cudak.min_driver(tc)
+        need = f"≥ {floor} (CUDA {tc})" if floor else f"that supports CUDA {tc}"
+        if env.torch and env.torch.available_message:
+            ev.append(env.torch.available_message)
+        return Check(
+            "nvidia-driver",
+            FAIL,
+            f"no NVIDIA driver: {_torch_label(env)} is a CUDA {tc} build but this host has no usable driver",
+            ev,
+            f"install an NVIDIA driver {need}; in a container, start it with `--gpus all` "
+            "(NVIDIA Container Toolkit)",
+        )
+    return Check(
+        "nvidia-driver",
+        OK,
+        "no NVIDIA driver — CPU only" + (f" ({_torch_label(env)} is a CPU build)" if cpu else ""),
+        ev,
+    )
+
+
+def _driver_fix(host: HostFacts, env: EnvFacts, floor: str | None, tc: str) -> str:
+    parts = [
+        f"upgrade the NVIDIA driver to ≥ {floor} (CUDA {tc})" if floor else "upgrade the driver"
+    ]
+    pick = pick_cuda_for_driver(host, env)
+    if pick and parse_version(pick) < parse_version(tc):
+        parts.append(f"or `envtool create NAME --cuda {pick}` (the newest CUDA this driver runs)")
+    return ", ".join(parts)
+
+
+def check_driver_vs_torch_cuda(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "driver-vs-torch-cuda"
+    tc = torch_cuda(env)
+    if tc is None or torch_is_cpu_build(env):
+        return Check(cid, SKIP, "torch is not a CUDA build", [])
+    msg = env.torch.available_message if env.torch else None
+    ev: list[str] = []
+    if host.driver_version:
+        v = cudak.driver_supports(host.driver_version, tc)
+        native = cudak.newest_cuda_native(host.driver_version)
+        compat = cudak.newest_cuda_compat(host.driver_version)
+        runs = f"driver {host.driver_version} runs CUDA ≤ {native or '?'} natively"
+        if compat and compat != native:
+            runs += f" (≤ {compat} with minor-version compatibility)"
+        ev.append(runs)
+        if host.platform.startswith("win"):
+            ev.append(
+                "driver floors are NVIDIA's Linux numbers; Windows floors are slightly higher"
+            )
+        if msg:
+            ev.append(msg)
+        if v.mode == "no":
+            return Check(
+                cid,
+                FAIL,
+                f"{_torch_label(env)} needs driver ≥ {v.min_driver} (CUDA {tc}); {runs}",
+                ev,
+                _driver_fix(host, env, v.min_driver, tc),
+            )
+        if v.mode == "unknown":
+            return Check(cid, SKIP, f"CUDA {tc} is not in envtool's driver table", ev)
+        if v.mode == "compat":
+            return Check(
+                cid,
+                OK,
+                f"driver {host.driver_version} runs CUDA {tc} via minor-version compatibility",
+                ev,
+            )
+        return Check(cid, OK, f"driver {host.driver_version} supports CUDA {tc}", ev)
+    dc = driver_cuda(host, env)
+    if dc is None:
+        return Check(cid, SKIP, "no NVIDIA driver seen (see nvidia-driver)", [])
+    # Driver version unknown, but the driver's CUDA level is (torch's "found version" message).
+    if msg:
+        ev.append(msg)
+    floor = cudak.min_driver(tc)
+    if parse_version(dc) < parse_version(tc):
+        same_major = parse_version(dc)[0] == parse_version(tc)[0]
+        cfloor = cudak.compat_floor(tc)
+        if not (same_major and cfloor and msg is None):
+            return Check(
+                cid,
+                FAIL,
+                f"{_torch_label(env)} needs driver ≥ {floor or '?'} (CUDA {tc}); "
+                f"the installed driver runs CUDA ≤ {dc}",
+                ev,
+                _driver_fix(host, env, floor, tc),
+            )
+    return Check(cid, OK, f"driver supports CUDA {dc} ≥ {tc}", ev)
+
+
+def check_minor_version_compat(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "minor-version-compat"
+    tc = torch_cuda(env)
+    if tc is None or torch_is_cpu_build(env) or not host.driver_version:
+        return Check(cid, SKIP, "needs a CUDA torch build and a known driver version", [])
+    v = cudak.driver_supports(host.driver_version, tc)
+    if v.mode != "compat":
+        return Check(
+            cid, OK if v.mode == "native" else SKIP, f"driver mode for CUDA {tc}: {v.mode}", []
+        )
+    return Check(
+        cid,
+        WARN,
+        f"driver {host.driver_version} runs CUDA {tc} only through minor-version compatibility "
+        "(PTX JIT of newer code fails, e.g. Triton/torch.compile kernels)",
+        [f"native needs ≥ {v.min_driver}; compatibility floor {v.compat_floor}"],
+        f"upgrade the NVIDIA driver to ≥ {v.min_driver}",
+    )
+
+
+def _cpu_markers(env: EnvFacts) -> list[str]:
+    ev = []
+    t = env.torch
+    if t and t.version:
+        ev.append(f"torch {t.version}, torch.version.cuda = {t.cuda!r}")
+    if _conda_build(env, "pytorch"):
+        ev.append(f"conda pytorch build {_conda_build(env, 'pytorch')}")
+    if _conda_build(env, "pytorch-mutex"):
+        ev.append(f"pytorch-mutex {_conda_build(env, 'pytorch-mutex')}")
+    if "cpuonly" in env.conda_packages:
+        ev.append("cpuonly package installed (it forces the CPU variant)")
+    for name in ("cudatoolkit", "pytorch-cuda", "cuda-version"):
+        if name in env.conda_packages:
+            ev.append(
+                f"{name} {env.conda_packages[name].get('version')} is installed but unused by a CPU torch"
+            )
+    return ev
+
+
+def check_cpu_torch_on_gpu_host(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "cpu-torch-on-gpu-host"
+    if torch_is_cpu_build(env) is not True:
+        return Check(
+            cid, OK if env.torch or env.conda_packages else SKIP, "torch is a CUDA build", []
+        )
+    ev = _cpu_markers(env)
+    gpus = _gpu_count(host, env)
+    if not _driver_seen(host, env):
+        if host.nvcc_version:
+            return Check(
+                cid,
+                WARN,
+                f"{_torch_label(env)} is a CPU build although a CUDA {host.nvcc_version} toolkit "
+                "is installed (no NVIDIA driver was seen)",
+                ev,
+                "if this machine has an NVIDIA GPU, install its driver, then "
+                "`envtool create NAME --cuda auto`",
+            )
+        return Check(cid, OK, "CPU torch on a host without NVIDIA GPUs", ev)
+    names = sorted({g.name for g in host.gpus}) or [f"{gpus} GPU(s)"]
+    if gpus == 0:
+        names = ["an NVIDIA driver"]
+    pick = pick_cuda_for_driver(host, env)
+    series = env.torch.version if env.torch and env.torch.version else None
+    wheel_cuda = None
+    if series:
+        builds = cudak.official_cuda_builds(series)
+        dc = (
+            cudak.newest_cuda_compat(host.driver_version)
+            if host.driver_version
+            else driver_cuda(host, env)
+        )
+        if builds and dc:
+            ok_builds = [b for b in builds if parse_version(b) <= parse_version(dc)]
+            wheel_cuda = ok_builds[-1] if ok_builds else None
+        elif "cudatoolkit" in env.conda_packages:
+            wheel_cuda = major_minor(env.conda_packages["cudatoolkit"]["version"])
+    fix = f"envtool create NAME --cuda {pick or 'auto'}"
+    if wheel_cuda and series:
+        base = series.partition("+")[0]
+        fix += (
+            f", or in this env: pip install torch=={base} --index-url "
+            f"https://download.pytorch.org/whl/{_cu_tag(wheel_cuda)}"
+        )
+    if "cpuonly" in env.conda_packages:
+        fix += " (and `conda remove cpuonly`)"
+    return Check(
+        cid,
+        FAIL,
+        f"{_torch_label(env)} is a CPU-only build on a machine with {', '.join(names)}",
+        ev,
+        fix,
+    )
+
+
+def check_cuda_available(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "cuda-available"
+    t = env.torch
+    tc = torch_cuda(env)
+    if t is None or t.is_available is None:
+        return Check(cid, SKIP, "torch.cuda.is_available() was not run (use without --fast)", [])
+    if tc is None or torch_is_cpu_build(env):
+        return Check(cid, SKIP, "torch is a CPU build (see cpu-torch-on-gpu-host)", [])
+    if t.is_available:
+        n = t.device_count
+        return Check(cid, OK, f"torch sees {n if n is not None else 'the'} GPU(s)", [])
+    if not _driver_seen(host, env):
+        return Check(cid, SKIP, "explained by nvidia-driver (no driver)", [])
+    if host.driver_version and cudak.driver_supports(host.driver_version, tc).mode == "no":
+        return Check(cid, SKIP, "explained by driver-vs-torch-cuda", [])
+    if driver_cuda_from_message(env):
+        return Check(cid, SKIP, "explained by driver-vs-torch-cuda", [])
+    if host.cuda_visible_devices is not None and host.cuda_visible_devices.strip() in ("", "-1"):
+        return Check(cid, SKIP, "explained by cuda-visible-devices", [])
+    ev = [t.available_message] if t.available_message else []
+    return Check(
+        cid,
+        FAIL,
+        "torch.cuda.is_available() is False although the driver supports this build"
+        + (f": {t.available_message.splitlines()[0]}" if t.available_message else ""),
+        ev,
+        "check `nvidia-smi` works in this shell/container and that /dev/nvidia* are accessible; "
+        "see ld-library-path and cuda-visible-devices",
+    )
+
+
+def _arch_list(env: EnvFacts) -> tuple[tuple[str, ...] | None, str]:
+    t = env.torch
+    if t and t.arch_list:
+        try:
+            return cudak.parse_arch_list(list(t.arch_list)), "torch.cuda.get_arch_list()"
+        except ValueError:
+            pass
+    tc = torch_cuda(env)
+    if tc:
+        archs = cudak.archs_for_cuda(tc)
+        if archs:
+            return archs, f"official CUDA {tc} builds (envtool table)"
+    return None, ""
+
+
+def _cuda_covering(cap: str, host: HostFacts, env: EnvFacts) -> str | None:
+    """Newest CUDA whose official builds include this GPU and which has torch builds."""
+    ceiling = cudak.newest_cuda_compat(host.driver_version) if host.driver_version else None
+    best = None
+    for c, archs in cudak.load_cuda_data().cuda_archs.items():
+        if not cudak.arch_covered(cap, archs) or not cudak.official_torch_for_cuda(c):
+            continue
+        if best is None or parse_version(c) > parse_version(best):
+            if ceiling is None or parse_version(c) <= parse_version(ceiling) or best is None:
+                best = c
+    return best
+
+
+def check_gpu_arch_covered(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "gpu-arch-covered"
+    if torch_cuda(env) is None or torch_is_cpu_build(env):
+        return Check(cid, SKIP, "torch is not a CUDA build", [])
+    gpus = [(g.index, g.name, g.capability) for g in host.gpus if g.capability]
+    if not gpus and env.torch and env.torch.capabilities:
+        gpus = [(i, f"GPU {i}", c) for i, c in enumerate(env.torch.capabilities)]
+    if not gpus:
+        return Check(cid, SKIP, "no GPU compute capabilities known", [])
+    archs, source = _arch_list(env)
+    if not archs:
+        return Check(cid, SKIP, f"arch list of CUDA {torch_cuda(env)} builds unknown", [])
+    ev = [f"arch list ({source}): {' '.join(archs)}"]
+    missing = []
+    for idx, name, cap in gpus:
+        try:
+            covered = cudak.arch_covered(cap, archs)
+        except ValueError:
+            continue
+        ev.append(
+            f"GPU {idx} {name}: sm_{cap.replace('.', '')} {'covered' if covered else 'NOT covered'}"
+        )
+        if not covered:
+            missing.append((idx, name, cap))
+    if not missing:
+        return Check(cid, OK, "every GPU's architecture is in torch's build", ev)
+    idx, name, cap = missing[0]
+    want = _cuda_covering(cap, host, env)
+    fix = f"envtool create NAME --cuda {want}" if want else "build torch from source for this GPU"
+    return Check(
+        cid,
+        FAIL,
+        f"{_torch_label(env)} has no kernels for {name} (compute capability {cap}): "
+        '"no kernel image is available"',
+        ev,
+        fix,
+    )
+
+
+def _conda_cuda_claims(env: EnvFacts) -> dict[str, str]:
+    claims: dict[str, str] = {}
+    for name in ("cuda-version", "cudatoolkit", "pytorch-cuda"):
+        pkg = env.conda_packages.get(name)
+        if pkg and pkg.get("version"):
+            try:
+                claims[name] = major_minor(pkg["version"])
+            except ValueError:
+                pass
+    build = _conda_build(env, "pytorch")
+    if build and not torch_is_cpu_build(env):
+        bc = cuda_from_build_tag(build)
+        if bc:
+            claims["pytorch build"] = bc
+    return claims
+
+
+def check_conda_cuda_consistent(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "conda-cuda-consistent"
+    claims = _conda_cuda_claims(env)
+    if len(claims) < 2:
+        return Check(cid, SKIP, "fewer than two conda packages name a CUDA version", claims)
+    ev = {k: v for k, v in claims.items()}
+    target = claims.get("pytorch build") or claims.get("pytorch-cuda")
+    pin = f"pin cuda-version={target}" if target else "pin one cuda-version"
+    if target:
+        pin += (
+            f" (the CUDA torch was built for) and re-create: `envtool create NAME --cuda {target}`"
+        )
+    majors = {parse_version(v)[0] for v in claims.values()}
+    listing = ", ".join(f"{k} {v}" for k, v in claims.items())
+    if len(majors) > 1:
+        return Check(cid, FAIL, f"conda packages mix CUDA majors: {listing}", ev, pin)
+    if "pytorch-cuda" in claims and len(set(claims.values())) > 1:
+        return Check(
+            cid,
+            WARN,
+            f"pytorch-cuda pins CUDA {claims['pytorch-cuda']} but {listing}: mixed CUDA runtime libraries",
+            ev,
+            pin,
+        )
+    built = claims.get("pytorch build")
+    runtime = [claims[k] for k in ("cuda-version", "cudatoolkit") if k in claims]
+    if built and any(parse_version(r) < parse_version(built) for r in runtime):
+        return Check(cid, WARN, f"CUDA runtime older than torch's build: {listing}", ev, pin)
+    return Check(cid, OK, f"conda CUDA packages agree: {listing}", ev)
+
+
+def check_two_torch_installs(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "two-torch-installs"
+    pips = [
+        p
+        for p in env.pip_torch
+        if (p.get("name") or "torch").lower() == "torch" and (p.get("installer") or "") != "conda"
+    ]
+    conda = env.conda_packages.get("pytorch")
+    installs = (
+        [f"conda pytorch {conda.get('version')} ({conda.get('build', '')})"] if conda else []
+    ) + [f"pip torch {p.get('version')} at {p.get('location', '?')}" for p in pips]
+    if len(installs) < 2:
+        return Check(cid, OK, "one torch install", installs)
+    imported = env.torch.version if env.torch else None
+    ev = installs + (
+        [f"python imports torch {imported} from {env.torch.path}"] if env.torch else []
+    )
+    if conda and imported and parse_version(imported) == parse_version(conda.get("version", "0")):
+        fix = "in the environment: pip uninstall torch (the stray pip copy)"
+    elif conda:
+        fix = "conda remove pytorch (or pip uninstall torch), keeping one; or re-create with `envtool create NAME`"
+    else:
+        fix = "pip uninstall torch until one copy remains, then reinstall the one you want"
+    return Check(
+        cid,
+        FAIL,
+        f"{len(installs)} torch installs in one environment; python imports "
+        f"{imported or 'an unpredictable one'}",
+        ev,
+        fix,
+    )
+
+
+def check_cuda_visible_devices(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "cuda-visible-devices"
+    cvd = host.cuda_visible_devices
+    if cvd is None:
+        return Check(cid, OK, "CUDA_VISIBLE_DEVICES is not set (all GPUs visible)", [])
+    ev = [f"CUDA_VISIBLE_DEVICES={cvd!r}"]
+    n = len(host.gpus)
+    items = [x.strip() for x in cvd.split(",")]
+    if cvd.strip() in ("", "-1") or (items and items[0] in ("", "-1")):
+        if n == 0:
+            return Check(cid, OK, "CUDA_VISIBLE_DEVICES hides all GPUs (none present)", ev)
+        return Check(
+            cid,
+            FAIL,
+            f"CUDA_VISIBLE_DEVICES={cvd!r} hides all {n} GPU(s) from CUDA",
+            ev,
+            "unset CUDA_VISIBLE_DEVICES",
+        )
+    if n == 0:
+        return Check(cid, SKIP, "no GPUs probed to compare CUDA_VISIBLE_DEVICES with", ev)
+    uuids = [g.uuid for g in host.gpus if g.uuid]
+    bad = []
+    for it in items:
+        if it.isdigit():
+            if int(it) >= n:
+                bad.append(it)
+        elif it.upper().startswith(("GPU-", "MIG-")):
+            if (
+                uuids
+                and not any(u.startswith(it) for u in uuids)
+                and not it.upper().startswith("MIG-")
+            ):
+                bad.append(it)
+        else:
+            bad.append(it)
+    if bad:
+        return Check(
+            cid,
+            FAIL,
+            f"CUDA_VISIBLE_DEVICES names GPU(s) that do not exist: {', '.join(bad)} "
+            f"(this host has {n}: 0..{n - 1})",
+            ev,
+            f"unset CUDA_VISIBLE_DEVICES, or use indexes 0..{n - 1}",
+        )
+    return Check(cid, OK, f"CUDA_VISIBLE_DEVICES selects {len(items)} of {n} GPU(s)", ev)
+
+
+def check_ld_library_path(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "ld-library-path"
+    if not host.ld_library_hits:
+        return Check(cid, OK, "no CUDA libraries on LD_LIBRARY_PATH", [])
+    prefix = env.prefix or ""
+    hits = [h for h in host.ld_library_hits if not (prefix and h.startswith(prefix))]
+    if not hits:
+        return Check(cid, OK, "CUDA libraries on LD_LIBRARY_PATH are the environment's own", [])
+    dirs = sorted({h.rsplit("/", 1)[0] if "/" in h else h for h in hits})
+    failed = bool(env.torch and env.torch.is_available is False and torch_cuda(env))
+    return Check(
+        cid,
+        FAIL if failed else WARN,
+        f"LD_LIBRARY_PATH puts {', '.join(dirs)} first, shadowing the environment's CUDA libraries",
+        hits,
+        "unset LD_LIBRARY_PATH (or remove " + ", ".join(dirs) + " from it)",
+    )
+
+
+def check_nvcc_vs_torch(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "nvcc-vs-torch"
+    tc = torch_cuda(env)
+    if not host.nvcc_version:
+        return Check(cid, SKIP, "no nvcc / CUDA_HOME found (only needed to build extensions)", [])
+    if tc is None or torch_is_cpu_build(env):
+        return Check(cid, SKIP, "torch is not a CUDA build", [f"nvcc {host.nvcc_version}"])
+    ev = [
+        f"nvcc {host.nvcc_version}" + (f" at {host.cuda_home}" if host.cuda_home else ""),
+        f"torch CUDA {tc}",
+    ]
+    if parse_version(host.nvcc_version)[0] != parse_version(tc)[0]:
+        return Check(
+            cid,
+            WARN,
+            f"nvcc {host.nvcc_version} and torch's CUDA {tc} differ in major version: "
+            "building CUDA extensions will fail",
+            ev,
+            f"point CUDA_HOME at a CUDA {tc} toolkit, or `conda install -c conda-forge cuda-nvcc={tc}`",
+        )
+    return Check(cid, OK, f"nvcc {host.nvcc_version} matches torch's CUDA {tc} major", ev)
+
+
+def check_dev_shm(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "dev-shm"
+    if host.shm_bytes is None:
+        return Check(cid, SKIP, "/dev/shm size not probed", [])
+    size = f"{host.shm_bytes / (1 << 20):.0f} MiB"
+    if host.shm_bytes < GIB and len(host.gpus) >= 2:
+        return Check(
+            cid,
+            WARN,
+            f"/dev/shm is only {size}: NCCL and DataLoader workers run out of shared memory",
+            [f"/dev/shm {host.shm_bytes} bytes", f"{len(host.gpus)} GPUs"],
+            "in Docker: --ipc=host or --shm-size=16g",
+        )
+    return Check(cid, OK, f"/dev/shm {size}", [])
+
+
+def check_mig(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "mig"
+    migs = [g for g in host.gpus if g.mig_enabled]
+    if not migs:
+        return Check(cid, OK if host.gpus else SKIP, "MIG is off", [])
+    ev = [f"GPU {g.index} {g.name}: MIG on, {g.mig_devices} instance(s)" for g in migs]
+    return Check(
+        cid,
+        WARN,
+        f"MIG is enabled on {len(migs)} GPU(s): a process can use only one MIG instance",
+        ev,
+        "set CUDA_VISIBLE_DEVICES to one MIG UUID (`nvidia-smi -L` lists them); "
+        "multi-GPU training needs MIG off",
+    )
+
+
+def check_install_state(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "install-state"
+    if env.install_state is None:
+        return Check(cid, SKIP, "not an envtool-installed environment", [])
+    if env.install_state == "incomplete":
+        return Check(
+            cid,
+            FAIL,
+            "the last install of this environment did not finish",
+            [f"install_state: {env.install_state}"],
+            "envtool install NAME",
+        )
+    return Check(cid, OK, f"install state: {env.install_state}", [])
+
+
+def check_lock_drift(host: HostFacts, env: EnvFacts) -> Check:
+    cid = "lock-drift"
+    if env.drift is None:
+        return Check(cid, SKIP, "no lock to compare with", [])
+    if not env.drift:
+        return Check(cid, OK, "installed packages match the lock", [])
+    ev = [f"{k}: {v}" for k, v in env.drift.items()]
+    return Check(
+        cid,
+        FAIL,
+        "installed packages differ from the lock",
+        ev,
+        "envtool install NAME (restore the locked packages); `envtool verify NAME` lists them",
+    )
+
+
+CHECKS: tuple[Callable[[HostFacts, EnvFacts], Check], ...] = (
+    # Order matters: the first failing check is the headline, so causes come before symptoms.
+    check_torch_present,
+    check_nvidia_driver,
+    check_driver_vs_torch_cuda,
+    check_cpu_torch_on_gpu_host,
+    check_install_state,
+    check_lock_drift,
+    check_two_torch_installs,
+    check_cuda_visible_devices,
+    check_gpu_arch_covered,
+    check_conda_cuda_consistent,
+    check_minor_version_compat,
+    check_ld_library_path,
+    check_cuda_available,
+    check_nvcc_vs_torch,
+    check_dev_shm,
+    check_mig,
+)
+
+
+def run_checks(host: HostFacts, env: EnvFacts) -> list[Check]:
+    """Every check, in headline order. A check that trips over odd facts becomes a skip."""
+    out = []
+    for fn in CHECKS:
+        try:
+            out.append(fn(host, env))
+        except Exception as exc:  # noqa: BLE001 - a check must never take the doctor down
+            cid = fn.__name__.removeprefix("check_").replace("_", "-")
+            out.append(Check(cid, SKIP, f"could not evaluate: {exc!r}", []))
+    return out
+
+
+def overall(checks: list[Check]) -> str:
+    worst = max((_RANK.get(c.status, 0) for c in checks), default=0)
+    return {0: OK, 1: WARN, 2: FAIL}[worst]
+
+
+def headline(checks: list[Check]) -> str:
+    """The one-line verdict: the first failing cause, else the first warning, else a short OK."""
+    for status in (FAIL, WARN):
+        for c in checks:
+            if c.status == status:
+                return c.summary
+    driver = next((c for c in checks if c.id == "nvidia-driver"), None)
+    if driver and driver.summary.startswith("no NVIDIA driver"):
+        return driver.summary
+    return "no problems found"
+
+
+def check_by_id(checks: list[Check], cid: str) -> Check | None:
+    return next((c for c in checks if c.id == cid), None)
