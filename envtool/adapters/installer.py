@@ -1,0 +1,543 @@
+"""Install a conda-lock.yml (v1) into a prefix with py-rattler: no conda executable needed.
+
+Order of work, chosen so nothing is ever half-done or unverified:
+  1. read the lock (conda-lock's own parser), pick the platform's packages;
+  2. take the per-environment file lock, write the `incomplete` marker;
+  3. fetch every archive into envtool's archive cache and check its sha256/md5 against the
+     lock — the lock is the authority: a bad cached copy is discarded and fetched again, a bad
+     fetched copy is refused, and nothing is linked until every archive passed;
+  4. hand rattler the verified local files (file:// URLs) to extract and link; rattler writes
+     conda-meta, removes packages the lock no longer has, and converges on a re-run;
+  5. install the lock's `manager: pip` entries with uv (`--require-hashes --no-deps`);
+  6. write envtool-state.json and drop the marker.
+
+Test hook: ENVTOOL_TEST_PAUSE_AT=after-download|mid-link makes the installer sleep at that
+point so tests can SIGKILL it deterministically (ENVTOOL_TEST_PAUSE_S, default 60 s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envtool.adapters import install_state
+from envtool.errors import DiagnosedFailure, UsageError
+from envtool.output import note
+
+ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    name: str
+    version: str
+    manager: str  # conda | pip
+    platform: str
+    url: str
+    sha256: str | None
+    md5: str | None
+    build: str | None = None  # conda only; parsed from the file name
+
+    @property
+    def file_name(self) -> str:
+        return urllib.parse.unquote(self.url.rsplit("/", 1)[-1].split("#", 1)[0])
+
+    @property
+    def subdir(self) -> str:
+        parts = self.url.split("#", 1)[0].rstrip("/").split("/")
+        return parts[-2] if len(parts) >= 2 else self.platform
+
+
+@dataclass
+class LockContents:
+    path: Path
+    sha256: str
+    platforms: list[str]
+    channels: list[str]
+    custom_metadata: dict[str, str]
+    packages: list[LockedPackage]
+
+    def for_platform(self, platform: str) -> list[LockedPackage]:
+        return [p for p in self.packages if p.platform == platform]
+
+
+@dataclass
+class InstallReport:
+    prefix: str
+    lock_path: str
+    lock_sha256: str
+    platform: str
+    conda_packages: int = 0
+    pip_packages: int = 0
+    fetched: list[str] = field(default_factory=list)  # archives downloaded/copied this time
+    reused: list[str] = field(default_factory=list)  # archives already verified in the cache
+    refetched: list[str] = field(default_factory=list)  # cached copies that failed the hash
+    seconds: float = 0.0
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_build_from_file_name(file_name: str, name: str, version: str) -> str | None:
+    """'pytorch-2.7.1-cuda126_mkl_py311_h30b5a27_300.conda' -> 'cuda126_mkl_py311_h30b5a27_300'."""
+    stem = file_name
+    for suffix in ARCHIVE_SUFFIXES:
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    else:
+        return None
+    head = f"{name}-{version}-"
+    if stem.startswith(head):
+        return stem[len(head) :]
+    return stem.rsplit("-", 1)[-1] if stem.count("-") >= 2 else None
+
+
+def read_lock(lock_path: Path) -> LockContents:
+    """Read a conda-lock.yml (v1, or v2 where conda-lock reads it) into plain records."""
+    lock_path = Path(lock_path)
+    if not lock_path.is_file():
+        raise UsageError(
+            f"{lock_path}: no such lock file",
+            "run `envtool lock NAME` (or `envtool create NAME`) first, or pass --lock FILE",
+        )
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    try:
+        lock = parse_conda_lock_file(lock_path)
+    except Exception as exc:  # yaml, pydantic or version errors: all mean "not a usable lock"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(
+            f"{lock_path}: not a readable conda-lock file ({first})",
+            "regenerate it with `envtool lock NAME`",
+        ) from exc
+    packages = []
+    for dep in lock.package:
+        build = None
+        if dep.manager == "conda":
+            fname = urllib.parse.unquote(dep.url.rsplit("/", 1)[-1])
+            build = dep.build or parse_build_from_file_name(fname, dep.name, dep.version)
+        packages.append(
+            LockedPackage(
+                name=dep.name,
+                version=dep.version,
+                manager=dep.manager,
+                platform=dep.platform,
+                url=dep.url,
+                sha256=dep.hash.sha256,
+                md5=dep.hash.md5,
+                build=build,
+            )
+        )
+    meta = lock.metadata
+    return LockContents(
+        path=lock_path,
+        sha256=install_state.lock_sha256(lock_path),
+        platforms=list(meta.platforms),
+        channels=[c.url for c in meta.channels],
+        custom_metadata=dict(meta.custom_metadata or {}),
+        packages=packages,
+    )
+
+
+def current_platform() -> str:
+    from rattler import Platform
+
+    return str(Platform.current())
+
+
+def default_cache_dir() -> Path:
+    """ENVTOOL_CACHE_DIR, else the user's cache dir: shared by every env, so reinstalls are offline."""
+    if os.environ.get("ENVTOOL_CACHE_DIR"):
+        return Path(os.environ["ENVTOOL_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "envtool"
+
+
+def remap_to_channels(pkg: LockedPackage, channels: list[str]) -> str:
+    """The URL of the same file in a local channel (bundles, mirrors): matched by file name."""
+    for ch in channels:
+        root = _channel_dir(ch)
+        if root is None:
+            base = ch.rstrip("/")
+            return f"{base}/{pkg.subdir}/{pkg.file_name}"
+        for candidate in (
+            root / pkg.subdir / pkg.file_name,
+            root / "pypi" / pkg.file_name,
+            root / pkg.file_name,
+        ):
+            if candidate.is_file():
+                return candidate.resolve().as_uri()
+    raise UsageError(
+        f"{pkg.name} {pkg.version}: {pkg.file_name} is not in {', '.join(channels)}",
+        "bundle the environment again (`envtool bundle NAME -o DIR`) or pass the channel that holds it",
+    )
+
+
+def _channel_dir(channel: str) -> Path | None:
+    if channel.startswith("file://"):
+        return Path(urllib.request.url2pathname(urllib.parse.urlparse(channel).path))
+    if "://" in channel:
+        return None
+    return Path(channel).expanduser()
+
+
+def file_digest(path: Path, algo: str) -> str:
+    h = hashlib.new(algo)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def archive_matches(path: Path, pkg: LockedPackage) -> bool:
+    """sha256 when the lock has it (the authority), else md5."""
+    if pkg.sha256:
+        return file_digest(path, "sha256") == pkg.sha256.lower()
+    if pkg.md5:
+        return file_digest(path, "md5") == pkg.md5.lower()
+    return False  # a lock entry without a hash cannot be verified: refuse
+
+
+def fetch_url(url: str, dest: Path) -> None:
+    """file:// → copy; http(s) → urllib. Written to a temp name, then renamed."""
+    tmp = dest.with_name(dest.name + f".part{os.getpid()}")
+    parsed = urllib.parse.urlparse(url)
+    try:
+        if parsed.scheme == "file":
+            src = Path(urllib.request.url2pathname(parsed.path))
+            shutil.copyfile(src, tmp)
+        elif parsed.scheme in ("http", "https"):
+            with urllib.request.urlopen(url, timeout=60) as resp, open(tmp, "wb") as out:
+                shutil.copyfileobj(resp, out, 1 << 20)
+        else:
+            raise UsageError(f"{url}: unsupported URL scheme", "use file://, http:// or https://")
+        os.replace(tmp, dest)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DiagnosedFailure(
+            f"could not fetch {url} ({exc})",
+            "check the network, or install offline with `envtool install --from BUNDLE_DIR`",
+        ) from exc
+
+
+def fetch_verified(pkg: LockedPackage, url: str, archive_dir: Path, report: InstallReport) -> Path:
+    """A local archive whose hash matches the lock, or a refusal naming the package."""
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    dest = archive_dir / pkg.file_name
+    if dest.is_file():
+        if archive_matches(dest, pkg):
+            report.reused.append(pkg.file_name)
+            return dest
+        # A corrupt or tampered cache entry: the lock decides, so fetch it again.
+        note(f"  {pkg.file_name}: cached copy does not match the lock's hash, fetching again")
+        dest.unlink()
+        report.refetched.append(pkg.file_name)
+    fetch_url(url, dest)
+    if not archive_matches(dest, pkg):
+        got = file_digest(dest, "sha256")
+        dest.unlink(missing_ok=True)
+        raise DiagnosedFailure(
+            f"{pkg.name} {pkg.version} ({pkg.file_name}): hash mismatch — the lock says "
+            f"sha256 {pkg.sha256 or '(none)'} / md5 {pkg.md5 or '(none)'}, {url} has sha256 {got}; "
+            "nothing was linked",
+            "the package source changed or was tampered with; re-lock (`envtool lock NAME`) "
+            "only if you trust the new file",
+        )
+    report.fetched.append(pkg.file_name)
+    return dest
+
+
+def plan_install(
+    lock: LockContents,
+    prefix: Path,
+    platform: str,
+    channels_override: list[str] | None,
+    cache_dir: Path,
+) -> dict[str, Any]:
+    """What an install would do (for --dry-run): no file is written."""
+    pkgs = lock.for_platform(platform)
+    archive_dir = cache_dir / "archives"
+    rows = []
+    for p in pkgs:
+        url = remap_to_channels(p, channels_override) if channels_override else p.url
+        cached = p.manager == "conda" and (archive_dir / p.file_name).is_file()
+        rows.append(
+            {
+                "name": p.name,
+                "version": p.version,
+                "build": p.build,
+                "manager": p.manager,
+                "url": url,
+                "cached": cached,
+            }
+        )
+    return {
+        "prefix": str(prefix),
+        "prefix_exists": prefix.exists(),
+        "install_state": install_state.read_install_state(prefix) if prefix.exists() else None,
+        "lock_path": str(lock.path),
+        "lock_sha256": lock.sha256,
+        "platform": platform,
+        "packages": rows,
+    }
+
+
+def install_from_lock(
+    lock_path: Path | str,
+    prefix: Path | str,
+    platform: str | None = None,
+    channels_override: list[str] | None = None,
+    cache_dir: Path | str | None = None,
+    progress: bool = True,
+    force: bool = False,
+) -> InstallReport:
+    """Install a conda-lock.yml into prefix; converge if the prefix exists or was interrupted.
+
+    `force` is for callers that already decided to skip host checks; the install itself always
+    verifies hashes. `channels_override` remaps every URL to the same file in those channels.
+    """
+    started = time.monotonic()
+    lock = read_lock(Path(lock_path))
+    prefix = Path(prefix).expanduser().absolute()
+    platform = platform or current_platform()
+    if platform not in lock.platforms:
+        raise UsageError(
+            f"{lock.path}: the lock has no {platform} solution (it has {', '.join(lock.platforms)})",
+            f"re-lock with `--platform {platform}` or install on a {lock.platforms[0]} host",
+        )
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    say: Callable[[str], None] = note if progress else (lambda _msg: None)
+    pkgs = lock.for_platform(platform)
+    conda_pkgs = [p for p in pkgs if p.manager == "conda"]
+    pip_pkgs = [p for p in pkgs if p.manager == "pip"]
+    report = InstallReport(str(prefix), str(lock.path), lock.sha256, platform)
+
+    with install_state.hold_env_lock(prefix, prefix.name, on_wait=note):
+        install_state.write_incomplete_marker(prefix, lock.sha256, lock.path)
+        urls = {
+            p.file_name: (remap_to_channels(p, channels_override) if channels_override else p.url)
+            for p in pkgs
+        }
+        say(f"fetching {len(conda_pkgs)} packages (hash-checked against {lock.path.name})")
+        archives = _fetch_all(conda_pkgs, urls, cache / "archives", report, say)
+        _pause_hook("after-download")
+        say(f"linking {len(conda_pkgs)} packages into {prefix}")
+        _link(conda_pkgs, archives, prefix, platform, cache / "rattler", say)
+        _restore_locked_urls(prefix, conda_pkgs)
+        if pip_pkgs:
+            say(f"installing {len(pip_pkgs)} pip packages (--require-hashes --no-deps)")
+            _install_pip(pip_pkgs, urls, prefix, cache / "uv")
+        report.conda_packages = len(conda_pkgs)
+        report.pip_packages = len(pip_pkgs)
+        report.seconds = round(time.monotonic() - started, 3)
+        install_state.write_complete_state(
+            prefix,
+            {
+                "lock_sha256": lock.sha256,
+                "lock_path": str(lock.path.resolve()),
+                "platform": platform,
+                "plan": lock.custom_metadata,
+                "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "conda_packages": len(conda_pkgs),
+                "pip_packages": len(pip_pkgs),
+                "forced": force,
+            },
+        )
+    say(
+        f"installed {len(conda_pkgs)} conda + {len(pip_pkgs)} pip packages in {report.seconds:.1f}s"
+    )
+    return report
+
+
+def _fetch_all(
+    pkgs: list[LockedPackage],
+    urls: dict[str, str],
+    archive_dir: Path,
+    report: InstallReport,
+    say: Callable[[str], None],
+) -> dict[str, Path]:
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    total = len(pkgs)
+
+    def one(item: tuple[int, LockedPackage]) -> tuple[str, Path]:
+        i, p = item
+        path = fetch_verified(p, urls[p.file_name], archive_dir, report)
+        say(f"  [{i}/{total}] {p.name} {p.version} {p.build or ''} ok")
+        return p.file_name, path
+
+    # Every archive is verified before anything is linked; a refusal stops the whole install.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(pool.map(one, enumerate(pkgs, 1)))
+
+
+class _LinkReporter:
+    """rattler InstallerReporter: one stderr line per linked package; hosts the mid-link hook."""
+
+    def __init__(self, say: Callable[[str], None], total: int) -> None:
+        self.say = say
+        self.total = total
+        self.names: dict[int, str] = {}
+        self.done = 0
+
+    def on_link_start(self, operation: int, package_name: str) -> int:
+        self.names[operation] = package_name
+        return operation
+
+    def on_link_complete(self, index: int) -> None:
+        self.done += 1
+        self.say(f"  linked [{self.done}/{self.total}] {self.names.get(index, '?')}")
+        if self.done == 1:
+            _pause_hook("mid-link")
+
+    def on_unlink_start(self, operation: int, package_name: str) -> int:
+        self.say(f"  removing {package_name} (not in the lock)")
+        return operation
+
+
+def _link(
+    pkgs: list[LockedPackage],
+    archives: dict[str, Path],
+    prefix: Path,
+    platform: str,
+    rattler_cache: Path,
+    say: Callable[[str], None],
+) -> None:
+    import asyncio
+
+    from rattler import Platform, RepoDataRecord, install
+
+    async def run() -> None:
+        records = []
+        for p in pkgs:
+            rec = await RepoDataRecord.from_package_archive(archives[p.file_name])
+            rec.url = archives[p.file_name].resolve().as_uri()
+            rec.channel = _channel_of(p.url)
+            if p.md5:
+                rec.md5 = bytes.fromhex(p.md5)
+            records.append(rec)
+        await install(
+            records,
+            target_prefix=prefix,
+            cache_dir=rattler_cache,
+            platform=Platform(platform),
+            show_progress=False,
+            reporter=_LinkReporter(say, len(records)),
+        )
+        await asyncio.sleep(0.05)  # let rattler's background tasks finish before the loop closes
+
+    try:
+        asyncio.run(run())
+    except Exception as exc:
+        if isinstance(exc, (UsageError, DiagnosedFailure)):
+            raise
+        raise DiagnosedFailure(
+            f"linking into {prefix} failed: {exc}",
+            "the environment is marked incomplete; run the same install again to finish it",
+        ) from exc
+
+
+def _channel_of(url: str) -> str:
+    """https://conda.anaconda.org/conda-forge/linux-64/x.conda -> https://conda.anaconda.org/conda-forge/"""
+    parts = url.split("#", 1)[0].rsplit("/", 2)
+    return parts[0] + "/" if len(parts) == 3 else url
+
+
+def _restore_locked_urls(prefix: Path, pkgs: list[LockedPackage]) -> None:
+    """rattler linked from verified local copies; conda-meta should name where the lock says
+    each package comes from, like any conda-installed env."""
+    by_file = {p.file_name: p for p in pkgs}
+    for meta in (prefix / "conda-meta").glob("*.json"):
+        if meta.name.startswith("envtool-"):
+            continue
+        try:
+            data = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            continue
+        p = by_file.get(data.get("fn", ""))
+        if p is None or data.get("url") == p.url:
+            continue
+        data["url"] = p.url
+        data["channel"] = _channel_of(p.url)
+        tmp = meta.with_name(meta.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        os.replace(tmp, meta)
+
+
+def _install_pip(
+    pkgs: list[LockedPackage], urls: dict[str, str], prefix: Path, uv_cache: Path
+) -> None:
+    from envtool.adapters.locate import python_in
+    from envtool.adapters.proc import run_capture
+
+    python = python_in(prefix)
+    if not python.exists():
+        raise DiagnosedFailure(
+            f"the lock has pip packages but {prefix} has no python",
+            "add python to the environment's conda dependencies and re-lock",
+        )
+    lines = []
+    for p in pkgs:
+        if not p.sha256:
+            raise DiagnosedFailure(
+                f"pip package {p.name} {p.version} has no sha256 in the lock",
+                "re-lock so every pip entry carries a hash",
+            )
+        lines.append(f"{p.name} @ {urls[p.file_name].split('#', 1)[0]} --hash=sha256:{p.sha256}")
+    req = prefix / "conda-meta" / "envtool-pip-requirements.txt"
+    req.write_text("\n".join(lines) + "\n")
+    offline = all(urls[p.file_name].startswith("file://") for p in pkgs)
+    argv = [
+        _uv_bin(),
+        "pip",
+        "install",
+        "--python",
+        str(python),
+        "--no-deps",
+        "--require-hashes",
+        "--link-mode",
+        "copy",
+        "--cache-dir",
+        str(uv_cache),
+        "-r",
+        str(req),
+    ]
+    if offline:
+        argv.insert(3, "--offline")
+    proc = run_capture(argv, timeout=1800)
+    if not proc.ok:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise DiagnosedFailure(
+            f"pip part of the install failed: {' | '.join(tail)}",
+            "the environment is marked incomplete; fix the cause and run the install again",
+        )
+
+
+def _uv_bin() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if not found:
+            raise DiagnosedFailure("uv not found", "pip install uv") from None
+        return found
+
+
+def _pause_hook(point: str) -> None:
+    """Test hook (see module docstring): sleep here so a test can kill us at this point."""
+    if os.environ.get("ENVTOOL_TEST_PAUSE_AT") == point:
+        note(f"ENVTOOL_TEST_PAUSE_AT={point}: pausing")
+        time.sleep(float(os.environ.get("ENVTOOL_TEST_PAUSE_S", "60")))

@@ -1,0 +1,326 @@
+"""Build real, installable local conda channels for tests (py-rattler-build + rattler's indexer).
+
+The package graph mirrors real conda-forge metadata (fixtures/repodata/harvested-from-pixi-locks):
+`pytorch 2.7.1 cuda126_mkl_py311_…_300` depends on `__cuda`, `cuda-version >=12.6,<13` and the
+matching `libtorch` build; the CPU build constrains `pytorch-gpu <0.0a0`; `cuda-version 12.6`
+constrains `__cuda >=12`. Dependency lists are trimmed to what the stub channel holds.
+
+`python` is a stub whose bin/python links to the interpreter running the tests, with a
+pyvenv.cfg beside it, so the env has a working python with its own site-packages (pip part).
+
+Also: `write_lock` solves specs over a channel with rattler and writes a conda-lock v1 file
+through conda-lock's own models and writer, and `build_wheel` writes a tiny pure-python wheel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+STAMP = datetime(2025, 6, 1, tzinfo=timezone.utc)
+PY_VER = f"{sys.version_info.major}.{sys.version_info.minor}"
+PY_TAG = f"py{sys.version_info.major}{sys.version_info.minor}"
+CP_TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
+NEXT_PY = f"{sys.version_info.major}.{sys.version_info.minor + 1}"
+
+
+@dataclass
+class Pkg:
+    name: str
+    version: str
+    build: str
+    subdir: str = "linux-64"
+    depends: list[str] = field(default_factory=list)
+    constrains: list[str] = field(default_factory=list)
+    build_number: int = 0
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> text
+    symlinks: dict[str, str] = field(default_factory=dict)  # relative path -> target
+
+
+def _real_python() -> Path:
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    return Path(base).resolve()
+
+
+def cuda_graph() -> list[Pkg]:
+    """python stub, python_abi, cuda-version, libtorch + pytorch in cuda126 and cpu builds."""
+    real = _real_python()
+    py_dep = f"python >={PY_VER},<{NEXT_PY}.0a0"
+    abi_dep = f"python_abi {PY_VER}.* *_{CP_TAG}"
+    lt_cuda = "cuda126_mkl_hc2b21a2_300"
+    lt_cpu = "cpu_mkl_hb1c5dc7_100"
+    return [
+        Pkg(
+            "python",
+            f"{PY_VER}.{sys.version_info.micro}",
+            "h_envtool_stub_0_cpython",
+            files={"pyvenv.cfg": f"home = {real.parent}\ninclude-system-site-packages = false\n"},
+            symlinks={"bin/python": str(real), "bin/python3": "python"},
+        ),
+        Pkg(
+            "python_abi",
+            PY_VER,
+            f"8_{CP_TAG}",
+            build_number=8,
+            constrains=[f"python {PY_VER}.* *_cpython"],
+            files={"share/python_abi/README": "abi marker\n"},
+        ),
+        Pkg(
+            "cuda-version",
+            "12.6",
+            "h7480c83_3",
+            subdir="noarch",
+            build_number=3,
+            constrains=["cudatoolkit 12.6|12.6.*", "__cuda >=12"],
+            files={"share/cuda-version/VERSION": "12.6\n"},
+        ),
+        Pkg(
+            "libtorch",
+            "2.7.1",
+            lt_cuda,
+            build_number=300,
+            depends=["cuda-version >=12.6,<13"],
+            constrains=[
+                "pytorch-gpu 2.7.1",
+                "pytorch-cpu <0.0a0",
+                f"pytorch 2.7.1 {lt_cuda[:7]}*_300",
+            ],
+            files={
+                "lib/libtorch_cuda.so": "stub cuda126 library\n",
+                "etc/conda/activate.d/libtorch_activate.sh": (
+                    'export ENVTOOL_TEST_LIBTORCH="cuda126"\n'
+                    'export ENVTOOL_TEST_PREFIX_SEEN="$CONDA_PREFIX"\n'
+                ),
+            },
+        ),
+        Pkg(
+            "libtorch",
+            "2.7.1",
+            lt_cpu,
+            build_number=100,
+            constrains=["pytorch 2.7.1 cpu_mkl_*_100", "pytorch-gpu <0.0a0", "pytorch-cpu 2.7.1"],
+            files={"lib/libtorch_cpu.so": "stub cpu library\n"},
+        ),
+        Pkg(
+            "pytorch",
+            "2.7.1",
+            f"cuda126_mkl_{PY_TAG}_h30b5a27_300",
+            build_number=300,
+            depends=[
+                "__cuda",
+                "cuda-version >=12.6,<13",
+                f"libtorch 2.7.1 {lt_cuda}",
+                py_dep,
+                abi_dep,
+            ],
+            constrains=["pytorch-cpu <0.0a0", "pytorch-gpu 2.7.1"],
+            files={
+                f"lib/python{PY_VER}/site-packages/torch_stub/__init__.py": "BUILD = 'cuda126'\n"
+            },
+        ),
+        Pkg(
+            "pytorch",
+            "2.7.1",
+            f"cpu_mkl_{PY_TAG}_hea9ba1b_100",
+            build_number=100,
+            depends=[f"libtorch 2.7.1 {lt_cpu}", py_dep, abi_dep],
+            constrains=["pytorch-cpu 2.7.1", "pytorch-gpu <0.0a0"],
+            files={f"lib/python{PY_VER}/site-packages/torch_stub/__init__.py": "BUILD = 'cpu'\n"},
+        ),
+    ]
+
+
+def synthetic_graph(n: int, files_per_pkg: int = 5) -> list[Pkg]:
+    """n small noarch packages plus one `synthetic-all` that depends on all of them."""
+    pkgs = [
+        Pkg(
+            f"synthetic-{i:04d}",
+            "1.0",
+            "h0000000_0",
+            subdir="noarch",
+            files={
+                f"share/synthetic-{i:04d}/f{j}.txt": f"{i}:{j}\n" * 20 for j in range(files_per_pkg)
+            },
+        )
+        for i in range(n)
+    ]
+    pkgs.append(
+        Pkg(
+            "synthetic-all",
+            "1.0",
+            "h0000000_0",
+            subdir="noarch",
+            depends=[p.name for p in pkgs],
+            files={"share/synthetic-all/README": "all\n"},
+        )
+    )
+    return pkgs
+
+
+def build_channel(root: Path, pkgs: list[Pkg]) -> Path:
+    """Assemble each package as a .conda under root/<subdir>/ and index the channel."""
+    from rattler_build import assemble_package
+
+    root.mkdir(parents=True, exist_ok=True)
+    for sub in ("noarch", "linux-64"):
+        (root / sub).mkdir(exist_ok=True)
+    stage_root = root.parent / f".{root.name}-stage"
+    for pkg in pkgs:
+        stage = stage_root / f"{pkg.name}-{pkg.version}-{pkg.build}"
+        stage.mkdir(parents=True, exist_ok=True)
+        for rel, text in pkg.files.items():
+            dest = stage / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(text)
+        for rel, target in pkg.symlinks.items():
+            dest = stage / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.is_symlink():
+                dest.symlink_to(target)
+        assemble_package(
+            name=pkg.name,
+            version=pkg.version,
+            target_platform=pkg.subdir,
+            build_string=pkg.build,
+            output_dir=root / pkg.subdir,
+            files_dir=stage,
+            depends=pkg.depends or None,
+            constrains=pkg.constrains or None,
+            build_number=pkg.build_number,
+            noarch="generic" if pkg.subdir == "noarch" else None,
+            compression_level=1,
+            timestamp=STAMP,
+            detect_prefix=False,
+        )
+    index_channel(root)
+    return root
+
+
+def index_channel(root: Path) -> None:
+    from rattler.index import index_fs
+
+    async def _run() -> None:
+        await index_fs(root, write_zst=False, write_shards=False, force=True)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(_run())
+
+
+def solve_records(channel: Path, specs: list[str], cuda: str | None = "12.6") -> list:
+    """Solve specs over the channel for linux-64 with a target __cuda (None: no GPU)."""
+    from rattler import Channel, GenericVirtualPackage, MatchSpec, PackageName, Platform, solve
+    from rattler.package import BuildString
+    from rattler.version import Version
+
+    given = {"__glibc": "2.35", "__unix": "0", "__linux": "6.0"}
+    if cuda:
+        given["__cuda"] = cuda
+    virtual = [
+        GenericVirtualPackage(PackageName(n), Version(v), BuildString("0"))
+        for n, v in given.items()
+    ]
+
+    async def _run() -> list:
+        recs = await solve(
+            sources=[Channel(channel.as_uri())],
+            specs=[MatchSpec(s, strict=False) for s in specs],
+            platforms=[Platform("linux-64"), Platform("noarch")],
+            virtual_packages=virtual,
+        )
+        await asyncio.sleep(0.05)
+        return recs
+
+    return asyncio.run(_run())
+
+
+def write_lock(
+    path: Path,
+    records: list,
+    channel_url: str,
+    custom_metadata: dict[str, str] | None = None,
+    pip: list[tuple[str, str, Path]] | None = None,
+) -> Path:
+    """Write a conda-lock v1 file for linux-64 through conda-lock's models and writer.
+
+    `pip` entries are (name, version, wheel path)."""
+    from conda_lock.lockfile import write_conda_lock_file
+    from conda_lock.lockfile.v1.models import HashModel, LockMeta, TimeMeta
+    from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
+    from conda_lock.models.channel import Channel
+
+    pkgs = []
+    for r in records:
+        deps = {}
+        for d in r.depends:
+            name, _, rest = d.partition(" ")
+            deps[name] = rest or "*"
+        pkgs.append(
+            LockedDependency(
+                name=r.name.normalized,
+                version=str(r.version),
+                manager="conda",
+                platform="linux-64",
+                dependencies=deps,
+                url=r.url,
+                hash=HashModel(md5=r.md5.hex(), sha256=r.sha256.hex()),
+                categories={"main"},
+            )
+        )
+    for name, version, wheel in pip or []:
+        pkgs.append(
+            LockedDependency(
+                name=name,
+                version=version,
+                manager="pip",
+                platform="linux-64",
+                dependencies={},
+                url=wheel.as_uri(),
+                hash=HashModel(sha256=hashlib.sha256(wheel.read_bytes()).hexdigest()),
+                categories={"main"},
+            )
+        )
+    lock = Lockfile(
+        package=pkgs,
+        metadata=LockMeta(
+            content_hash={
+                "linux-64": hashlib.sha256(repr(sorted(p.url for p in pkgs)).encode()).hexdigest()
+            },
+            channels=[Channel.from_string(channel_url)],
+            platforms=["linux-64"],
+            sources=["environment.yml"],
+            time_metadata=TimeMeta(created_at="2025-06-01T00:00:00Z"),
+            custom_metadata=custom_metadata,
+        ),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_conda_lock_file(lock, path, metadata_choices=None)
+    return path
+
+
+def build_wheel(dest_dir: Path, name: str = "envtool_demo", version: str = "0.1.0") -> Path:
+    """A minimal pure-python wheel (what a `pip:` section of a lock points to)."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    wheel = dest_dir / f"{name}-{version}-py3-none-any.whl"
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f"VERSION = {version!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: envtool-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record_lines = []
+    for rel, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record_lines.append(f"{rel},sha256={digest.decode()},{len(text.encode())}")
+    record_lines.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = "\n".join(record_lines) + "\n"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for rel, text in files.items():
+            zi = zipfile.ZipInfo(rel, date_time=(2025, 6, 1, 0, 0, 0))
+            zf.writestr(zi, text)
+    return wheel
