@@ -111,9 +111,8 @@ def _join_operator_tokens(tokens: list[str]) -> list[str]:
     """`python >= 3.8` -> ['>=3.8']; `pytorch >=2.0, <2.4` -> ['>=2.0,<2.4']."""
     out: list[str] = []
     for tok in tokens:
-        if out and (re.fullmatch(r"[=<>!~]+", out[-1]) or out[-1].endswith(",")):
-            out[-1] += tok
-        elif out and tok.startswith(",") and len(out) == 1:
+        # glue a dangling operator or comma to what follows it
+        if out and (out[-1][-1] in "=<>!~," or (tok[0] in ",|" and len(out) == 1)):
             out[-1] += tok
         else:
             out.append(tok)
@@ -199,6 +198,8 @@ class EnvSpec:
     prefix: str | None = None
     source: str = "environment.yml"
     has_pip_section: bool = False
+    # conda-lock's non-standard `platforms:` key (e.g. [linux-64, osx-arm64]); [] when absent
+    platforms: list[str] = field(default_factory=list)
 
     def find(self, *names: str) -> list[CondaSpec]:
         """Conda dependencies with one of these names (in file order)."""
@@ -213,7 +214,7 @@ def parse_environment_yml(text: str, source: str) -> EnvSpec:
     """environment.yml text -> EnvSpec. Raises UsageError naming `source`, the line and the fix."""
     import yaml
 
-    fix = "fix the YAML (see https://docs.conda.io/projects/conda/en/latest/user-guide/tasks/manage-environments.html#create-env-file-manually)"
+    fix = "fix the YAML at that line (indent with spaces, one `- spec` per dependency)"
     try:
         loader = yaml.SafeLoader(text)
         try:
@@ -299,6 +300,12 @@ def parse_environment_yml(text: str, source: str) -> EnvSpec:
             "write `variables:` followed by lines like `  MY_VAR: value`",
         )
     prefix = data.get("prefix")
+    platforms = data.get("platforms") or []
+    if not isinstance(platforms, list):
+        raise UsageError(
+            f"{where('platforms')}: `platforms` must be a list",
+            "write `platforms:` followed by lines like `  - linux-64`",
+        )
     return EnvSpec(
         name=None if name is None else str(name),
         channels=list(channels),
@@ -308,6 +315,7 @@ def parse_environment_yml(text: str, source: str) -> EnvSpec:
         prefix=None if prefix is None else str(prefix),
         source=source,
         has_pip_section=has_pip_section,
+        platforms=[str(p) for p in platforms],
     )
 
 
@@ -363,6 +371,9 @@ def render_environment_yml(spec: EnvSpec) -> str:
     if spec.variables:
         lines.append("variables:")
         lines += [f"  {_scalar(k)}: {_scalar(v)}" for k, v in spec.variables.items()]
+    if spec.platforms:
+        lines.append("platforms:")
+        lines += [f"  - {_scalar(p)}" for p in spec.platforms]
     if spec.prefix is not None:
         lines.append(f"prefix: {_scalar(spec.prefix)}")
     return "\n".join(lines) + "\n"
