@@ -1,0 +1,463 @@
+"""Host probe: what NVIDIA driver, GPUs and CUDA tooling this machine offers.
+
+Two steps, so a recorded host replays through the same code: `collect_host_raw` gathers raw
+outputs (NVML answers as JSON, nvidia-smi text, /proc, nvcc, env vars, a few file-system facts)
+into a dict keyed by stable file names; `facts_from_record` turns such a dict into HostFacts with
+the parsers in `nvidia_smi`. `probe_host` is both in a row. Nothing here raises for a missing or
+broken driver: that is a fact (`driver_version is None`, `no_driver_reason`), not an error.
+
+Source order: NVML (nvidia-ml-py, the same library nvidia-smi uses, no text parsing) ->
+/proc/driver/nvidia/version + `nvidia-smi -q -x` -> `nvidia-smi -q` -> plain `nvidia-smi` +
+`nvidia-smi --query-gpu=... --format=csv`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from envtool.adapters import nvidia_smi as smi
+from envtool.adapters.proc import Runner, run_capture
+from envtool.core import cuda as cuda_kb
+from envtool.core.facts import GpuFacts, HostFacts
+from envtool.core.versions import cuda_from_int, major_minor, parse_version
+from envtool.errors import UsageError
+
+# Record file names (the `doctor --record DIR` layout). Stable: replays of old records depend on them.
+NVML_JSON = "nvml.json"
+SMI_XML = "nvidia-smi-q.xml"
+SMI_Q_TEXT = "nvidia-smi-q.txt"
+SMI_TABLE = "nvidia-smi.txt"
+SMI_QUERY_CSV = "query.csv"
+PROC_VERSION = "proc-driver-version.txt"
+NVCC_VERSION = "nvcc-version.txt"
+TOPOLOGY = "topo.txt"
+ENV_JSON = "env.json"  # the environment variables below, as set on the host
+FS_JSON = "fs.json"  # /dev/shm size, CUDA_HOME resolved, libraries found on LD_LIBRARY_PATH
+PROBE_JSON = "probe.json"  # what was tried and failed, so a replay says the same no_driver_reason
+
+RECORD_FILES = (
+    NVML_JSON,
+    SMI_XML,
+    SMI_Q_TEXT,
+    SMI_TABLE,
+    SMI_QUERY_CSV,
+    PROC_VERSION,
+    NVCC_VERSION,
+    TOPOLOGY,
+    ENV_JSON,
+    FS_JSON,
+    PROBE_JSON,
+)
+
+ENV_VARS = (
+    "CUDA_VISIBLE_DEVICES",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CONDA_OVERRIDE_CUDA",
+    "ENVTOOL_DRIVER_VERSION",
+)
+LIB_PATTERNS = ("libcudart.so*", "libnccl.so*", "libcuda.so*", "libcublas.so*")
+
+_LOAD_PYNVML: Any = object()  # sentinel: import the real pynvml lazily
+
+
+def probe_host(
+    environ: Mapping[str, str] | None = None,
+    runner: Runner = run_capture,
+    nvml: object | None = _LOAD_PYNVML,
+    record: dict[str, str] | None = None,
+    *,
+    proc_root: Path = Path("/proc"),
+    shm_path: str = "/dev/shm",
+) -> HostFacts:
+    """Probe this host. `nvml=None` skips NVML; `record` receives every raw output.
+
+    Raises UsageError only for a malformed CONDA_OVERRIDE_CUDA / ENVTOOL_DRIVER_VERSION value.
+    """
+    raw = collect_host_raw(environ, runner, nvml, proc_root=proc_root, shm_path=shm_path)
+    if record is not None:
+        record.update(raw)
+    return facts_from_record(raw)
+
+
+# ---------------------------------------------------------------- collection (touches the host)
+
+
+def collect_host_raw(
+    environ: Mapping[str, str] | None = None,
+    runner: Runner = run_capture,
+    nvml: object | None = _LOAD_PYNVML,
+    *,
+    proc_root: Path = Path("/proc"),
+    shm_path: str = "/dev/shm",
+) -> dict[str, str]:
+    """Gather raw outputs, stopping at the first source that names the driver and its GPUs."""
+    env = dict(os.environ if environ is None else environ)
+    raw: dict[str, str] = {}
+    errors: list[str] = []
+    raw[ENV_JSON] = json.dumps({k: env[k] for k in ENV_VARS if k in env}, indent=1, sort_keys=True)
+
+    if nvml is _LOAD_PYNVML:
+        nvml = _import_pynvml(errors)
+    nvml_ok = False
+    if nvml is not None:
+        data = read_nvml(nvml)
+        raw[NVML_JSON] = json.dumps(data, indent=1)
+        nvml_ok = data.get("error") is None
+        if not nvml_ok:
+            errors.append(f"NVML: {data['error']}")
+
+    gpu_count = len(json.loads(raw[NVML_JSON]).get("devices", [])) if nvml_ok else 0
+    if not nvml_ok:
+        proc_file = proc_root / "driver" / "nvidia" / "version"
+        try:
+            raw[PROC_VERSION] = proc_file.read_text(errors="replace")
+        except OSError:
+            errors.append(f"{proc_file}: absent")
+        gpu_count = _collect_smi(raw, errors, runner, env)
+
+    if gpu_count >= 2:  # topology only means something between GPUs
+        res = runner(["nvidia-smi", "topo", "-m"], timeout=20.0, env=env)
+        if res.ok:
+            raw[TOPOLOGY] = res.stdout
+
+    cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if not cuda_home and os.path.isdir("/usr/local/cuda"):
+        cuda_home = "/usr/local/cuda"
+    nvcc = str(Path(cuda_home) / "bin" / "nvcc") if cuda_home else "nvcc"
+    if cuda_home and not os.path.exists(nvcc):
+        nvcc = "nvcc"
+    res = runner([nvcc, "--version"], timeout=20.0, env=env)
+    if res.ok:
+        raw[NVCC_VERSION] = res.stdout
+
+    raw[FS_JSON] = json.dumps(
+        {
+            "shm_bytes": _shm_bytes(shm_path),
+            "cuda_home": cuda_home,
+            "ld_library_hits": _ld_library_hits(env.get("LD_LIBRARY_PATH")),
+        },
+        indent=1,
+    )
+    raw[PROBE_JSON] = json.dumps({"errors": errors}, indent=1)
+    return raw
+
+
+def _collect_smi(raw: dict[str, str], errors: list[str], runner: Runner, env: dict) -> int:
+    """nvidia-smi in decreasing richness; returns the number of GPUs seen."""
+    res = runner(["nvidia-smi", "-q", "-x"], timeout=30.0, env=env)
+    if res.missing:
+        errors.append("nvidia-smi: not found on PATH")
+        return 0
+    if res.ok:
+        raw[SMI_XML] = res.stdout
+        try:
+            report = smi.parse_smi_xml(res.stdout)
+            if report.driver_version:
+                return len(report.gpus)
+        except ValueError as exc:
+            errors.append(f"nvidia-smi -q -x: {exc}")
+    else:
+        errors.append(f"nvidia-smi -q -x: {_why(res)}")
+
+    res = runner(["nvidia-smi"], timeout=30.0, env=env)
+    if not res.ok:
+        errors.append(f"nvidia-smi: {_why(res)}")
+        return 0
+    raw[SMI_TABLE] = res.stdout
+    # The table truncates long names ('NVIDIA GeForce RTX 2080 ...') and has no capability.
+    query = ["nvidia-smi", f"--query-gpu={','.join(smi.QUERY_FIELDS)}", "--format=csv"]
+    res = runner(query, timeout=30.0, env=env)
+    if not res.ok:  # drivers before ~510 do not know `compute_cap`
+        fields = [f for f in smi.QUERY_FIELDS if f != "compute_cap"]
+        res = runner([query[0], f"--query-gpu={','.join(fields)}", query[2]], timeout=30.0, env=env)
+    if res.ok:
+        raw[SMI_QUERY_CSV] = res.stdout
+    return len(smi.parse_smi_table(raw[SMI_TABLE]).gpus)
+
+
+def _why(res: Any) -> str:
+    if res.timed_out:
+        return "timed out"
+    tail = (res.stderr or res.stdout or "").strip().splitlines()
+    return f"exit {res.returncode}" + (f": {tail[-1]}" if tail else "")
+
+
+def _import_pynvml(errors: list[str]) -> object | None:
+    try:
+        import pynvml  # nvidia-ml-py; lazy so `envtool --help` stays fast
+    except ImportError as exc:
+        errors.append(f"NVML: nvidia-ml-py not importable ({exc})")
+        return None
+    return pynvml
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def read_nvml(nvml: Any) -> dict[str, Any]:
+    """Ask NVML (the pynvml module or a fake with its API) for the driver and each device.
+
+    Returns a JSON-able dict; {"error": "..."} when NVML cannot start (no libnvidia-ml, no driver).
+    """
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        out: dict[str, Any] = {
+            "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
+            "cuda_driver_version": int(nvml.nvmlSystemGetCudaDriverVersion()),
+            "devices": [],
+            "error": None,
+        }
+        for i in range(int(nvml.nvmlDeviceGetCount())):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            dev: dict[str, Any] = {"index": i, "name": _text(nvml.nvmlDeviceGetName(h))}
+            dev["capability"] = _try(lambda h=h: list(nvml.nvmlDeviceGetCudaComputeCapability(h)))
+            dev["memory_total"] = _try(lambda h=h: int(nvml.nvmlDeviceGetMemoryInfo(h).total))
+            dev["uuid"] = _try(lambda h=h: _text(nvml.nvmlDeviceGetUUID(h)))
+            dev["bus_id"] = _try(lambda h=h: _text(nvml.nvmlDeviceGetPciInfo(h).busId))
+            mig = _try(lambda h=h: list(nvml.nvmlDeviceGetMigMode(h)))  # [current, pending]
+            dev["mig_current"] = mig[0] if mig else None
+            dev["mig_devices"] = _count_mig_devices(nvml, h) if mig and mig[0] else 0
+            dev["nvlink_active"] = _count_nvlinks(nvml, h)
+            out["devices"].append(dev)
+        return out
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        _try(nvml.nvmlShutdown)
+
+
+def _try(fn: Any) -> Any:
+    """NVML raises NotSupported for features a GPU lacks (MIG on a GeForce): that is 'unknown'."""
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def _count_mig_devices(nvml: Any, handle: Any) -> int:
+    top = _try(lambda: int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))) or 0
+    return sum(
+        1
+        for j in range(top)
+        if _try(lambda j=j: nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)) is not None
+    )
+
+
+def _count_nvlinks(nvml: Any, handle: Any) -> int | None:
+    """Active NVLinks on this GPU; None when NVML cannot say (no NVLink hardware). Cheap: <= 18 calls."""
+    states = []
+    for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+        state = _try(lambda link=link: nvml.nvmlDeviceGetNvLinkState(handle, link))
+        if state is None:
+            break
+        states.append(bool(state))
+    return sum(states) if states else None
+
+
+def _shm_bytes(path: str) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_frsize * st.f_blocks
+
+
+def _ld_library_hits(ld_path: str | None) -> list[str]:
+    hits: list[str] = []
+    for d in (ld_path or "").split(os.pathsep):
+        if d and os.path.isdir(d):
+            for pattern in LIB_PATTERNS:
+                hits.extend(sorted(glob.glob(os.path.join(glob.escape(d), pattern))))
+    return hits
+
+
+# ---------------------------------------------------------------- raw -> facts (pure)
+
+
+def facts_from_record(raw: Mapping[str, str]) -> HostFacts:
+    """Rebuild HostFacts from raw outputs (a live probe's or a `doctor --record` directory's)."""
+    facts = HostFacts()
+    errors = list(_json(raw.get(PROBE_JSON)).get("errors", []))
+    nvml = _json(raw.get(NVML_JSON))
+
+    if nvml and nvml.get("error") is None and nvml.get("driver_version"):
+        facts.source = "nvml"
+        facts.driver_version = nvml["driver_version"]
+        if nvml.get("cuda_driver_version"):
+            facts.driver_cuda = cuda_from_int(int(nvml["cuda_driver_version"]))
+        facts.gpus = [_gpu_from_nvml(d) for d in nvml.get("devices", [])]
+        links = [d.get("nvlink_active") for d in nvml.get("devices", [])]
+        if any(n is not None for n in links):
+            facts.nvlink = any(links)
+    else:
+        report = _report_from_smi(raw, errors)
+        if report is not None and report[0].driver_version:
+            facts.driver_version = report[0].driver_version
+            facts.driver_cuda = report[0].driver_cuda
+            facts.gpus = report[0].gpus
+            facts.source = report[1]
+        proc_driver = smi.parse_proc_driver_version(raw.get(PROC_VERSION, ""))
+        if proc_driver and not facts.driver_version:
+            facts.driver_version, facts.source = proc_driver, "proc"
+        if facts.driver_version and not facts.driver_cuda:
+            # /proc names no CUDA version: fall back to the driver table (GA floors), a lower bound.
+            facts.driver_cuda = cuda_kb.newest_cuda_native(facts.driver_version)
+
+    if TOPOLOGY in raw:
+        facts.topology = raw[TOPOLOGY]
+        nvlink = smi.parse_topology_nvlink(raw[TOPOLOGY])
+        if nvlink is not None:
+            facts.nvlink = nvlink
+
+    env = _json(raw.get(ENV_JSON))
+    facts.cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES")
+    facts.ld_library_path = env.get("LD_LIBRARY_PATH")
+    fs = _json(raw.get(FS_JSON))
+    facts.shm_bytes = fs.get("shm_bytes")
+    facts.cuda_home = fs.get("cuda_home")
+    facts.ld_library_hits = list(fs.get("ld_library_hits", []))
+    facts.nvcc_version = smi.parse_nvcc_version(raw.get(NVCC_VERSION, ""))
+
+    facts.probe_errors = errors
+    if not facts.has_driver:
+        tried = "; ".join(errors) or "nothing answered"
+        facts.no_driver_reason = f"no NVIDIA driver: {tried}"
+    return apply_overrides(
+        facts,
+        driver=env.get("ENVTOOL_DRIVER_VERSION"),
+        cuda=env.get("CONDA_OVERRIDE_CUDA"),
+        origin="env",
+    )
+
+
+def _json(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _gpu_from_nvml(d: dict[str, Any]) -> GpuFacts:
+    cap = d.get("capability")
+    mem = d.get("memory_total")
+    return GpuFacts(
+        index=int(d["index"]),
+        name=d.get("name", ""),
+        capability=f"{cap[0]}.{cap[1]}" if cap else smi.capability_from_name(d.get("name", "")),
+        memory_mib=mem // (1024 * 1024) if mem else None,
+        uuid=d.get("uuid"),
+        mig_enabled=bool(d.get("mig_current")),
+        mig_devices=int(d.get("mig_devices") or 0),
+        bus_id=d.get("bus_id"),
+    )
+
+
+def _report_from_smi(raw: Mapping[str, str], errors: list[str]) -> tuple[smi.SmiReport, str] | None:
+    if raw.get(SMI_XML):
+        try:
+            report = smi.parse_smi_xml(raw[SMI_XML])
+            if report.driver_version:
+                return report, "nvidia-smi-xml"
+        except ValueError:
+            pass  # the collector already noted it; fall through to the text outputs
+    if raw.get(SMI_Q_TEXT):
+        report = smi.parse_smi_query_text(raw[SMI_Q_TEXT])
+        if report.driver_version:
+            return report, "nvidia-smi"
+    if raw.get(SMI_TABLE):
+        report = smi.parse_smi_table(raw[SMI_TABLE])
+        if raw.get(SMI_QUERY_CSV):
+            _merge_query(report, smi.parse_query_csv(raw[SMI_QUERY_CSV]))
+        if report.driver_version:
+            return report, "nvidia-smi"
+    if raw.get(SMI_QUERY_CSV):  # a csv alone still names driver and GPUs
+        report = smi.parse_query_csv(raw[SMI_QUERY_CSV])
+        if report.driver_version:
+            return report, "nvidia-smi"
+    return None
+
+
+def _merge_query(table: smi.SmiReport, query: smi.SmiReport) -> None:
+    """The csv has full names, UUIDs and compute capability; the table has the CUDA version and
+    MIG device counts. Match GPUs by PCI bus id, else by index."""
+    by_bus = {g.bus_id: g for g in query.gpus if g.bus_id}
+    by_index = {g.index: g for g in query.gpus}
+    for g in table.gpus:
+        q = by_bus.get(g.bus_id) or by_index.get(g.index)
+        if q is None:
+            continue
+        g.name = q.name or g.name
+        g.uuid = q.uuid or g.uuid
+        g.memory_mib = q.memory_mib or g.memory_mib
+        g.capability = q.capability or smi.capability_from_name(g.name) or g.capability
+        g.mig_enabled = g.mig_enabled or q.mig_enabled
+    table.driver_version = table.driver_version or query.driver_version
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def apply_overrides(
+    facts: HostFacts, driver: str | None = None, cuda: str | None = None, origin: str = "flag"
+) -> HostFacts:
+    """Plan for another machine: replace the driver version and/or the CUDA it supports.
+
+    Follows conda's CONDA_OVERRIDE_CUDA convention: a version replaces `driver_cuda`; an empty
+    string means "no CUDA" (plan as if there were no driver). On a host without a driver a value
+    makes a virtual driver (`source="override"`). Returns a new HostFacts; `facts` is unchanged.
+    """
+    if driver is None and cuda is None:
+        return facts
+    names = {
+        "env": ("ENVTOOL_DRIVER_VERSION", "CONDA_OVERRIDE_CUDA"),
+        "flag": ("--driver", "--cuda"),
+    }
+    driver_name, cuda_name = names.get(origin, names["flag"])
+    new = dataclasses.replace(facts, gpus=list(facts.gpus), overrides=dict(facts.overrides))
+
+    if cuda is not None and cuda.strip() == "":
+        new.overrides["CONDA_OVERRIDE_CUDA"] = ""
+        new.driver_version = new.driver_cuda = None
+        new.source = "override"
+        new.no_driver_reason = "no NVIDIA driver: CONDA_OVERRIDE_CUDA is set empty (plan for CPU)"
+        return new
+
+    virtual = not facts.has_driver
+    if driver is not None:
+        _check_version(driver, driver_name, "a driver version like 535.54.03")
+        new.overrides["ENVTOOL_DRIVER_VERSION"] = driver.strip()
+        new.driver_version = driver.strip()
+        if cuda is None:  # the CUDA a driver supports follows from its version (GA table)
+            new.driver_cuda = cuda_kb.newest_cuda_native(driver.strip()) or new.driver_cuda
+    if cuda is not None:
+        _check_version(cuda, cuda_name, "a CUDA version like 12.4")
+        new.overrides["CONDA_OVERRIDE_CUDA"] = major_minor(cuda)
+        new.driver_cuda = major_minor(cuda)
+        if new.driver_version is None:  # virtual driver: the oldest one that runs this CUDA
+            new.driver_version = cuda_kb.min_driver(new.driver_cuda)
+    if virtual and new.driver_version is not None:
+        new.source = "override"
+        new.no_driver_reason = None
+    return new
+
+
+def _check_version(value: str, name: str, example: str) -> None:
+    try:
+        parse_version(value)
+    except ValueError:
+        raise UsageError(f"{name}={value!r} is not a version", f"set it to {example}") from None
