@@ -1,0 +1,308 @@
+"""Runs a launch plan: torchrun in its own session, signals forwarded, nothing left behind.
+
+torchrun starts every worker in a session of its own, so a process-group kill cannot reach
+them; every process of a run instead carries ENVTOOL_RUN_ID=<run-id> in its environment and
+cleanup finds them by that marker in /proc. Also reads what a run leaves behind (rank logs,
+error files) and the facts the manifest records (torch version, lock hash, git commit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+from envtool.adapters.proc import Runner, run_capture
+from envtool.core.launch_plan import (
+    RUN_MARKER_VAR,
+    LaunchPlan,
+    RankFailure,
+    parse_error_file,
+    parse_last_exception,
+    parse_root_cause,
+)
+
+GRACE_SECONDS = 20.0  # after a forwarded Ctrl-C/SIGTERM: time for ranks to checkpoint and exit
+
+
+@dataclass
+class LaunchOutcome:
+    exit_code: int
+    started: str
+    ended: str
+    interrupted_by: str | None = None  # "SIGINT" / "SIGTERM" when the user stopped the run
+    failure: RankFailure | None = None
+    rank_logs: dict[str, str] = field(default_factory=dict)
+    killed_leftovers: int = 0
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# --- the environment the ranks run in --------------------------------------------------------
+
+
+def read_activated_environ(prefix: Path | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment as `envtool run` would set it: conda activation, or a venv's bin on PATH."""
+    env = dict(environ)
+    if prefix is None:
+        return env
+    if (prefix / "conda-meta").is_dir():
+        try:
+            from envtool.adapters.activation import activated_environ
+        except ImportError:
+            activated_environ = None  # install helper not there yet: fall back to PATH below
+        if activated_environ is not None:
+            return dict(activated_environ(prefix))
+        env["CONDA_PREFIX"] = str(prefix)
+    else:
+        env["VIRTUAL_ENV"] = str(prefix)
+        env.pop("PYTHONHOME", None)
+    env["PATH"] = os.pathsep.join([str(prefix / "bin"), env.get("PATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def read_torch_version(prefix: Path | None) -> str | None:
+    """torch's version from its site-packages, without importing torch (pre-flight stays fast)."""
+    if prefix is None:
+        return None
+    for version_py in sorted(prefix.glob("lib/python3*/site-packages/torch/version.py")):
+        m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", version_py.read_text(), re.M)
+        if m:
+            return m.group(1)
+    for version_py in sorted(prefix.glob("Lib/site-packages/torch/version.py")):  # Windows
+        m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", version_py.read_text(), re.M)
+        if m:
+            return m.group(1)
+    return None
+
+
+def read_lock_hash(prefix: Path | None) -> str | None:
+    """The lock an installed env came from (`<prefix>/conda-meta/envtool-state.json`), if any."""
+    if prefix is None:
+        return None
+    state = prefix / "conda-meta" / "envtool-state.json"
+    try:
+        data = json.loads(state.read_text())
+    except (OSError, ValueError):
+        return None
+    for key in ("lock_hash", "lock_sha256", "content_hash", "lock"):
+        value = data.get(key) if isinstance(data, dict) else None
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def probe_git_commit(script: Path, run: Runner = run_capture) -> str | None:
+    """HEAD of the repository holding the training script; None when it is not in one."""
+    res = run(["git", "-C", str(script.resolve().parent), "rev-parse", "HEAD"], timeout=5.0)
+    return res.stdout.strip() if res.ok and res.stdout.strip() else None
+
+
+def write_manifest(path: Path, data: dict[str, Any]) -> None:
+    """Whole file or nothing: write beside, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    tmp.replace(path)
+
+
+# --- running ---------------------------------------------------------------------------------
+
+
+def apply_launch(
+    plan: LaunchPlan,
+    environ: Mapping[str, str],
+    console: IO[bytes] | None = None,
+    grace: float = GRACE_SECONDS,
+) -> LaunchOutcome:
+    """Run the plan's torchrun, forward SIGINT/SIGTERM, clean up, report the first failure."""
+    run_dir = Path(plan.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    console = console if console is not None else sys.stderr.buffer
+    env = {**environ, **plan.env_add}
+    started = _now()
+    proc = subprocess.Popen(
+        plan.argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # the terminal's Ctrl-C reaches envtool only; we forward it
+    )
+    launcher_log = run_dir / "launcher.log"
+    copier = threading.Thread(
+        target=_copy_stream, args=(proc.stderr, console, launcher_log), daemon=True
+    )
+    copier.start()
+
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        _signal_group(proc.pid, signum)  # torchrun passes it on to every worker
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = _wait(proc, received, grace)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    copier.join(timeout=5.0)
+    leftovers = kill_marked(plan.run_id)  # workers live in their own sessions: find by marker
+    outcome = LaunchOutcome(
+        exit_code=code,
+        started=started,
+        ended=_now(),
+        interrupted_by=signal.Signals(received[0]).name if received else None,
+        rank_logs=find_rank_logs(Path(plan.log_dir)),
+        killed_leftovers=leftovers,
+    )
+    if code != 0:
+        outcome.failure = read_failure(plan, _read_text(launcher_log))
+    return outcome
+
+
+def _wait(proc: subprocess.Popen[bytes], received: list[int], grace: float) -> int:
+    deadline: float | None = None
+    while True:
+        try:
+            rc = proc.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if received and deadline is None:
+            deadline = time.monotonic() + grace
+        if deadline is not None and time.monotonic() > deadline:
+            _signal_group(proc.pid, signal.SIGKILL)  # ranks ignored the signal: stop them hard
+            rc = proc.wait()
+            break
+    if received:
+        return 128 + received[0]  # the shell convention for "stopped by signal N"
+    return 128 - rc if rc < 0 else rc
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _copy_stream(src: IO[bytes] | None, console: IO[bytes], log_path: Path) -> None:
+    if src is None:
+        return
+    with open(log_path, "ab") as log:
+        for line in iter(src.readline, b""):
+            log.write(line)
+            log.flush()
+            try:
+                console.write(line)
+                console.flush()
+            except (OSError, ValueError):
+                pass  # console closed: keep logging
+
+
+def kill_marked(run_id: str, proc_root: Path = Path("/proc")) -> int:
+    """SIGKILL every process still carrying ENVTOOL_RUN_ID=<run_id>; returns how many."""
+    needle = f"{RUN_MARKER_VAR}={run_id}".encode()
+    killed = 0
+    for pid in pids_with_environ(needle, proc_root):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return killed
+
+
+def pids_with_environ(needle: bytes, proc_root: Path = Path("/proc")) -> list[int]:
+    """Processes whose environment holds exactly `needle` (a VAR=value entry)."""
+    found = []
+    me = os.getpid()
+    for entry in proc_root.iterdir() if proc_root.is_dir() else []:
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+# --- after the run -----------------------------------------------------------------------------
+
+
+def find_rank_logs(log_dir: Path) -> dict[str, str]:
+    """local rank → its stderr log in the latest attempt (torchrun: <id>/attempt_N/<rank>/)."""
+    logs: dict[str, str] = {}
+    attempts = sorted(
+        log_dir.glob("*/attempt_*"), key=lambda p: int(p.name.split("_")[-1]), reverse=False
+    )
+    for attempt in attempts:  # later attempts overwrite earlier ones
+        for rank_dir in attempt.iterdir():
+            if rank_dir.is_dir() and rank_dir.name.isdigit():
+                logs[rank_dir.name] = str(rank_dir / "stderr.log")
+    return logs
+
+
+def read_failure(plan: LaunchPlan, launcher_text: str) -> RankFailure | None:
+    """Which rank failed first and with what exception: torchrun's summary, the rank's error
+    file (`@record`), else the last traceback in its log; if torchrun itself died, the first
+    rank log holding a traceback."""
+    logs = find_rank_logs(Path(plan.log_dir))
+    failure = parse_root_cause(launcher_text)
+    if failure is not None:
+        local = failure.local_rank if failure.local_rank is not None else failure.rank
+        log = logs.get(str(local))
+        if log:
+            failure.log = log
+            failure.error = _error_from_rank_dir(Path(log).parent)
+        return failure
+    candidates = []
+    for local, log in logs.items():
+        error = _error_from_rank_dir(Path(log).parent)
+        if error:
+            candidates.append((Path(log).stat().st_mtime, int(local), error, log))
+    if not candidates:
+        return None
+    _, local, error, log = min(candidates)
+    return RankFailure(
+        rank=local + (plan.node_rank or 0) * plan.nproc_per_node,
+        local_rank=local,
+        exitcode=None,
+        time=None,
+        error=error,
+        log=log,
+    )
+
+
+def _error_from_rank_dir(rank_dir: Path) -> str | None:
+    error_file = rank_dir / "error.json"
+    if error_file.is_file():
+        try:
+            message, _ = parse_error_file(json.loads(error_file.read_text()))
+        except ValueError:
+            message = None
+        if message:
+            return message
+    return parse_last_exception(_read_text(rank_dir / "stderr.log"))
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

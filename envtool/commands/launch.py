@@ -1,0 +1,323 @@
+"""`envtool launch`: run a training script through torchrun inside an environment.
+
+parse flags → pre-flight (torch present, GPUs visible, doctor's fast checks) → plan
+(core.launch_plan) → run (adapters.launcher) → manifest + "which rank failed first".
+`--slurm` writes (and with --submit, submits) a batch script instead (core.slurm).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envtool.errors import DiagnosedFailure, UsageError
+from envtool.output import Result, emit, note
+
+
+@click.command(
+    "launch",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.argument("script", type=click.Path(dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--gpus", default=None, help="GPUs (processes) on this node: a count or 'all'.")
+@click.option("-n", "--name", default=None, help="Environment name.")
+@click.option("--prefix", default=None, help="Environment prefix path.")
+@click.option("--python", "python_path", default=None, help="The environment's python.")
+@click.option("--cpu", is_flag=True, help="CPU processes with gloo; ranks see no GPU.")
+@click.option("--nproc", type=click.IntRange(min=1), default=None, help="Processes per node.")
+@click.option("--nnodes", type=click.IntRange(min=1), default=None, help="Number of nodes.")
+@click.option("--node-rank", type=click.IntRange(min=0), default=None, help="This node's rank.")
+@click.option("--rdzv-endpoint", default=None, help="HOST:PORT of the head node.")
+@click.option("--rdzv-id", default=None, help="Run id shared by all nodes (c10d rendezvous).")
+@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--all-ranks", is_flag=True, help="Show every rank on the console, not rank 0.")
+@click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
+@click.option("--skip-checks", is_flag=True, help="Skip the doctor's pre-flight checks.")
+@click.option("--dry-run", is_flag=True, help="Print the command and environment; run nothing.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON envelope on stdout.")
+@click.option("--slurm", is_flag=True, help="Write a Slurm batch script instead of running.")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Slurm: nodes.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="Slurm: GPUs.")
+@click.option("--time", "time_limit", default=None, help="Slurm: time limit HH:MM:SS.")
+@click.option("--partition", default=None, help="Slurm: partition.")
+@click.option("--account", default=None, help="Slurm: account.")
+@click.option("--job-name", default=None, help="Slurm: job name (default: script name).")
+@click.option("--cpus-per-task", type=click.IntRange(min=1), default=None, help="Slurm: CPUs.")
+@click.option("--submit", is_flag=True, help="Slurm: submit with sbatch and print the job id.")
+@click.pass_context
+def cmd(ctx: click.Context, **opts: Any) -> None:
+    """Run SCRIPT through torchrun in an environment (arguments for SCRIPT go after --).
+
+    \b
+    envtool launch train.py --gpus 4 -n torch -- --epochs 3
+    envtool launch train.py --cpu --nproc 2
+    envtool launch train.py --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29400
+    envtool launch train.py --slurm --nodes 2 --gpus-per-node 8 --time 02:00:00 --submit
+    """
+    from envtool.adapters.locate import resolve_target
+
+    target = resolve_target(opts["name"], opts["prefix"], opts["python_path"])
+    script = Path(opts["script"])
+    if not script.is_file():
+        raise UsageError(
+            f"{opts['script']}: no such training script", "pass the path of a .py file"
+        )
+    run_id = new_run_id()
+    if opts["slurm"]:
+        result = launch_slurm(opts, target, script, run_id)
+        emit(result, opts["as_json"])
+        return
+    code = launch_local(opts, target, script, run_id)
+    ctx.exit(code)
+
+
+def new_run_id() -> str:
+    from envtool.core.launch_plan import render_run_id
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return render_run_id(stamp, secrets.token_hex(3))
+
+
+def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -> int:
+    from envtool.adapters import launcher
+    from envtool.core.launch_plan import LaunchRequest, plan_launch, render_dry_run
+
+    torch_version = preflight_torch(target)
+    host = probe_host_summary()
+    nnodes = opts["nnodes"] or 1
+    free_port = None
+    if nnodes == 1 and not opts["rdzv_endpoint"]:
+        from envtool.adapters.ports import probe_free_port
+
+        free_port = probe_free_port()
+    environ = launcher.read_activated_environ(target.prefix, os.environ)
+    req = LaunchRequest(
+        script=str(script),
+        python=str(target.python),
+        run_id=run_id,
+        runs_root=opts["run_dir"],
+        script_args=list(opts["script_args"]),
+        gpus=opts["gpus"],
+        nproc=opts["nproc"],
+        cpu=opts["cpu"],
+        visible_gpus=host["visible_gpus"],
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        cpu_count=os.cpu_count() or 1,
+        nnodes=nnodes,
+        node_rank=opts["node_rank"],
+        rdzv_endpoint=opts["rdzv_endpoint"],
+        rdzv_id=opts["rdzv_id"],
+        free_port=free_port,
+        max_restarts=opts["max_restarts"],
+        all_ranks=opts["all_ranks"],
+        environ=dict(os.environ),
+    )
+    plan = plan_launch(req)
+    if opts["dry_run"]:
+        emit(
+            Result(
+                "launch", data={"dry_run": True, "plan": plan.to_dict()}, text=render_dry_run(plan)
+            ),
+            opts["as_json"],
+        )
+        return 0
+    if plan.backend == "nccl" and not opts["skip_checks"]:
+        preflight_doctor(target)
+    for line in plan.notes:
+        note(f"envtool: {line}")
+    manifest: dict[str, Any] = {
+        "run_id": run_id,
+        "command": plan.argv,
+        "envtool_argv": ["envtool", *sys.argv[1:]],
+        "env_prefix": str(target.prefix) if target.prefix else None,
+        "python": str(target.python),
+        "torch_version": torch_version,
+        "lock_hash": launcher.read_lock_hash(target.prefix),
+        "git_commit": launcher.probe_git_commit(script),
+        "driver": host["driver"],
+        "gpus": host["gpus"],
+        "backend": plan.backend,
+        "nnodes": plan.nnodes,
+        "node_rank": plan.node_rank,
+        "nproc_per_node": plan.nproc_per_node,
+        "rendezvous": plan.rendezvous,
+        "env_added": plan.env_add,
+        "start_time": None,
+        "end_time": None,
+        "exit_code": None,
+        "failed_rank": None,
+        "failure": None,
+        "rank_logs": {},
+    }
+    manifest_path = Path(plan.run_dir) / "manifest.json"
+    launcher.write_manifest(manifest_path, manifest)  # a crash still leaves what was started
+    note(
+        f"envtool: run {run_id}: {plan.nnodes} node(s) x {plan.nproc_per_node} ({plan.backend}); logs in {plan.run_dir}/"
+    )
+    outcome = launcher.apply_launch(plan, environ)
+    manifest.update(
+        start_time=outcome.started,
+        end_time=outcome.ended,
+        exit_code=outcome.exit_code,
+        interrupted_by=outcome.interrupted_by,
+        rank_logs=outcome.rank_logs,
+    )
+    if outcome.failure is not None:
+        manifest["failed_rank"] = outcome.failure.rank
+        manifest["failure"] = outcome.failure.__dict__
+    launcher.write_manifest(manifest_path, manifest)
+    from envtool.core.launch_plan import render_failure
+
+    if outcome.interrupted_by:
+        note(
+            f"envtool: stopped by {outcome.interrupted_by}; every rank ended — logs: {plan.run_dir}/"
+        )
+    elif outcome.failure is not None:
+        note(f"envtool: {render_failure(outcome.failure)}")
+    elif outcome.exit_code != 0:
+        note(f"envtool: job failed (exit {outcome.exit_code}) — logs: {plan.run_dir}/")
+    else:
+        note(f"envtool: run {run_id} finished — manifest: {manifest_path}")
+    if opts["as_json"]:
+        emit(Result("launch", data={"manifest": manifest}, exit_code=outcome.exit_code), True)
+    return outcome.exit_code
+
+
+def preflight_torch(target: Any) -> str | None:
+    """torch must be in the environment; read statically (no torch import, stays fast)."""
+    from envtool.adapters.launcher import read_torch_version
+    from envtool.adapters.proc import run_capture
+
+    version = read_torch_version(target.prefix)
+    if version:
+        return version
+    code = "import importlib.metadata as m; print(m.version('torch'))"
+    res = run_capture([str(target.python), "-c", code], timeout=30.0)
+    if res.ok and res.stdout.strip():
+        return res.stdout.strip()
+    raise UsageError(
+        f"torch is not installed in {target.label} ({target.python})",
+        "install it (envtool create NAME --cuda auto), or pick another env with -n/--prefix/--python",
+    )
+
+
+def probe_host_summary() -> dict[str, Any]:
+    """Driver, GPU names and how many GPUs ranks can see (after CUDA_VISIBLE_DEVICES)."""
+    gpus: list[str] = []
+    driver = None
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        from envtool.adapters.host_probe import probe_host
+
+        host = probe_host()
+        driver = host.driver_version
+        gpus = [g.name for g in host.gpus]
+        cvd = host.cuda_visible_devices if host.cuda_visible_devices is not None else cvd
+    except ImportError:  # host probe not built yet: nvidia-smi -L is enough to count
+        from envtool.adapters.proc import run_capture
+
+        res = run_capture(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], timeout=10.0
+        )
+        if res.ok:
+            rows = [r.split(",") for r in res.stdout.strip().splitlines() if r.strip()]
+            gpus = [r[0].strip() for r in rows]
+            driver = rows[0][1].strip() if rows and len(rows[0]) > 1 else None
+    visible = len(gpus)
+    if cvd is not None:
+        entries = [e for e in cvd.split(",") if e.strip() and e.strip() != "-1"]
+        visible = min(visible, len(entries))
+    return {"driver": driver, "gpus": gpus, "visible_gpus": visible}
+
+
+def preflight_doctor(target: Any) -> None:
+    """The doctor's fast checks must pass before GPUs are claimed (skip: --skip-checks)."""
+    try:
+        from envtool.adapters.env_probe import probe_env
+        from envtool.adapters.host_probe import probe_host
+        from envtool.core.checks import run_checks
+    except ImportError:
+        note("envtool: doctor checks not available in this build; pre-flight check skipped")
+        return
+    results = run_checks(probe_host(), probe_env(target))
+    failed = [r for r in _as_list(results) if _get(r, "status") == "fail"]
+    if failed:
+        lines = [f"{_get(r, 'id')}: {_get(r, 'summary') or _get(r, 'evidence')}" for r in failed]
+        fixes = [str(_get(r, "fix")) for r in failed if _get(r, "fix")]
+        raise DiagnosedFailure(
+            "pre-flight doctor checks failed: " + "; ".join(lines),
+            ("; ".join(fixes) or "run `envtool doctor` for details") + " (or pass --skip-checks)",
+        )
+
+
+def _as_list(results: Any) -> list[Any]:
+    if isinstance(results, dict):
+        return list(results.get("checks", results.values()))
+    return list(getattr(results, "checks", results))
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -> Result:
+    from envtool.core.slurm import SlurmRequest, parse_job_id, render_sbatch
+
+    if not opts["nodes"]:
+        raise UsageError("--slurm needs --nodes N", "e.g. --slurm --nodes 2 --gpus-per-node 8")
+    if not opts["cpu"] and not opts["gpus_per_node"]:
+        raise UsageError(
+            "--slurm needs --gpus-per-node G (or --cpu)", "e.g. --nodes 2 --gpus-per-node 8"
+        )
+    run_dir = Path(opts["run_dir"]) / run_id
+    req = SlurmRequest(
+        script=str(script.resolve()),
+        script_args=list(opts["script_args"]),
+        python=str(Path(target.python).absolute()),
+        prefix=str(target.prefix) if target.prefix else None,
+        is_conda=bool(target.prefix and (Path(target.prefix) / "conda-meta").is_dir()),
+        nodes=opts["nodes"],
+        gpus_per_node=opts["gpus_per_node"],
+        cpu=opts["cpu"],
+        nproc=opts["nproc"],
+        time=opts["time_limit"],
+        partition=opts["partition"],
+        account=opts["account"],
+        job_name=opts["job_name"] or script.stem,
+        cpus_per_task=opts["cpus_per_task"],
+        run_dir=str(run_dir.resolve()),
+        max_restarts=opts["max_restarts"],
+        workdir=str(Path.cwd()),
+    )
+    text = render_sbatch(req)
+    path = run_dir / "job.sbatch"
+    data: dict[str, Any] = {"run_id": run_id, "sbatch_path": str(path), "job_id": None}
+    if opts["dry_run"]:
+        return Result("launch", data={**data, "dry_run": True, "script": text}, text=[text])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    lines = [f"wrote {path}"]
+    if opts["submit"]:
+        from envtool.adapters.proc import run_capture
+
+        res = run_capture(["sbatch", str(path)], timeout=60.0)
+        if res.missing:
+            raise UsageError("sbatch not found", f"submit {path} from a Slurm login node")
+        job_id = parse_job_id(res.stdout)
+        if not res.ok or job_id is None:
+            raise DiagnosedFailure(
+                f"sbatch refused {path}: {(res.stderr or res.stdout).strip()}",
+                "check --partition/--account/--time against `sinfo`",
+            )
+        data["job_id"] = job_id
+        lines.append(f"submitted job {job_id} — output: {run_dir}/slurm-{job_id}.out")
+    else:
+        lines.append(f"submit with: sbatch {path}")
+    return Result("launch", data=data, text=lines)
