@@ -1,0 +1,262 @@
+"""In-environment probe: what torch the target environment really has, seen by its own python.
+
+envtool never imports torch itself: the environment's interpreter runs `env_probe_script.py` and
+prints JSON. Installed packages are also read from files (conda-meta/*.json, *.dist-info), which
+needs no python at all (`read_installed`, `read_torch_static` power `doctor --fast`).
+Nothing here raises: a time-out, a crash or a missing python is a status in EnvFacts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+from envtool.adapters.locate import Target
+from envtool.adapters.proc import Runner, run_capture
+from envtool.core.facts import EnvFacts, TorchFacts
+
+SCRIPT = Path(__file__).with_name("env_probe_script.py")
+MARKER = "ENVTOOL_PROBE_JSON:"  # same string as in env_probe_script.py (it cannot import us)
+
+# conda packages that decide which torch/CUDA an environment runs.
+RELEVANT_CONDA = frozenset(
+    {
+        "pytorch",
+        "pytorch-cuda",
+        "pytorch-mutex",
+        "cpuonly",
+        "cuda-version",
+        "cudatoolkit",
+        "cuda-runtime",
+        "cuda-cudart",
+        "libtorch",
+        "pytorch-gpu",
+        "pytorch-cpu",
+        "nccl",
+        "cudnn",
+    }
+)
+_TORCH_DIST = re.compile(r"^torch-([^-]+)\.(dist-info|egg-info)$")
+
+
+def probe_env(target: Target, timeout: float = 120.0, runner: Runner = run_capture) -> EnvFacts:
+    """Run the probe script with the target's python and merge what the files say."""
+    facts = EnvFacts(
+        python_exe=str(target.python), prefix=str(target.prefix) if target.prefix else None
+    )
+    site_dirs: list[str] = []
+    if target.prefix is not None:
+        facts.conda_packages, facts.pip_torch = read_installed(target.prefix)
+
+    if not Path(target.python).exists():
+        facts.status = "no-python"
+        facts.error = f"{target.python}: no such file"
+        return facts
+
+    # No -I / -E / -s: PYTHONPATH and the user site stay, so the probe imports the torch a user's
+    # `python train.py` imports (a torch in ~/.local shadowing the env's is a finding, and
+    # torch.__file__ shows it). The script drops its own folder from sys.path itself.
+    res = runner([str(target.python), str(SCRIPT)], timeout=timeout)
+    if res.missing:
+        facts.status, facts.error = "no-python", f"{target.python}: {res.stderr.strip()}"
+        return facts
+    if res.timed_out:
+        facts.status = "timeout"
+        facts.error = (
+            f"{target.python} did not finish the probe in {timeout:g}s (importing torch hung)"
+        )
+        return facts
+
+    data = _parse_output(res.stdout)
+    if data is None:
+        facts.status = "crashed"
+        facts.error = (
+            f"{target.python} {_exit_text(res.returncode)}: {_tail(res.stderr or res.stdout)}"
+        )
+        return facts
+    if not res.ok:  # JSON printed, then the interpreter died at exit (seen with CUDA libraries)
+        facts.error = (
+            f"probe finished but python {_exit_text(res.returncode)} at exit: {_tail(res.stderr)}"
+        )
+
+    facts.python_version = data.get("python_version")
+    facts.torch_import_error = data.get("torch_import_error")
+    if isinstance(data.get("torch"), dict):
+        facts.torch = _torch_facts(data["torch"])
+    site_dirs = [d for d in data.get("site_dirs", []) if isinstance(d, str)]
+    # Also look where the interpreter looks (user site, a venv's site-packages) for extra torches.
+    seen = {p["location"] for p in facts.pip_torch}
+    for entry in read_pip_torch([Path(d) for d in site_dirs]):
+        if entry["location"] not in seen:
+            facts.pip_torch.append(entry)
+            seen.add(entry["location"])
+    return facts
+
+
+def _parse_output(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                data = json.loads(line[len(MARKER) :])
+            except json.JSONDecodeError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _tail(text: str, limit: int = 2000) -> str:
+    text = (text or "").strip()
+    return text[-limit:] if text else "(no output)"
+
+
+def _torch_facts(d: dict[str, Any]) -> TorchFacts:
+    def as_int(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return TorchFacts(
+        version=d.get("version"),
+        cuda=d.get("cuda"),
+        cudnn=as_int(d.get("cudnn")),
+        nccl=d.get("nccl"),
+        is_available=d.get("is_available"),
+        available_message=d.get("available_message"),
+        device_count=as_int(d.get("device_count")),
+        arch_list=list(d.get("arch_list") or []),
+        capabilities=list(d.get("capabilities") or []),
+        path=d.get("path"),
+    )
+
+
+# ---------------------------------------------------------------- static reads (no python)
+
+
+def site_packages_dirs(prefix: Path) -> list[Path]:
+    """<prefix>/lib/python3.X/site-packages (POSIX) and <prefix>/Lib/site-packages (Windows)."""
+    prefix = Path(prefix)
+    dirs = sorted(prefix.glob("lib/python*/site-packages"))
+    win = prefix / "Lib" / "site-packages"
+    if win.is_dir():
+        dirs.append(win)
+    return [d for d in dirs if d.is_dir()]
+
+
+def read_conda_packages(prefix: Path) -> dict[str, dict[str, str]]:
+    """Relevant records from <prefix>/conda-meta/*.json -> {name: {version, build, channel}}."""
+    out: dict[str, dict[str, str]] = {}
+    meta = Path(prefix) / "conda-meta"
+    if not meta.is_dir():
+        return out
+    for path in sorted(meta.glob("*.json")):
+        name = path.name.rsplit("-", 2)[0]  # <name>-<version>-<build>.json; skip unrelated early
+        if name not in RELEVANT_CONDA:
+            continue
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # a half-written record is the installer's problem, reported elsewhere
+        if not isinstance(rec, dict) or rec.get("name") not in RELEVANT_CONDA:
+            continue
+        out[rec["name"]] = {
+            "version": str(rec.get("version", "")),
+            "build": str(rec.get("build", "")),
+            "channel": _channel_name(rec),
+        }
+    return out
+
+
+def _channel_name(rec: dict[str, Any]) -> str:
+    """'https://conda.anaconda.org/pytorch/linux-64' -> 'pytorch'; conda's own 'schannel' wins."""
+    if rec.get("schannel"):
+        return str(rec["schannel"])
+    channel = str(rec.get("channel", "") or "")
+    channel = re.sub(
+        r"/(noarch|linux-64|linux-aarch64|linux-ppc64le|osx-64|osx-arm64|win-64)/?$", "", channel
+    )
+    m = re.match(r"^https?://conda\.anaconda\.org/([^/]+)$", channel)
+    return m.group(1) if m else channel
+
+
+def read_pip_torch(site_dirs: list[Path]) -> list[dict[str, str]]:
+    """Every torch-*.dist-info / torch-*.egg-info: {name, version, installer, location}.
+
+    INSTALLER says who put it there ("conda" vs "pip"/"uv"); two entries mean two torches."""
+    found: list[dict[str, str]] = []
+    for d in site_dirs:
+        if not Path(d).is_dir():
+            continue
+        for entry in sorted(Path(d).iterdir()):
+            m = _TORCH_DIST.match(entry.name)
+            if not m:
+                continue
+            version = m.group(1)
+            installer = "unknown"
+            if entry.is_dir():
+                meta = entry / ("METADATA" if m.group(2) == "dist-info" else "PKG-INFO")
+                version = _metadata_version(meta) or version
+                try:
+                    installer = (entry / "INSTALLER").read_text().strip() or "unknown"
+                except OSError:
+                    pass
+            found.append(
+                {
+                    "name": "torch",
+                    "version": version,
+                    "installer": installer,
+                    "location": str(entry),
+                }
+            )
+    return found
+
+
+def _metadata_version(path: Path) -> str | None:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # headers end at the first blank line
+    except OSError:
+        return None
+    return None
+
+
+def read_installed(prefix: Path) -> tuple[dict[str, dict[str, str]], list[dict[str, str]]]:
+    """(conda_packages, pip_torch) read from files only; no python is run."""
+    return read_conda_packages(prefix), read_pip_torch(site_packages_dirs(prefix))
+
+
+_VERSION_LINE = re.compile(r"^__version__\s*(?::[^=]+)?=\s*['\"]([^'\"]+)['\"]", re.M)
+_CUDA_LINE = re.compile(r"^cuda\s*(?::[^=]+)?=\s*(?:['\"]([^'\"]*)['\"]|None)", re.M)
+
+
+def read_torch_static(prefix: Path) -> TorchFacts | None:
+    """torch version and CUDA build from <site-packages>/torch/version.py, without importing it.
+
+    None when no torch is installed under `prefix`."""
+    for d in site_packages_dirs(prefix):
+        vfile = d / "torch" / "version.py"
+        try:
+            text = vfile.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        v = _VERSION_LINE.search(text)
+        c = _CUDA_LINE.search(text)
+        return TorchFacts(
+            version=v.group(1) if v else None,
+            cuda=(c.group(1) or None) if c else None,
+            path=str(d / "torch" / "__init__.py"),
+        )
+    return None
