@@ -187,9 +187,13 @@ def test_09_cpu_wheel_with_cuda_toolkit_installed():
     h = host(None, platform="win-64", nvcc_version="10.2")
     e = env("1.7.1+cpu", None, False)
     checks = run_checks(h, e)
-    c = check_by_id(checks, "cpu-torch-on-gpu-host")
-    assert c.status == "warn" and "CPU build" in c.summary and "10.2" in c.summary
-    assert overall(checks) == "warn"
+    # Without a driver a CPU torch is a valid setup, so no failure; the verdict still names both
+    # facts the user needs: no driver, and the torch is a CPU build (the toolkit does not help).
+    assert failing(checks) == []
+    assert overall(checks) == "ok"
+    line = headline(checks)
+    assert line.startswith("no NVIDIA driver — CPU only")
+    assert "1.7.1+cpu is a CPU build" in line and "CUDA 10.2 toolkit" in line
 
 
 def test_10_conda_picked_cpuonly_variant():

@@ -204,9 +204,7 @@ def check_nvidia_driver(host: HostFacts, env: EnvFacts) -> Check:
             f"an NVIDIA driver is present (version not probed; it reports CUDA {from_msg})",
             ev,
         )
-    if host.no_driver_reason:
-        ev.append(host.no_driver_reason)
-    ev.extend(host.probe_errors)
+    ev.extend(host.probe_errors or ([host.no_driver_reason] if host.no_driver_reason else []))
     tc = torch_cuda(env)
     cpu = torch_is_cpu_build(env)
     if tc and not cpu:
@@ -222,11 +220,17 @@ def check_nvidia_driver(host: HostFacts, env: EnvFacts) -> Check:
             f"install an NVIDIA driver {need}; in a container, start it with `--gpus all` "
             "(NVIDIA Container Toolkit)",
         )
+    detail = [f"{_torch_label(env)} is a CPU build"] if cpu else []
+    if host.nvcc_version:
+        detail.append(f"a CUDA {host.nvcc_version} toolkit is installed but no driver")
     return Check(
         "nvidia-driver",
         OK,
-        "no NVIDIA driver — CPU only" + (f" ({_torch_label(env)} is a CPU build)" if cpu else ""),
+        "no NVIDIA driver — CPU only" + (f" ({'; '.join(detail)})" if detail else ""),
         ev,
+        "if this machine has an NVIDIA GPU: install its driver, then `envtool create NAME --cuda auto`"
+        if host.nvcc_version or host.gpus
+        else None,
     )
 
 
@@ -342,23 +346,18 @@ def _cpu_markers(env: EnvFacts) -> list[str]:
 
 def check_cpu_torch_on_gpu_host(host: HostFacts, env: EnvFacts) -> Check:
     cid = "cpu-torch-on-gpu-host"
-    if torch_is_cpu_build(env) is not True:
-        return Check(
-            cid, OK if env.torch or env.conda_packages else SKIP, "torch is a CUDA build", []
-        )
+    cpu = torch_is_cpu_build(env)
+    if cpu is None:
+        return Check(cid, SKIP, "no torch facts", [])
+    if not cpu:
+        return Check(cid, OK, "torch is a CUDA build", [])
     ev = _cpu_markers(env)
     gpus = _gpu_count(host, env)
     if not _driver_seen(host, env):
+        # A CPU torch on a machine without a driver is a valid setup (CI, login nodes); the
+        # nvidia-driver check already says "no NVIDIA driver — CPU only".
         if host.nvcc_version:
-            return Check(
-                cid,
-                WARN,
-                f"{_torch_label(env)} is a CPU build although a CUDA {host.nvcc_version} toolkit "
-                "is installed (no NVIDIA driver was seen)",
-                ev,
-                "if this machine has an NVIDIA GPU, install its driver, then "
-                "`envtool create NAME --cuda auto`",
-            )
+            ev.append(f"a CUDA {host.nvcc_version} toolkit is installed (nvcc) but no driver")
         return Check(cid, OK, "CPU torch on a host without NVIDIA GPUs", ev)
     names = sorted({g.name for g in host.gpus}) or [f"{gpus} GPU(s)"]
     if gpus == 0:
@@ -779,3 +778,102 @@ def headline(checks: list[Check]) -> str:
 
 def check_by_id(checks: list[Check], cid: str) -> Check | None:
     return next((c for c in checks if c.id == cid), None)
+
+
+# --------------------------------------------------------------------------- --deep results
+
+
+def check_deep_matmul(deep: dict[str, Any]) -> Check:
+    cid = "deep-matmul"
+    if deep.get("skipped"):
+        return Check(cid, SKIP, deep["skipped"], [])
+    mm = deep.get("matmul") or {}
+    if mm.get("error") and not mm.get("results"):
+        return Check(
+            cid,
+            FAIL,
+            f"the GPU matmul test did not run: {mm['error'].splitlines()[0]}",
+            [mm["error"]],
+            "run `envtool doctor --deep --verbose` and read the error; see the other checks first",
+        )
+    rows = mm.get("results") or []
+    if not rows:
+        return Check(cid, SKIP, "no matmul results", [])
+    ev = []
+    for r in rows:
+        line = f"{r.get('device')} {r.get('name', '')} {r.get('dtype')}: rel error {r.get('rel_error', '?'):.2e}"
+        if "rel_error" not in r:
+            line = f"{r.get('device')} {r.get('dtype')}: {r.get('error', 'no result')}"
+        if r.get("tflops") is not None:
+            line += f", {r['tflops']} TFLOP/s"
+        ev.append(line.replace("  ", " "))
+    bad = [r for r in rows if not r.get("ok")]
+    if bad:
+        r = bad[0]
+        why = r.get("error") or f"relative error {r.get('rel_error'):.2e} > {r.get('tolerance')}"
+        return Check(
+            cid,
+            FAIL,
+            f"wrong matmul results on {r.get('device')} ({r.get('dtype')}): {why}",
+            ev,
+            "take the GPU out of service and check `nvidia-smi -q -d ECC,PAGE_RETIREMENT`; "
+            "reset it or contact the host's admin",
+        )
+    return Check(
+        cid, OK, f"matmul correct on {len({r['device'] for r in rows})} device(s) (bf16, fp32)", ev
+    )
+
+
+def check_deep_allreduce(deep: dict[str, Any]) -> Check:
+    cid = "deep-allreduce"
+    if deep.get("skipped"):
+        return Check(cid, SKIP, deep["skipped"], [])
+    ar = deep.get("allreduce")
+    if not ar:
+        return Check(cid, SKIP, "all-reduce not run", [])
+    if ar.get("skipped"):
+        return Check(cid, SKIP, ar["skipped"], [])
+    sizes = ar.get("sizes") or []
+    ev: dict[str, Any] = {
+        "world_size": ar.get("world_size"),
+        "backend": ar.get("backend"),
+        "nccl": ar.get("nccl"),
+        "busbw_gbps": {f"{s['size_mib']} MiB": s["busbw_gbps"] for s in sizes},
+        "algbw_gbps": {f"{s['size_mib']} MiB": s["algbw_gbps"] for s in sizes},
+    }
+    if ar.get("error"):
+        ev["error"] = ar["error"]
+        return Check(
+            cid,
+            FAIL,
+            f"{ar.get('backend') or 'NCCL'} all-reduce failed: {ar['error'].splitlines()[0]}",
+            ev,
+            "rerun with NCCL_DEBUG=INFO (`envtool launch` shows it per rank); check dev-shm, "
+            "cuda-visible-devices and the GPU topology (`nvidia-smi topo -m`)",
+        )
+    wrong = [s for s in sizes if not s.get("exact")]
+    if wrong or ar.get("sum_exact") is False:
+        return Check(
+            cid,
+            FAIL,
+            f"all-reduce returned wrong sums at {', '.join(str(s['size_mib']) + ' MiB' for s in wrong)}",
+            ev,
+            "a GPU or link corrupts data: test GPUs pairwise with CUDA_VISIBLE_DEVICES and "
+            "take the bad one out of service",
+        )
+    if not sizes:
+        return Check(cid, SKIP, "no all-reduce results", ev)
+    top = max(sizes, key=lambda s: s["size_mib"])
+    return Check(
+        cid,
+        OK,
+        f"{ar.get('backend')} all-reduce correct on {ar.get('world_size')} ranks; "
+        f"bus bandwidth {top['busbw_gbps']:.1f} GB/s at {top['size_mib']} MiB",
+        ev,
+    )
+
+
+def run_deep_checks(deep: dict[str, Any] | None) -> list[Check]:
+    if deep is None:
+        return []
+    return [check_deep_matmul(deep), check_deep_allreduce(deep)]

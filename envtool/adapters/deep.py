@@ -1,0 +1,113 @@
+"""`doctor --deep`: run real GPU work in the target environment's python and collect the numbers.
+
+The work itself lives in deep_script.py, executed by the target python (never imported here, so
+envtool never imports torch). This module only builds argv lists, runs them with a Runner and reads
+the JSON each step writes. Failures come back as data ({"error": ...}); nothing here raises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from envtool.adapters.proc import Runner, run_capture
+
+DEEP_SCRIPT = Path(__file__).with_name("deep_script.py")
+
+# NVLink SHARP (NVLS) and symmetric-memory multicast need fabric features many hosts (VMs, some
+# containers) lack and then hang or fail at init; the check measures plain NCCL, so both are off.
+CHILD_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+
+
+def child_environ(base: Mapping[str, str], cpu: bool) -> dict[str, str]:
+    env = dict(base)
+    env.update(CHILD_ENV)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if cpu:
+        env["ENVTOOL_DEEP_CPU"] = "1"
+    else:
+        env.pop("ENVTOOL_DEEP_CPU", None)
+    return env
+
+
+def plan_matmul(python: str, out: str, size: int, cpu: bool) -> list[str]:
+    argv = [python, str(DEEP_SCRIPT), "matmul", out, "--size", str(size)]
+    return argv + (["--cpu"] if cpu else [])
+
+
+def plan_allreduce(python: str, out: str, nproc: int) -> list[str]:
+    # --standalone: a local c10d rendezvous on a free port (no fixed 29500 to collide with).
+    return [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        str(DEEP_SCRIPT),
+        "allreduce",
+        out,
+    ]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(text: str, lines: int = 8) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def probe_deep(
+    python: str,
+    gpu_count: int,
+    cpu: bool = False,
+    runner: Runner = run_capture,
+    environ: Mapping[str, str] | None = None,
+    size: int | None = None,
+    timeout: float = 300.0,
+) -> dict[str, Any]:
+    """Run the matmul check then, with ≥ 2 devices, the all-reduce. Returns
+    {"matmul": {...} | None, "allreduce": {...} | None, "skipped": reason | None}.
+
+    cpu=True exercises the same code paths on CPU (gloo, 2 processes, small sizes) for tests.
+    """
+    if gpu_count < 1 and not cpu:
+        return {"matmul": None, "allreduce": None, "skipped": "no GPU visible to torch"}
+    env = child_environ(os.environ if environ is None else environ, cpu)
+    out: dict[str, Any] = {"matmul": None, "allreduce": None, "skipped": None}
+    with tempfile.TemporaryDirectory(prefix="envtool-deep-") as tmp:
+        mm_out = Path(tmp) / "matmul.json"
+        argv = plan_matmul(python, str(mm_out), size or (256 if cpu else 4096), cpu)
+        proc = runner(argv, timeout=timeout, env=env)
+        mm = _read_json(mm_out)
+        if mm is None:
+            mm = {"error": _failure(proc, "matmul")}
+        out["matmul"] = mm
+        nproc = 2 if cpu else int(mm.get("device_count") or gpu_count)
+        if nproc < 2:
+            out["allreduce"] = {"skipped": f"all-reduce needs ≥ 2 GPUs; {nproc} visible"}
+            return out
+        ar_out = Path(tmp) / "allreduce.json"
+        proc = runner(plan_allreduce(python, str(ar_out), nproc), timeout=timeout, env=env)
+        ar = _read_json(ar_out)
+        if ar is None or not proc.ok:
+            ar = dict(ar or {})
+            ar["error"] = _failure(proc, "all-reduce")
+        out["allreduce"] = ar
+    return out
+
+
+def _failure(proc: Any, what: str) -> str:
+    if getattr(proc, "timed_out", False):
+        return f"{what} timed out (a hang in NCCL init or a collective)"
+    if getattr(proc, "missing", False):
+        return f"{what}: cannot run {proc.argv[0]}"
+    return f"{what} exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}"

@@ -1,0 +1,291 @@
+"""`envtool doctor`: say what is wrong with the CUDA stack and how to fix it — verdicts, not a dump.
+
+Probes the host and the target environment concurrently (importing torch in the env dominates),
+runs the pure checks in envtool.core.checks, and prints a verdict line, the problems with their
+fixes, and a short facts summary. `--record DIR` saves the raw probe outputs; `--replay DIR`
+re-runs the checks offline from such a directory (bug reports, tests).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envtool.core.checks import Check, headline, overall, run_checks, run_deep_checks
+from envtool.core.facts import EnvFacts, HostFacts
+from envtool.errors import UsageError
+
+SCHEMA_VERSION = 1
+HOST_DIR = "host"  # DIR/host/<raw probe outputs, one file each>
+ENV_FILE = "env.json"  # DIR/env.json: EnvFacts.to_dict()
+
+
+# --------------------------------------------------------------------------- probing
+
+
+def probe_env_fast(target: Any) -> EnvFacts:
+    """--fast: no python run; torch facts read from the files of the installed package."""
+    from envtool.adapters.env_probe import read_installed, read_torch_static
+
+    env = EnvFacts(
+        python_exe=str(target.python),
+        prefix=str(target.prefix) if target.prefix else None,
+        status="not-probed",
+    )
+    if target.prefix is None:
+        return env
+    conda, pip_torch = read_installed(target.prefix)
+    env.conda_packages, env.pip_torch = conda, pip_torch
+    env.torch = read_torch_static(target.prefix)
+    return env
+
+
+def probe_facts(
+    target: Any, fast: bool, driver: str | None, record: dict[str, str] | None
+) -> tuple[HostFacts, EnvFacts]:
+    """Host and env probes run at the same time: the env probe (importing torch, seconds) would
+    otherwise add to the host probe (nvidia-smi, up to a second or two)."""
+    from envtool.adapters import host_probe
+
+    def host() -> HostFacts:
+        facts = host_probe.probe_host(record=record)
+        return host_probe.apply_overrides(facts, driver=driver) if driver else facts
+
+    def env() -> EnvFacts:
+        if fast:
+            return probe_env_fast(target)
+        from envtool.adapters.env_probe import probe_env
+
+        return probe_env(target)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        fut_env = pool.submit(env)
+        fut_host = pool.submit(host)
+        return fut_host.result(), fut_env.result()
+
+
+# --------------------------------------------------------------------------- record / replay
+
+
+def write_record(directory: Path, record: dict[str, str], host: HostFacts, env: EnvFacts) -> None:
+    hdir = directory / HOST_DIR
+    hdir.mkdir(parents=True, exist_ok=True)
+    for name, text in record.items():
+        safe = Path(name).name  # keys are file names; never let one escape DIR
+        (hdir / safe).write_text(text)
+    (directory / "host.json").write_text(json.dumps(host.to_dict(), indent=2))
+    (directory / ENV_FILE).write_text(json.dumps(env.to_dict(), indent=2))
+
+
+def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, EnvFacts]:
+    """Rebuild facts from a --record directory: raw host outputs re-parsed (so parser fixes apply
+    to old recordings), host.json only when no raw outputs were saved."""
+    if not directory.is_dir():
+        raise UsageError(
+            f"--replay {directory}: no such directory",
+            "pass a directory written by `envtool doctor --record DIR`",
+        )
+    env_path = directory / ENV_FILE
+    hdir = directory / HOST_DIR
+    if not env_path.is_file() or not (hdir.is_dir() or (directory / "host.json").is_file()):
+        raise UsageError(
+            f"--replay {directory}: not a doctor recording (needs {ENV_FILE} and {HOST_DIR}/)",
+            "record one with `envtool doctor --record DIR`",
+        )
+    try:
+        env = EnvFacts.from_dict(json.loads(env_path.read_text()))
+    except (ValueError, TypeError) as exc:
+        raise UsageError(
+            f"--replay {env_path}: not valid EnvFacts JSON ({exc})",
+            "re-record with `envtool doctor --record DIR`",
+        ) from None
+    if hdir.is_dir() and any(hdir.iterdir()):
+        from envtool.adapters.host_probe import facts_from_record
+
+        raw = {p.name: p.read_text(errors="replace") for p in sorted(hdir.iterdir()) if p.is_file()}
+        host = facts_from_record(raw)
+    else:
+        try:
+            host = HostFacts.from_dict(json.loads((directory / "host.json").read_text()))
+        except (ValueError, TypeError, OSError) as exc:
+            raise UsageError(
+                f"--replay {directory}/host.json: unreadable ({exc})",
+                "re-record with `envtool doctor --record DIR`",
+            ) from None
+    if driver:
+        from envtool.adapters.host_probe import apply_overrides
+
+        host = apply_overrides(host, driver=driver)
+    return host, env
+
+
+# --------------------------------------------------------------------------- rendering
+
+_MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
+_ASCII = {"ok": "ok", "warn": "!", "fail": "X", "skip": "-"}
+
+
+def _marks() -> dict[str, str]:
+    enc = (getattr(sys.stdout, "encoding", None) or "").lower()
+    return _MARK if "utf" in enc else _ASCII
+
+
+def render_facts(host: HostFacts, env: EnvFacts) -> list[str]:
+    if host.has_driver:
+        drv = f"driver {host.driver_version}"
+        if host.driver_cuda:
+            drv += f" (CUDA ≤ {host.driver_cuda})"
+    else:
+        reason = (host.no_driver_reason or "").removeprefix("no NVIDIA driver:").strip()
+        drv = "no NVIDIA driver" + (f" ({reason})" if reason else "")
+    if host.gpus:
+        names: dict[str, int] = {}
+        for g in host.gpus:
+            label = g.name + (f" sm_{g.capability.replace('.', '')}" if g.capability else "")
+            names[label] = names.get(label, 0) + 1
+        gpus = ", ".join(f"{n}× {k}" for k, n in names.items())
+        if host.nvlink:
+            gpus += ", NVLink"
+    else:
+        gpus = "no GPUs"
+    t = env.torch
+    if t and t.version:
+        torch = f"torch {t.version}"
+        torch += f" (CUDA {t.cuda})" if t.cuda else " (CPU build)"
+        if t.is_available is not None:
+            torch += f", cuda.is_available()={t.is_available}"
+    elif env.torch_import_error:
+        torch = "torch not importable"
+    else:
+        torch = "torch not found"
+    where = env.python_exe or env.prefix or "?"
+    return [f"host: {drv}; {gpus}", f"env:  {where}: {torch}"]
+
+
+def render_human(
+    checks: list[Check], host: HostFacts, env: EnvFacts, verbose: bool, deep: dict | None
+) -> list[str]:
+    marks = _marks()
+    status = overall(checks)
+    lines = [f"envtool doctor: {status.upper()} — {headline(checks)}"]
+    for c in checks:
+        if c.status in ("ok", "skip") and not verbose:
+            continue
+        lines.append(f"  {marks[c.status]} {c.id}: {c.summary}")
+        if c.fix and c.status in ("warn", "fail"):
+            lines.append(f"      fix: {c.fix}")
+        if verbose and c.evidence:
+            items = c.evidence.items() if isinstance(c.evidence, dict) else enumerate(c.evidence)
+            for k, v in items:
+                lines.append(f"      {'' if isinstance(k, int) else f'{k}: '}{v}")
+    if deep is not None:
+        lines.extend(render_deep(checks))
+    lines.extend("  " + x for x in render_facts(host, env))
+    return lines
+
+
+def render_deep(checks: list[Check]) -> list[str]:
+    ar = next((c for c in checks if c.id == "deep-allreduce"), None)
+    if ar is None or not isinstance(ar.evidence, dict) or not ar.evidence.get("busbw_gbps"):
+        return []
+    ev = ar.evidence
+    per = ", ".join(f"{k} {v:.1f}" for k, v in ev["busbw_gbps"].items())
+    return [f"  all-reduce bus bandwidth (GB/s, {ev.get('world_size')} ranks): {per}"]
+
+
+def render_doctor_json(checks: list[Check], host: HostFacts, env: EnvFacts) -> str:
+    doc = {
+        "version": SCHEMA_VERSION,
+        "status": overall(checks),
+        "checks": [c.to_dict() for c in checks],
+        "facts": {"host": host.to_dict(), "env": env.to_dict()},
+    }
+    return json.dumps(doc, indent=2, default=str)
+
+
+# --------------------------------------------------------------------------- command
+
+
+def _deep_gpu_count(host: HostFacts, env: EnvFacts) -> int:
+    if env.torch and env.torch.device_count is not None:
+        return env.torch.device_count
+    return len(host.gpus)
+
+
+@click.command("doctor")
+@click.argument("name", required=False)
+@click.option("--prefix", help="Diagnose the environment at this prefix.")
+@click.option("--python", "python_exe", help="Diagnose the environment of this python.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema version 1).")
+@click.option("--verbose", "-v", is_flag=True, help="Also list passing checks and evidence.")
+@click.option("--fast", is_flag=True, help="Do not run the env's python (reads installed files).")
+@click.option("--deep", is_flag=True, help="Run GPU matmuls and an NCCL all-reduce in the env.")
+@click.option("--deep-cpu", is_flag=True, hidden=True, help="--deep on CPU (gloo), for tests.")
+@click.option(
+    "--record", "record_dir", type=click.Path(path_type=Path), help="Save raw probe outputs to DIR."
+)
+@click.option(
+    "--replay", "replay_dir", type=click.Path(path_type=Path), help="Check a recorded DIR offline."
+)
+@click.option(
+    "--driver", help="Pretend the driver is this version (what-if; CONDA_OVERRIDE-style)."
+)
+def cmd(
+    name: str | None,
+    prefix: str | None,
+    python_exe: str | None,
+    as_json: bool,
+    verbose: bool,
+    fast: bool,
+    deep: bool,
+    deep_cpu: bool,
+    record_dir: Path | None,
+    replay_dir: Path | None,
+    driver: str | None,
+) -> None:
+    """Diagnose the CUDA stack of this host and an environment (exit 1 when a check fails)."""
+    from envtool.core.versions import parse_version
+
+    if replay_dir and record_dir:
+        raise UsageError("--record and --replay exclude each other", "pick one")
+    if replay_dir and (deep or deep_cpu):
+        raise UsageError("--deep needs the live environment", "drop --deep when using --replay")
+    if driver:
+        try:
+            parse_version(driver)
+        except ValueError:
+            raise UsageError(
+                f"--driver {driver!r}: not a driver version", "use e.g. --driver 535.54.03"
+            ) from None
+
+    deep_result = None
+    if replay_dir:
+        host, env = read_replay(replay_dir, driver)
+    else:
+        from envtool.adapters.locate import resolve_target
+
+        target = resolve_target(name, prefix, python_exe)
+        record: dict[str, str] | None = {} if record_dir else None
+        host, env = probe_facts(target, fast, driver, record)
+        if record_dir is not None:
+            write_record(record_dir, record or {}, host, env)
+        if deep or deep_cpu:
+            from envtool.adapters.deep import probe_deep
+            from envtool.output import note
+
+            note("envtool doctor: running --deep (GPU matmuls, all-reduce) in the environment…")
+            deep_result = probe_deep(str(target.python), _deep_gpu_count(host, env), cpu=deep_cpu)
+
+    checks = run_checks(host, env) + run_deep_checks(deep_result)
+    if as_json:
+        sys.stdout.write(render_doctor_json(checks, host, env) + "\n")
+    else:
+        sys.stdout.write("\n".join(render_human(checks, host, env, verbose, deep_result)) + "\n")
+    sys.stdout.flush()
+    if overall(checks) == "fail":
+        raise click.exceptions.Exit(1)
