@@ -89,7 +89,10 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     try:
-        cli.main(args=args, prog_name="envtool", standalone_mode=False)
+        # standalone_mode=False makes click *return* the code of a raised click Exit
+        rc = cli.main(args=args, prog_name="envtool", standalone_mode=False)
+        if type(rc) is int and rc != 0:
+            sys.exit(rc)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
