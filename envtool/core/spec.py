@@ -99,6 +99,10 @@ def parse_conda_spec(text: str) -> CondaSpec:
                 raise ValueError(f"not a conda spec: {raw!r} (too many parts)")
             version = tokens[0]
             build = tokens[1] if len(tokens) > 1 else None
+            # conda also reads `pytorch>=2.7.0=cuda12*` as version >=2.7.0, build cuda12*
+            m_build = re.fullmatch(r"(.*?[^=<>!~,|])=([^=<>!~,|]+)", version)
+            if m_build and build is None:
+                version, build = m_build.group(1), m_build.group(2)
     version = brackets.get("version", version)
     build = brackets.get("build", build)
     channel = brackets.get("channel", channel)
