@@ -1,0 +1,165 @@
+"""py-rattler 0.28 behind one call: discover torch builds, plan, solve every platform.
+
+One event loop per command: `discover_plan_solve` runs a single `asyncio.run`, in which the
+channel listing, the (pure, synchronous) planner and every platform's solve happen, and the loop
+yields briefly before it closes (rattler can crash the interpreter at exit otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import unquote
+
+from envtool.core.lockfile import SolvedPackage
+from envtool.core.plan import CudaBuild, Plan, parse_cuda_builds
+from envtool.errors import UsageError
+
+
+def resolve_channel(text: str) -> str:
+    """A channel name -> https://conda.anaconda.org/NAME; a local path -> file:// URL; URLs as is."""
+    if "://" in text:
+        return text.rstrip("/")
+    if text.startswith(("/", ".", "~")) or Path(text).expanduser().is_dir():
+        path = Path(text).expanduser().resolve()
+        if not path.is_dir():
+            raise UsageError(f"--channel {text}: no such directory", "pass a conda channel folder")
+        return path.as_uri()
+    return f"https://conda.anaconda.org/{text}"
+
+
+SolveResult = dict[str, list[SolvedPackage]]
+
+
+def discover_plan_solve(
+    channels: list[str],
+    discover_platforms: list[str] | None,
+    planner: Callable[[list[CudaBuild] | None], Plan],
+    cache_dir: Path | None = None,
+) -> tuple[Plan, SolveResult]:
+    """List the channels' pytorch builds (when `discover_platforms`), call `planner` with them,
+    then solve each platform of the plan. Raises UsageError for an unsolvable request."""
+    import asyncio
+
+    return asyncio.run(_session(channels, discover_platforms, planner, cache_dir))
+
+
+async def _session(
+    channels: list[str],
+    discover_platforms: list[str] | None,
+    planner: Callable[[list[CudaBuild] | None], Plan],
+    cache_dir: Path | None,
+) -> tuple[Plan, SolveResult]:
+    import asyncio
+
+    import rattler
+
+    try:
+        gateway = rattler.Gateway(cache_dir=cache_dir) if cache_dir else rattler.Gateway()
+        builds = None
+        if discover_platforms:
+            builds = await _discover(gateway, channels, discover_platforms)
+        plan = planner(builds)
+        solved: SolveResult = {}
+        for pp in plan.platforms:
+            solved[pp.platform] = await _solve_one(
+                gateway, [resolve_channel(c) for c in plan.channels], pp
+            )
+        return plan, solved
+    finally:
+        await asyncio.sleep(0.05)  # let rattler's background tasks finish before the loop closes
+
+
+async def _discover(gateway, channels: list[str], platforms: list[str]) -> list[CudaBuild]:
+    import rattler
+
+    rows: list[tuple[str, str, list[str]]] = []
+    for platform in platforms:
+        result = await gateway.query(
+            [rattler.Channel(resolve_channel(c)) for c in channels],
+            [platform, "noarch"],
+            ["pytorch"],
+            recursive=False,
+        )
+        for records in result:
+            rows += [(str(r.version), str(r.build), list(r.depends)) for r in records]
+    return parse_cuda_builds(rows)
+
+
+async def _solve_one(gateway, channel_urls: list[str], pp) -> list[SolvedPackage]:
+    import rattler
+    from rattler.exceptions import SolverError
+
+    vps = [
+        rattler.GenericVirtualPackage(
+            rattler.PackageName(n), rattler.Version(v), rattler.BuildString(b)
+        )
+        for n, v, b in pp.virtual_packages
+    ]
+    try:
+        specs = [rattler.MatchSpec(s, strict=False) for s in pp.specs]
+        constraints = [rattler.MatchSpec(s, strict=False) for s in pp.constraints]
+    except Exception as exc:  # rattler raises its own InvalidMatchSpecError
+        raise UsageError(f"bad package spec: {exc}", "fix the spec in environment.yml") from None
+    try:
+        records = await rattler.solve(
+            [rattler.Channel(u) for u in channel_urls],
+            specs,
+            gateway=gateway,
+            platforms=[pp.platform, "noarch"],
+            virtual_packages=vps,
+            constraints=constraints,
+        )
+    except SolverError as exc:
+        raise UsageError(
+            f"no solution for {pp.platform}: {_short(str(exc))}",
+            "relax a pin, pick another --cuda/--torch/--python, or add a channel",
+        ) from None
+    except Exception as exc:  # missing channel, unreadable repodata
+        if type(exc).__name__ in ("GatewayError", "FetchRepoDataError", "IoError"):
+            raise UsageError(
+                f"cannot read channel repodata for {pp.platform}: {_short(str(exc))}",
+                "check --channel (name, URL or a folder with <subdir>/repodata.json)",
+            ) from None
+        raise
+    return sorted((_to_solved(r, pp.platform) for r in records), key=lambda p: p.name)
+
+
+def _to_solved(record, platform: str) -> SolvedPackage:
+    return SolvedPackage(
+        name=record.name.normalized,
+        version=str(record.version),
+        build=str(record.build),
+        platform=platform,
+        subdir=record.subdir,
+        url=str(record.url),
+        channel=str(record.channel or ""),
+        md5=record.md5.hex() if record.md5 else None,
+        sha256=record.sha256.hex() if record.sha256 else None,
+        depends=tuple(record.depends),
+    )
+
+
+def _short(text: str, limit: int = 600) -> str:
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def read_channel_identity(channels: list[str], platforms: list[str]) -> list[str]:
+    """What a channel holds, cheaply: local repodata.json size+mtime per subdir; remote channels
+    by URL only (a remote channel's new packages are picked up by `envtool lock --force`)."""
+    out: list[str] = []
+    for c in channels:
+        url = resolve_channel(c)
+        if not url.startswith("file://"):
+            out.append(url)
+            continue
+        root = Path(unquote(url[len("file://") :]))
+        for subdir in [*sorted(platforms), "noarch"]:
+            f = root / subdir / "repodata.json"
+            try:
+                st = f.stat()
+                out.append(f"{url}/{subdir} {st.st_size} {st.st_mtime_ns}")
+            except OSError:
+                out.append(f"{url}/{subdir} missing")
+    return out

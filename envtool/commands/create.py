@@ -1,0 +1,433 @@
+"""`envtool create NAME`: plan, solve, verify, lock (and install) a CUDA-matched environment.
+
+Writes environments/NAME/environment.yml (the request) and environments/NAME/conda-lock.yml
+(the answer) under the current directory or --dir. `lock_environment` is shared with `envtool lock`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envtool import __version__
+from envtool.core.facts import HostFacts
+from envtool.core.lockfile import compute_input_hash, parse_lock_stamp, plan_custom_metadata
+from envtool.core.plan import DEFAULT_CHANNELS, PLATFORMS, Plan, Request, render_plan
+from envtool.errors import DiagnosedFailure, UsageError
+from envtool.output import Result, emit, note
+
+DEFAULT_PROFILE = "pytorch"
+_PLAIN_VERSION = re.compile(r"^(==?)?(\d+(?:\.\d+)*)(\.\*)?$")
+
+
+@dataclass
+class LockOutcome:
+    env_dir: Path
+    plan: Plan | None
+    input_hash: str
+    changed: bool  # False: inputs unchanged, nothing solved or written
+    written: bool
+    packages: dict[str, int]  # platform -> conda package count
+    pip: dict[str, int]
+
+
+def env_paths(name: str, directory: str | None) -> tuple[Path, Path, Path]:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise UsageError(f"{name!r}: not a valid environment name", "use letters, digits, . _ -")
+    env_dir = Path(directory or ".") / "environments" / name
+    return env_dir, env_dir / "environment.yml", env_dir / "conda-lock.yml"
+
+
+def profiles_dir() -> Path:
+    """Shipped profiles: envtool/_data/environments in a wheel, else the repo's environments/."""
+    from importlib import resources
+
+    packaged = resources.files("envtool").joinpath("_data", "environments")
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent.parent / "environments"
+
+
+def read_profile(name: str) -> tuple[str, str]:
+    base = profiles_dir()
+    path = base / name / "environment.yml"
+    if not path.is_file():
+        known = (
+            sorted(p.name for p in base.iterdir() if (p / "environment.yml").is_file())
+            if base.is_dir()
+            else []
+        )
+        raise UsageError(
+            f"--profile {name}: no such profile",
+            f"use one of {', '.join(known) or '(none shipped)'}",
+        )
+    return path.read_text(), str(path)
+
+
+def infer_from_specs(specs: list[str]) -> dict[str, str]:
+    """What an environment file already asks for: torch version, CUDA, python (plain pins only)."""
+    from envtool.core.spec import parse_conda_spec
+    from envtool.core.versions import cuda_from_build_tag, major_minor
+
+    out: dict[str, str] = {}
+    for text in specs:
+        try:
+            s = parse_conda_spec(text)
+        except ValueError:
+            continue
+        m = _PLAIN_VERSION.match(s.version or "")
+        if s.name == "pytorch":
+            if m:
+                out["torch"] = m.group(2)
+            if s.build and "cpu" in s.build:
+                out["cuda"] = "cpu"
+            elif s.build and cuda_from_build_tag(s.build):
+                out["cuda"] = cuda_from_build_tag(s.build) or ""
+        elif s.name in ("cuda-version", "pytorch-cuda", "cudatoolkit") and m:
+            out["cuda"] = major_minor(m.group(2))
+            if s.name == "pytorch-cuda":
+                out.setdefault("flavor", "pytorch")
+        elif s.name == "python" and m:
+            out["python"] = major_minor(m.group(2))
+        elif s.name == "cpuonly" or (s.name == "pytorch-mutex" and s.build == "cpu"):
+            out["cuda"] = "cpu"
+    return out
+
+
+def probe_host_facts(request: Request) -> HostFacts | None:
+    """This host's driver and GPUs, unless --driver or --cuda cpu make them irrelevant."""
+    if request.cuda == "cpu" or (request.driver and request.gpus):
+        return None
+    try:
+        from envtool.adapters.host_probe import probe_host
+    except ImportError:
+        return HostFacts(no_driver_reason="host probe unavailable")
+    return probe_host()
+
+
+def lock_environment(
+    name: str,
+    env_yml_text: str,
+    source: str,
+    request: Request,
+    directory: str | None,
+    *,
+    write_yml: bool = True,
+    dry_run: bool = False,
+    cache_dir: Path | None = None,
+) -> LockOutcome:
+    """Plan -> discover/solve -> verify -> pip -> write environment.yml + conda-lock.yml (atomically).
+
+    `request.conda_specs`/`pip_specs` come from `env_yml_text`; a failed solve or check writes nothing.
+    """
+    from envtool.adapters.rattler_solve import discover_plan_solve, read_channel_identity
+    from envtool.core.plan import plan_environment
+    from envtool.core.verify_solution import verify_solution
+
+    env_dir, yml_path, lock_path = env_paths(name, directory)
+    host = probe_host_facts(request)
+    channels = list(request.channels or DEFAULT_CHANNELS[request.flavor])
+    want_builds = request.flavor == "conda-forge" and request.cuda != "cpu"
+    discover = [p for p in request.platforms if p != "osx-arm64"][:1] if want_builds else None
+    note(f"solving {name} for {', '.join(request.platforms)} …")
+    plan, solved = discover_plan_solve(
+        channels, discover, lambda builds: plan_environment(request, host, builds), cache_dir
+    )
+    for w in plan.warnings:
+        note(f"warning: {w}")
+    for n in plan.notes:
+        note(f"note: {n}")
+    problems = [p for pp in plan.platforms for p in verify_solution(pp, solved[pp.platform])]
+    if problems:
+        raise DiagnosedFailure(
+            "the solution is not what the plan asked for, nothing written: "
+            + "; ".join(f"{p.platform}: {p.message}" for p in problems),
+            "pin the CUDA runtime packages (cuda-version=X.Y), or pick another --cuda/--torch",
+        )
+    resolved = resolved_request(request, plan)
+    # create writes the request file; lock leaves the user's file (and its comments) alone
+    yml_text = (
+        render_request_yml(name, env_yml_text, source, plan, resolved)
+        if write_yml
+        else env_yml_text
+    )
+    pip_locked: dict[str, list[Any]] = {}
+    if plan.pip_specs:
+        from envtool.adapters.uv_pip import compile_pip
+
+        for pp in plan.platforms:
+            pip_locked[pp.platform] = compile_pip(
+                list(plan.pip_specs), solved[pp.platform], pp.platform, plan.python
+            )
+    options = resolved.options()
+    identity = read_channel_identity(list(plan.channels), list(request.platforms))
+    input_hash = compute_input_hash(yml_text, options, identity, __version__)
+    outcome = LockOutcome(
+        env_dir,
+        plan,
+        input_hash,
+        True,
+        False,
+        {p: len(v) for p, v in solved.items()},
+        {p: len(v) for p, v in pip_locked.items()},
+    )
+    if dry_run:
+        return outcome
+    from envtool.adapters.lock_io import write_lock, write_text_atomic
+
+    write_lock(
+        lock_path,
+        solved,
+        pip_locked,
+        [resolve_for_lock(c) for c in plan.channels],
+        {pp.platform: input_hash for pp in plan.platforms},
+        plan_custom_metadata(plan, options, input_hash, __version__),
+        ["environment.yml"],
+    )
+    if yml_path.exists() and yml_path.read_text() == yml_text:
+        pass  # unchanged request: keep the file (and its mtime) as it is
+    else:
+        write_text_atomic(yml_path, yml_text)
+    outcome.written = True
+    return outcome
+
+
+def resolve_for_lock(channel: str) -> str:
+    from envtool.adapters.rattler_solve import resolve_channel
+
+    return resolve_channel(channel)
+
+
+def resolved_request(request: Request, plan: Plan) -> Request:
+    """The request as re-locked later: `auto` replaced by the CUDA it resolved to on this host, so
+    `envtool lock` on another machine (or no GPU) re-solves the same target."""
+    any_cuda = any(p.cuda for p in plan.platforms)
+    return replace(
+        request, cuda=plan.cuda if any_cuda and plan.cuda else "cpu", channels=tuple(plan.channels)
+    )
+
+
+def render_request_yml(name: str, text: str, source: str, plan: Plan, request: Request) -> str:
+    """environment.yml for environments/NAME: the user's specs plus the plan's CUDA-forcing specs
+    (of the first CUDA platform), so plain `conda env create -f` asks for the same build."""
+    from envtool.core.spec import parse_conda_spec, parse_environment_yml, render_environment_yml
+
+    spec = parse_environment_yml(text, source)
+    primary = next((p for p in plan.platforms if p.cuda), plan.platforms[0])
+    spec.name = name
+    spec.channels = list(plan.channels)
+    spec.dependencies = [parse_conda_spec(s) for s in primary.specs]
+    spec.prefix = None
+    spec.platforms = list(request.platforms) if list(request.platforms) != ["linux-64"] else []
+    return render_environment_yml(spec)
+
+
+def request_from_yml(
+    text: str, source: str, flags: dict[str, Any], stored: dict[str, Any] | None = None
+) -> Request:
+    """Merge: explicit flags > what the file asks for > options stored in the previous lock > defaults."""
+    from envtool.core.spec import parse_environment_yml
+
+    spec = parse_environment_yml(text, source)
+    conda = [d.render() for d in spec.dependencies]
+    inferred = infer_from_specs(conda)
+    stored = stored or {}
+    merged: dict[str, Any] = {}
+    for key in ("cuda", "torch", "python", "flavor"):
+        merged[key] = flags.get(key) or inferred.get(key) or stored.get(key)
+    platforms = flags.get("platforms") or spec.platforms or stored.get("platforms") or ["linux-64"]
+    channels = flags.get("channels") or spec.channels or stored.get("channels") or []
+    return Request(
+        conda_specs=tuple(conda),
+        pip_specs=tuple(spec.pip),
+        cuda=merged["cuda"] or "auto",
+        torch=merged["torch"],
+        python=merged["python"],
+        flavor=merged["flavor"] or "conda-forge",
+        platforms=tuple(dict.fromkeys(platforms)),
+        channels=tuple(channels),
+        driver=flags.get("driver") or stored.get("driver"),
+        gpus=tuple(flags.get("gpus") or stored.get("gpus") or ()),
+        virtual_overrides=tuple(
+            tuple(p)
+            for p in (flags.get("virtual_overrides") or stored.get("virtual_overrides") or ())
+        ),
+    )
+
+
+def parse_virtual_overrides(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    out = []
+    for v in values:
+        name, sep, ver = v.partition("=")
+        if not sep or not name.startswith("__") or not ver:
+            raise UsageError(
+                f"--virtual-package {v}: expected NAME=VER", "e.g. --virtual-package __glibc=2.17"
+            )
+        out.append((name, ver))
+    return out
+
+
+def summarize(outcome: LockOutcome, name: str, command: str, dry_run: bool) -> Result:
+    plan = outcome.plan
+    data: dict[str, Any] = {
+        "name": name,
+        "env_dir": str(outcome.env_dir),
+        "changed": outcome.changed,
+        "written": outcome.written,
+        "dry_run": dry_run,
+        "input_hash": outcome.input_hash,
+        "packages": outcome.packages,
+        "pip_packages": outcome.pip,
+        "plan": plan.to_dict() if plan else None,
+    }
+    text = render_plan(plan) if plan else []
+    if not outcome.changed:
+        text.append(f"{name}: lock is up to date ({outcome.env_dir / 'conda-lock.yml'})")
+    elif outcome.written:
+        counts = ", ".join(f"{p}: {n} packages" for p, n in outcome.packages.items())
+        text.append(f"wrote {outcome.env_dir / 'environment.yml'} and conda-lock.yml ({counts})")
+    else:
+        text.append("dry run: nothing written")
+    return Result(command, data, text)
+
+
+def stored_lock_options(lock_path: Path) -> tuple[str | None, dict[str, Any] | None]:
+    """(input hash, stored request options) from a lock, reading only its metadata block."""
+    import json
+
+    try:
+        text = lock_path.read_text()
+    except OSError:
+        return None, None
+    stamp = parse_lock_stamp(text)
+    head = text.split("\npackage:", 1)[0]
+    import yaml
+
+    try:
+        meta = (yaml.load(head, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}).get(
+            "metadata"
+        ) or {}
+        return stamp, json.loads((meta.get("custom_metadata") or {}).get("envtool_request", "null"))
+    except Exception:
+        return stamp, None
+
+
+@click.command("create")
+@click.argument("name")
+@click.option("--cuda", default=None, help="X.Y, auto (default: what this host runs) or cpu.")
+@click.option("--torch", "torch_version", default=None, help="PyTorch version, e.g. 2.7.")
+@click.option("--python", "python_version", default=None, help="Python version, e.g. 3.11.")
+@click.option(
+    "-f",
+    "--file",
+    "file_",
+    type=click.Path(dir_okay=False),
+    help="Start from an existing environment.yml.",
+)
+@click.option(
+    "--profile", default=None, help="A shipped profile: pytorch (default), ddp, lm, fsdp."
+)
+@click.option(
+    "--flavor",
+    type=click.Choice(["conda-forge", "pytorch"]),
+    default=None,
+    help="conda-forge (default) or the legacy pytorch channel (torch ≤ 2.5).",
+)
+@click.option(
+    "--platform",
+    "platforms",
+    multiple=True,
+    type=click.Choice(list(PLATFORMS)),
+    help="Target platform (repeatable; default linux-64).",
+)
+@click.option(
+    "--channel",
+    "channels",
+    multiple=True,
+    help="Channel name, URL or local folder (repeatable, in priority order).",
+)
+@click.option("--driver", default=None, help="Plan for a machine with this NVIDIA driver version.")
+@click.option(
+    "--gpu",
+    "gpus",
+    multiple=True,
+    help="Plan for a GPU of this compute capability (8.0 or sm_80; repeatable).",
+)
+@click.option(
+    "--virtual-package",
+    "virtual",
+    multiple=True,
+    hidden=True,
+    help="Override a virtual package: __glibc=2.17.",
+)
+@click.option(
+    "--dir",
+    "directory",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Project folder holding environments/ (default: .).",
+)
+@click.option("--prefix", default=None, help="Install prefix (default: <conda root>/envs/NAME).")
+@click.option("--no-install", is_flag=True, help="Solve and lock only.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and solution summary; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+def cmd(
+    name: str,
+    cuda: str | None,
+    torch_version: str | None,
+    python_version: str | None,
+    file_: str | None,
+    profile: str | None,
+    flavor: str | None,
+    platforms: tuple[str, ...],
+    channels: tuple[str, ...],
+    driver: str | None,
+    gpus: tuple[str, ...],
+    virtual: tuple[str, ...],
+    directory: str | None,
+    prefix: str | None,
+    no_install: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Plan, solve, verify and lock environments/NAME (then install it, unless --no-install)."""
+    if file_ and profile:
+        raise UsageError("give -f FILE or --profile, not both", "pick one starting point")
+    if file_:
+        try:
+            text, source = Path(file_).read_text(), file_
+        except OSError as exc:
+            raise UsageError(
+                f"-f {file_}: cannot read ({exc.strerror})", "pass an existing environment.yml"
+            ) from None
+    else:
+        text, source = read_profile(profile or DEFAULT_PROFILE)
+    flags = {
+        "cuda": cuda,
+        "torch": torch_version,
+        "python": python_version,
+        "flavor": flavor,
+        "platforms": list(platforms),
+        "channels": list(channels),
+        "driver": driver,
+        "gpus": list(gpus),
+        "virtual_overrides": parse_virtual_overrides(virtual),
+    }
+    request = request_from_yml(text, source, flags)
+    outcome = lock_environment(name, text, source, request, directory, dry_run=dry_run)
+    result = summarize(outcome, name, "create", dry_run)
+    if not dry_run and not no_install:
+        try:
+            from envtool.adapters.installer import install_from_lock
+            from envtool.adapters.locate import envs_dir
+        except ImportError:
+            raise UsageError("install is not available yet", "use --no-install") from None
+        target = Path(prefix) if prefix else envs_dir() / name
+        report = install_from_lock(outcome.env_dir / "conda-lock.yml", target)
+        result.data["install"] = report.to_dict()
+        result.text.append(f"installed {name} into {target}")
+    emit(result, as_json)

@@ -1,0 +1,98 @@
+"""`envtool lock NAME`: re-solve environments/NAME/environment.yml into conda-lock.yml.
+
+A no-op when the inputs are unchanged: the input hash (environment.yml + the plan options stored in
+the lock + local channel repodata identity + envtool version) is compared before rattler or
+conda-lock are imported. `--check` exits 1 when the lock is stale.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envtool import __version__
+from envtool.commands.create import (
+    LockOutcome,
+    env_paths,
+    lock_environment,
+    request_from_yml,
+    stored_lock_options,
+    summarize,
+)
+from envtool.errors import DiagnosedFailure, UsageError
+from envtool.output import Result, emit
+
+
+def current_input_hash(yml_text: str, yml_path: Path, stored: dict | None) -> str:
+    """The hash `create`/`lock` would record for these inputs now (cheap: no solve)."""
+    from envtool.adapters.rattler_solve import read_channel_identity
+    from envtool.core.lockfile import compute_input_hash
+    from envtool.core.plan import DEFAULT_CHANNELS
+
+    request = request_from_yml(yml_text, str(yml_path), {}, stored)
+    channels = list(request.channels or DEFAULT_CHANNELS[request.flavor])
+    identity = read_channel_identity(channels, list(request.platforms))
+    return compute_input_hash(yml_text, request.options(), identity, __version__)
+
+
+@click.command("lock")
+@click.argument("name")
+@click.option(
+    "--dir",
+    "directory",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Project folder holding environments/ (default: .).",
+)
+@click.option(
+    "--check", is_flag=True, help="Exit 1 if the lock is stale, 0 if fresh; write nothing."
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Re-solve even when the inputs are unchanged (picks up new packages in remote channels).",
+)
+@click.option("--dry-run", is_flag=True, help="Solve and print the plan; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+def cmd(
+    name: str, directory: str | None, check: bool, force: bool, dry_run: bool, as_json: bool
+) -> None:
+    """Re-lock environments/NAME from its environment.yml (no-op when nothing changed)."""
+    env_dir, yml_path, lock_path = env_paths(name, directory)
+    try:
+        yml_text = yml_path.read_text()
+    except OSError:
+        raise UsageError(
+            f"{yml_path}: no environment.yml",
+            f"create it with `envtool create {name} --no-install`",
+        ) from None
+    stamp, stored = stored_lock_options(lock_path)
+    fresh = False
+    if stamp is not None and stored is not None:
+        fresh = current_input_hash(yml_text, yml_path, stored) == stamp
+    if check:
+        state = "fresh" if fresh else ("missing" if stamp is None else "stale")
+        result = Result(
+            "lock",
+            {"name": name, "state": state, "lock": str(lock_path)},
+            [f"{name}: lock is {state} ({lock_path})"],
+            exit_code=0 if fresh else 1,
+        )
+        if not fresh:
+            if as_json:
+                emit(result, True)
+            raise DiagnosedFailure(
+                f"{lock_path}: lock is {state}", f"run `envtool lock {name}` to update it"
+            )
+        emit(result, as_json)
+        return
+    if fresh and not force:
+        outcome = LockOutcome(env_dir, None, stamp or "", False, False, {}, {})
+        emit(summarize(outcome, name, "lock", dry_run), as_json)
+        return
+    request = request_from_yml(yml_text, str(yml_path), {}, stored)
+    outcome = lock_environment(
+        name, yml_text, str(yml_path), request, directory, write_yml=False, dry_run=dry_run
+    )
+    emit(summarize(outcome, name, "lock", dry_run), as_json)

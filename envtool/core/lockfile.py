@@ -1,0 +1,105 @@
+"""The lock model, before conda-lock's writer sees it: solved packages, the input hash that makes
+`envtool lock` a no-op when nothing changed, and the plan recorded in `metadata.custom_metadata`.
+
+Pure: the adapter (adapters/lock_io.py) turns these into conda-lock models and writes the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from envtool.core.plan import Plan
+
+# custom_metadata keys envtool writes (conda-lock wants str -> str).
+KEY_HASH = "envtool_input_hash"
+KEY_REQUEST = "envtool_request"
+HASH_LINE = re.compile(r"^\s*" + KEY_HASH + r":\s*'?([0-9a-f]{64})'?\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class SolvedPackage:
+    """One conda record of a solution (what rattler returned, in plain types)."""
+
+    name: str
+    version: str
+    build: str
+    platform: str
+    url: str
+    subdir: str = ""
+    channel: str = ""
+    md5: str | None = None
+    sha256: str | None = None
+    depends: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PipPackage:
+    """One pip distribution resolved by `uv pip compile` for a platform."""
+
+    name: str
+    version: str
+    platform: str
+    url: str
+    sha256: str | None
+    dependencies: tuple[str, ...] = ()
+
+
+def compute_input_hash(
+    environment_yml: str, options: dict[str, Any], channel_identity: list[str], version: str
+) -> str:
+    """sha256 over everything that can change a solve: the request file, the plan options, what the
+    channels hold (local repodata size+mtime; remote channels by URL) and envtool's version."""
+    payload = json.dumps(
+        {
+            "environment.yml": environment_yml,
+            "options": options,
+            "channels": channel_identity,
+            "envtool": version,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def parse_lock_stamp(lock_text: str) -> str | None:
+    """The input hash recorded in a conda-lock.yml, found without a YAML parser (fast no-op path)."""
+    m = HASH_LINE.search(lock_text)
+    return m.group(1) if m else None
+
+
+def plan_custom_metadata(
+    plan: Plan, options: dict[str, Any], input_hash: str, envtool_version: str
+) -> dict[str, str]:
+    """What envtool records about the plan inside the lock (all str, sorted by the writer)."""
+    return {
+        "envtool_version": envtool_version,
+        "envtool_flavor": plan.flavor,
+        "envtool_cuda": plan.cuda or "cpu",
+        "envtool_min_driver": plan.min_driver or "",
+        "envtool_gpu_archs": " ".join(plan.archs),
+        "envtool_torch": plan.torch or "",
+        "envtool_platforms_cuda": " ".join(
+            f"{p.platform}={p.cuda or 'cpu'}" for p in plan.platforms
+        ),
+        KEY_REQUEST: json.dumps(options, sort_keys=True),
+        KEY_HASH: input_hash,
+    }
+
+
+def split_dependency(spec: str) -> tuple[str, str]:
+    """'python >=3.11,<3.12.0a0' -> ('python', '>=3.11,<3.12.0a0'); 'filelock' -> ('filelock', '*')."""
+    name, _, rest = spec.strip().partition(" ")
+    return name, rest.strip() or "*"
+
+
+def dependency_map(depends: tuple[str, ...]) -> dict[str, str]:
+    """conda-lock's `dependencies:` mapping; repeated names are joined with ','."""
+    out: dict[str, str] = {}
+    for dep in depends:
+        name, spec = split_dependency(dep)
+        out[name] = spec if name not in out else f"{out[name]},{spec}"
+    return dict(sorted(out.items()))

@@ -1,0 +1,521 @@
+"""The plan: a request plus host facts (or --driver/--gpu) -> flavor, CUDA version, specs and
+virtual packages per platform. Pure: no I/O, no rattler. An impossible request is refused here,
+before anything is solved.
+
+Rule for `--cuda auto` (stated in docs/readme/create-lock.md):
+  no driver (and no --driver) -> CPU, with a note.
+  otherwise, among the CUDA versions torch was built for (conda-forge: discovered from the
+  channel's repodata; pytorch flavor: PyTorch's official table), drop those the driver cannot run
+  at all and those whose architecture list misses one of the GPUs, then take the newest.
+  A pick that needs minor-version compatibility (driver older than the toolkit's own driver but
+  at least the major's compatibility floor) is allowed with a warning that names the newest
+  natively supported alternative.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from envtool.core import cuda as cu
+from envtool.core.facts import HostFacts
+from envtool.core.versions import major_minor, parse_version
+from envtool.errors import UsageError
+
+FLAVORS = ("conda-forge", "pytorch")
+PLATFORMS = ("linux-64", "linux-aarch64", "osx-arm64", "win-64")
+NO_CUDA_PLATFORMS = ("osx-arm64",)  # Apple silicon: no NVIDIA GPUs, no CUDA builds
+DEFAULT_CHANNELS = {
+    "conda-forge": ("conda-forge",),
+    "pytorch": ("pytorch", "nvidia", "conda-forge"),
+}
+# Packages whose version is the CUDA toolkit version (major.minor must agree across the lock).
+TOOLKIT_VERSIONED = (
+    "cuda-version",
+    "cudatoolkit",
+    "pytorch-cuda",
+    "cuda-cudart",
+    "cuda-runtime",
+    "cuda-nvrtc",
+    "cuda-cupti",
+    "cuda-nvtx",
+    "cuda-libraries",
+)
+# Names the plan owns: any user spec for these is replaced by the plan's own (idempotent re-plan).
+_PLAN_OWNED = {"pytorch", "cuda-version", "pytorch-cuda", "pytorch-mutex", "cpuonly", "cudatoolkit"}
+_DEFAULT_VIRTUAL = {
+    "linux-64": {"__glibc": "2.28", "__linux": "5.10", "__unix": "0", "__archspec": "1=x86_64"},
+    "linux-aarch64": {
+        "__glibc": "2.28",
+        "__linux": "5.10",
+        "__unix": "0",
+        "__archspec": "1=aarch64",
+    },
+    "osx-arm64": {"__osx": "11.0", "__unix": "0", "__archspec": "1=arm64"},
+    "win-64": {"__win": "0", "__archspec": "1=x86_64"},
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for, after click parsed it (no host facts yet)."""
+
+    conda_specs: tuple[str, ...] = ("python", "pytorch", "torchvision", "pip")
+    pip_specs: tuple[str, ...] = ()
+    cuda: str = "auto"  # "auto" | "cpu" | "X.Y"
+    torch: str | None = None
+    python: str | None = None
+    flavor: str = "conda-forge"
+    platforms: tuple[str, ...] = ("linux-64",)
+    channels: tuple[str, ...] = ()  # empty: the flavor's defaults
+    driver: str | None = None  # --driver: plan for another machine
+    gpus: tuple[str, ...] = ()  # --gpu: compute capabilities "8.0"
+    virtual_overrides: tuple[tuple[str, str], ...] = ()  # --virtual-package NAME=VER
+
+    def options(self) -> dict[str, object]:
+        """The plan options that change a solve (stored in the lock for `envtool lock`)."""
+        return {
+            "cuda": self.cuda,
+            "torch": self.torch,
+            "python": self.python,
+            "flavor": self.flavor,
+            "platforms": list(self.platforms),
+            "channels": list(self.channels),
+            "driver": self.driver,
+            "gpus": list(self.gpus),
+            "virtual_overrides": [list(p) for p in self.virtual_overrides],
+        }
+
+
+@dataclass(frozen=True)
+class CudaBuild:
+    """One torch build found in a channel: torch version, CUDA version (None: CPU), python tag."""
+
+    torch: str
+    cuda: str | None
+    python: str | None = None  # "3.11" when the build string says py311
+
+
+@dataclass(frozen=True)
+class PlatformPlan:
+    platform: str
+    cuda: str | None  # None: CPU build on this platform
+    specs: tuple[str, ...]
+    constraints: tuple[str, ...]
+    virtual_packages: tuple[tuple[str, str, str], ...]  # (name, version, build)
+
+
+@dataclass(frozen=True)
+class Plan:
+    flavor: str
+    cuda: str | None  # the planned CUDA (None: CPU everywhere)
+    cuda_mode: str  # native | compat | target (no driver to check against) | cpu
+    min_driver: str | None
+    archs: tuple[str, ...]
+    torch: str | None
+    python: str | None
+    channels: tuple[str, ...]
+    platforms: tuple[PlatformPlan, ...]
+    pip_specs: tuple[str, ...] = ()
+    driver: str | None = None
+    gpus: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "flavor": self.flavor,
+            "cuda": self.cuda,
+            "cuda_mode": self.cuda_mode,
+            "min_driver": self.min_driver,
+            "archs": list(self.archs),
+            "torch": self.torch,
+            "python": self.python,
+            "driver": self.driver,
+            "gpus": list(self.gpus),
+            "channels": list(self.channels),
+            "platforms": [
+                {
+                    "platform": p.platform,
+                    "cuda": p.cuda,
+                    "specs": list(p.specs),
+                    "constraints": list(p.constraints),
+                    "virtual_packages": [
+                        f"{n}={v}" + (f"={b}" if b != "0" else "") for n, v, b in p.virtual_packages
+                    ],
+                }
+                for p in self.platforms
+            ],
+            "pip": list(self.pip_specs),
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
+        }
+
+
+def parse_cuda_builds(records: list[tuple[str, str, list[str]]]) -> list[CudaBuild]:
+    """(version, build string, depends) of pytorch records -> CudaBuild list.
+
+    conda-forge build strings carry the CUDA (`cuda126_mkl_py312_…`, `cuda118py39…`); when they
+    don't, a `cuda-version >=X.Y` / `cudatoolkit >=X.Y` / `pytorch-cuda` dependency does.
+    """
+    from envtool.core.versions import cuda_from_build_tag
+
+    out: set[CudaBuild] = set()
+    for version, build, depends in records:
+        if build.startswith("cpu") or "_cpu" in build:
+            cuda = None
+        else:
+            cuda = cuda_from_build_tag(build)
+            if cuda is None:
+                for dep in depends:
+                    m = re.match(
+                        r"^(cuda-version|cudatoolkit|pytorch-cuda)\s+>=?\s*(\d+\.\d+)", dep
+                    )
+                    if m:
+                        cuda = m.group(2)
+                        break
+            if cuda is None:
+                continue  # neither CPU nor CUDA (e.g. a rocm build): not ours to pick
+        py = re.search(r"py(3)\.?(\d+)", build)
+        out.add(CudaBuild(version, cuda, f"{py.group(1)}.{py.group(2)}" if py else None))
+    return sorted(out, key=lambda b: (parse_version(b.torch), b.cuda or "", b.python or ""))
+
+
+def plan_environment(
+    request: Request, host: HostFacts | None, builds: list[CudaBuild] | None = None
+) -> Plan:
+    """Request + host facts (+ the channel's torch builds for conda-forge) -> Plan, or UsageError."""
+    _check_request(request)
+    warnings: list[str] = []
+    notes: list[str] = []
+    driver = request.driver or (host.driver_version if host and host.has_driver else None)
+    gpus = request.gpus or tuple(
+        g.capability for g in (host.gpus if host else []) if g.capability is not None
+    )
+    if request.driver is None and request.gpus and host and host.has_driver:
+        notes.append("--gpu given without --driver: using this host's driver")
+    torch_series = major_minor(request.torch) if request.torch else None
+
+    if request.flavor == "pytorch" and request.torch and not cu.pytorch_channel_has(request.torch):
+        last = cu.load_cuda_data().pytorch_channel_last
+        raise UsageError(
+            f"--torch {request.torch} --flavor pytorch: the pytorch channel stopped at {last}",
+            "use --flavor conda-forge (the default), or --torch " + last,
+        )
+
+    cuda_platforms = [p for p in request.platforms if p not in NO_CUDA_PLATFORMS]
+    want = request.cuda.lower()
+    if want == "cpu":
+        cuda, mode = None, "cpu"
+    elif want == "auto":
+        if not cuda_platforms:
+            cuda, mode = None, "cpu"
+            notes.append("no CUDA platform requested: planning CPU builds")
+        elif driver is None:
+            cuda, mode = None, "cpu"
+            why = host.no_driver_reason if host and host.no_driver_reason else "no NVIDIA driver"
+            notes.append(
+                f"{why}: planning a CPU build (pass --driver VER or --cuda X.Y to plan for a GPU machine)"
+            )
+        else:
+            cuda, mode = _pick_cuda(request, driver, gpus, torch_series, builds, warnings)
+    else:
+        cuda, mode = _check_explicit_cuda(request, driver, gpus, torch_series, builds, warnings)
+
+    torch = request.torch
+    if cuda and request.flavor == "pytorch" and torch is None:
+        torch = _newest_official_torch(cuda)
+    archs = cu.archs_for_cuda(cuda) or () if cuda else ()
+    for p in request.platforms:
+        if cuda and p in NO_CUDA_PLATFORMS:
+            warnings.append(f"{p} has no CUDA builds: planning the CPU build for {p}")
+
+    channels = request.channels or DEFAULT_CHANNELS[request.flavor]
+    platforms = tuple(
+        _plan_platform(request, p, None if p in NO_CUDA_PLATFORMS else cuda, torch)
+        for p in request.platforms
+    )
+    return Plan(
+        flavor=request.flavor,
+        cuda=cuda,
+        cuda_mode=mode,
+        min_driver=cu.min_driver(cuda) if cuda else None,
+        archs=tuple(archs),
+        torch=torch,
+        python=request.python,
+        channels=tuple(channels),
+        platforms=platforms,
+        pip_specs=request.pip_specs,
+        driver=driver,
+        gpus=tuple(gpus),
+        warnings=tuple(warnings),
+        notes=tuple(notes),
+    )
+
+
+def _check_request(request: Request) -> None:
+    if request.flavor not in FLAVORS:
+        raise UsageError(
+            f"--flavor {request.flavor}: unknown flavor", f"use one of {', '.join(FLAVORS)}"
+        )
+    for p in request.platforms:
+        if p not in PLATFORMS:
+            raise UsageError(f"--platform {p}: not supported", f"use one of {', '.join(PLATFORMS)}")
+    want = request.cuda.lower()
+    if want not in ("auto", "cpu"):
+        try:
+            mm = major_minor(want)
+        except ValueError:
+            mm = None
+        if mm is None or cu.min_driver(mm) is None or not re.fullmatch(r"\d+\.\d+", want):
+            known = ", ".join(cu.known_cuda_versions())
+            raise UsageError(
+                f"--cuda {request.cuda}: not a known CUDA version",
+                f"use auto, cpu or one of {known}",
+            )
+    for value, flag in ((request.driver, "--driver"), (request.torch, "--torch")):
+        if value is not None:
+            try:
+                parse_version(value)
+            except ValueError:
+                raise UsageError(f"{flag} {value}: not a version", f"e.g. {flag} 2.5") from None
+    for g in request.gpus:
+        try:
+            cu.capability_to_arch(g)
+        except ValueError:
+            raise UsageError(
+                f"--gpu {g}: not a compute capability", "e.g. --gpu 8.0 or --gpu sm_80"
+            ) from None
+
+
+def _candidates(
+    request: Request, torch_series: str | None, builds: list[CudaBuild] | None
+) -> list[str]:
+    """CUDA versions torch was built for, given the flavor and --torch/--python."""
+    if request.flavor == "pytorch":
+        if torch_series:
+            return list(cu.official_cuda_builds(torch_series) or ())
+        last = parse_version(cu.load_cuda_data().pytorch_channel_last)
+        return sorted(
+            {
+                c
+                for t, cs in cu.load_cuda_data().torch_cuda.items()
+                if parse_version(t) <= last
+                for c in cs
+            },
+            key=parse_version,
+        )
+    found = {
+        b.cuda
+        for b in builds or []
+        if b.cuda
+        and (torch_series is None or major_minor(b.torch) == torch_series)
+        and (request.python is None or b.python in (None, major_minor(request.python)))
+    }
+    return sorted(found, key=parse_version)
+
+
+def _pair_hint(request: Request, torch_series: str | None, builds: list[CudaBuild] | None) -> str:
+    if request.flavor == "pytorch":
+        pairs = [
+            f"{t}: {', '.join(cs)}"
+            for t, cs in cu.load_cuda_data().torch_cuda.items()
+            if parse_version(t) <= parse_version(cu.load_cuda_data().pytorch_channel_last)
+            and (torch_series is None or t == torch_series)
+        ]
+    else:
+        by_torch: dict[str, set[str]] = {}
+        for b in builds or []:
+            if b.cuda:
+                by_torch.setdefault(b.torch, set()).add(b.cuda)
+        pairs = [
+            f"{t}: {', '.join(sorted(cs, key=parse_version))}"
+            for t, cs in sorted(by_torch.items(), key=lambda kv: parse_version(kv[0]))
+        ]
+    return "builds that exist — " + ("; ".join(pairs) if pairs else "none in these channels")
+
+
+def _arch_problem(cuda: str, gpus: tuple[str, ...]) -> str | None:
+    archs = cu.archs_for_cuda(cuda)
+    if not archs:
+        return None  # unknown arch list: cannot judge, do not block
+    missing = [g for g in gpus if not cu.arch_covered(g, archs)]
+    if missing:
+        return (
+            f"CUDA {cuda} builds carry {' '.join(archs)}, not GPU capability {', '.join(missing)}"
+        )
+    return None
+
+
+def _pick_cuda(
+    request: Request,
+    driver: str,
+    gpus: tuple[str, ...],
+    torch_series: str | None,
+    builds: list[CudaBuild] | None,
+    warnings: list[str],
+) -> tuple[str, str]:
+    candidates = _candidates(request, torch_series, builds)
+    if not candidates:
+        what = f"torch {request.torch}" if request.torch else "torch"
+        raise UsageError(
+            f"no CUDA build of {what} in {', '.join(request.channels or DEFAULT_CHANNELS[request.flavor])}",
+            _pair_hint(request, None, builds),
+        )
+    runnable: list[tuple[str, str]] = []
+    rejected: list[str] = []
+    for c in candidates:
+        verdict = cu.driver_supports(driver, c)
+        if verdict.mode in ("no", "unknown"):
+            rejected.append(f"CUDA {c} needs driver ≥ {verdict.min_driver}")
+            continue
+        problem = _arch_problem(c, gpus)
+        if problem:
+            rejected.append(problem)
+            continue
+        runnable.append((c, verdict.mode))
+    if not runnable:
+        native = cu.newest_cuda_native(driver) or "none"
+        raise UsageError(
+            f"no CUDA build of torch runs on driver {driver} (runs CUDA ≤ {native}) with these GPUs: "
+            + "; ".join(rejected),
+            "update the driver, pick --cuda cpu, or plan for another machine with --driver/--gpu",
+        )
+    cuda, mode = runnable[-1]
+    if mode == "compat":
+        native = [c for c, m in runnable if m == "native"]
+        alt = f"; pass --cuda {native[-1]} for a natively supported build" if native else ""
+        warnings.append(
+            f"driver {driver} runs CUDA ≤ {cu.newest_cuda_native(driver)} natively; CUDA {cuda} "
+            f"runs through minor-version compatibility (PTX JIT of newer code fails){alt}"
+        )
+    return cuda, mode
+
+
+def _check_explicit_cuda(
+    request: Request,
+    driver: str | None,
+    gpus: tuple[str, ...],
+    torch_series: str | None,
+    builds: list[CudaBuild] | None,
+    warnings: list[str],
+) -> tuple[str, str]:
+    cuda = major_minor(request.cuda)
+    mode = "target"
+    if driver is not None:
+        verdict = cu.driver_supports(driver, cuda)
+        if verdict.mode == "no":
+            native = cu.newest_cuda_native(driver) or "none"
+            raise UsageError(
+                f"--cuda {cuda} needs driver ≥ {verdict.min_driver}; this driver ({driver}) "
+                f"runs CUDA ≤ {native}",
+                f"pass --cuda {native} or --cuda auto, or update the NVIDIA driver",
+            )
+        mode = verdict.mode
+        if mode == "compat":
+            warnings.append(
+                f"driver {driver} runs CUDA {cuda} only through minor-version compatibility "
+                f"(native ≥ {verdict.min_driver}; PTX JIT of newer code fails)"
+            )
+    problem = _arch_problem(cuda, gpus)
+    if problem:
+        raise UsageError(problem, "pick a CUDA version whose builds cover this GPU, or --cuda auto")
+    if request.platforms and all(p in NO_CUDA_PLATFORMS for p in request.platforms):
+        return cuda, mode
+    candidates = _candidates(request, torch_series, builds)
+    if builds is None and request.flavor == "conda-forge":
+        return cuda, mode  # nothing discovered (no channel listing): the verifier still checks
+    if cuda not in candidates:
+        what = f"torch {request.torch}" if request.torch else "torch"
+        raise UsageError(
+            f"{what} was never built for CUDA {cuda} on {request.flavor}",
+            _pair_hint(request, torch_series, builds),
+        )
+    return cuda, mode
+
+
+def _newest_official_torch(cuda: str) -> str | None:
+    last = parse_version(cu.load_cuda_data().pytorch_channel_last)
+    series = [t for t in cu.official_torch_for_cuda(cuda) if parse_version(t) <= last]
+    return series[-1] if series else None
+
+
+def _spec_name(spec: str) -> str:
+    name = re.split(r"[\s=<>!~\[]", spec.strip(), maxsplit=1)[0]
+    return name.split("::")[-1].lower()
+
+
+def _plan_platform(
+    request: Request, platform: str, cuda: str | None, torch: str | None
+) -> PlatformPlan:
+    """Specs that force the intended build: a CUDA build for CUDA plans (never the newer CPU build
+    a bare `pytorch` + `cuda-version` lets win), the CPU build for CPU plans."""
+    user = [s for s in request.conda_specs if _spec_name(s) not in _PLAN_OWNED]
+    if request.python:
+        user = [s for s in user if _spec_name(s) != "python"] + [f"python {request.python}.*"]
+    tver = f"{torch}.*" if torch else "*"
+    specs: list[str] = []
+    constraints: list[str] = []
+    if request.flavor == "conda-forge":
+        if cuda:
+            tag = cuda.replace(".", "")
+            specs += [f"pytorch {tver} cuda{tag}*", f"cuda-version {cuda}.*"]
+        else:
+            specs.append(f"pytorch {tver} cpu*")
+    else:
+        if cuda:
+            specs += [
+                f"pytorch {tver} *cuda{cuda}*",
+                f"pytorch-cuda {cuda}.*",
+                "pytorch-mutex * cuda",
+            ]
+            # The nvidia channel drags in a newer cuda-version unless every toolkit-versioned
+            # runtime package is pinned to the planned CUDA (fixtures: 12.1 ask -> 12.6 leak).
+            constraints += [
+                f"{n} {cuda}.*"
+                for n in TOOLKIT_VERSIONED
+                if n not in ("pytorch-cuda", "cudatoolkit")
+            ]
+        else:
+            # `cpuonly` is only a pointer to this mutex build; the mutex is what selects CPU.
+            specs += [f"pytorch {tver} *cpu*", "pytorch-mutex * cpu"]
+    virtual = dict(_DEFAULT_VIRTUAL[platform])
+    if cuda:
+        virtual["__cuda"] = cuda
+    for name, value in request.virtual_overrides:
+        virtual[name] = value
+    vps = tuple(_split_virtual(n, v) for n, v in sorted(virtual.items()))
+    return PlatformPlan(platform, cuda, tuple(user + specs), tuple(constraints), vps)
+
+
+def _split_virtual(name: str, value: str) -> tuple[str, str, str]:
+    """'1=x86_64' -> ('1', 'x86_64'); '2.17' -> ('2.17', '0')."""
+    version, _, build = value.partition("=")
+    return (name, version, build or "0")
+
+
+def render_plan(plan: Plan) -> list[str]:
+    """Human text for --dry-run and the create summary."""
+    if plan.cuda:
+        head = f"CUDA {plan.cuda} ({plan.cuda_mode}), needs driver ≥ {plan.min_driver}"
+    else:
+        head = "CPU build"
+    lines = [
+        f"plan: {plan.flavor} flavor, {head}" + (f", torch {plan.torch}" if plan.torch else "")
+    ]
+    if plan.archs:
+        lines.append(f"  GPU architectures: {' '.join(plan.archs)}")
+    lines.append(f"  channels: {', '.join(plan.channels)}")
+    for p in plan.platforms:
+        lines.append(f"  {p.platform}: {'  '.join(p.specs)}")
+        if p.constraints:
+            lines.append(f"    constraints: {'  '.join(p.constraints)}")
+        lines.append(
+            "    virtual: "
+            + " ".join(f"{n}={v}" + (f"={b}" if b != "0" else "") for n, v, b in p.virtual_packages)
+        )
+    if plan.pip_specs:
+        lines.append(f"  pip: {'  '.join(plan.pip_specs)}")
+    lines += [f"  warning: {w}" for w in plan.warnings]
+    lines += [f"  note: {n}" for n in plan.notes]
+    return lines
