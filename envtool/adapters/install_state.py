@@ -1,9 +1,11 @@
 """Install markers and the per-environment file lock: nothing half-done, one writer at a time.
 
-An install writes `<prefix>/conda-meta/envtool-incomplete` (JSON with the lock hash) before it
-touches the prefix and removes it only after the last step succeeded; then it writes
-`<prefix>/conda-meta/envtool-state.json`. A killed install therefore leaves the marker behind,
-and every reader (list, info, doctor) reports `incomplete` until an install converges.
+An install writes `<prefix>/conda-meta/envtool/incomplete.json` (the lock hash) before it
+touches the prefix, writes `<prefix>/conda-meta/envtool/state.json` after the last step
+succeeded, and only then removes the marker. They live in a subdirectory because conda, mamba
+and rattler parse every `conda-meta/*.json` as a package record (rattler refuses to install
+into a prefix with a stray `conda-meta/envtool-state.json`). A killed install therefore leaves
+the marker behind, and every reader (list, info, doctor) reports `incomplete` until an install converges.
 """
 
 from __future__ import annotations
@@ -17,8 +19,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-INCOMPLETE = "envtool-incomplete"
-STATE = "envtool-state.json"
+META_DIR = "envtool"  # under conda-meta/
+INCOMPLETE = "incomplete.json"
+STATE = "state.json"
+
+
+def envtool_meta_dir(prefix: Path | str) -> Path:
+    return Path(prefix) / "conda-meta" / META_DIR
 
 
 def lock_sha256(lock_path: Path) -> str:
@@ -26,7 +33,7 @@ def lock_sha256(lock_path: Path) -> str:
 
 
 def write_incomplete_marker(prefix: Path, lock_hash: str, lock_path: Path) -> None:
-    meta = Path(prefix) / "conda-meta"
+    meta = envtool_meta_dir(prefix)
     meta.mkdir(parents=True, exist_ok=True)
     payload = {
         "lock_sha256": lock_hash,
@@ -40,14 +47,15 @@ def write_incomplete_marker(prefix: Path, lock_hash: str, lock_path: Path) -> No
 def write_complete_state(prefix: Path, state: dict[str, Any]) -> None:
     """Record the finished install, then drop the marker (in that order: a crash between the
     two still reads as incomplete)."""
-    meta = Path(prefix) / "conda-meta"
+    meta = envtool_meta_dir(prefix)
+    meta.mkdir(parents=True, exist_ok=True)
     _write_json_atomic(meta / STATE, state)
     (meta / INCOMPLETE).unlink(missing_ok=True)
 
 
 def read_install_state(prefix: Path | str) -> str | None:
     """'complete' | 'incomplete' | None (not an envtool-installed prefix)."""
-    meta = Path(prefix) / "conda-meta"
+    meta = envtool_meta_dir(prefix)
     if (meta / INCOMPLETE).exists():
         return "incomplete"
     if (meta / STATE).exists():
@@ -57,7 +65,7 @@ def read_install_state(prefix: Path | str) -> str | None:
 
 def read_state_record(prefix: Path | str) -> dict[str, Any] | None:
     """The envtool-state.json of a finished install (lock hash, lock path, plan, time)."""
-    path = Path(prefix) / "conda-meta" / STATE
+    path = envtool_meta_dir(prefix) / STATE
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -65,7 +73,7 @@ def read_state_record(prefix: Path | str) -> dict[str, Any] | None:
 
 
 def read_incomplete_marker(prefix: Path | str) -> dict[str, Any] | None:
-    path = Path(prefix) / "conda-meta" / INCOMPLETE
+    path = envtool_meta_dir(prefix) / INCOMPLETE
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

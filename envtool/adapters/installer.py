@@ -495,7 +495,7 @@ def _install_pip(
                 "re-lock so every pip entry carries a hash",
             )
         lines.append(f"{p.name} @ {urls[p.file_name].split('#', 1)[0]} --hash=sha256:{p.sha256}")
-    req = prefix / "conda-meta" / "envtool-pip-requirements.txt"
+    req = install_state.envtool_meta_dir(prefix) / "pip-requirements.txt"
     req.write_text("\n".join(lines) + "\n")
     offline = all(urls[p.file_name].startswith("file://") for p in pkgs)
     argv = [

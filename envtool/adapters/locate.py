@@ -102,3 +102,38 @@ def _prefix_of(exe: Path) -> Path | None:
     if parent.name in ("bin", "Scripts"):
         return parent.parent
     return parent
+
+
+# --- install/list/remove helpers (additive) ---------------------------------------------
+
+
+def env_prefix(name: str | None, prefix: str | None = None) -> Path:
+    """Where NAME is (or will be) installed: --prefix wins, else envs_dir()/NAME. Need not exist."""
+    if prefix:
+        return Path(prefix).expanduser().absolute()
+    if not name:
+        raise UsageError("no environment given", "pass NAME or --prefix PATH")
+    return envs_dir() / name
+
+
+def project_lock_path(name: str, cwd: Path | None = None) -> Path:
+    """environments/NAME/conda-lock.yml of the project in cwd (what `envtool create` writes)."""
+    return (cwd or Path.cwd()) / "environments" / name / "conda-lock.yml"
+
+
+def looks_like_env(prefix: Path) -> bool:
+    """A conda prefix has conda-meta/ (with `history` or package records): the guard for remove."""
+    meta = Path(prefix) / "conda-meta"
+    return meta.is_dir() and (
+        (meta / "history").exists()
+        or any(meta.glob("*.json"))
+        or (meta / "envtool" / "incomplete.json").exists()
+    )
+
+
+def list_env_prefixes(environ: dict[str, str] | None = None) -> list[Path]:
+    """Every environment under envs_dir(), sorted by name."""
+    root = envs_dir(environ)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and looks_like_env(p))

@@ -1,0 +1,76 @@
+"""Air-gapped installs: the lock plus a local channel holding exactly the locked packages.
+
+Layout of a bundle DIR:
+  DIR/conda-lock.yml            the lock, byte for byte (its hash still identifies the env)
+  DIR/channel/<subdir>/*.conda  the locked archives, hash-verified, indexed with rattler
+  DIR/channel/pypi/*.whl        the lock's pip wheels
+`envtool install --from DIR` remaps every URL to DIR/channel by file name and verifies hashes.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from envtool.adapters.installer import (
+    InstallReport,
+    default_cache_dir,
+    fetch_verified,
+    read_lock,
+)
+from envtool.output import note
+
+LOCK_NAME = "conda-lock.yml"
+CHANNEL_NAME = "channel"
+
+
+def write_bundle(
+    lock_path: Path,
+    out_dir: Path,
+    platforms: list[str] | None = None,
+    cache_dir: Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Fetch (or reuse from the cache) every locked file for the platforms, verify, copy, index."""
+    import asyncio
+
+    from rattler.index import index_fs
+
+    lock = read_lock(lock_path)
+    plats = platforms or lock.platforms
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    out_dir = Path(out_dir)
+    channel = out_dir / CHANNEL_NAME
+    (channel / "noarch").mkdir(parents=True, exist_ok=True)  # indexers require noarch/
+    report = InstallReport("", str(lock.path), lock.sha256, ",".join(plats))
+    files = []
+    seen: set[str] = set()
+    for plat in plats:
+        for pkg in lock.for_platform(plat):
+            if pkg.file_name in seen:
+                continue
+            seen.add(pkg.file_name)
+            verified = fetch_verified(pkg, pkg.url, cache / "archives", report)
+            sub = "pypi" if pkg.manager == "pip" else pkg.subdir
+            dest = channel / sub / pkg.file_name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(verified, dest)
+            files.append(f"{CHANNEL_NAME}/{sub}/{pkg.file_name}")
+            if progress:
+                note(f"  bundled {sub}/{pkg.file_name}")
+
+    async def index() -> None:
+        await index_fs(channel, write_zst=False, write_shards=False, force=True)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(index())
+    shutil.copyfile(lock.path, out_dir / LOCK_NAME)
+    return {
+        "bundle": str(out_dir),
+        "lock": str(out_dir / LOCK_NAME),
+        "channel": str(channel),
+        "lock_sha256": lock.sha256,
+        "platforms": plats,
+        "files": sorted(files),
+    }

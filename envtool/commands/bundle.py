@@ -1,0 +1,71 @@
+"""`envtool bundle NAME -o DIR`: the lock plus a local channel, for installs with no network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envtool.output import Result, emit
+
+
+@click.command("bundle")
+@click.argument("name", required=False)
+@click.option(
+    "--lock", "lock_file", help="Bundle this lock (default: environments/NAME/conda-lock.yml)."
+)
+@click.option("-o", "--output", "out_dir", required=True, help="Directory to write (created).")
+@click.option(
+    "--platform",
+    "platforms",
+    multiple=True,
+    help="Only these platforms (default: all in the lock).",
+)
+@click.option("--dry-run", is_flag=True, help="List what would be bundled; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+def cmd(
+    name: str | None,
+    lock_file: str | None,
+    out_dir: str,
+    platforms: tuple[str, ...],
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Write DIR/conda-lock.yml and DIR/channel/ holding exactly the locked, hash-checked files."""
+    from envtool.adapters.locate import project_lock_path
+    from envtool.errors import UsageError
+
+    if lock_file:
+        lock = Path(lock_file)
+    elif name:
+        lock = project_lock_path(name)
+    else:
+        raise UsageError("give NAME or --lock FILE", "e.g. `envtool bundle myenv -o myenv-bundle`")
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not (out / "conda-lock.yml").exists():
+        raise UsageError(
+            f"-o {out_dir}: directory exists and is not a bundle", "pick a new directory"
+        )
+    if dry_run:
+        from envtool.adapters.installer import read_lock
+
+        contents = read_lock(lock)
+        plats = list(platforms) or contents.platforms
+        files = sorted({p.file_name for pl in plats for p in contents.for_platform(pl)})
+        emit(
+            Result(
+                "bundle",
+                {"dry_run": True, "files": files},
+                [f"would bundle {len(files)} files into {out}"],
+            ),
+            as_json,
+        )
+        return
+    from envtool.adapters.bundle import write_bundle
+
+    data = write_bundle(lock, out, list(platforms) or None, progress=not as_json)
+    text = [
+        f"bundled {len(data['files'])} files into {out}",
+        f"install offline with: envtool install {name or '<NAME>'} --from {out}",
+    ]
+    emit(Result("bundle", data, text), as_json)

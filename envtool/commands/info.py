@@ -1,0 +1,35 @@
+"""`envtool info NAME`: one environment's plan, lock and state."""
+
+from __future__ import annotations
+
+import click
+
+from envtool.output import Result, emit
+
+
+@click.command("info")
+@click.argument("name", required=False)
+@click.option("--prefix", help="The environment's directory instead of NAME.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
+    """Show where NAME lives, what it was installed from, and whether the install finished."""
+    from envtool.adapters.install_state import read_state_record
+    from envtool.adapters.installed import describe_env
+    from envtool.adapters.locate import env_prefix, looks_like_env
+    from envtool.errors import UsageError
+
+    target = env_prefix(name, prefix)
+    if not looks_like_env(target):
+        raise UsageError(f"no environment at {target}", "see `envtool list`, or pass --prefix PATH")
+    row = describe_env(target)
+    plan = (read_state_record(target) or {}).get("plan") or {}
+    row["plan"] = plan
+    text = [f"{k:14} {v}" for k, v in row.items() if k != "plan" and v is not None]
+    for key, value in sorted(plan.items()):
+        if value and key != "envtool_request":
+            text.append(f"{key.removeprefix('envtool_'):14} {value}")
+    if row["state"] == "incomplete":
+        text.append(
+            f"the last install did not finish: run `envtool install {row['name']}` to finish it"
+        )
+    emit(Result("info", row, text), as_json)

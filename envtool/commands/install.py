@@ -1,0 +1,186 @@
+"""`envtool install NAME | --lock FILE`: install an environment from its conda-lock.yml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envtool.errors import UsageError
+from envtool.output import Result, emit, note
+
+
+def plan_host_check(meta: dict[str, str], platform: str, host: Any) -> list[tuple[str, str]]:
+    """Can this host run the locked build? [(problem, fix)]; empty when it can. Pure.
+
+    Reads envtool's custom_metadata (envtool_cuda / envtool_platforms_cuda, envtool_min_driver,
+    envtool_gpu_archs) and HostFacts; a lock without that metadata is not judged.
+    """
+    from envtool.core.cuda import arch_covered, driver_supports, parse_arch_list
+
+    cuda = _locked_cuda(meta, platform)
+    if not cuda or cuda == "cpu":
+        return []
+    problems: list[tuple[str, str]] = []
+    if not getattr(host, "has_driver", False):
+        reason = getattr(host, "no_driver_reason", None) or "no NVIDIA driver found"
+        return [
+            (
+                f"the lock is a CUDA {cuda} build but this host has no usable NVIDIA driver ({reason})",
+                "install on a GPU node, or pass --force to install anyway (e.g. on a login node)",
+            )
+        ]
+    driver = host.driver_version
+    verdict = driver_supports(driver, cuda)
+    floor = meta.get("envtool_min_driver") or verdict.min_driver
+    if verdict.mode == "no":
+        problems.append(
+            (
+                f"driver {driver} cannot run the locked CUDA {cuda} build (needs >= {floor})",
+                "upgrade the driver, re-create with `--cuda auto`, or pass --force",
+            )
+        )
+    archs_text = meta.get("envtool_gpu_archs", "")
+    if archs_text.strip():
+        try:
+            archs = parse_arch_list(archs_text)
+        except ValueError:
+            archs = ()
+        for gpu in getattr(host, "gpus", []):
+            if gpu.capability and archs and not arch_covered(gpu.capability, archs):
+                problems.append(
+                    (
+                        f"GPU {gpu.index} ({gpu.name}, sm_{gpu.capability.replace('.', '')}) is not in "
+                        f"the locked build's archs ({archs_text})",
+                        "pick a CUDA version whose builds cover this GPU, or pass --force",
+                    )
+                )
+    return problems
+
+
+def _locked_cuda(meta: dict[str, str], platform: str) -> str | None:
+    for item in meta.get("envtool_platforms_cuda", "").split():
+        plat, _, cuda = item.partition("=")
+        if plat == platform:
+            return cuda
+    return meta.get("envtool_cuda") or meta.get("cuda")
+
+
+def check_host(meta: dict[str, str], platform: str) -> None:
+    """Probe the host (another helper's adapter; skipped with a note if it is absent)."""
+    try:
+        from envtool.adapters.host_probe import probe_host
+    except ImportError:
+        note("note: host probe not available; skipping the driver/GPU check")
+        return
+    problems = plan_host_check(meta, platform, probe_host())
+    if problems:
+        problem, fix = problems[0]
+        extra = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UsageError(problem + extra, fix)
+
+
+def resolve_install_args(
+    name: str | None,
+    lock_file: str | None,
+    prefix: str | None,
+    from_dir: str | None,
+    channels: tuple[str, ...],
+) -> tuple[Path, Path, list[str], str]:
+    """(lock path, prefix, channel overrides, label) from the flags; UsageError when ambiguous."""
+    from envtool.adapters.locate import env_prefix, project_lock_path
+
+    override = [str(Path(c).expanduser().resolve()) if "://" not in c else c for c in channels]
+    if from_dir:
+        bundle = Path(from_dir).expanduser()
+        if not (bundle / "conda-lock.yml").is_file():
+            raise UsageError(
+                f"--from {from_dir}: no conda-lock.yml there",
+                "pass a directory written by `envtool bundle NAME -o DIR`",
+            )
+        lock = Path(lock_file) if lock_file else bundle / "conda-lock.yml"
+        override.append(str((bundle / "channel").resolve()))
+    elif lock_file:
+        lock = Path(lock_file)
+    elif name:
+        lock = project_lock_path(name)
+        if not lock.is_file():
+            raise UsageError(
+                f"no lock for {name!r} at {lock}",
+                f"run `envtool create {name}` / `envtool lock {name}` here, or pass --lock FILE",
+            )
+    else:
+        raise UsageError("give NAME, --lock FILE or --from DIR", "e.g. `envtool install myenv`")
+    label = name or (Path(prefix).name if prefix else lock.resolve().parent.name)
+    target = env_prefix(label, prefix)
+    return lock, target, override, label
+
+
+@click.command("install")
+@click.argument("name", required=False)
+@click.option(
+    "--lock",
+    "lock_file",
+    help="Install this conda-lock.yml (default: environments/NAME/conda-lock.yml).",
+)
+@click.option("--prefix", help="Install into this directory instead of <envs dir>/NAME.")
+@click.option("--from", "from_dir", help="Offline: a directory written by `envtool bundle`.")
+@click.option(
+    "--channel",
+    "channels",
+    multiple=True,
+    help="Local channel dir holding the locked files (repeatable).",
+)
+@click.option("--platform", help="Platform to install (default: this host's).")
+@click.option(
+    "--force", is_flag=True, help="Install even if this host's driver/GPUs can't run the build."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Show what would be fetched and linked; change nothing."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope; no progress.")
+def cmd(
+    name: str | None,
+    lock_file: str | None,
+    prefix: str | None,
+    from_dir: str | None,
+    channels: tuple[str, ...],
+    platform: str | None,
+    force: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Install an environment from its lock: hash-verified, resumable, offline-capable."""
+    from envtool.adapters import installer
+
+    lock_path, target, override, label = resolve_install_args(
+        name, lock_file, prefix, from_dir, channels
+    )
+    lock = installer.read_lock(lock_path)
+    plat = platform or installer.current_platform()
+    if not force:
+        check_host(lock.custom_metadata, plat)
+    if dry_run:
+        plan = installer.plan_install(
+            lock, target, plat, override or None, installer.default_cache_dir()
+        )
+        text = [f"would install {len(plan['packages'])} packages into {target} from {lock_path}"]
+        text += [
+            f"  {p['name']} {p['version']} {p['build'] or ''} ({p['manager']}{', cached' if p['cached'] else ''})"
+            for p in plan["packages"]
+        ]
+        emit(Result("install", {"dry_run": True, "name": label, **plan}, text), as_json)
+        return
+    report = installer.install_from_lock(
+        lock_path,
+        target,
+        platform=plat,
+        channels_override=override or None,
+        progress=not as_json,
+        force=force,
+    )
+    text = [
+        f"installed {label} at {target} ({report.conda_packages} conda, {report.pip_packages} pip)"
+    ]
+    emit(Result("install", {"name": label, **report.to_dict()}, text), as_json)

@@ -1,0 +1,46 @@
+"""`envtool list`: installed environments and their state (complete | incomplete | unknown)."""
+
+from __future__ import annotations
+
+import click
+
+from envtool.output import Result, emit
+
+
+def render_env_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    head = ("NAME", "STATE", "FLAVOR", "CUDA", "TORCH", "LOCK", "PREFIX")
+    table = [
+        (
+            r["name"],
+            r["state"],
+            r["flavor"] or "-",
+            r["cuda"] or "-",
+            r["torch"] or "-",
+            (r["lock_sha256"] or "-")[:12],
+            r["prefix"],
+        )
+        for r in rows
+    ]
+    widths = [max(len(str(x[i])) for x in [head, *table]) for i in range(len(head))]
+    return [
+        "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [head, *table]
+    ]
+
+
+@click.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+def cmd(as_json: bool) -> None:
+    """List installed environments; `incomplete` means an install was interrupted."""
+    from envtool.adapters.installed import describe_env
+    from envtool.adapters.locate import envs_dir, list_env_prefixes
+
+    rows = [describe_env(p) for p in list_env_prefixes()]
+    text = render_env_table(rows) or [f"no environments under {envs_dir()}"]
+    if any(r["state"] == "incomplete" for r in rows):
+        text.append(
+            "incomplete: an install was interrupted; run `envtool install NAME` to finish it"
+        )
+    emit(Result("list", {"envs_dir": str(envs_dir()), "environments": rows}, text), as_json)

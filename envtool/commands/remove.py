@@ -1,0 +1,42 @@
+"""`envtool remove NAME`: delete an installed environment (asks first)."""
+
+from __future__ import annotations
+
+import shutil
+
+import click
+
+from envtool.output import Result, emit, note
+
+
+@click.command("remove")
+@click.argument("name", required=False)
+@click.option("--prefix", help="The environment's directory instead of NAME.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json: bool) -> None:
+    """Remove an environment. Refuses directories that are not conda environments."""
+    from envtool.adapters.install_state import env_lock_path, hold_env_lock
+    from envtool.adapters.locate import env_prefix, looks_like_env
+    from envtool.errors import UsageError
+
+    target = env_prefix(name, prefix)
+    if not target.exists():
+        raise UsageError(f"no environment at {target}", "see `envtool list`")
+    if not looks_like_env(target):
+        raise UsageError(
+            f"{target} does not look like a conda environment (no conda-meta/ records)",
+            "refusing to delete it; remove it by hand if you are sure",
+        )
+    data = {"prefix": str(target), "dry_run": dry_run, "removed": False}
+    if dry_run:
+        emit(Result("remove", data, [f"would remove {target}"]), as_json)
+        return
+    if not yes and not click.confirm(f"Remove {target}?", default=False, err=True):
+        raise UsageError("not removed", "pass --yes to remove without asking")
+    with hold_env_lock(target, target.name, on_wait=note):
+        shutil.rmtree(target)
+    env_lock_path(target).unlink(missing_ok=True)
+    data["removed"] = True
+    emit(Result("remove", data, [f"removed {target}"]), as_json)

@@ -1,0 +1,40 @@
+"""`envtool run -n NAME -- CMD...`: run a command inside the activated environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import click
+
+
+@click.command(
+    "run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@click.option("-n", "--name", help="Environment name (under the envs dir).")
+@click.option("--prefix", help="The environment's directory instead of -n NAME.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
+    """Activate the environment (activate.d scripts included) and exec COMMAND; its exit code is ours."""
+    from envtool.adapters.activation import activated_environ
+    from envtool.adapters.install_state import read_install_state
+    from envtool.adapters.locate import env_prefix, looks_like_env
+    from envtool.errors import UsageError
+    from envtool.output import note
+
+    target = env_prefix(name, prefix)
+    if not looks_like_env(target):
+        raise UsageError(f"no environment at {target}", "see `envtool list`, or pass --prefix PATH")
+    if read_install_state(target) == "incomplete":
+        note(
+            f"warning: {target.name} is incomplete (an install was interrupted); run `envtool install`"
+        )
+    env = activated_environ(target)
+    exe = shutil.which(command[0], path=env.get("PATH"))
+    if exe is None:
+        raise UsageError(
+            f"{command[0]}: command not found in {target.name}",
+            "check the name, or install it into the env",
+        )
+    # exec: signals, stdin and the exit code are the command's own, with no wrapper process.
+    os.execve(exe, [command[0], *command[1:]], env)

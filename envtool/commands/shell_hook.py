@@ -1,0 +1,27 @@
+"""`envtool shell-hook NAME`: print the activation script, for `eval "$(envtool shell-hook NAME)"`."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("shell-hook")
+@click.argument("name", required=False)
+@click.option("--prefix", help="The environment's directory instead of NAME.")
+@click.option(
+    "--shell",
+    "shell",
+    type=click.Choice(["bash", "zsh", "fish"]),
+    default="bash",
+    show_default=True,
+)
+def cmd(name: str | None, prefix: str | None, shell: str) -> None:
+    """Print the script that activates NAME in SHELL (PATH, CONDA_PREFIX, activate.d scripts)."""
+    from envtool.adapters.activation import render_activation_script
+    from envtool.adapters.locate import env_prefix, looks_like_env
+    from envtool.errors import UsageError
+
+    target = env_prefix(name, prefix)
+    if not looks_like_env(target):
+        raise UsageError(f"no environment at {target}", "see `envtool list`, or pass --prefix PATH")
+    click.echo(render_activation_script(target, shell), nl=False)

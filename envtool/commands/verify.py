@@ -1,0 +1,52 @@
+"""`envtool verify NAME`: installed packages vs the lock (missing, extra, changed). Exit 1 on drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envtool.output import Result, emit
+
+
+@click.command("verify")
+@click.argument("name", required=False)
+@click.option("--prefix", help="The environment's directory instead of NAME.")
+@click.option(
+    "--lock", "lock_file", help="Compare with this lock (default: the one it was installed from)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+def cmd(name: str | None, prefix: str | None, lock_file: str | None, as_json: bool) -> None:
+    """Compare an installed environment with its lock; exit 1 when they differ."""
+    from envtool.adapters.install_state import read_install_state, read_state_record
+    from envtool.adapters.installed import compute_drift
+    from envtool.adapters.locate import env_prefix, looks_like_env, project_lock_path
+    from envtool.core.drift import render_drift
+    from envtool.errors import UsageError
+
+    target = env_prefix(name, prefix)
+    if not looks_like_env(target):
+        raise UsageError(f"no environment at {target}", "see `envtool list`, or pass --prefix PATH")
+    lock = Path(lock_file) if lock_file else None
+    if lock is None:
+        recorded = (read_state_record(target) or {}).get("lock_path")
+        if recorded and Path(recorded).is_file():
+            lock = Path(recorded)
+        elif name and project_lock_path(name).is_file():
+            lock = project_lock_path(name)
+        else:
+            raise UsageError(
+                f"no lock known for {target}", "pass --lock environments/NAME/conda-lock.yml"
+            )
+    drift = compute_drift(target, lock)
+    state = read_install_state(target)
+    drift["install_state"] = state
+    text = render_drift(drift)
+    if state == "incomplete":
+        text.append("the last install did not finish: run `envtool install` again")
+    bad = not drift["clean"] or state == "incomplete"
+    emit(
+        Result("verify", {"prefix": str(target), **drift}, text, exit_code=1 if bad else 0), as_json
+    )
+    if bad:
+        raise click.exceptions.Exit(1)
