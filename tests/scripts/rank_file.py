@@ -1,7 +1,8 @@
-"""Each rank writes <dir>/rank-<RANK>, prints a line, and (optionally) fails or dies on one rank.
+"""Each rank writes <out>/rank-<RANK> when it finishes; one rank can be made to fail or die.
 
-usage: rank_file.py DIR [--fail-rank R] [--kill-rank R] [--steps N] [--sleep S] [--stamp-dir D]
-Imports torch.distributed only when asked to all-reduce, so a run costs ~1 s per rank.
+usage: rank_file.py OUT [--steps N] [--sleep S] [--fail-rank R] [--kill-rank R] [--at-step K]
+                        [--ready-dir D]
+Stdlib only (no torch import), so a 2-rank run costs little more than torchrun itself.
 """
 
 import argparse
@@ -15,26 +16,28 @@ from pathlib import Path
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("out")
-    p.add_argument("--fail-rank", type=int, default=-1)
-    p.add_argument("--kill-rank", type=int, default=-1)
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--sleep", type=float, default=0.0)
-    p.add_argument("--stamp-dir", default=None)
+    p.add_argument("--fail-rank", type=int, default=-1)
+    p.add_argument("--kill-rank", type=int, default=-1)
+    p.add_argument("--at-step", type=int, default=1)
+    p.add_argument("--ready-dir", default=None, help="write rank-<RANK> (a timestamp) at step 1")
     a = p.parse_args()
     rank = int(os.environ["RANK"])
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     for step in range(1, a.steps + 1):
-        if step == 1 and a.stamp_dir:  # benchmark: when did this rank reach its first step
-            Path(a.stamp_dir, f"rank-{rank}").write_text(repr(time.time()))
+        if step == 1 and a.ready_dir:
+            Path(a.ready_dir).mkdir(parents=True, exist_ok=True)
+            Path(a.ready_dir, f"rank-{rank}").write_text(repr(time.time()))
         print(f"rank {rank} step {step}", flush=True)
-        if rank == a.fail_rank and step == a.steps:
+        if rank == a.fail_rank and step == a.at_step:
             raise ValueError(f"planted failure on rank {rank} at step {step}")
-        if rank == a.kill_rank and step == a.steps:
+        if rank == a.kill_rank and step == a.at_step:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(a.sleep)
     (out / f"rank-{rank}").write_text(os.environ.get("WORLD_SIZE", "?"))
-    print(f"rank {rank} stderr line", file=sys.stderr, flush=True)
+    print(f"rank {rank} done", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,246 @@
+"""`envtool launch` with real torchrun (torch 2.13 CPU from .venv), gloo, tiny scripts.
+
+The torchrun test pattern: every rank writes a file named after its RANK; assert the set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from envtool.adapters.launcher import kill_marked, pids_with_environ
+
+SCRIPTS = REPO / "tests" / "scripts"
+RANK_FILE = SCRIPTS / "rank_file.py"
+
+pytestmark = pytest.mark.integration
+
+
+def launch_env(marker: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"
+    env["ENVTOOL_TEST_MARKER"] = marker  # inherited by torchrun and every rank: find leftovers
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def envtool(
+    args: list[str], cwd: Path, marker: str = "", timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "envtool", *args],
+        cwd=cwd,
+        env=launch_env(marker or uuid.uuid4().hex),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def only_run_dir(cwd: Path) -> Path:
+    runs = list((cwd / "runs").iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def leftovers(marker: str) -> list[int]:
+    return pids_with_environ(f"ENVTOOL_TEST_MARKER={marker}".encode())
+
+
+def test_every_rank_runs_and_only_rank_zero_reaches_the_console(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = envtool(["launch", str(RANK_FILE), "--cpu", "--", str(out), "--steps", "2"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in out.iterdir()} == {"rank-0", "rank-1"}
+    assert (out / "rank-1").read_text() == "2"  # WORLD_SIZE
+    assert "rank 0 step 2" in proc.stdout
+    assert "rank 1 step" not in proc.stdout + proc.stderr
+
+    run = only_run_dir(tmp_path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    for key in (
+        "command", "env_prefix", "python", "torch_version", "lock_hash", "git_commit",
+        "driver", "gpus", "nnodes", "nproc_per_node", "start_time", "end_time",
+        "exit_code", "failed_rank",
+    ):  # fmt: skip
+        assert key in manifest, key
+    assert manifest["exit_code"] == 0 and manifest["failed_rank"] is None
+    assert manifest["torch_version"].startswith("2.13")
+    assert manifest["nproc_per_node"] == 2 and manifest["nnodes"] == 1
+    assert manifest["command"][1:3] == ["-m", "torch.distributed.run"]
+    assert manifest["git_commit"] and len(manifest["git_commit"]) == 40  # script is in this repo
+    # every rank's output is kept, rank 1 included
+    logs = manifest["rank_logs"]
+    assert set(logs) == {"0", "1"}
+    rank1_stdout = Path(tmp_path, logs["1"]).with_name("stdout.log").read_text()
+    assert "rank 1 step 2" in rank1_stdout
+    assert Path(tmp_path, logs["1"]).resolve().is_relative_to(run.resolve())
+
+
+def test_all_ranks_shows_every_rank(tmp_path: Path) -> None:
+    proc = envtool(
+        ["launch", str(RANK_FILE), "--cpu", "--all-ranks", "--", str(tmp_path / "o")], tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "rank 0 step 1" in proc.stdout and "rank 1 step 1" in proc.stdout
+
+
+def test_a_failing_rank_is_named_with_its_exception(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = [str(out), "--fail-rank", "1", "--at-step", "2", "--steps", "600", "--sleep", "0.05"]
+    proc = envtool(["launch", str(RANK_FILE), "--cpu", "--", *args], tmp_path)
+    assert proc.returncode == 1
+    assert "rank 1 failed first (exit 1 at " in proc.stderr
+    assert "ValueError: planted failure on rank 1 at step 2" in proc.stderr
+    assert not (out / "rank-0").exists()  # rank 0 (30 s of steps) was stopped, not awaited
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    assert manifest["failed_rank"] == 1 and manifest["exit_code"] == 1
+
+
+def test_a_rank_killed_mid_run_ends_the_job_and_is_named(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    marker = uuid.uuid4().hex
+    args = [str(out), "--kill-rank", "1", "--at-step", "3", "--steps", "600", "--sleep", "0.05"]
+    proc = envtool(["launch", str(RANK_FILE), "--cpu", "--", *args], tmp_path, marker)
+    assert proc.returncode != 0
+    assert "rank 1 failed first (killed by SIGKILL" in proc.stderr
+    assert not (out / "rank-0").exists()
+    assert leftovers(marker) == []
+
+
+def test_ctrl_c_stops_every_rank_and_leaves_no_process(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    ready = tmp_path / "ready"
+    args = [str(tmp_path / "out"), "--steps", "2000", "--sleep", "0.05", "--ready-dir", str(ready)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envtool", "launch", str(RANK_FILE), "--cpu", "--", *args],
+        cwd=tmp_path,
+        env=launch_env(marker),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (ready / "rank-1").exists() or not (ready / "rank-0").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "ranks never started"
+            time.sleep(0.1)
+        assert len(leftovers(marker)) >= 4  # envtool, torchrun, two ranks
+        proc.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130
+        assert "stopped by SIGINT" in err
+        assert leftovers(marker) == []
+        assert not (tmp_path / "out" / "rank-0").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in leftovers(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_port_29500_in_use_does_not_matter(tmp_path: Path) -> None:
+    busy = socket.socket()
+    try:
+        busy.bind(("127.0.0.1", 29500))
+        busy.listen()
+    except OSError:
+        pass  # someone else already holds it: the port is busy either way
+    try:
+        proc = envtool(["launch", str(RANK_FILE), "--cpu", "--", str(tmp_path / "o")], tmp_path)
+    finally:
+        busy.close()
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in (tmp_path / "o").iterdir()} == {"rank-0", "rank-1"}
+
+
+def test_kill_and_relaunch_resumes_from_the_checkpoint(tmp_path: Path) -> None:
+    script = str(SCRIPTS / "resume.py")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    whole = envtool(["launch", script, "--cpu", "--", str(tmp_path / "a")], tmp_path / "a")
+    assert whole.returncode == 0, whole.stderr
+    crashed = envtool(
+        [
+            "launch",
+            script,
+            "--cpu",
+            "--",
+            str(tmp_path / "b"),
+            "--die-rank",
+            "1",
+            "--die-at-step",
+            "4",
+        ],
+        tmp_path / "b",
+    )
+    assert crashed.returncode != 0
+    assert "rank 1 failed first" in crashed.stderr
+    assert json.loads((tmp_path / "b" / "ckpt.json").read_text())["step"] == 3
+    resumed = envtool(["launch", script, "--cpu", "--", str(tmp_path / "b")], tmp_path / "b")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed at step 4" in resumed.stdout
+    result = [line for line in resumed.stdout.splitlines() if "RESULT" in line]
+    assert result and result == [line for line in whole.stdout.splitlines() if "RESULT" in line]
+
+
+def test_dry_run_prints_the_command_and_runs_nothing(tmp_path: Path) -> None:
+    proc = envtool(
+        ["launch", str(RANK_FILE), "--cpu", "--nproc", "3", "--dry-run", "--", "x"], tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert "-m torch.distributed.run --nnodes 1 --nproc-per-node 3" in last
+    assert last.endswith(f"{RANK_FILE} x")
+    assert "export CUDA_VISIBLE_DEVICES=''" in proc.stdout
+    assert not (tmp_path / "runs").exists()
+
+    as_json = envtool(["launch", str(RANK_FILE), "--cpu", "--dry-run", "--json"], tmp_path)
+    plan = json.loads(as_json.stdout)["plan"]
+    assert plan["backend"] == "gloo" and plan["nproc_per_node"] == 2
+
+
+def test_more_gpus_than_the_host_has_is_exit_2(tmp_path: Path) -> None:
+    proc = envtool(["launch", str(RANK_FILE), "--gpus", "4"], tmp_path)
+    if "this host shows none" not in proc.stderr:
+        pytest.skip("this host has GPUs")
+    assert proc.returncode == 2
+    assert "asked for 4 GPUs; this host shows none" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_environment_without_torch_is_exit_2(tmp_path: Path) -> None:
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    proc = envtool(
+        ["launch", str(RANK_FILE), "--cpu", "--python", str(bare / "bin" / "python")], tmp_path
+    )
+    assert proc.returncode == 2
+    assert "torch is not installed" in proc.stderr
+
+
+def test_kill_marked_finds_processes_in_other_sessions(tmp_path: Path) -> None:
+    """torchrun puts each worker in its own session; the env marker still finds it."""
+    run_id = "test-" + uuid.uuid4().hex
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, "ENVTOOL_RUN_ID": run_id},
+        start_new_session=True,
+    )
+    try:
+        assert kill_marked(run_id) == 1
+        assert child.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
