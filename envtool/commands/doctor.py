@@ -174,7 +174,8 @@ def render_human(
     status = overall(checks)
     lines = [f"envtool doctor: {status.upper()} — {headline(checks)}"]
     for c in checks:
-        if c.status in ("ok", "skip") and not verbose:
+        shown = verbose or c.status in ("warn", "fail") or c.id.startswith("deep-")
+        if not shown:
             continue
         lines.append(f"  {marks[c.status]} {c.id}: {c.summary}")
         if c.fix and c.status in ("warn", "fail"):
@@ -194,7 +195,9 @@ def render_deep(checks: list[Check]) -> list[str]:
     if ar is None or not isinstance(ar.evidence, dict) or not ar.evidence.get("busbw_gbps"):
         return []
     ev = ar.evidence
-    per = ", ".join(f"{k} {v:.1f}" for k, v in ev["busbw_gbps"].items())
+    per = ", ".join(
+        f"{k} {v:.1f}" if v >= 10 else f"{k} {v:.2f}" for k, v in ev["busbw_gbps"].items()
+    )
     return [f"  all-reduce bus bandwidth (GB/s, {ev.get('world_size')} ranks): {per}"]
 
 

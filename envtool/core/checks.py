@@ -579,7 +579,8 @@ def check_cuda_visible_devices(host: HostFacts, env: EnvFacts) -> Check:
     cvd = host.cuda_visible_devices
     if cvd is None:
         return Check(cid, OK, "CUDA_VISIBLE_DEVICES is not set (all GPUs visible)", [])
-    ev = [f"CUDA_VISIBLE_DEVICES={cvd!r}"]
+    shown = f'CUDA_VISIBLE_DEVICES="{cvd}"'  # as a user would type it in a shell
+    ev = [shown]
     n = len(host.gpus)
     items = [x.strip() for x in cvd.split(",")]
     if cvd.strip() in ("", "-1") or (items and items[0] in ("", "-1")):
@@ -588,7 +589,7 @@ def check_cuda_visible_devices(host: HostFacts, env: EnvFacts) -> Check:
         return Check(
             cid,
             FAIL,
-            f"CUDA_VISIBLE_DEVICES={cvd!r} hides all {n} GPU(s) from CUDA",
+            f"{shown} hides all {n} GPU(s) from CUDA",
             ev,
             "unset CUDA_VISIBLE_DEVICES",
         )

@@ -1,0 +1,306 @@
+"""Unit tests of the pure doctor checks: each check's verdict and fix on the facts that trigger it."""
+
+from __future__ import annotations
+
+import pytest
+
+from envtool.core.checks import (
+    Check,
+    check_by_id,
+    check_cuda_available,
+    check_cuda_visible_devices,
+    check_deep_allreduce,
+    check_deep_matmul,
+    check_dev_shm,
+    check_gpu_arch_covered,
+    check_install_state,
+    check_ld_library_path,
+    check_lock_drift,
+    check_mig,
+    check_minor_version_compat,
+    check_nvcc_vs_torch,
+    check_torch_present,
+    headline,
+    overall,
+    pick_cuda_for_driver,
+    run_checks,
+    run_deep_checks,
+    torch_cuda,
+    torch_is_cpu_build,
+)
+from envtool.core.facts import EnvFacts, GpuFacts, HostFacts, TorchFacts
+
+
+def gpus(n: int, name: str = "NVIDIA H100 80GB HBM3", cap: str = "9.0", **kw) -> list[GpuFacts]:
+    return [
+        GpuFacts(index=i, name=name, capability=cap, uuid=f"GPU-{i:08x}", **kw) for i in range(n)
+    ]
+
+
+def cuda_env(version="2.5.1+cu124", cuda="12.4", **kw) -> EnvFacts:
+    return EnvFacts(
+        python_exe="/envs/x/bin/python",
+        prefix="/envs/x",
+        torch=TorchFacts(version=version, cuda=cuda, **kw),
+    )
+
+
+H100 = HostFacts(driver_version="550.54.14", driver_cuda="12.4", gpus=gpus(2))
+
+
+# ----------------------------------------------------------------- derived facts
+
+
+@pytest.mark.parametrize(
+    ("torch", "conda", "cpu", "cuda"),
+    [
+        (TorchFacts(version="2.3.1+cu121", cuda="12.1"), {}, False, "12.1"),
+        (TorchFacts(version="2.13.0+cpu", cuda=None), {}, True, None),
+        (TorchFacts(version="2.2.2", cuda=None), {}, True, None),  # Windows CPU wheel
+        (
+            None,
+            {"pytorch": {"version": "2.7.1", "build": "cuda126_mkl_py312_h1a2b3c_300"}},
+            False,
+            "12.6",
+        ),
+        (None, {"pytorch": {"version": "2.10.0", "build": "cpu_mkl_py312_h0_100"}}, True, None),
+        (None, {"pytorch": {"version": "1.4.0", "build": "py3.7_cpu_0"}}, True, None),
+        (None, {"pytorch": {"version": "1.3.1", "build": "cuda100py37h53c1284_0"}}, False, "10.0"),
+        (None, {}, None, None),
+    ],
+)
+def test_cpu_build_and_cuda_detection(torch, conda, cpu, cuda):
+    env = EnvFacts(torch=torch, conda_packages=conda)
+    assert torch_is_cpu_build(env) is cpu
+    assert torch_cuda(env) == cuda
+
+
+def test_pick_cuda_for_driver_uses_minor_version_compat_and_torch_builds():
+    env = cuda_env()
+    assert pick_cuda_for_driver(HostFacts(driver_version="470.182.03"), env) == "11.8"
+    assert pick_cuda_for_driver(HostFacts(driver_version="535.54.03"), env) == "12.9"
+    # CUDA 10.0 is the best a 410 driver runs, and no torch in the table was built for it
+    assert pick_cuda_for_driver(HostFacts(driver_version="410.104"), env) is None
+
+
+# ----------------------------------------------------------------- single checks
+
+
+def test_torch_present_reports_probe_timeout_and_import_error():
+    timeout = EnvFacts(python_exe="/p/bin/python", status="timeout", error="did not finish in 120s")
+    c = check_torch_present(HostFacts(), timeout)
+    assert c.status == "fail" and "timed out" in c.summary
+    assert "did not finish in 120s" in c.evidence
+    broken = EnvFacts(torch_import_error="ImportError: libcudnn.so.9: cannot open shared object")
+    c = check_torch_present(HostFacts(), broken)
+    assert c.status == "fail" and "not importable" in c.summary
+    assert any("libcudnn" in e for e in c.evidence)
+    assert "envtool create" in c.fix
+
+
+def test_minor_version_compat_warns_with_the_native_floor():
+    host = HostFacts(driver_version="530.30.02", gpus=gpus(1))
+    c = check_minor_version_compat(host, cuda_env("2.6.0+cu126", "12.6"))
+    assert c.status == "warn" and "minor-version compatibility" in c.summary
+    assert c.fix == "upgrade the NVIDIA driver to ≥ 560.28.03"
+    assert check_minor_version_compat(H100, cuda_env()).status == "ok"
+
+
+def test_blackwell_gpu_on_cu124_build_has_no_kernels():
+    host = HostFacts(
+        driver_version="575.51.03",
+        gpus=[GpuFacts(index=0, name="NVIDIA GeForce RTX 5090", capability="12.0")],
+    )
+    c = check_gpu_arch_covered(host, cuda_env("2.5.1+cu124", "12.4"))
+    assert c.status == "fail"
+    assert "RTX 5090" in c.summary and "no kernel image" in c.summary
+    assert c.fix == "envtool create NAME --cuda 12.9"
+
+
+def test_arch_list_from_probe_beats_the_table():
+    # a source build for sm_80 only, on an H100: the probe's arch list is what counts
+    env = cuda_env("2.5.0a0+git", "12.4", arch_list=["sm_80"])
+    c = check_gpu_arch_covered(H100, env)
+    assert c.status == "fail" and "torch.cuda.get_arch_list()" in c.evidence[0]
+    env.torch.arch_list = ["sm_80", "compute_80"]  # PTX JIT covers newer GPUs
+    assert check_gpu_arch_covered(H100, env).status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("cvd", "status", "needle"),
+    [
+        (None, "ok", "not set"),
+        ("", "fail", "hides all 2"),
+        ("-1", "fail", "hides all 2"),
+        ("7", "fail", "do not exist: 7"),
+        ("0,1", "ok", "selects 2 of 2"),
+        ("GPU-00000001", "ok", "selects 1"),
+        ("GPU-deadbeef", "fail", "GPU-deadbeef"),
+    ],
+)
+def test_cuda_visible_devices(cvd, status, needle):
+    host = HostFacts(driver_version="550.54.14", gpus=gpus(2), cuda_visible_devices=cvd)
+    c = check_cuda_visible_devices(host, cuda_env())
+    assert c.status == status and needle in c.summary
+    if status == "fail":
+        assert "unset CUDA_VISIBLE_DEVICES" in c.fix
+
+
+def test_ld_library_path_shadowing_warns_and_fails_when_cuda_is_broken():
+    host = HostFacts(
+        driver_version="550.54.14",
+        gpus=gpus(1),
+        ld_library_hits=["/usr/local/cuda-11.8/lib64/libcudart.so.11.0"],
+    )
+    env = cuda_env(is_available=True)
+    c = check_ld_library_path(host, env)
+    assert c.status == "warn" and "/usr/local/cuda-11.8/lib64" in c.summary
+    assert "unset LD_LIBRARY_PATH" in c.fix
+    env.torch.is_available = False
+    assert check_ld_library_path(host, env).status == "fail"
+    # the environment's own lib dir on LD_LIBRARY_PATH is fine
+    own = HostFacts(ld_library_hits=["/envs/x/lib/libcudart.so.12"])
+    assert check_ld_library_path(own, cuda_env()).status == "ok"
+
+
+def test_nvcc_major_mismatch_breaks_extension_builds():
+    host = HostFacts(nvcc_version="11.8", cuda_home="/usr/local/cuda-11.8")
+    c = check_nvcc_vs_torch(host, cuda_env("2.5.1+cu124", "12.4"))
+    assert c.status == "warn" and "11.8" in c.summary and "12.4" in c.summary
+    assert "cuda-nvcc=12.4" in c.fix
+    assert check_nvcc_vs_torch(HostFacts(nvcc_version="12.6"), cuda_env()).status == "ok"
+
+
+def test_small_dev_shm_on_multi_gpu_host():
+    host = HostFacts(gpus=gpus(4), shm_bytes=64 << 20)  # Docker's default 64 MiB
+    c = check_dev_shm(host, cuda_env())
+    assert c.status == "warn" and "64 MiB" in c.summary and "--ipc=host" in c.fix
+    assert check_dev_shm(HostFacts(gpus=gpus(1), shm_bytes=64 << 20), cuda_env()).status == "ok"
+
+
+def test_mig_enabled():
+    host = HostFacts(gpus=gpus(1, mig_enabled=True, mig_devices=7))
+    c = check_mig(host, cuda_env())
+    assert c.status == "warn" and "one MIG instance" in c.summary and "MIG UUID" in c.fix
+
+
+def test_install_state_and_lock_drift_skip_when_unknown():
+    env = cuda_env()
+    assert check_install_state(H100, env).status == "skip"
+    assert check_lock_drift(H100, env).status == "skip"
+    env.install_state = "incomplete"
+    env.drift = {"changed": ["pytorch 2.5.1 -> 2.5.0"]}
+    c = check_install_state(H100, env)
+    assert c.status == "fail" and c.fix == "envtool install NAME"
+    c = check_lock_drift(H100, env)
+    assert c.status == "fail" and "envtool verify NAME" in c.fix
+    env.install_state, env.drift = "complete", {}
+    assert check_install_state(H100, env).status == "ok"
+    assert check_lock_drift(H100, env).status == "ok"
+
+
+def test_cuda_unavailable_with_a_good_driver_fails_with_torchs_message():
+    env = cuda_env(
+        is_available=False,
+        available_message="CUDA unknown error - this may be due to an incorrectly set up environment",
+    )
+    c = check_cuda_available(H100, env)
+    assert c.status == "fail" and "CUDA unknown error" in c.summary
+
+
+def test_cuda_unavailable_explained_by_hidden_gpus_is_not_a_second_failure():
+    host = HostFacts(driver_version="550.54.14", gpus=gpus(2), cuda_visible_devices="")
+    env = cuda_env(is_available=False, device_count=0)
+    checks = run_checks(host, env)
+    assert [c.id for c in checks if c.status == "fail"] == ["cuda-visible-devices"]
+    assert headline(checks).startswith('CUDA_VISIBLE_DEVICES=""')
+
+
+# ----------------------------------------------------------------- run_checks / overall
+
+
+def test_checks_never_raise_on_odd_facts():
+    host = HostFacts(driver_version="garbage", driver_cuda="x", gpus=[GpuFacts(0, "?", "weird")])
+    env = EnvFacts(torch=TorchFacts(version="not-a-version", cuda="??", arch_list=["bogus"]))
+    checks = run_checks(host, env)
+    assert all(isinstance(c, Check) for c in checks)
+    assert len({c.id for c in checks}) == len(checks)
+    assert {c.status for c in checks} <= {"ok", "warn", "fail", "skip"}
+
+
+def test_overall_and_ids_are_stable():
+    checks = run_checks(H100, cuda_env(is_available=True, device_count=2))
+    assert overall(checks) == "ok"
+    assert [c.id for c in checks][:3] == ["torch-present", "nvidia-driver", "driver-vs-torch-cuda"]
+    assert all(c.id == c.id.lower() and " " not in c.id for c in checks)
+    assert overall([Check("a", "warn", "", []), Check("b", "skip", "", [])]) == "warn"
+    assert overall([Check("a", "warn", "", []), Check("b", "fail", "", [])]) == "fail"
+    assert check_by_id(checks, "nope") is None
+
+
+# ----------------------------------------------------------------- --deep results
+
+ALLREDUCE_OK = {
+    "world_size": 2,
+    "backend": "nccl",
+    "nccl": "2.28.9",
+    "sum_exact": True,
+    "sizes": [
+        {"size_mib": 1, "exact": True, "time_us": 30.0, "algbw_gbps": 35.0, "busbw_gbps": 35.0},
+        {
+            "size_mib": 256,
+            "exact": True,
+            "time_us": 900.0,
+            "algbw_gbps": 298.3,
+            "busbw_gbps": 298.3,
+        },
+    ],
+}
+
+
+def test_deep_checks_report_busbw_and_catch_wrong_sums():
+    deep = {
+        "matmul": {
+            "results": [
+                {
+                    "device": "cuda:0",
+                    "dtype": "float32",
+                    "rel_error": 1e-6,
+                    "ok": True,
+                    "tflops": 50.1,
+                }
+            ]
+        },
+        "allreduce": ALLREDUCE_OK,
+    }
+    mm, ar = run_deep_checks(deep)
+    assert mm.status == "ok" and "50.1 TFLOP/s" in mm.evidence[0]
+    assert ar.status == "ok" and "298.3 GB/s at 256 MiB" in ar.summary
+    assert ar.evidence["busbw_gbps"] == {"1 MiB": 35.0, "256 MiB": 298.3}
+    bad = dict(ALLREDUCE_OK, sum_exact=False, sizes=[dict(ALLREDUCE_OK["sizes"][0], exact=False)])
+    c = check_deep_allreduce({"allreduce": bad})
+    assert c.status == "fail" and "wrong sums at 1 MiB" in c.summary
+
+
+def test_deep_matmul_catches_wrong_results_and_crashes():
+    rows = [
+        {"device": "cuda:1", "dtype": "bfloat16", "rel_error": 0.7, "tolerance": 0.01, "ok": False}
+    ]
+    c = check_deep_matmul({"matmul": {"results": rows}})
+    assert c.status == "fail" and "cuda:1" in c.summary and "7.00e-01" in c.summary
+    c = check_deep_matmul(
+        {"matmul": {"error": "matmul exited 1: RuntimeError: CUDA error: an illegal memory access"}}
+    )
+    assert c.status == "fail" and "illegal memory access" in c.summary
+    c = check_deep_allreduce(
+        {"allreduce": {"error": "all-reduce timed out (a hang in NCCL init or a collective)"}}
+    )
+    assert c.status == "fail" and "timed out" in c.summary
+
+
+def test_deep_skips_without_gpus():
+    checks = run_deep_checks(
+        {"matmul": None, "allreduce": None, "skipped": "no GPU visible to torch"}
+    )
+    assert [c.status for c in checks] == ["skip", "skip"]
+    assert run_deep_checks(None) == []
