@@ -71,19 +71,45 @@ async def _session(
 
 
 async def _discover(gateway, channels: list[str], platforms: list[str]) -> list[CudaBuild]:
+    """pytorch builds of the first channel that has any: with strict channel priority (rattler's
+    default) the solver never looks further for pytorch."""
     import rattler
 
-    rows: list[tuple[str, str, list[str]]] = []
-    for platform in platforms:
-        result = await gateway.query(
-            [rattler.Channel(resolve_channel(c)) for c in channels],
-            [platform, "noarch"],
-            ["pytorch"],
-            recursive=False,
-        )
-        for records in result:
-            rows += [(str(r.version), str(r.build), list(r.depends)) for r in records]
-    return parse_cuda_builds(rows)
+    urls = [resolve_channel(c) for c in channels]
+    rows: dict[str, list[tuple[str, str, list[str]]]] = {}
+    try:
+        for platform in platforms:
+            result = await gateway.query(
+                [rattler.Channel(u) for u in urls],
+                [platform, "noarch"],
+                ["pytorch"],
+                recursive=False,
+            )
+            for records in result:
+                for r in records:
+                    key = str(r.channel or "").rstrip("/")
+                    rows.setdefault(key, []).append((str(r.version), str(r.build), list(r.depends)))
+    except Exception as exc:
+        _raise_channel_error(exc, ", ".join(platforms))
+        raise
+    for url in urls:
+        if rows.get(url.rstrip("/")):
+            return parse_cuda_builds(rows[url.rstrip("/")])
+    return parse_cuda_builds([r for v in rows.values() for r in v])
+
+
+def _raise_channel_error(exc: Exception, platform: str) -> None:
+    if type(exc).__name__ in (
+        "GatewayError",
+        "FetchRepoDataError",
+        "IoError",
+        "InvalidChannelError",
+    ):
+        raise UsageError(
+            f"cannot read channel repodata for {platform}: {_short(str(exc), 300)}",
+            "check --channel (name, URL or a folder with <subdir>/repodata.json); offline, "
+            "point --channel at a local channel",
+        ) from None
 
 
 async def _solve_one(gateway, channel_urls: list[str], pp) -> list[SolvedPackage]:
@@ -116,11 +142,7 @@ async def _solve_one(gateway, channel_urls: list[str], pp) -> list[SolvedPackage
             "relax a pin, pick another --cuda/--torch/--python, or add a channel",
         ) from None
     except Exception as exc:  # missing channel, unreadable repodata
-        if type(exc).__name__ in ("GatewayError", "FetchRepoDataError", "IoError"):
-            raise UsageError(
-                f"cannot read channel repodata for {pp.platform}: {_short(str(exc))}",
-                "check --channel (name, URL or a folder with <subdir>/repodata.json)",
-            ) from None
+        _raise_channel_error(exc, pp.platform)
         raise
     return sorted((_to_solved(r, pp.platform) for r in records), key=lambda p: p.name)
 

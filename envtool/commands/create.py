@@ -16,7 +16,14 @@ import click
 from envtool import __version__
 from envtool.core.facts import HostFacts
 from envtool.core.lockfile import compute_input_hash, parse_lock_stamp, plan_custom_metadata
-from envtool.core.plan import DEFAULT_CHANNELS, PLATFORMS, Plan, Request, render_plan
+from envtool.core.plan import (
+    DEFAULT_CHANNELS,
+    NO_CUDA_PLATFORMS,
+    PLATFORMS,
+    Plan,
+    Request,
+    render_plan,
+)
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result, emit, note
 
@@ -125,14 +132,19 @@ def lock_environment(
     `request.conda_specs`/`pip_specs` come from `env_yml_text`; a failed solve or check writes nothing.
     """
     from envtool.adapters.rattler_solve import discover_plan_solve, read_channel_identity
-    from envtool.core.plan import plan_environment
+    from envtool.core.plan import check_request, plan_environment
     from envtool.core.verify_solution import verify_solution
 
     env_dir, yml_path, lock_path = env_paths(name, directory)
     host = probe_host_facts(request)
+    check_request(request, host)  # refuse impossible requests before touching a channel
     channels = list(request.channels or DEFAULT_CHANNELS[request.flavor])
-    want_builds = request.flavor == "conda-forge" and request.cuda != "cpu"
-    discover = [p for p in request.platforms if p != "osx-arm64"][:1] if want_builds else None
+    # the channel's own torch builds decide which CUDA versions exist (not a table)
+    discover = (
+        [p for p in request.platforms if p not in NO_CUDA_PLATFORMS][:1]
+        if request.cuda != "cpu"
+        else None
+    )
     note(f"solving {name} for {', '.join(request.platforms)} …")
     plan, solved = discover_plan_solve(
         channels, discover, lambda builds: plan_environment(request, host, builds), cache_dir
@@ -185,7 +197,7 @@ def lock_environment(
         pip_locked,
         [resolve_for_lock(c) for c in plan.channels],
         {pp.platform: input_hash for pp in plan.platforms},
-        plan_custom_metadata(plan, options, input_hash, __version__),
+        plan_custom_metadata(plan, options, input_hash, __version__, solved_torch(solved)),
         ["environment.yml"],
     )
     if yml_path.exists() and yml_path.read_text() == yml_text:
@@ -194,6 +206,17 @@ def lock_environment(
         write_text_atomic(yml_path, yml_text)
     outcome.written = True
     return outcome
+
+
+def solved_torch(solved: dict[str, list[Any]]) -> str:
+    """The pytorch version(s) the solve chose, e.g. '2.7.1' (or '2.7.1 linux-64, 2.7.0 win-64')."""
+    found = {
+        p: next((r.version for r in recs if r.name == "pytorch"), "") for p, recs in solved.items()
+    }
+    versions = sorted(set(found.values()))
+    if len(versions) == 1:
+        return versions[0]
+    return ", ".join(f"{v} {p}" for p, v in sorted(found.items()))
 
 
 def resolve_for_lock(channel: str) -> str:

@@ -72,7 +72,11 @@ def parse_lock_stamp(lock_text: str) -> str | None:
 
 
 def plan_custom_metadata(
-    plan: Plan, options: dict[str, Any], input_hash: str, envtool_version: str
+    plan: Plan,
+    options: dict[str, Any],
+    input_hash: str,
+    envtool_version: str,
+    solved_torch: str = "",
 ) -> dict[str, str]:
     """What envtool records about the plan inside the lock (all str, sorted by the writer)."""
     return {
@@ -81,7 +85,7 @@ def plan_custom_metadata(
         "envtool_cuda": plan.cuda or "cpu",
         "envtool_min_driver": plan.min_driver or "",
         "envtool_gpu_archs": " ".join(plan.archs),
-        "envtool_torch": plan.torch or "",
+        "envtool_torch": solved_torch or plan.torch or "",
         "envtool_platforms_cuda": " ".join(
             f"{p.platform}={p.cuda or 'cpu'}" for p in plan.platforms
         ),

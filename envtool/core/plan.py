@@ -185,7 +185,7 @@ def plan_environment(
     request: Request, host: HostFacts | None, builds: list[CudaBuild] | None = None
 ) -> Plan:
     """Request + host facts (+ the channel's torch builds for conda-forge) -> Plan, or UsageError."""
-    _check_request(request)
+    check_request(request, host)
     warnings: list[str] = []
     notes: list[str] = []
     driver = request.driver or (host.driver_version if host and host.has_driver else None)
@@ -195,13 +195,6 @@ def plan_environment(
     if request.driver is None and request.gpus and host and host.has_driver:
         notes.append("--gpu given without --driver: using this host's driver")
     torch_series = major_minor(request.torch) if request.torch else None
-
-    if request.flavor == "pytorch" and request.torch and not cu.pytorch_channel_has(request.torch):
-        last = cu.load_cuda_data().pytorch_channel_last
-        raise UsageError(
-            f"--torch {request.torch} --flavor pytorch: the pytorch channel stopped at {last}",
-            "use --flavor conda-forge (the default), or --torch " + last,
-        )
 
     cuda_platforms = [p for p in request.platforms if p not in NO_CUDA_PLATFORMS]
     want = request.cuda.lower()
@@ -223,7 +216,7 @@ def plan_environment(
         cuda, mode = _check_explicit_cuda(request, driver, gpus, torch_series, builds, warnings)
 
     torch = request.torch
-    if cuda and request.flavor == "pytorch" and torch is None:
+    if cuda and request.flavor == "pytorch" and torch is None and builds is None:
         torch = _newest_official_torch(cuda)
     archs = cu.archs_for_cuda(cuda) or () if cuda else ()
     for p in request.platforms:
@@ -253,7 +246,9 @@ def plan_environment(
     )
 
 
-def _check_request(request: Request) -> None:
+def check_request(request: Request, host: HostFacts | None = None) -> None:
+    """Refusals that need no channel data: bad values, the pytorch channel's end, a driver too
+    old for an explicit --cuda. Called before anything is downloaded or solved."""
     if request.flavor not in FLAVORS:
         raise UsageError(
             f"--flavor {request.flavor}: unknown flavor", f"use one of {', '.join(FLAVORS)}"
@@ -286,13 +281,29 @@ def _check_request(request: Request) -> None:
             raise UsageError(
                 f"--gpu {g}: not a compute capability", "e.g. --gpu 8.0 or --gpu sm_80"
             ) from None
+    if request.flavor == "pytorch" and request.torch and not cu.pytorch_channel_has(request.torch):
+        last = cu.load_cuda_data().pytorch_channel_last
+        raise UsageError(
+            f"--torch {request.torch} --flavor pytorch: the pytorch channel stopped at {last}",
+            "use --flavor conda-forge (the default), or --torch " + last,
+        )
+    driver = request.driver or (host.driver_version if host and host.has_driver else None)
+    if want not in ("auto", "cpu") and driver is not None:
+        verdict = cu.driver_supports(driver, want)
+        if verdict.mode == "no":
+            native = cu.newest_cuda_native(driver) or "none"
+            raise UsageError(
+                f"--cuda {major_minor(want)} needs driver ≥ {verdict.min_driver}; this driver "
+                f"({driver}) runs CUDA ≤ {native}",
+                f"pass --cuda {native} or --cuda auto, or update the NVIDIA driver",
+            )
 
 
 def _candidates(
     request: Request, torch_series: str | None, builds: list[CudaBuild] | None
 ) -> list[str]:
     """CUDA versions torch was built for, given the flavor and --torch/--python."""
-    if request.flavor == "pytorch":
+    if request.flavor == "pytorch" and builds is None:
         if torch_series:
             return list(cu.official_cuda_builds(torch_series) or ())
         last = parse_version(cu.load_cuda_data().pytorch_channel_last)
@@ -305,10 +316,12 @@ def _candidates(
             },
             key=parse_version,
         )
+    last = parse_version(cu.load_cuda_data().pytorch_channel_last)
     found = {
         b.cuda
         for b in builds or []
         if b.cuda
+        and (request.flavor != "pytorch" or parse_version(b.torch)[:2] <= last)
         and (torch_series is None or major_minor(b.torch) == torch_series)
         and (request.python is None or b.python in (None, major_minor(request.python)))
     }
@@ -316,7 +329,7 @@ def _candidates(
 
 
 def _pair_hint(request: Request, torch_series: str | None, builds: list[CudaBuild] | None) -> str:
-    if request.flavor == "pytorch":
+    if request.flavor == "pytorch" and builds is None:
         pairs = [
             f"{t}: {', '.join(cs)}"
             for t, cs in cu.load_cuda_data().torch_cuda.items()
