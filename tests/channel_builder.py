@@ -324,3 +324,49 @@ def build_wheel(dest_dir: Path, name: str = "envtool_demo", version: str = "0.1.
             zi = zipfile.ZipInfo(rel, date_time=(2025, 6, 1, 0, 0, 0))
             zf.writestr(zi, text)
     return wheel
+
+
+@dataclass
+class CudaSetup:
+    """A built channel, a wheel, and a conda-lock v1 (conda + pip parts) solved over them."""
+
+    root: Path
+    channel: Path
+    wheel: Path
+    lock: Path
+    records: list
+
+
+_CACHE: dict[str, CudaSetup] = {}
+
+
+def cuda_setup(base: Path) -> CudaSetup:
+    """Build once per test session (callers pass tmp_path_factory.getbasetemp())."""
+    if "cuda" not in _CACHE:
+        root = base / "cuda-setup"
+        channel = build_channel(root / "channel", cuda_graph())
+        wheel = build_wheel(root / "wheels")
+        records = solve_records(channel, ["pytorch * cuda*", "cuda-version 12.6.*"])
+        meta = {
+            "envtool_flavor": "conda-forge",
+            "envtool_cuda": "12.6",
+            "envtool_min_driver": "560.28.03",
+            "envtool_gpu_archs": "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90",
+            "envtool_torch": "2.7",
+        }
+        lock = write_lock(
+            root / "project" / "environments" / "demo" / "conda-lock.yml",
+            records,
+            channel.as_uri(),
+            meta,
+            pip=[("envtool-demo", "0.1.0", wheel)],
+        )
+        _CACHE["cuda"] = CudaSetup(root, channel, wheel, lock, records)
+    return _CACHE["cuda"]
+
+
+def flip_byte(path: Path, offset: int = -10) -> None:
+    """Change one byte of a file (tamper tests)."""
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))

@@ -152,9 +152,9 @@ def read_lock(lock_path: Path) -> LockContents:
 
 
 def current_platform() -> str:
-    from rattler import Platform
+    from rattler.platform import Subdir
 
-    return str(Platform.current())
+    return str(Subdir.current())
 
 
 def default_cache_dir() -> Path:
@@ -179,6 +179,8 @@ def remap_to_channels(pkg: LockedPackage, channels: list[str]) -> str:
         ):
             if candidate.is_file():
                 return candidate.resolve().as_uri()
+    if pkg.manager == "pip":  # a conda mirror need not hold wheels: keep the locked URL
+        return pkg.url
     raise UsageError(
         f"{pkg.name} {pkg.version}: {pkg.file_name} is not in {', '.join(channels)}",
         "bundle the environment again (`envtool bundle NAME -o DIR`) or pass the channel that holds it",
@@ -324,12 +326,12 @@ def install_from_lock(
     pip_pkgs = [p for p in pkgs if p.manager == "pip"]
     report = InstallReport(str(prefix), str(lock.path), lock.sha256, platform)
 
+    urls = {
+        p.file_name: (remap_to_channels(p, channels_override) if channels_override else p.url)
+        for p in pkgs
+    }
     with install_state.hold_env_lock(prefix, prefix.name, on_wait=note):
         install_state.write_incomplete_marker(prefix, lock.sha256, lock.path)
-        urls = {
-            p.file_name: (remap_to_channels(p, channels_override) if channels_override else p.url)
-            for p in pkgs
-        }
         say(f"fetching {len(conda_pkgs)} packages (hash-checked against {lock.path.name})")
         archives = _fetch_all(conda_pkgs, urls, cache / "archives", report, say)
         _pause_hook("after-download")
@@ -416,7 +418,8 @@ def _link(
 ) -> None:
     import asyncio
 
-    from rattler import Platform, RepoDataRecord, install
+    from rattler import RepoDataRecord, install
+    from rattler.platform import Subdir
 
     async def run() -> None:
         records = []
@@ -431,7 +434,7 @@ def _link(
             records,
             target_prefix=prefix,
             cache_dir=rattler_cache,
-            platform=Platform(platform),
+            platform=Subdir(platform),
             show_progress=False,
             reporter=_LinkReporter(say, len(records)),
         )

@@ -26,8 +26,9 @@ def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
     row["plan"] = plan
     text = [f"{k:14} {v}" for k, v in row.items() if k != "plan" and v is not None]
     for key, value in sorted(plan.items()):
-        if value and key != "envtool_request":
-            text.append(f"{key.removeprefix('envtool_'):14} {value}")
+        short = key.removeprefix("envtool_")
+        if value and key != "envtool_request" and short not in row:
+            text.append(f"{short:14} {value}")
     if row["state"] == "incomplete":
         text.append(
             f"the last install did not finish: run `envtool install {row['name']}` to finish it"

@@ -1,0 +1,211 @@
+"""Installing from a conda-lock v1 with py-rattler: real packages from a real local channel."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import channel_builder as cb
+import pytest
+
+from envtool.adapters import install_state
+from envtool.adapters.installed import compute_drift, describe_env, read_conda_meta
+from envtool.adapters.installer import (
+    install_from_lock,
+    parse_build_from_file_name,
+    read_lock,
+)
+from envtool.core.drift import PackageId, diff_packages
+from envtool.core.facts import GpuFacts, HostFacts
+from envtool.errors import DiagnosedFailure, UsageError
+
+
+@pytest.fixture(scope="session")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> cb.CudaSetup:
+    return cb.cuda_setup(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENVTOOL_ENVS_DIR", str(tmp_path / "envs"))
+    return tmp_path / "cache"
+
+
+# ------------------------------------------------------------------ pure parts
+
+
+def test_build_string_comes_from_the_archive_name() -> None:
+    assert (
+        parse_build_from_file_name(
+            "pytorch-2.7.1-cuda126_mkl_py312_h30b5a27_300.conda", "pytorch", "2.7.1"
+        )
+        == "cuda126_mkl_py312_h30b5a27_300"
+    )
+    assert (
+        parse_build_from_file_name("cuda-version-12.6-h7480c83_3.tar.bz2", "cuda-version", "12.6")
+        == "h7480c83_3"
+    )
+    assert (
+        parse_build_from_file_name("torch-2.3.1-cp311-none-linux_x86_64.whl", "torch", "2.3.1")
+        is None
+    )
+
+
+def test_drift_reports_missing_extra_and_changed_builds() -> None:
+    locked = [
+        PackageId("pytorch", "2.7.1", "conda", "cuda126_mkl_py311_h30b5a27_300"),
+        PackageId("cuda-version", "12.6", "conda", "h7480c83_3"),
+        PackageId("Typing_Extensions", "4.12.2", "pip"),
+    ]
+    installed = [
+        # the silent CPU fallback: same version, CPU build
+        PackageId("pytorch", "2.7.1", "conda", "cpu_mkl_py311_hea9ba1b_100"),
+        PackageId("typing-extensions", "4.12.2", "pip"),  # PEP 503 name: same package
+        PackageId("torch", "2.3.1+cu121", "pip"),  # a pip torch shadowing conda's
+    ]
+    drift = diff_packages(installed, locked)
+    assert not drift["clean"]
+    assert [m["name"] for m in drift["missing"]] == ["cuda-version"]
+    assert [(e["name"], e["manager"]) for e in drift["extra"]] == [("torch", "pip")]
+    assert drift["changed"] == [
+        {
+            "name": "pytorch",
+            "manager": "conda",
+            "locked": "2.7.1 cuda126_mkl_py311_h30b5a27_300",
+            "installed": "2.7.1 cpu_mkl_py311_hea9ba1b_100",
+        }
+    ]
+    assert diff_packages(locked, locked)["clean"]
+
+
+def test_host_check_refuses_a_driver_too_old_for_the_locked_cuda(fixtures: Path) -> None:
+    from envtool.commands.install import plan_host_check
+
+    meta = {"envtool_cuda": "12.6", "envtool_gpu_archs": "sm_80 sm_90"}
+    # driver and GPU of the real H200 capture (fixtures/h200-x2-host): can run CUDA 12.6
+    assert (fixtures / "h200-x2-host").is_dir()
+    h200 = HostFacts(driver_version="580.159.04", gpus=[GpuFacts(0, "NVIDIA H200", "9.0")])
+    assert plan_host_check(meta, "linux-64", h200) == []
+    old = HostFacts(driver_version="470.57.02", gpus=[GpuFacts(0, "Tesla T4", "7.5")])
+    problems = plan_host_check(meta, "linux-64", old)
+    assert "470.57.02" in problems[0][0] and "12.6" in problems[0][0]
+    assert any("sm_75" in p for p, _ in problems)  # T4 not in sm_80/sm_90
+    assert "login node" in plan_host_check(meta, "linux-64", HostFacts())[0][1]
+    assert plan_host_check({"envtool_cuda": "cpu"}, "linux-64", HostFacts()) == []
+
+
+def test_unreadable_lock_is_a_usage_error_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "conda-lock.yml"
+    bad.write_text("version: 1\npackage: [\n")
+    with pytest.raises(UsageError, match="conda-lock.yml"):
+        read_lock(bad)
+    with pytest.raises(UsageError, match="no such lock file"):
+        read_lock(tmp_path / "missing.yml")
+
+
+# ------------------------------------------------------------------ real installs
+
+
+@pytest.mark.integration
+def test_install_links_the_locked_builds_and_the_pip_part(
+    setup: cb.CudaSetup, cache: Path, tmp_path: Path
+) -> None:
+    prefix = tmp_path / "envs" / "demo"
+    report = install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
+    assert report.conda_packages == 5 and report.pip_packages == 1
+
+    meta = {r["name"]: r for r in read_conda_meta(prefix)}
+    assert meta["pytorch"]["build"] == "cuda126_mkl_py311_h30b5a27_300"
+    # conda-meta names the lock's URL, like any conda-installed env (not envtool's cache)
+    locked = {p.name: p for p in read_lock(setup.lock).packages}
+    assert meta["pytorch"]["url"] == locked["pytorch"].url
+    assert (prefix / "etc/conda/activate.d/libtorch_activate.sh").is_file()
+
+    import subprocess
+
+    out = subprocess.run(
+        [str(prefix / "bin" / "python"), "-c", "import sys, envtool_demo; print(sys.prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(out.stdout.strip()) == prefix  # the pip part went into the env, not elsewhere
+    assert install_state.read_install_state(prefix) == "complete"
+    state = install_state.read_state_record(prefix)
+    assert state["lock_sha256"] == report.lock_sha256
+    assert compute_drift(prefix, setup.lock, "linux-64")["clean"]
+    assert describe_env(prefix)["torch"] == "2.7.1 cuda126_mkl_py311_h30b5a27_300"
+
+
+@pytest.mark.integration
+def test_reinstall_converges_after_damage(setup: cb.CudaSetup, cache: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "envs" / "demo"
+    install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
+    record = next((prefix / "conda-meta").glob("python_abi-*.json"))
+    record.unlink()
+    drift = compute_drift(prefix, setup.lock, "linux-64")
+    assert [m["name"] for m in drift["missing"]] == ["python_abi"]
+
+    report = install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
+    assert set(report.reused) >= {
+        p.file_name for p in read_lock(setup.lock).packages if p.manager == "conda"
+    }
+    assert report.fetched == []  # warm cache: nothing fetched
+    assert compute_drift(prefix, setup.lock, "linux-64")["clean"]
+
+
+@pytest.mark.integration
+def test_tampered_cached_archive_is_fetched_again(
+    setup: cb.CudaSetup, cache: Path, tmp_path: Path
+) -> None:
+    install_from_lock(setup.lock, tmp_path / "envs" / "a", platform="linux-64", progress=False)
+    cached = next((cache / "archives").glob("pytorch-2.7.1-cuda126*.conda"))
+    cb.flip_byte(cached)
+    report = install_from_lock(
+        setup.lock, tmp_path / "envs" / "b", platform="linux-64", progress=False
+    )
+    assert report.refetched == [cached.name]  # the lock's hash is the authority
+    assert compute_drift(tmp_path / "envs" / "b", setup.lock, "linux-64")["clean"]
+
+
+@pytest.mark.integration
+def test_tampered_package_is_refused_and_nothing_is_linked(
+    setup: cb.CudaSetup, cache: Path, tmp_path: Path
+) -> None:
+    mirror = tmp_path / "mirror"
+    shutil.copytree(setup.channel, mirror)
+    target = next((mirror / "linux-64").glob("pytorch-2.7.1-cuda126*.conda"))  # the locked build
+    cb.flip_byte(target)
+    prefix = tmp_path / "envs" / "demo"
+    with pytest.raises(DiagnosedFailure) as err:
+        install_from_lock(
+            setup.lock, prefix, platform="linux-64", channels_override=[str(mirror)], progress=False
+        )
+    assert "pytorch 2.7.1" in err.value.message and "hash mismatch" in err.value.message
+    assert list((prefix / "conda-meta").glob("*.json")) == []  # nothing linked at all
+    assert not (prefix / "lib").exists()
+    assert install_state.read_install_state(prefix) == "incomplete"
+    assert not (cache / "archives" / target.name).exists()  # the bad file is not kept
+
+
+@pytest.mark.integration
+def test_lock_without_this_platform_is_refused(
+    setup: cb.CudaSetup, cache: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(UsageError, match="no osx-arm64 solution"):
+        install_from_lock(setup.lock, tmp_path / "envs" / "x", platform="osx-arm64", progress=False)
+    assert not (tmp_path / "envs" / "x").exists()
+
+
+def test_markers_are_invisible_to_conda_meta_readers(tmp_path: Path) -> None:
+    """conda/mamba/rattler parse conda-meta/*.json as package records: markers must not be there."""
+    install_state.write_incomplete_marker(tmp_path, "abc", tmp_path / "lock.yml")
+    assert list((tmp_path / "conda-meta").glob("*.json")) == []
+    assert install_state.read_install_state(tmp_path) == "incomplete"
+    install_state.write_complete_state(tmp_path, {"lock_sha256": "abc"})
+    assert install_state.read_install_state(tmp_path) == "complete"
+    assert (
+        json.loads((tmp_path / "conda-meta/envtool/state.json").read_text())["lock_sha256"] == "abc"
+    )
