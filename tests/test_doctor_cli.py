@@ -1,0 +1,264 @@
+"""`envtool doctor` end to end: the real CLI on this (GPU-less) machine, --json, --fast,
+--record/--replay (this host, and a directory built from the real 2×H200 capture), --deep on CPU
+through the real torchrun path, and exit codes 0/1/2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from envtool.adapters import deep as deep_adapter
+from envtool.adapters.proc import ProcResult
+from envtool.core.facts import EnvFacts, HostFacts, TorchFacts
+
+ENVTOOL = REPO / ".venv" / "bin" / "envtool"
+CHECK_KEYS = {"id", "status", "summary", "evidence", "fix"}
+
+
+def envtool(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    exe = [str(ENVTOOL)] if ENVTOOL.exists() else [sys.executable, "-m", "envtool"]
+    return subprocess.run([*exe, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def write_env(directory: Path, env: EnvFacts) -> None:
+    (directory / "env.json").write_text(json.dumps(env.to_dict()))
+
+
+@pytest.fixture
+def h200_record(fixtures: Path, tmp_path: Path) -> Path:
+    """A --record directory rebuilt from fixtures/h200-x2-host (raw nvidia-smi outputs) plus the
+    env facts its collect_env.txt shows (torch 2.11.0+cu130, CUDA available)."""
+    src = fixtures / "h200-x2-host"
+    rec = tmp_path / "h200"
+    (rec / "host").mkdir(parents=True)
+    for name in ("nvidia-smi-q.xml", "nvidia-smi.txt", "query.csv", "topo.txt"):
+        shutil.copy(src / name, rec / "host" / name)
+    write_env(
+        rec,
+        EnvFacts(
+            python_exe="/usr/bin/python3",
+            prefix="/usr",
+            python_version="3.12.3",
+            torch=TorchFacts(
+                version="2.11.0+cu130",
+                cuda="13.0",
+                nccl="2.28.9",
+                is_available=True,
+                device_count=2,
+            ),
+        ),
+    )
+    return rec
+
+
+# ----------------------------------------------------------------- this machine
+
+
+@pytest.mark.integration
+def test_doctor_on_this_gpu_less_machine_says_no_driver_and_reports_torch():
+    proc = envtool("doctor")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("envtool doctor: OK — no NVIDIA driver")
+    assert "torch 2.13.0+cpu" in proc.stdout
+
+
+@pytest.mark.integration
+def test_doctor_json_is_one_versioned_object():
+    proc = envtool("doctor", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # exactly one object: json.loads rejects trailing data
+    assert set(doc) == {"version", "status", "checks", "facts"}
+    assert doc["version"] == 1 and doc["status"] in ("ok", "warn")
+    assert all(set(c) == CHECK_KEYS for c in doc["checks"])
+    ids = [c["id"] for c in doc["checks"]]
+    assert {"nvidia-driver", "driver-vs-torch-cuda", "cpu-torch-on-gpu-host"} <= set(ids)
+    assert doc["facts"]["host"]["driver_version"] is None
+    torch = doc["facts"]["env"]["torch"]
+    assert torch["version"] == "2.13.0+cpu" and torch["cuda"] is None
+    assert torch["is_available"] is False
+
+
+def test_fast_reads_torch_without_running_python():
+    proc = envtool("doctor", "--fast", "--json")
+    assert proc.returncode == 0, proc.stderr
+    env = json.loads(proc.stdout)["facts"]["env"]
+    assert env["status"] == "not-probed"
+    assert env["torch"]["version"] == "2.13.0+cpu"
+    assert env["torch"]["is_available"] is None  # nothing was imported
+
+
+@pytest.mark.integration
+def test_record_then_replay_gives_the_same_checks(tmp_path: Path):
+    rec = tmp_path / "rec"
+    live = envtool("doctor", "--json", "--record", str(rec))
+    assert live.returncode == 0, live.stderr
+    assert (rec / "env.json").is_file() and (rec / "host" / "probe.json").is_file()
+    replay = envtool("doctor", "--json", "--replay", str(rec))
+    assert replay.returncode == 0, replay.stderr
+    strip = lambda doc: [(c["id"], c["status"], c["summary"]) for c in doc["checks"]]  # noqa: E731
+    assert strip(json.loads(replay.stdout)) == strip(json.loads(live.stdout))
+
+
+# ----------------------------------------------------------------- replay of real captures
+
+
+def test_replay_of_the_h200_capture_is_healthy(h200_record: Path):
+    proc = envtool("doctor", "--replay", str(h200_record), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "ok"
+    host = doc["facts"]["host"]
+    assert host["driver_version"] == "580.159.04" and host["driver_cuda"] == "13.0"
+    assert [(g["name"], g["capability"]) for g in host["gpus"]] == [("NVIDIA H200", "9.0")] * 2
+    assert host["nvlink"] is True
+    status = {c["id"]: c["status"] for c in doc["checks"]}
+    assert status["driver-vs-torch-cuda"] == "ok" and status["gpu-arch-covered"] == "ok"
+    human = envtool("doctor", "--replay", str(h200_record))
+    assert human.stdout.startswith("envtool doctor: OK")
+    assert "2× NVIDIA H200 sm_90, NVLink" in human.stdout
+
+
+def test_replay_with_an_old_driver_fails_with_the_fix(h200_record: Path):
+    proc = envtool("doctor", "--replay", str(h200_record), "--driver", "470.182.03")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == (
+        "envtool doctor: FAIL — torch 2.11.0+cu130 needs driver ≥ 580.65.06 (CUDA 13.0); "
+        "driver 470.182.03 runs CUDA ≤ 11.4 natively (≤ 11.8 with minor-version compatibility)"
+    )
+    assert any("fix:" in x and "--cuda 11.8" in x for x in lines)
+
+
+def test_replay_of_a_failing_host_json_recording_exits_1(tmp_path: Path):
+    # fixtures/collect_env/08: a CUDA 11.0 wheel on a host without a driver, recorded as host.json
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    (rec / "host.json").write_text(
+        json.dumps(HostFacts(no_driver_reason="nvidia-smi not found").to_dict())
+    )
+    write_env(
+        rec, EnvFacts(torch=TorchFacts(version="1.7.0+cu110", cuda="11.0", is_available=False))
+    )
+    proc = envtool("doctor", "--replay", str(rec), "--json")
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "fail"
+    drv = next(c for c in doc["checks"] if c["id"] == "nvidia-driver")
+    assert drv["status"] == "fail" and "450.36.06" in drv["fix"]
+
+
+# ----------------------------------------------------------------- bad usage: exit 2
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--replay", "/nonexistent/doctor-rec"], "no such directory"),
+        (["--replay", "{tmp}"], "not a doctor recording"),
+        (["--replay", "{tmp}", "--record", "{tmp}/x"], "exclude each other"),
+        (["--driver", "banana", "--fast"], "not a driver version"),
+        (["--prefix", "/nonexistent/env"], "no such directory"),
+    ],
+)
+def test_bad_usage_is_one_line_exit_2(args, needle, tmp_path: Path):
+    proc = envtool("doctor", *[a.format(tmp=tmp_path) for a in args])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in proc.stderr
+
+
+def test_bad_replay_env_json_is_a_usage_error(tmp_path: Path):
+    (tmp_path / "host").mkdir()
+    (tmp_path / "host" / "env.json").write_text("{}")
+    (tmp_path / "env.json").write_text("{not json")
+    proc = envtool("doctor", "--replay", str(tmp_path))
+    assert proc.returncode == 2 and "env.json" in proc.stderr
+
+
+# ----------------------------------------------------------------- probing and --deep
+
+
+def test_host_and_env_probes_overlap(monkeypatch: pytest.MonkeyPatch):
+    """The host probe must run while the env probe (importing torch) runs, not after it."""
+    from envtool.adapters import env_probe, host_probe
+    from envtool.adapters.locate import resolve_target
+    from envtool.commands import doctor
+
+    env_started = threading.Event()
+    seen_overlap: list[bool] = []
+
+    def fake_env(target, timeout=120.0):
+        env_started.set()
+        return EnvFacts(python_exe=str(target.python))
+
+    def fake_host(record=None, **kw):
+        seen_overlap.append(env_started.wait(timeout=10))
+        return HostFacts()
+
+    monkeypatch.setattr(env_probe, "probe_env", fake_env)
+    monkeypatch.setattr(host_probe, "probe_host", fake_host)
+    host, env = doctor.probe_facts(resolve_target(), fast=False, driver=None, record=None)
+    assert seen_overlap == [True]
+    assert isinstance(host, HostFacts) and env.python_exe
+
+
+def test_deep_child_env_and_argv():
+    env = deep_adapter.child_environ({"PATH": "/bin", "NCCL_NVLS_ENABLE": "1"}, cpu=False)
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert "ENVTOOL_DEEP_CPU" not in env
+    argv = deep_adapter.plan_allreduce("/env/bin/python", "/tmp/o.json", 8)
+    assert argv[:6] == [
+        "/env/bin/python",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "8",
+    ]
+    assert argv[6].endswith("deep_script.py")
+
+
+def test_deep_reports_a_crashed_worker_as_a_failure():
+    calls = []
+
+    def runner(argv, timeout=30.0, env=None, **kw):
+        calls.append((argv, env))
+        return ProcResult(
+            tuple(argv), 1, "", "RuntimeError: CUDA error: no kernel image is available"
+        )
+
+    out = deep_adapter.probe_deep("/env/bin/python", 2, runner=runner)
+    assert "no kernel image" in out["matmul"]["error"]
+    assert "no kernel image" in out["allreduce"]["error"]
+    assert all(env["NCCL_NVLS_ENABLE"] == "0" for _, env in calls)
+    assert deep_adapter.probe_deep("/env/bin/python", 0)["skipped"] == "no GPU visible to torch"
+
+
+@pytest.mark.integration
+def test_deep_cpu_runs_real_torchrun_and_checks_the_sum():
+    """The real path: torch.distributed.run, 2 processes (gloo), exact-sum check, busbw."""
+    proc = envtool("doctor", "--deep-cpu", "--json", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    checks = {c["id"]: c for c in json.loads(proc.stdout)["checks"]}
+    mm, ar = checks["deep-matmul"], checks["deep-allreduce"]
+    assert mm["status"] == "ok", mm
+    assert ar["status"] == "ok", ar
+    assert ar["evidence"]["world_size"] == 2 and ar["evidence"]["backend"] == "gloo"
+    assert set(ar["evidence"]["busbw_gbps"]) == {"1 MiB", "4 MiB"}
+    # busbw = algbw * 2(n-1)/n, which is algbw itself for n = 2
+    assert ar["evidence"]["busbw_gbps"] == ar["evidence"]["algbw_gbps"]
+    assert all(v > 0 for v in ar["evidence"]["busbw_gbps"].values())
+
+
+def test_deep_without_gpu_skips_with_the_reason():
+    proc = envtool("doctor", "--deep")
+    assert proc.returncode == 0, proc.stderr
+    assert "deep-allreduce: no GPU visible to torch" in proc.stdout
