@@ -1,0 +1,543 @@
+"""Train a GPT-style causal language model with FSDP2 (fully_shard): parameters, gradients
+and optimizer state are sharded across GPUs, so models too big for one GPU's memory train.
+
+One file, torch + the Python standard library only: it is yours now, edit it freely.
+Reads top to bottom: config -> distributed setup -> data -> model -> shard -> resume -> loop.
+The model code is the same as the `lm` template's (a copy: templates are independent files).
+
+Run it:
+    python train.py                                    # one GPU (or CPU), no torchrun needed
+    python train.py --cpu --size tiny --max-steps 20   # quick CPU smoke test
+    torchrun --standalone --nproc-per-node 4 train.py  # one node, 4 GPUs
+    envtool launch train.py --gpus 4                   # the same, through envtool
+    # two nodes (run on each node, R = 0 on the first, 1 on the second):
+    torchrun --nnodes 2 --nproc-per-node 8 --node-rank R --rdzv-backend c10d \\
+        --rdzv-endpoint HOST:29500 train.py
+    envtool launch train.py --slurm --nodes 2 --gpus 8  # Slurm: writes and submits a batch script
+
+What it prints (rank 0 only):
+    step N loss X lr Y tokens/s Z mfu W      every --log-every steps
+    RESULT {"step": N, "loss": x, "tokens_per_s": ..., "mfu": ...}   last line, JSON
+
+Checkpoints: torch.distributed.checkpoint (DCP) directories --out-dir/step-NNNNNNNN/, plus
+--out-dir/latest naming the newest complete one (written by rank 0 with a temp file and
+os.replace once every rank has finished writing). Why DCP and not one full state dict gathered
+on rank 0: every rank writes only its own shard, in parallel, so nothing the size of the whole
+model (weights + two Adam moments: 16 bytes per parameter) ever passes through one rank's
+memory, and a checkpoint loads into a different number of GPUs (DCP reshards on load).
+Written every --ckpt-every steps, at the end and on SIGTERM (Slurm preemption); a new run
+resumes from `latest` (--resume auto).
+"""
+
+import argparse
+import dataclasses
+import io
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+# --- CONFIG ---
+# Every field is a command-line flag: n_layer -> --n-layer. None means "from --size".
+SIZES = {  # name: (n_layer, n_head, d_model)
+    "tiny": (2, 2, 64),
+    "124m": (12, 12, 768),
+    "350m": (24, 16, 1024),
+    "1.3b": (24, 16, 2048),
+}
+
+
+@dataclass
+class Config:
+    size: str = field(default="124m", metadata={"help": "model preset: " + "|".join(SIZES)})
+    n_layer: int | None = field(default=None, metadata={"type": int, "help": "overrides --size"})
+    n_head: int | None = field(default=None, metadata={"type": int, "help": "overrides --size"})
+    d_model: int | None = field(default=None, metadata={"type": int, "help": "overrides --size"})
+    vocab_size: int = field(default=50304, metadata={"help": "50257 GPT-2 tokens, padded to /64"})
+    seq_len: int = field(default=1024, metadata={"help": "tokens per sample"})
+    batch_size: int = field(default=8, metadata={"help": "samples per GPU per micro-step"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-steps per optimizer step"})
+    max_steps: int = field(default=1000, metadata={"help": "optimizer steps to train in total"})
+    lr: float = field(default=6e-4, metadata={"help": "peak learning rate"})
+    min_lr: float = field(default=6e-5, metadata={"help": "learning rate at the end of decay"})
+    warmup_steps: int = field(default=100, metadata={"help": "linear warm-up steps"})
+    decay_steps: int | None = field(
+        default=None, metadata={"type": int, "help": "cosine length (default: --max-steps)"}
+    )
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay on matrices"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max grad norm (0: off)"})
+    dropout: float = field(default=0.0, metadata={"help": "dropout probability"})
+    data: str | None = field(default=None, metadata={"type": str, "help": "text file (bytes)"})
+    synthetic_samples: int = field(default=1_000_000, metadata={"help": "synthetic dataset size"})
+    num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes"})
+    seed: int = field(default=1337, metadata={"help": "same seed -> same run"})
+    compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
+    cpu: bool = field(default=False, metadata={"help": "force CPU + gloo (auto without CUDA)"})
+    peak_tflops: float | None = field(
+        default=None, metadata={"type": float, "help": "GPU peak for MFU (default: by name)"}
+    )
+    out_dir: str = field(default="out", metadata={"help": "checkpoint directory"})
+    ckpt_every: int = field(default=500, metadata={"help": "checkpoint every N steps (0: end)"})
+    resume: str = field(default="auto", metadata={"help": "auto|never|PATH to a step dir"})
+    log_every: int = field(default=10, metadata={"help": "log every N steps"})
+    rank_file_dir: str | None = field(
+        default=None, metadata={"type": str, "help": "each rank writes DIR/rank-<RANK>"}
+    )
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for f in dataclasses.fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        helptext = f.metadata.get("help", "") + f" (default: {f.default})"
+        if f.type in (bool, "bool"):
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=f.default, help=helptext
+            )
+        else:
+            kind = f.metadata.get("type", type(f.default))
+            parser.add_argument(flag, type=kind, default=f.default, help=helptext)
+    cfg = Config(**vars(parser.parse_args(argv)))
+    if cfg.size not in SIZES:
+        parser.error(f"--size must be one of {', '.join(SIZES)}")
+    n_layer, n_head, d_model = SIZES[cfg.size]
+    cfg.n_layer = cfg.n_layer or n_layer
+    cfg.n_head = cfg.n_head or n_head
+    cfg.d_model = cfg.d_model or d_model
+    return cfg
+
+
+# --- DATA ---
+class SyntheticTokens(Dataset):
+    """Random token windows whose second half repeats the first: learnable (loss falls as the
+    model learns to copy), deterministic per index, no memory, no files."""
+
+    def __init__(self, n: int, seq_len: int, vocab_size: int, seed: int):
+        self.n, self.seq_len, self.vocab_size, self.seed = n, seq_len, vocab_size, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+        half = (self.seq_len + 2) // 2
+        first = torch.randint(self.vocab_size, (half,), generator=g)
+        window = torch.cat([first, first])[: self.seq_len + 1]
+        return window[:-1], window[1:]  # inputs, next-token targets
+
+
+class ByteTokens(Dataset):
+    """A plain text file as bytes (vocabulary 0..255), cut into non-overlapping windows."""
+
+    def __init__(self, path: str, seq_len: int):
+        raw = Path(path).read_bytes()
+        self.tokens = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
+        self.seq_len = seq_len
+        if len(self) == 0:
+            raise SystemExit(f"{path}: needs more than {seq_len} bytes (or a smaller --seq-len)")
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - 1) // self.seq_len
+
+    def __getitem__(self, i: int):
+        window = self.tokens[i * self.seq_len : (i + 1) * self.seq_len + 1]
+        return window[:-1], window[1:]
+
+
+# --- MODEL ---
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.n_head, self.dropout = cfg.n_head, cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        drop = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model, bias=False)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model, bias=False)
+        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False)
+        self.fc_proj = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        x = x + self.drop(self.attn(self.ln1(x)))
+        return x + self.drop(self.fc_proj(F.gelu(self.fc(self.ln2(x)))))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.seq_len, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model, bias=False)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head.weight = self.tok_emb.weight  # weight tying: one matrix in and out
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
+            if name.endswith("proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+
+
+def flops_per_token(model: GPT, cfg: Config) -> float:
+    """PaLM appendix B: 6N (matmuls, forward + backward) + 12·L·H·Q·T (attention), where N
+    excludes position embeddings (a lookup, not a matmul) and the tied head counts once."""
+    n = sum(p.numel() for p in model.parameters()) - model.pos_emb.weight.numel()
+    head_dim = cfg.d_model // cfg.n_head
+    return 6 * n + 12 * cfg.n_layer * cfg.n_head * head_dim * cfg.seq_len
+
+
+def peak_tflops_for(device: torch.device, override: float | None) -> float | None:
+    """Dense bf16 peak per GPU (NVIDIA datasheets); None on CPU (MFU is n/a there)."""
+    if override:
+        return override
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device).upper()
+    for key, tflops in (
+        ("B200", 2250.0),
+        ("H100", 989.0),
+        ("H200", 989.0),
+        ("H800", 989.0),
+        ("A100", 312.0),
+        ("A800", 312.0),
+        ("L40S", 362.0),
+        ("4090", 165.0),
+    ):
+        if key in name:
+            return tflops
+    return 989.0  # unknown GPU: assume H100-class; pass --peak-tflops for the real number
+
+
+def lr_at(step: int, cfg: Config) -> float:
+    """Linear warm-up, then cosine decay to min_lr: a function of the step, so resume-safe."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    # Fix --decay-steps when a run may later be extended with a larger --max-steps.
+    total = cfg.decay_steps or cfg.max_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
+
+
+# --- CHECKPOINT ---
+def rng_state(use_cuda: bool) -> dict:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if use_cuda:
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict, use_cuda: bool) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if use_cuda and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def gather_rng_states(use_cuda: bool, group) -> list:
+    """Every rank's RNG state, gathered as bytes over the CPU (gloo) group."""
+    mine = rng_state(use_cuda)
+    if group is None:
+        return [mine]
+    buf = io.BytesIO()
+    torch.save(mine, buf)
+    data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+    world = dist.get_world_size()
+    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([data.numel()]), group=group)
+    padded = torch.zeros(max(int(n) for n in sizes), dtype=torch.uint8)
+    padded[: data.numel()] = data
+    gathered = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(gathered, padded, group=group)
+    return [
+        torch.load(io.BytesIO(bytes(t[: int(n)].tolist())), weights_only=True)
+        for t, n in zip(gathered, sizes, strict=True)
+    ]
+
+
+def save_checkpoint(out_dir: Path, model, optimizer, train_state: dict, use_cuda: bool, group):
+    """Each rank writes its shards (DCP); rank 0 adds the train state and, once every rank is
+    done, points `latest` at the new directory (temp file + os.replace: never half-written)."""
+    rngs = gather_rng_states(use_cuda, group)
+    step_dir = out_dir / f"step-{train_state['step']:08d}"
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=step_dir)
+    if dist.get_rank() == 0:
+        tmp = step_dir / "train_state.pt.tmp"
+        torch.save({**train_state, "rng": rngs}, tmp)
+        os.replace(tmp, step_dir / "train_state.pt")
+    dist.barrier()  # every shard is on disk before `latest` moves
+    if dist.get_rank() == 0:
+        tmp = out_dir / "latest.tmp"
+        tmp.write_text(step_dir.name + "\n")
+        os.replace(tmp, out_dir / "latest")
+        for old in out_dir.glob("step-*"):  # keep only the checkpoint `latest` names
+            if old != step_dir and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+    dist.barrier()  # nobody exits (or is killed) before the checkpoint is complete
+
+
+def find_checkpoint(cfg: Config) -> Path | None:
+    if cfg.resume == "never":
+        return None
+    if cfg.resume != "auto":
+        step_dir = Path(cfg.resume)
+        if not (step_dir / "train_state.pt").is_file():
+            raise SystemExit(f"--resume {cfg.resume}: not a checkpoint directory")
+        return step_dir
+    latest = Path(cfg.out_dir) / "latest"
+    return Path(cfg.out_dir) / latest.read_text().strip() if latest.is_file() else None
+
+
+def load_checkpoint(step_dir: Path, model, optimizer, use_cuda: bool) -> dict:
+    """Load into the sharded model: DCP reads each rank's slice (any world size)."""
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optimizer": optim_sd}
+    dcp.load(state, checkpoint_id=step_dir)
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+    )
+    extra = torch.load(step_dir / "train_state.pt", map_location="cpu", weights_only=True)
+    if len(extra["rng"]) == dist.get_world_size():  # same world size: continue each stream
+        set_rng_state(extra["rng"][dist.get_rank()], use_cuda)
+    return {k: extra[k] for k in ("step", "epoch", "batch_in_epoch")}
+
+
+# --- SIGNALS ---
+STOP = {"signal": None}
+
+
+def on_sigterm(signum, frame):
+    # Only set a flag: the loop finishes the step, checkpoints and exits cleanly.
+    STOP["signal"] = signal.Signals(signum).name
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = parse_config(argv)
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+    # --- DISTRIBUTED SETUP ---
+    # torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; without them this is one process, world size 1.
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    use_cuda = torch.cuda.is_available() and not cfg.cpu
+    if use_cuda:
+        torch.cuda.set_device(local_rank)  # before init_process_group: NCCL binds to this GPU
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    backend = "nccl" if use_cuda else "gloo"
+    if "RANK" in os.environ:
+        dist.init_process_group(backend, device_id=device if use_cuda else None)
+    else:  # a private in-memory store: no port, no env vars needed
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    master = rank == 0
+    # A CPU (gloo) group for small control messages (stop flag, RNG states): no GPU syncs.
+    flag_group = dist.new_group(backend="gloo") if world_size > 1 else None
+
+    try:
+        torch.manual_seed(cfg.seed)  # same seed on every rank: identical initial weights
+        random.seed(cfg.seed)
+        torch.backends.cuda.matmul.allow_tf32 = True  # any fp32 matmul left uses tensor cores
+        torch.backends.cudnn.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")
+
+        if cfg.data:
+            dataset = ByteTokens(cfg.data, cfg.seq_len)
+        else:
+            dataset = SyntheticTokens(cfg.synthetic_samples, cfg.seq_len, cfg.vocab_size, cfg.seed)
+        # Each rank sees a disjoint 1/world_size shard; set_epoch reshuffles every epoch.
+        sampler = DistributedSampler(dataset, shuffle=True, seed=cfg.seed, drop_last=True)
+        batches_per_epoch = len(sampler) // cfg.batch_size
+        if batches_per_epoch == 0:
+            raise SystemExit("dataset too small for one batch per rank: lower --batch-size")
+
+        # Same seed on every rank -> identical full weights; fully_shard keeps each rank's slice.
+        # (For models that do not fit one GPU, build on device="meta", shard, then to_empty().)
+        model = GPT(cfg).to(device)
+        fpt = flops_per_token(model, cfg)
+        n_params = sum(p.numel() for p in model.parameters())
+
+        # --- SHARD (FSDP2) ---
+        # Each block is its own unit (its all-gather overlaps the previous block's compute),
+        # then the root (embeddings, final norm, tied head). On GPU: bf16 compute and comms,
+        # fp32 master weights and fp32 gradient reduction.
+        mesh = init_device_mesh(device.type, (world_size,))
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        shard_kwargs = {"mesh": mesh, "mp_policy": mp} if use_cuda else {"mesh": mesh}
+        for block in model.blocks:
+            if cfg.compile:  # compile per block: FSDP2 hooks stay outside the compiled graphs
+                block.compile()
+            fully_shard(block, **shard_kwargs)
+        fully_shard(model, **shard_kwargs)
+
+        # Weight decay on matrices only; fused AdamW runs one kernel for all params on CUDA.
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        groups = [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=use_cuda)
+
+        # --- RESUME ---
+        out_dir = Path(cfg.out_dir)
+        train_state = {"step": 0, "epoch": 0, "batch_in_epoch": 0}
+        step_dir = find_checkpoint(cfg)
+        if step_dir is not None:
+            train_state = load_checkpoint(step_dir, model, optimizer, use_cuda)
+            if master:
+                print(f"resumed from {step_dir} at step {train_state['step']}", flush=True)
+        start_step = train_state["step"]
+
+        def micro_batches():
+            """(x, y) forever, epoch after epoch, starting where the checkpoint left off."""
+            epoch, skip = train_state["epoch"], train_state["batch_in_epoch"]
+            while epoch < 1_000_000:  # bounded: the training loop stops long before
+                sampler.set_epoch(epoch)
+                order = list(sampler)[skip * cfg.batch_size :]  # resume mid-epoch
+                loader = DataLoader(
+                    dataset,
+                    batch_size=cfg.batch_size,
+                    sampler=order,
+                    drop_last=True,
+                    num_workers=cfg.num_workers,
+                    pin_memory=use_cuda,
+                )
+                for i, (x, y) in enumerate(loader, start=skip):
+                    train_state["epoch"], train_state["batch_in_epoch"] = epoch, i + 1
+                    yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                epoch, skip = epoch + 1, 0
+
+        # --- TRAINING LOOP ---
+        batches = micro_batches()
+        tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * world_size
+        peak = peak_tflops_for(device, cfg.peak_tflops)
+        loss_sum = torch.zeros((), device=device)
+        loss_value, tokens_per_s, mfu, stopped = float("nan"), None, None, "max_steps"
+        t_log, step_log, t_first, step, saved_step = None, start_step, None, start_step, start_step
+        model.train()
+        for step in range(start_step + 1, cfg.max_steps + 1):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step - 1, cfg)
+            for micro in range(cfg.grad_accum):
+                x, y = next(batches)
+                last = micro == cfg.grad_accum - 1
+                # Only the last micro-step reduce-scatters gradients; the others accumulate.
+                model.set_requires_gradient_sync(last)
+                loss = model(x, y) / cfg.grad_accum
+                loss.backward()
+                loss_sum += loss.detach()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+            # All ranks must agree to stop (one got SIGTERM -> all checkpoint and exit). The flag
+            # travels on a CPU (gloo) group so this never waits for the GPU.
+            stop = torch.tensor([1 if STOP["signal"] else 0])
+            if world_size > 1:
+                dist.all_reduce(stop, op=dist.ReduceOp.MAX, group=flag_group)
+            stopping = bool(stop.item())
+
+            is_log = step % cfg.log_every == 0 or step == cfg.max_steps or stopping
+            if is_log:  # the only host<->device syncs: one per log step
+                dist.all_reduce(loss_sum)
+                loss_value = loss_sum.item() / world_size / (step - step_log)
+                loss_sum.zero_()
+                if use_cuda:
+                    torch.cuda.synchronize()
+                now = time.perf_counter()
+                if t_log is not None:
+                    tokens_per_s = tokens_per_step * (step - step_log) / (now - t_log)
+                    mfu = fpt * tokens_per_s / (world_size * peak * 1e12) if peak else None
+                if t_first is None:
+                    t_first = (now, step)  # first log step ends warm-up (and compile)
+                t_log, step_log = now, step
+                if master:
+                    rate = f"{tokens_per_s:.0f}" if tokens_per_s else "n/a"
+                    mfu_s = f"{mfu:.1%}" if mfu is not None else "n/a"
+                    print(
+                        f"step {step} loss {loss_value:.6f} lr {lr_at(step - 1, cfg):.2e} "
+                        f"tokens/s {rate} mfu {mfu_s}",
+                        flush=True,
+                    )
+            train_state["step"] = step
+            if stopping or (cfg.ckpt_every and step % cfg.ckpt_every == 0):
+                save_checkpoint(out_dir, model, optimizer, train_state, use_cuda, flag_group)
+                saved_step = step
+            if stopping:
+                stopped = STOP["signal"] or "signal on another rank"
+                break
+
+        if saved_step != step:  # the final state, unless this step was just saved
+            save_checkpoint(out_dir, model, optimizer, train_state, use_cuda, flag_group)
+        if t_first is not None and t_log is not None and step_log > t_first[1]:
+            tokens_per_s = tokens_per_step * (step_log - t_first[1]) / (t_log - t_first[0])
+            mfu = fpt * tokens_per_s / (world_size * peak * 1e12) if peak else None
+
+        if cfg.rank_file_dir:  # for tests of the torchrun pattern: one file per RANK
+            Path(cfg.rank_file_dir).mkdir(parents=True, exist_ok=True)
+            Path(cfg.rank_file_dir, f"rank-{rank}").write_text(f"{loss_value}\n")
+        if master:
+            result = {
+                "step": step,
+                "loss": loss_value,
+                "tokens_per_s": tokens_per_s,
+                "mfu": mfu,
+                "world_size": world_size,
+                "params": n_params,
+                "start_step": start_step,
+                "stopped": stopped,
+            }
+            print("RESULT " + json.dumps(result), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
