@@ -681,3 +681,10 @@ def test_facts_round_trip_through_json(fixtures: Path, tmp_path: Path) -> None:
 
     facts = probe_host(NO_ENV, runner=h200_runner(fixtures), nvml=None, proc_root=tmp_path)
     assert HostFacts.from_dict(json.loads(json.dumps(facts.to_dict()))) == facts
+
+
+def test_nvidia_smi_that_cannot_reach_the_driver_is_named_in_the_reason(tmp_path: Path) -> None:
+    # What nvidia-smi prints (exit 9) when the kernel module is not loaded.
+    facts = probe_host(NO_ENV, runner=smi_runner(), nvml=None, proc_root=tmp_path)
+    assert facts.driver_version is None
+    assert "couldn't communicate with the NVIDIA driver" in (facts.no_driver_reason or "")
