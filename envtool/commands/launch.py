@@ -276,7 +276,7 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         raise UsageError(
             "--slurm needs --gpus-per-node G (or --cpu)", "e.g. --nodes 2 --gpus-per-node 8"
         )
-    run_dir = Path(opts["run_dir"]) / run_id
+    run_dir = (Path(opts["run_dir"]) / run_id).resolve()  # compute nodes need absolute paths
     req = SlurmRequest(
         script=str(script.resolve()),
         script_args=list(opts["script_args"]),
@@ -292,7 +292,7 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         account=opts["account"],
         job_name=opts["job_name"] or script.stem,
         cpus_per_task=opts["cpus_per_task"],
-        run_dir=str(run_dir.resolve()),
+        run_dir=str(run_dir),
         max_restarts=opts["max_restarts"],
         workdir=str(Path.cwd()),
     )

@@ -1,0 +1,296 @@
+"""`envtool launch --slurm`: the batch script's content (pure), and a real one-node Slurm
+(Debian slurm-wlm + munge, started by a session fixture) running a `--cpu` job to completion."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from envtool.core.slurm import SlurmRequest, parse_job_id, render_sbatch
+
+RANK_FILE = str(REPO / "tests" / "scripts" / "rank_file.py")
+
+
+def slurm_req(**kw: object) -> SlurmRequest:
+    base: dict[str, object] = dict(
+        script="/proj/train.py",
+        python="/envs/torch/bin/python",
+        run_dir="/proj/runs/r1",
+        job_name="train",
+        nodes=2,
+        gpus_per_node=8,
+        prefix="/envs/torch",
+        is_conda=True,
+        script_args=["--lr", "0.1", "--name", "a b"],
+        time="02:00:00",
+        partition="gpu",
+        account="proj1",
+    )
+    base.update(kw)
+    return SlurmRequest(**base)  # type: ignore[arg-type]
+
+
+def sbatch_directives(text: str) -> dict[str, str]:
+    return dict(
+        line[len("#SBATCH --") :].split("=", 1)
+        for line in text.splitlines()
+        if line.startswith("#SBATCH --")
+    )
+
+
+def test_header_asks_for_one_launcher_per_node_and_the_gpus() -> None:
+    d = sbatch_directives(render_sbatch(slurm_req()))
+    assert d["nodes"] == "2"
+    assert d["ntasks-per-node"] == "1"
+    assert d["gpus-per-node"] == "8"
+    assert d["cpus-per-task"] == "32"
+    assert d["time"] == "02:00:00" and d["partition"] == "gpu" and d["account"] == "proj1"
+    assert d["signal"] == "TERM@120"  # to the steps (torchrun + ranks), not only the batch shell
+    assert d["output"] == "/proj/runs/r1/slurm-%j.out"
+
+
+def test_body_activates_the_env_and_runs_torchrun_with_c10d_on_the_head_node() -> None:
+    text = render_sbatch(slurm_req())
+    assert 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in text
+    assert "export CONDA_PREFIX=/envs/torch" in text
+    assert 'export PATH=/envs/torch/bin:"$PATH"' in text
+    assert "export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}" in text
+    assert "export TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}" in text
+    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    assert srun.startswith("srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c ")
+    inner = srun.split("bash -c ", 1)[1]
+    # the per-node command, as each task's bash will see it
+    cmd = subprocess.run(["bash", "-c", f"printf '%s\\n' {inner}"], capture_output=True, text=True)
+    inner_text = cmd.stdout.strip()
+    for part in (
+        "/envs/torch/bin/python -m torch.distributed.run",
+        '--nnodes "$SLURM_NNODES"',
+        "--nproc-per-node 8",
+        '--node-rank "$SLURM_NODEID"',  # expanded per task, not once in the batch shell
+        "--rdzv-backend c10d",
+        '--rdzv-endpoint "$ENVTOOL_RDZV_ENDPOINT"',
+        '--rdzv-id "$SLURM_JOB_ID"',
+        "/proj/train.py --lr 0.1 --name 'a b'",
+    ):
+        assert part in inner_text, part
+
+
+def test_script_is_valid_bash() -> None:
+    for req in (slurm_req(), slurm_req(cpu=True, gpus_per_node=None, prefix=None)):
+        proc = subprocess.run(
+            ["bash", "-n"], input=render_sbatch(req), capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_cpu_jobs_ask_for_no_gpu_and_hide_them() -> None:
+    text = render_sbatch(slurm_req(cpu=True, gpus_per_node=None, nproc=3))
+    assert "gpus-per-node" not in sbatch_directives(text)
+    assert 'export CUDA_VISIBLE_DEVICES=""' in text
+    assert "--nproc-per-node 3" in text
+    assert "NCCL_NVLS_ENABLE" not in text
+
+
+def test_a_venv_prefix_sets_virtual_env() -> None:
+    text = render_sbatch(slurm_req(prefix="/proj/.venv", is_conda=False))
+    assert "export VIRTUAL_ENV=/proj/.venv" in text
+    assert "activate.d" not in text
+
+
+def test_parse_job_id() -> None:
+    assert parse_job_id("Submitted batch job 4242\n") == "4242"
+    assert parse_job_id("4242;cluster\n") == "4242"
+    assert parse_job_id("sbatch: error: invalid partition") is None
+
+
+def test_slurm_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--nodes", "2"]
+        + ["--gpus-per-node", "4", "--dry-run", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert "#SBATCH --gpus-per-node=4" in data["script"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_slurm_without_gpus_per_node_is_exit_2(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--nodes", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "--gpus-per-node" in proc.stderr
+
+
+# --- a real Slurm -------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[dict[str, str]]:
+    """munged + slurmctld + slurmd for this host, all state in a temp dir; torn down at the end.
+
+    Yields the environment (SLURM_CONF) slurm commands need."""
+    missing = [
+        p for p in ("munged", "slurmctld", "slurmd", "sbatch", "scontrol") if not shutil.which(p)
+    ]
+    if missing:
+        pytest.skip(
+            f"Slurm not installed ({', '.join(missing)} missing): apt-get install slurm-wlm munge"
+        )
+    if os.geteuid() != 0:
+        pytest.skip("the test Slurm runs its daemons as root (SlurmUser=root)")
+    root = Path(tempfile.mkdtemp(prefix="envtool-slurm-"))
+    host = socket.gethostname().split(".")[0]
+    munge = root / "munge"
+    for d in (munge, root / "state", root / "spool"):
+        d.mkdir(mode=0o700)
+    key = munge / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    sock = munge / "munge.sock"
+    conf = root / "slurm.conf"
+    conf.write_text(
+        f"""ClusterName=envtooltest
+SlurmctldHost={host}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={sock}
+CredType=cred/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd.log
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+ReturnToService=2
+NodeName={host} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+"""
+    )
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    daemons: list[subprocess.Popen[bytes]] = []
+    munged = subprocess.run(
+        ["munged", "--force", f"--socket={sock}", f"--key-file={key}"]
+        + [f"--pid-file={munge}/munged.pid", f"--log-file={munge}/munged.log"]
+        + [f"--seed-file={munge}/munge.seed"],
+        capture_output=True,
+        text=True,
+    )
+    try:
+        if munged.returncode != 0:
+            pytest.skip(f"munged would not start: {munged.stderr.strip()}")
+        for daemon in ("slurmctld", "slurmd"):
+            log = open(root / f"{daemon}.out", "wb")  # noqa: SIM115 - closed with the daemon
+            daemons.append(
+                subprocess.Popen([daemon, "-D", "-f", str(conf)], env=env, stdout=log, stderr=log)
+            )
+        deadline = time.monotonic() + 30
+        while True:
+            info = subprocess.run(
+                ["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True
+            )
+            if info.returncode == 0 and info.stdout.strip() in ("idle", "mix", "alloc"):
+                break
+            if time.monotonic() > deadline or any(d.poll() is not None for d in daemons):
+                logs = "".join(
+                    (root / f).read_text(errors="replace")[-800:]
+                    for f in ("slurmctld.log", "slurmd.log")
+                    if (root / f).exists()
+                )
+                pytest.skip(f"Slurm did not come up: sinfo={info.stdout.strip()!r} {logs}")
+            time.sleep(0.5)
+        yield env
+    finally:
+        for d in daemons:
+            d.send_signal(signal.SIGTERM)
+        for d in daemons:
+            try:
+                d.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                d.kill()
+        pid_file = munge / "munged.pid"
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+            except (ProcessLookupError, ValueError):
+                pass
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def wait_for_job(job_id: str, env: dict[str, str], timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    state = "?"
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True
+        ).stdout
+        m = re.search(r"JobState=(\S+)", out)
+        state = m.group(1) if m else "?"
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            return state
+        time.sleep(0.5)
+    return f"still {state} after {timeout}s"
+
+
+@pytest.mark.integration
+def test_a_cpu_job_runs_to_completion_on_a_real_slurm(
+    slurm_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--cpu", "--nodes", "1"]
+        + ["--submit", "--json", "--", str(out), "--steps", "2"],
+        cwd=tmp_path,
+        env={**slurm_cluster, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    job_id = data["job_id"]
+    assert job_id and job_id.isdigit()
+    assert Path(data["sbatch_path"]).is_file()
+    state = wait_for_job(job_id, slurm_cluster)
+    output = Path(data["sbatch_path"]).with_name(f"slurm-{job_id}.out")
+    assert state == "COMPLETED", output.read_text() if output.exists() else state
+    assert {p.name for p in out.iterdir()} == {"rank-0", "rank-1"}
+    log = output.read_text()
+    assert "rank 0 step 2" in log and "rank 1 step" not in log  # rank 0 on the console
+    node_logs = list((output.parent / "torchrun" / "node-0").rglob("stdout.log"))
+    assert len(node_logs) == 2  # every rank's log kept, per node
