@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from envtool.core.lockfile import SolvedPackage
-from envtool.core.plan import CudaBuild, Plan, parse_cuda_builds
+from envtool.core.plan import CudaBuild, Plan, PlatformPlan, parse_cuda_builds
 from envtool.errors import UsageError
 
 
@@ -42,6 +42,24 @@ def discover_plan_solve(
     import asyncio
 
     return asyncio.run(_session(channels, discover_platforms, planner, cache_dir))
+
+
+def solve_platforms(channels: list[str], platform_plans: list[PlatformPlan]) -> SolveResult:
+    """Solve given platform plans as they are (no planning, no checks): tests and benchmarks use it
+    to show what a solver does with specs envtool would never write."""
+    import asyncio
+
+    async def run() -> SolveResult:
+        import rattler
+
+        try:
+            gateway = rattler.Gateway()
+            urls = [resolve_channel(c) for c in channels]
+            return {pp.platform: await _solve_one(gateway, urls, pp) for pp in platform_plans}
+        finally:
+            await asyncio.sleep(0.05)
+
+    return asyncio.run(run())
 
 
 async def _session(
@@ -112,7 +130,7 @@ def _raise_channel_error(exc: Exception, platform: str) -> None:
         ) from None
 
 
-async def _solve_one(gateway, channel_urls: list[str], pp) -> list[SolvedPackage]:
+async def _solve_one(gateway, channel_urls: list[str], pp: PlatformPlan) -> list[SolvedPackage]:
     import rattler
     from rattler.exceptions import SolverError
 

@@ -1,0 +1,174 @@
+"""The plan (pure): which CUDA, which specs, which virtual packages — and refusals before solving."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from envtool.core.facts import GpuFacts, HostFacts
+from envtool.core.plan import Request, parse_cuda_builds, plan_environment, render_plan
+from envtool.errors import UsageError
+
+
+def _builds_from_fixture(fixtures, channel: str = "conda-forge") -> list:
+    """The pytorch records of the real harvested conda-forge linux-64 repodata."""
+    path = (
+        fixtures / "repodata" / "harvested-from-pixi-locks" / channel / "linux-64" / "repodata.json"
+    )
+    data = json.loads(path.read_text())
+    rows = [
+        (r["version"], r["build"], r.get("depends", []))
+        for key in ("packages", "packages.conda")
+        for r in data.get(key, {}).values()
+        if r["name"] == "pytorch"
+    ]
+    return parse_cuda_builds(rows)
+
+
+def test_parse_cuda_builds_reads_conda_forge_and_legacy_build_strings() -> None:
+    builds = parse_cuda_builds(
+        [
+            ("2.7.1", "cuda126_mkl_py312_h30b5a27_300", []),
+            ("2.0.0", "cuda118py39h06e0762_304", []),
+            ("2.10.0", "cpu_mkl_py314_hf472749_104", []),
+            ("2.3.1", "py3.11_cuda12.1_cudnn8.9.2_0", []),
+            ("2.3.1", "py3.11_cpu_0", []),
+        ]
+    )
+    got = {(b.torch, b.cuda, b.python) for b in builds}
+    assert ("2.7.1", "12.6", "3.12") in got
+    assert ("2.0.0", "11.8", "3.9") in got
+    assert ("2.10.0", None, "3.14") in got
+    assert ("2.3.1", "12.1", "3.11") in got
+    assert ("2.3.1", None, "3.11") in got
+
+
+def test_fixture_conda_forge_cuda_builds_are_discovered(fixtures) -> None:
+    cudas = {b.cuda for b in _builds_from_fixture(fixtures) if b.cuda}
+    assert {"11.8", "12.0", "12.6", "12.9"} <= cudas
+
+
+def test_no_driver_plans_cpu_with_a_note() -> None:
+    plan = plan_environment(Request(), HostFacts(no_driver_reason="no NVIDIA driver loaded"), [])
+    assert plan.cuda is None and plan.cuda_mode == "cpu"
+    assert any("no NVIDIA driver loaded" in n for n in plan.notes)
+    assert "pytorch * cpu*" in plan.platforms[0].specs
+    assert all(name != "__cuda" for name, _, _ in plan.platforms[0].virtual_packages)
+
+
+def test_driver_470_auto_picks_cuda11_with_minor_compat_warning(fixtures) -> None:
+    plan = plan_environment(
+        Request(driver="470.182.03"), HostFacts(), _builds_from_fixture(fixtures)
+    )
+    assert plan.cuda == "11.8" and plan.cuda_mode == "compat"
+    warning = " ".join(plan.warnings)
+    assert "minor-version compatibility" in warning and "--cuda 11.2" in warning
+    assert ("__cuda", "11.8", "0") in plan.platforms[0].virtual_packages
+
+
+def test_auto_uses_host_driver_and_skips_builds_that_miss_the_gpu_arch() -> None:
+    builds = parse_cuda_builds(
+        [
+            ("2.9.0", "cuda130_mkl_py312_h0", []),
+            ("2.8.0", "cuda129_mkl_py312_h0", []),
+            ("2.7.1", "cuda126_mkl_py312_h0", []),
+        ]
+    )
+    v100 = HostFacts(driver_version="580.65.06", gpus=[GpuFacts(0, "Tesla V100", "7.0")])
+    plan = plan_environment(Request(), v100, builds)
+    # CUDA 12.8+ builds carry no sm_70 kernels: a V100 gets the 12.6 build
+    assert plan.cuda == "12.6" and plan.cuda_mode == "native"
+    h200 = HostFacts(driver_version="580.65.06", gpus=[GpuFacts(0, "H200", "9.0")])
+    assert plan_environment(Request(), h200, builds).cuda == "13.0"
+
+
+def test_explicit_cuda_too_new_for_driver_is_refused_with_the_way_out() -> None:
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(cuda="12.4", driver="470.182.03"), None, [])
+    assert "needs driver ≥ 550.54.14" in err.value.message
+    assert "CUDA ≤ 11.4" in err.value.message
+    assert "--cuda 11.4" in (err.value.hint or "")
+
+
+def test_pytorch_channel_refuses_torch_after_2_5() -> None:
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(torch="2.7", flavor="pytorch", cuda="12.6"), None, None)
+    assert "stopped at 2.5" in err.value.message
+    assert "--flavor conda-forge" in (err.value.hint or "")
+
+
+def test_torch_cuda_pair_never_built_lists_the_builds_that_exist(fixtures) -> None:
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(torch="2.7", cuda="12.8"), None, _builds_from_fixture(fixtures))
+    assert "never built for CUDA 12.8" in err.value.message
+    assert "2.7.1: 12.6, 12.9" in (err.value.hint or "")
+
+
+def test_pytorch_flavor_pair_never_built_uses_pytorch_release_table() -> None:
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(torch="2.3", cuda="12.4", flavor="pytorch"), None, None)
+    assert "never built for CUDA 12.4" in err.value.message
+    assert "2.3: 11.8, 12.1" in (err.value.hint or "")
+
+
+def test_unknown_cuda_version_lists_known_ones() -> None:
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(cuda="12.7"), None, [])
+    assert "12.7" in err.value.message and "12.6, 12.8" in (err.value.hint or "")
+
+
+def test_conda_forge_cuda_plan_forces_a_cuda_build() -> None:
+    plan = plan_environment(Request(cuda="12.6", torch="2.7"), None, None)
+    specs = plan.platforms[0].specs
+    assert "pytorch 2.7.* cuda126*" in specs and "cuda-version 12.6.*" in specs
+    assert "pytorch" not in specs  # the bare spec that lets the newer CPU build win
+    assert plan.min_driver == "560.28.03" and "sm_90" in plan.archs
+
+
+def test_legacy_cuda_plan_pins_runtime_packages_to_one_cuda() -> None:
+    plan = plan_environment(Request(cuda="12.1", flavor="pytorch"), None, None)
+    pp = plan.platforms[0]
+    assert "pytorch-cuda 12.1.*" in pp.specs and "pytorch-mutex * cuda" in pp.specs
+    assert "cuda-version 12.1.*" in pp.constraints and "cuda-cudart 12.1.*" in pp.constraints
+    assert plan.channels == ("pytorch", "nvidia", "conda-forge")
+
+
+def test_legacy_cpu_plan_selects_the_cpu_mutex() -> None:
+    pp = plan_environment(Request(cuda="cpu", flavor="pytorch"), None, None).platforms[0]
+    assert "pytorch-mutex * cpu" in pp.specs
+
+
+def test_osx_arm64_in_a_cuda_plan_gets_the_cpu_build_with_a_warning() -> None:
+    plan = plan_environment(Request(cuda="12.6", platforms=("linux-64", "osx-arm64")), None, None)
+    by = {p.platform: p for p in plan.platforms}
+    assert by["linux-64"].cuda == "12.6" and by["osx-arm64"].cuda is None
+    assert "pytorch * cpu*" in by["osx-arm64"].specs
+    assert any("osx-arm64 has no CUDA builds" in w for w in plan.warnings)
+    assert ("__osx", "11.0", "0") in by["osx-arm64"].virtual_packages
+
+
+def test_virtual_package_override_and_user_specs_are_kept() -> None:
+    req = Request(
+        conda_specs=("python", "pytorch=2.1", "cuda-version=11.8", "numpy>=1.26"),
+        cuda="12.6",
+        virtual_overrides=(("__glibc", "2.17"),),
+    )
+    pp = plan_environment(req, None, None).platforms[0]
+    assert ("__glibc", "2.17", "0") in pp.virtual_packages
+    assert "numpy>=1.26" in pp.specs
+    # plan-owned names are replaced, never duplicated with a contradicting pin
+    assert "cuda-version=11.8" not in pp.specs and "pytorch=2.1" not in pp.specs
+
+
+def test_replanning_the_planned_specs_is_idempotent() -> None:
+    first = plan_environment(Request(cuda="12.6", python="3.11"), None, None)
+    again = plan_environment(
+        Request(conda_specs=first.platforms[0].specs, cuda="12.6", python="3.11"), None, None
+    )
+    assert again.platforms == first.platforms
+
+
+def test_render_plan_says_cuda_driver_and_specs() -> None:
+    text = "\n".join(render_plan(plan_environment(Request(cuda="12.6"), None, None)))
+    assert "CUDA 12.6" in text and "560.28.03" in text and "cuda126*" in text

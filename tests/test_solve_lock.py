@@ -1,0 +1,378 @@
+"""Real rattler solves on real harvested repodata, locked through conda-lock's writer.
+
+The fixture channels are solve-only (no package files): everything here plans, solves, verifies
+and locks; nothing installs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envtool.cli import main
+from envtool.core.plan import PlatformPlan
+from envtool.core.verify_solution import verify_solution
+
+pytestmark = pytest.mark.integration
+
+LINUX_VP = (
+    ("__archspec", "1", "x86_64"),
+    ("__glibc", "2.28", "0"),
+    ("__linux", "5.10", "0"),
+    ("__unix", "0", "0"),
+)
+# Plan for a GPU machine explicitly so the result does not depend on this host's driver.
+H200 = ["--driver", "580.65.06", "--gpu", "9.0"]
+
+
+@pytest.fixture(scope="module")
+def harvested(fixtures) -> Path:
+    return fixtures / "repodata" / "harvested-from-pixi-locks"
+
+
+def run_cli(args: list[str], cwd: Path, monkeypatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.chdir(cwd)
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.out, out.err
+
+
+def write_yml(path: Path, deps: list[str], channels: list[str] | None = None) -> Path:
+    body = {"name": "t", "dependencies": deps}
+    if channels:
+        body["channels"] = channels
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def read_lock(env_dir: Path) -> dict:
+    return yaml.safe_load((env_dir / "conda-lock.yml").read_text())
+
+
+def pkgs(lock: dict, platform: str = "linux-64") -> dict[str, dict]:
+    return {
+        p["name"]: p
+        for p in lock["package"]
+        if p["platform"] == platform and p["manager"] == "conda"
+    }
+
+
+def test_bare_pytorch_plus_cuda_version_silently_falls_back_to_cpu(harvested) -> None:
+    """The solver trap envtool exists to avoid, reproduced on real metadata — and caught."""
+    from envtool.adapters.rattler_solve import solve_platforms
+
+    naive = PlatformPlan(
+        "linux-64",
+        "12.6",
+        ("pytorch", "cuda-version 12.6.*"),
+        (),
+        (*LINUX_VP, ("__cuda", "12.6", "0")),
+    )
+    solved = solve_platforms([str(harvested / "conda-forge")], [naive])["linux-64"]
+    torch = next(p for p in solved if p.name == "pytorch")
+    assert torch.version == "2.10.0" and torch.build.startswith("cpu_")
+    problems = verify_solution(naive, solved)
+    assert [p.check for p in problems] == ["cuda-build"]
+    assert "not a CUDA build" in problems[0].message
+
+
+def test_conda_forge_cuda_126_locks_a_cuda126_build(
+    harvested, tmp_path, monkeypatch, capsys
+) -> None:
+    rc, out, err = run_cli(
+        [
+            "create",
+            "gpu",
+            "--no-install",
+            "--cuda",
+            "12.6",
+            "--channel",
+            str(harvested / "conda-forge"),
+            "--profile",
+            "ddp",
+            *H200,
+        ],
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    assert rc == 0, err
+    lock = read_lock(tmp_path / "environments" / "gpu")
+    got = pkgs(lock)
+    assert got["pytorch"]["build"].startswith("cuda126")
+    assert got["cuda-version"]["version"] == "12.6"
+    meta = lock["metadata"]["custom_metadata"]
+    assert meta["envtool_cuda"] == "12.6" and meta["envtool_min_driver"] == "560.28.03"
+    assert meta["envtool_torch"] == got["pytorch"]["version"]
+    assert "sm_90" in meta["envtool_gpu_archs"]
+    assert meta["envtool_flavor"] == "conda-forge"
+    assert lock["version"] == 1 and "time_metadata" not in lock["metadata"]
+    yml = (tmp_path / "environments" / "gpu" / "environment.yml").read_text()
+    assert "pytorch=*=cuda126*" in yml and "cuda-version=12.6.*" in yml
+
+
+def test_conda_forge_cpu_locks_the_cpu_build(harvested, tmp_path, monkeypatch, capsys) -> None:
+    rc, _, err = run_cli(
+        [
+            "create",
+            "cpu",
+            "--no-install",
+            "--cuda",
+            "cpu",
+            "--channel",
+            str(harvested / "conda-forge"),
+            "--profile",
+            "ddp",
+        ],
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    assert rc == 0, err
+    got = pkgs(read_lock(tmp_path / "environments" / "cpu"))
+    assert got["pytorch"]["build"].startswith("cpu_")
+    assert not {"cuda-version", "cudatoolkit", "cuda-cudart"} & set(got)
+
+
+def test_driver_470_auto_gets_cuda118_with_cudatoolkit_and_a_warning(
+    harvested, tmp_path, monkeypatch, capsys
+) -> None:
+    rc, _, err = run_cli(
+        [
+            "create",
+            "old",
+            "--no-install",
+            "--driver",
+            "470.182.03",
+            "--gpu",
+            "8.0",
+            "--channel",
+            str(harvested / "conda-forge"),
+            "--profile",
+            "ddp",
+        ],
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    assert rc == 0, err
+    assert "minor-version compatibility" in err
+    got = pkgs(read_lock(tmp_path / "environments" / "old"))
+    assert got["pytorch"]["version"] == "2.0.0" and got["pytorch"]["build"].startswith("cuda118")
+    assert got["cudatoolkit"]["version"].startswith("11.8")
+
+
+def test_legacy_pytorch_cuda_121_locks_one_cuda_version(
+    harvested, tmp_path, monkeypatch, capsys
+) -> None:
+    chans = [
+        a for c in ("pytorch", "nvidia", "conda-forge") for a in ("--channel", str(harvested / c))
+    ]
+    rc, _, err = run_cli(
+        [
+            "create",
+            "legacy",
+            "--no-install",
+            "--flavor",
+            "pytorch",
+            "--cuda",
+            "12.1",
+            *chans,
+            "--profile",
+            "ddp",
+            *H200,
+        ],
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    assert rc == 0, err
+    got = pkgs(read_lock(tmp_path / "environments" / "legacy"))
+    assert got["pytorch"]["version"] == "2.3.1" and "cuda12.1" in got["pytorch"]["build"]
+    assert got["pytorch-cuda"]["version"] == "12.1"
+    for name in ("cuda-version", "cuda-cudart", "cuda-runtime", "cuda-nvrtc"):
+        if name in got:
+            assert got[name]["version"].startswith("12.1"), (name, got[name]["version"])
+
+
+def test_legacy_solve_without_envtool_pins_mixes_cuda_and_verifier_catches_it(harvested) -> None:
+    from envtool.adapters.rattler_solve import solve_platforms
+
+    naive = PlatformPlan(
+        "linux-64",
+        "12.1",
+        ("pytorch", "pytorch-cuda 12.1.*"),
+        (),
+        (*LINUX_VP, ("__cuda", "12.1", "0")),
+    )
+    channels = [str(harvested / c) for c in ("pytorch", "nvidia", "conda-forge")]
+    solved = solve_platforms(channels, [naive])["linux-64"]
+    by = {p.name: p for p in solved}
+    assert by["cuda-version"].version == "12.6" and by["pytorch-cuda"].version == "12.1"
+    problems = verify_solution(naive, solved)
+    assert [p.check for p in problems] == ["one-cuda"]
+    assert "CUDA 12.1" in problems[0].message and "cuda-version 12.6" in problems[0].message
+
+
+def test_lock_is_deterministic(harvested, tmp_path, monkeypatch, capsys) -> None:
+    args = [
+        "create",
+        "det",
+        "--no-install",
+        "--cuda",
+        "12.6",
+        "--channel",
+        str(harvested / "conda-forge"),
+        "--platform",
+        "linux-64",
+        "--platform",
+        "osx-arm64",
+        "--profile",
+        "ddp",
+        *H200,
+    ]
+    assert run_cli(args, tmp_path, monkeypatch, capsys)[0] == 0
+    lock = tmp_path / "environments" / "det" / "conda-lock.yml"
+    first = lock.read_bytes()
+    assert run_cli(["lock", "det", "--force"], tmp_path, monkeypatch, capsys)[0] == 0
+    assert lock.read_bytes() == first
+    other = tmp_path / "again"
+    other.mkdir()
+    assert run_cli(args, other, monkeypatch, capsys)[0] == 0
+    assert (other / "environments" / "det" / "conda-lock.yml").read_bytes() == first
+    data = yaml.safe_load(first)
+    assert sorted(data["metadata"]["platforms"]) == ["linux-64", "osx-arm64"]
+    assert pkgs(data, "osx-arm64")["pytorch"]["build"].startswith("cpu")
+
+
+def test_relock_is_a_noop_until_an_input_changes(harvested, tmp_path, monkeypatch, capsys) -> None:
+    args = [
+        "create",
+        "n",
+        "--no-install",
+        "--cuda",
+        "cpu",
+        "--channel",
+        str(harvested / "conda-forge"),
+        "--profile",
+        "ddp",
+    ]
+    assert run_cli(args, tmp_path, monkeypatch, capsys)[0] == 0
+    env_dir = tmp_path / "environments" / "n"
+    lock = env_dir / "conda-lock.yml"
+    before = lock.stat().st_mtime_ns
+    rc, out, _ = run_cli(["lock", "n"], tmp_path, monkeypatch, capsys)
+    assert rc == 0 and "up to date" in out and lock.stat().st_mtime_ns == before
+    assert run_cli(["lock", "n", "--check"], tmp_path, monkeypatch, capsys)[0] == 0
+    yml = env_dir / "environment.yml"
+    yml.write_text(yml.read_text().replace("  - pip\n", "  - pip\n  - numpy\n", 1))
+    rc, _, err = run_cli(["lock", "n", "--check"], tmp_path, monkeypatch, capsys)
+    assert rc == 1 and "stale" in err
+    rc, out, _ = run_cli(["lock", "n"], tmp_path, monkeypatch, capsys)
+    assert rc == 0 and "wrote" in out
+    assert "numpy" in pkgs(read_lock(env_dir))
+    assert run_cli(["lock", "n", "--check"], tmp_path, monkeypatch, capsys)[0] == 0
+
+
+def test_noop_relock_does_not_import_the_solver(harvested, tmp_path, monkeypatch, capsys) -> None:
+    args = [
+        "create",
+        "q",
+        "--no-install",
+        "--cuda",
+        "cpu",
+        "--channel",
+        str(harvested / "conda-forge"),
+        "--profile",
+        "ddp",
+    ]
+    assert run_cli(args, tmp_path, monkeypatch, capsys)[0] == 0
+    code = (
+        "import sys\nfrom envtool.cli import main\n"
+        "try:\n    main(['lock', 'q'])\nexcept SystemExit as e:\n    rc = e.code\n"
+        "print('HEAVY', [m for m in ('rattler', 'conda_lock') if m in sys.modules], rc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert "HEAVY [] 0" in out.stdout, out.stdout + out.stderr
+
+
+def test_failed_solve_leaves_previous_files_untouched(
+    harvested, tmp_path, monkeypatch, capsys
+) -> None:
+    base = [
+        "create",
+        "keep",
+        "--no-install",
+        "--channel",
+        str(harvested / "conda-forge"),
+        "--profile",
+        "ddp",
+    ]
+    assert run_cli([*base, "--cuda", "cpu"], tmp_path, monkeypatch, capsys)[0] == 0
+    env_dir = tmp_path / "environments" / "keep"
+    before = {p.name: p.read_bytes() for p in env_dir.iterdir()}
+    rc, _, err = run_cli([*base, "--cuda", "cpu", "--python", "3.5"], tmp_path, monkeypatch, capsys)
+    assert rc == 2 and "no solution for linux-64" in err
+    assert {p.name: p.read_bytes() for p in env_dir.iterdir()} == before
+
+
+def test_lock_reads_back_with_conda_lock_render_and_rattler(
+    harvested, tmp_path, monkeypatch, capsys
+) -> None:
+    chans = [
+        a for c in ("pytorch", "nvidia", "conda-forge") for a in ("--channel", str(harvested / c))
+    ]
+    assert (
+        run_cli(
+            [
+                "create",
+                "rb",
+                "--no-install",
+                "--flavor",
+                "pytorch",
+                "--cuda",
+                "12.1",
+                *chans,
+                "--profile",
+                "ddp",
+                *H200,
+            ],
+            tmp_path,
+            monkeypatch,
+            capsys,
+        )[0]
+        == 0
+    )
+    lock_path = tmp_path / "environments" / "rb" / "conda-lock.yml"
+
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    parsed = parse_conda_lock_file(lock_path)
+    assert any(p.name == "pytorch" and "cuda12.1" in (p.build or "") for p in parsed.package)
+
+    conda_lock = Path(sys.executable).parent / "conda-lock"
+    if not conda_lock.exists():
+        conda_lock = Path(shutil.which("conda-lock") or "conda-lock")
+    proc = subprocess.run(
+        [str(conda_lock), "render", "-k", "explicit", "--platform", "linux-64", str(lock_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    explicit = (tmp_path / "conda-linux-64.lock").read_text()
+    assert "@EXPLICIT" in explicit
+    assert "pytorch/linux-64/pytorch-2.3.1-py3.11_cuda12.1_cudnn8.9.2_0.tar.bz2#" in explicit
+
+    from rattler import LockFile
+
+    env = LockFile.from_path(lock_path).default_environment()
+    (platform,) = env.platforms()
+    records = env.conda_repodata_records_for_platform(platform)
+    assert any(r.name.normalized == "pytorch" and str(r.version) == "2.3.1" for r in records)
