@@ -243,9 +243,10 @@ def test_deep_reports_a_crashed_worker_as_a_failure():
 
 
 @pytest.mark.integration
-def test_deep_cpu_runs_real_torchrun_and_checks_the_sum():
+def test_deep_cpu_runs_real_torchrun_and_checks_the_sum(tmp_path: Path):
     """The real path: torch.distributed.run, 2 processes (gloo), exact-sum check, busbw."""
-    proc = envtool("doctor", "--deep-cpu", "--json", timeout=300)
+    rec = tmp_path / "rec"
+    proc = envtool("doctor", "--deep-cpu", "--json", "--record", str(rec), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = {c["id"]: c for c in json.loads(proc.stdout)["checks"]}
     mm, ar = checks["deep-matmul"], checks["deep-allreduce"]
@@ -256,6 +257,10 @@ def test_deep_cpu_runs_real_torchrun_and_checks_the_sum():
     # busbw = algbw * 2(n-1)/n, which is algbw itself for n = 2
     assert ar["evidence"]["busbw_gbps"] == ar["evidence"]["algbw_gbps"]
     assert all(v > 0 for v in ar["evidence"]["busbw_gbps"].values())
+    # the recording carries the --deep results, so a replay shows the same numbers
+    replay = envtool("doctor", "--replay", str(rec), "--json")
+    again = {c["id"]: c for c in json.loads(replay.stdout)["checks"]}
+    assert again["deep-allreduce"] == ar and again["deep-matmul"] == mm
 
 
 def test_deep_without_gpu_skips_with_the_reason():

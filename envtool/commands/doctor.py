@@ -23,6 +23,7 @@ from envtool.errors import UsageError
 SCHEMA_VERSION = 1
 HOST_DIR = "host"  # DIR/host/<raw probe outputs, one file each>
 ENV_FILE = "env.json"  # DIR/env.json: EnvFacts.to_dict()
+DEEP_FILE = "deep.json"  # DIR/deep.json: --deep results, when --deep ran
 
 
 # --------------------------------------------------------------------------- probing
@@ -122,6 +123,19 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
 
         host = apply_overrides(host, driver=driver)
     return host, env
+
+
+def read_replay_deep(directory: Path) -> dict[str, Any] | None:
+    path = directory / DEEP_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise UsageError(f"--replay {path}: not valid JSON ({exc})", "re-record it") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--replay {path}: expected a JSON object", "re-record it")
+    return data
 
 
 # --------------------------------------------------------------------------- rendering
@@ -269,6 +283,7 @@ def cmd(
     deep_result = None
     if replay_dir:
         host, env = read_replay(replay_dir, driver)
+        deep_result = read_replay_deep(replay_dir)
     else:
         from envtool.adapters.locate import resolve_target
 
@@ -283,6 +298,8 @@ def cmd(
 
             note("envtool doctor: running --deep (GPU matmuls, all-reduce) in the environment…")
             deep_result = probe_deep(str(target.python), _deep_gpu_count(host, env), cpu=deep_cpu)
+            if record_dir is not None:
+                (record_dir / DEEP_FILE).write_text(json.dumps(deep_result, indent=2))
 
     checks = run_checks(host, env) + run_deep_checks(deep_result)
     if as_json:

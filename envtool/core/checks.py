@@ -312,9 +312,9 @@ def check_minor_version_compat(host: HostFacts, env: EnvFacts) -> Check:
         return Check(cid, SKIP, "needs a CUDA torch build and a known driver version", [])
     v = cudak.driver_supports(host.driver_version, tc)
     if v.mode != "compat":
-        return Check(
-            cid, OK if v.mode == "native" else SKIP, f"driver mode for CUDA {tc}: {v.mode}", []
-        )
+        if v.mode == "native":
+            return Check(cid, OK, f"driver runs CUDA {tc} natively", [])
+        return Check(cid, SKIP, f"driver cannot run CUDA {tc} (see driver-vs-torch-cuda)", [])
     return Check(
         cid,
         WARN,
@@ -820,9 +820,11 @@ def check_deep_matmul(deep: dict[str, Any]) -> Check:
             "take the GPU out of service and check `nvidia-smi -q -d ECC,PAGE_RETIREMENT`; "
             "reset it or contact the host's admin",
         )
-    return Check(
-        cid, OK, f"matmul correct on {len({r['device'] for r in rows})} device(s) (bf16, fp32)", ev
-    )
+    summary = f"matmul correct on {len({r['device'] for r in rows})} device(s) (bf16, fp32)"
+    speeds = [r["tflops"] for r in rows if r.get("dtype") == "bfloat16" and r.get("tflops")]
+    if speeds:
+        summary += f"; bf16 {min(speeds):.0f}–{max(speeds):.0f} TFLOP/s"
+    return Check(cid, OK, summary, ev)
 
 
 def check_deep_allreduce(deep: dict[str, Any]) -> Check:
