@@ -1,0 +1,92 @@
+"""Air-gapped installs: `envtool bundle` then `envtool install --from DIR` with the source gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import channel_builder as cb
+import pytest
+
+from envtool.adapters.installer import read_lock
+
+ENVTOOL = [sys.executable, "-m", "envtool"]
+pytestmark = pytest.mark.integration
+
+
+def envtool(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([*ENVTOOL, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def private_lock(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
+    """A lock over a channel this test owns (it deletes the channel to prove offline installs)."""
+    shared = cb.cuda_setup(tmp_path_factory.getbasetemp())
+    channel = tmp_path / "origin" / "channel"
+    shutil.copytree(shared.channel, channel)
+    wheel = shutil.copy(shared.wheel, tmp_path / "origin" / shared.wheel.name)
+    records = cb.solve_records(channel, ["pytorch * cuda*", "cuda-version 12.6.*"])
+    return cb.write_lock(
+        tmp_path / "project" / "conda-lock.yml",
+        records,
+        channel.as_uri(),
+        {"envtool_cuda": "12.6"},
+        pip=[("envtool-demo", "0.1.0", Path(wheel))],
+    )
+
+
+def _env(tmp_path: Path, tag: str) -> dict[str, str]:
+    e = dict(os.environ)
+    e.update(
+        ENVTOOL_ENVS_DIR=str(tmp_path / f"envs-{tag}"),
+        ENVTOOL_CACHE_DIR=str(tmp_path / f"cache-{tag}"),
+        ENVTOOL_DRIVER_VERSION="570.86.10",
+    )
+    e.pop("ENVTOOL_TEST_PAUSE_AT", None)
+    return e
+
+
+def test_bundle_installs_offline_with_the_original_channel_gone(
+    private_lock: Path, tmp_path: Path
+) -> None:
+    online = _env(tmp_path, "online")
+    out = envtool(
+        "bundle", "--lock", str(private_lock), "-o", str(tmp_path / "bundle"), "--json", env=online
+    )
+    assert out.returncode == 0, out.stderr
+    files = json.loads(out.stdout)["files"]
+    locked_files = {p.file_name for p in read_lock(private_lock).packages}
+    assert {Path(f).name for f in files} == locked_files  # exactly the locked packages
+    assert (tmp_path / "bundle/channel/linux-64/repodata.json").is_file()  # a real, indexed channel
+    assert (tmp_path / "bundle/conda-lock.yml").read_bytes() == private_lock.read_bytes()
+
+    shutil.rmtree(tmp_path / "origin")  # the "internet" is gone; a fresh cache on the other side
+    offline = _env(tmp_path, "offline")
+    inst = envtool("install", "demo", "--from", str(tmp_path / "bundle"), env=offline)
+    assert inst.returncode == 0, inst.stderr
+    verify = envtool("verify", "demo", "--json", env=offline)
+    assert verify.returncode == 0 and json.loads(verify.stdout)["clean"]
+    record = next((tmp_path / "envs-offline/demo/conda-meta").glob("pytorch-*.json"))
+    assert (
+        "/origin/channel/" in json.loads(record.read_text())["url"]
+    )  # provenance kept from the lock
+
+
+def test_tampered_bundle_is_refused(private_lock: Path, tmp_path: Path) -> None:
+    online = _env(tmp_path, "online")
+    assert (
+        envtool(
+            "bundle", "--lock", str(private_lock), "-o", str(tmp_path / "bundle"), env=online
+        ).returncode
+        == 0
+    )
+    cb.flip_byte(next((tmp_path / "bundle/channel/noarch").glob("cuda-version-*.conda")))
+    offline = _env(tmp_path, "offline")
+    inst = envtool("install", "demo", "--from", str(tmp_path / "bundle"), env=offline)
+    assert inst.returncode == 1
+    assert "cuda-version 12.6" in inst.stderr and "hash mismatch" in inst.stderr
+    assert not list((tmp_path / "envs-offline/demo/conda-meta").glob("*.json"))
