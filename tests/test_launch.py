@@ -244,3 +244,68 @@ def test_kill_marked_finds_processes_in_other_sessions(tmp_path: Path) -> None:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+@pytest.fixture
+def h200_host(tmp_path: Path, fixtures: Path) -> dict[str, str]:
+    """A fake `nvidia-smi` replaying the real captures of a 2 x H200 host (fixtures/h200-x2-host)."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    capture = fixtures / "h200-x2-host"
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        f'  "-q -x") exec cat "{capture}/nvidia-smi-q.xml" ;;\n'
+        f'  --query-gpu*) exec cat "{capture}/query.csv" ;;\n'
+        f'  *) exec cat "{capture}/nvidia-smi.txt" ;;\n'
+        "esac\n"
+    )
+    smi.chmod(0o755)
+    env = launch_env(uuid.uuid4().hex)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def run_on(env: dict[str, str], args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "envtool", "launch", str(RANK_FILE), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_gpu_host_plan_uses_nccl_on_every_gpu_with_multicast_off(
+    h200_host: dict[str, str], tmp_path: Path
+) -> None:
+    proc = run_on(h200_host, ["--dry-run", "--json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)["plan"]
+    assert plan["backend"] == "nccl" and plan["nproc_per_node"] == 2
+    assert plan["env_add"]["NCCL_NVLS_ENABLE"] == "0"
+    assert plan["env_add"]["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+
+
+def test_asking_for_more_gpus_than_visible_names_cuda_visible_devices(
+    h200_host: dict[str, str], tmp_path: Path
+) -> None:
+    proc = run_on(h200_host, ["--gpus", "4"], tmp_path)
+    assert proc.returncode == 2
+    assert "asked for 4 GPUs; this host shows 2" in proc.stderr
+    proc = run_on({**h200_host, "CUDA_VISIBLE_DEVICES": "1"}, ["--gpus", "2"], tmp_path)
+    assert proc.returncode == 2
+    assert "asked for 2 GPUs; this host shows 1 (CUDA_VISIBLE_DEVICES=1)" in proc.stderr
+
+
+def test_doctor_preflight_refuses_a_cpu_torch_on_a_gpu_host(
+    h200_host: dict[str, str], tmp_path: Path
+) -> None:
+    """.venv holds torch 2.13 CPU; on the H200 host the doctor's fast checks fail (exit 1)."""
+    proc = run_on(h200_host, ["--gpus", "2"], tmp_path)
+    assert proc.returncode == 1
+    assert "pre-flight doctor checks failed: cpu-torch-on-gpu-host" in proc.stderr
+    assert "--skip-checks" in proc.stderr
+    assert not (tmp_path / "runs").exists()  # nothing was started

@@ -64,7 +64,7 @@ def read_activated_environ(prefix: Path | None, environ: Mapping[str, str]) -> d
         except ImportError:
             activated_environ = None  # install helper not there yet: fall back to PATH below
         if activated_environ is not None:
-            return dict(activated_environ(prefix))
+            return dict(activated_environ(prefix, environ))
         env["CONDA_PREFIX"] = str(prefix)
     else:
         env["VIRTUAL_ENV"] = str(prefix)

@@ -238,18 +238,26 @@ def probe_host_summary() -> dict[str, Any]:
 
 
 def preflight_doctor(target: Any) -> None:
-    """The doctor's fast checks must pass before GPUs are claimed (skip: --skip-checks)."""
+    """The doctor's fast checks (no python run) must pass before GPUs are claimed."""
     try:
-        from envtool.adapters.env_probe import probe_env
+        from envtool.adapters.env_probe import read_installed, read_torch_static
         from envtool.adapters.host_probe import probe_host
         from envtool.core.checks import run_checks
+        from envtool.core.facts import EnvFacts
     except ImportError:
         note("envtool: doctor checks not available in this build; pre-flight check skipped")
         return
-    results = run_checks(probe_host(), probe_env(target))
-    failed = [r for r in _as_list(results) if _get(r, "status") == "fail"]
+    env = EnvFacts(
+        python_exe=str(target.python),
+        prefix=str(target.prefix) if target.prefix else None,
+        status="not-probed",
+    )
+    if target.prefix is not None:
+        env.conda_packages, env.pip_torch = read_installed(target.prefix)
+        env.torch = read_torch_static(target.prefix)
+    failed = [r for r in _as_list(run_checks(probe_host(), env)) if _get(r, "status") == "fail"]
     if failed:
-        lines = [f"{_get(r, 'id')}: {_get(r, 'summary') or _get(r, 'evidence')}" for r in failed]
+        lines = [f"{_get(r, 'id')}: {_get(r, 'summary')}" for r in failed]
         fixes = [str(_get(r, "fix")) for r in failed if _get(r, "fix")]
         raise DiagnosedFailure(
             "pre-flight doctor checks failed: " + "; ".join(lines),
