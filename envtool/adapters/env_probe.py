@@ -9,6 +9,7 @@ Nothing here raises: a time-out, a crash or a missing python is a status in EnvF
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 from pathlib import Path
@@ -43,11 +44,13 @@ _TORCH_DIST = re.compile(r"^torch-([^-]+)\.(dist-info|egg-info)$")
 
 
 def probe_env(target: Target, timeout: float = 120.0, runner: Runner = run_capture) -> EnvFacts:
-    """Run the probe script with the target's python and merge what the files say."""
+    """Run the probe script with the target's python and merge what the files say.
+
+    status: ok (JSON came back; `error` is set if python then died at exit), timeout, crashed
+    (no JSON: `error` has the exit/signal and the stderr tail), no-python. Never raises."""
     facts = EnvFacts(
         python_exe=str(target.python), prefix=str(target.prefix) if target.prefix else None
     )
-    site_dirs: list[str] = []
     if target.prefix is not None:
         facts.conda_packages, facts.pip_torch = read_installed(target.prefix)
 
@@ -65,9 +68,7 @@ def probe_env(target: Target, timeout: float = 120.0, runner: Runner = run_captu
         return facts
     if res.timed_out:
         facts.status = "timeout"
-        facts.error = (
-            f"{target.python} did not finish the probe in {timeout:g}s (importing torch hung)"
-        )
+        facts.error = f"{target.python} did not finish the probe in {timeout:g}s (hung, most often in `import torch` or CUDA initialization)"
         return facts
 
     data = _parse_output(res.stdout)
@@ -88,11 +89,11 @@ def probe_env(target: Target, timeout: float = 120.0, runner: Runner = run_captu
         facts.torch = _torch_facts(data["torch"])
     site_dirs = [d for d in data.get("site_dirs", []) if isinstance(d, str)]
     # Also look where the interpreter looks (user site, a venv's site-packages) for extra torches.
-    seen = {p["location"] for p in facts.pip_torch}
+    seen = {os.path.realpath(p["location"]) for p in facts.pip_torch}  # same dir, other spelling
     for entry in read_pip_torch([Path(d) for d in site_dirs]):
-        if entry["location"] not in seen:
+        if os.path.realpath(entry["location"]) not in seen:
             facts.pip_torch.append(entry)
-            seen.add(entry["location"])
+            seen.add(os.path.realpath(entry["location"]))
     return facts
 
 

@@ -66,8 +66,8 @@ def probe_torch(torch):
         "capabilities": [],
         "path": getattr(torch, "__file__", None),
     }
-    if info["cuda"] is None:
-        # CPU (or ROCm) build: is_available() is a cheap False here and initializes nothing.
+    if info["cuda"] is None and not getattr(torch.version, "hip", None):
+        # CPU build: is_available() is a cheap False here and initializes nothing.
         try:
             info["is_available"] = bool(torch.cuda.is_available())
         except Exception as exc:
@@ -136,8 +136,12 @@ def main():
     else:
         try:
             out["torch"] = probe_torch(torch)
-        except Exception as exc:
-            out["torch_import_error"] = "torch imported but probing failed: " + _err(exc)
+        except Exception as exc:  # torch imported fine; say what is known and why the rest is not
+            out["torch"] = {
+                "version": str(getattr(torch, "__version__", None)),
+                "path": getattr(torch, "__file__", None),
+                "available_message": "envtool probe failed: " + _err(exc),
+            }
     sys.stdout.write("\n" + MARKER + json.dumps(out) + "\n")
     sys.stdout.flush()
 
