@@ -79,9 +79,7 @@ def cmd(
             [f"{name}: lock is {state} ({lock_path})"],
             exit_code=0 if fresh else 1,
         )
-        if not fresh:
-            if as_json:
-                emit(result, True)
+        if not fresh:  # the CLI prints the error (and, with --json, its envelope)
             raise DiagnosedFailure(
                 f"{lock_path}: lock is {state}", f"run `envtool lock {name}` to update it"
             )

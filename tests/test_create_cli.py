@@ -1,0 +1,234 @@
+"""`envtool create` / `envtool lock` as a user meets them: exit codes, one-line errors, --dry-run,
+--json, profiles, and nothing written when a check fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from envtool.adapters.rattler_solve import resolve_channel
+from envtool.cli import main
+from envtool.commands.create import profiles_dir
+from envtool.core.spec import parse_environment_yml
+
+H200 = ["--driver", "580.65.06", "--gpu", "9.0"]
+
+
+def run_cli(args: list[str], cwd: Path, monkeypatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.chdir(cwd)
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def conda_forge(fixtures) -> str:
+    return str(fixtures / "repodata" / "harvested-from-pixi-locks" / "conda-forge")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--cuda", "12.4", "--driver", "470.182.03"],
+            "needs driver ≥ 550.54.14; this driver (470.182.03) runs CUDA ≤ 11.4",
+        ),
+        (
+            ["--torch", "2.7", "--flavor", "pytorch"],
+            "the pytorch channel stopped at 2.5 — use --flavor conda-forge",
+        ),
+        (["--cuda", "12.7"], "--cuda 12.7: not a known CUDA version — use auto, cpu or one of"),
+        (["--gpu", "eight"], "--gpu eight: not a compute capability"),
+        (["--virtual-package", "glibc"], "--virtual-package glibc: expected NAME=VER"),
+        (
+            ["--profile", "nope"],
+            "--profile nope: no such profile — use one of ddp, fsdp, lm, pytorch",
+        ),
+        (["-f", "missing.yml"], "-f missing.yml: cannot read"),
+    ],
+)
+def test_impossible_or_bad_requests_exit_2_with_one_line(
+    args, message, tmp_path, monkeypatch, capsys
+) -> None:
+    rc, out, err = run_cli(["create", "x", "--no-install", *args], tmp_path, monkeypatch, capsys)
+    assert rc == 2
+    assert message in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "environments").exists()
+
+
+@pytest.mark.integration
+def test_pair_never_built_lists_real_builds(conda_forge, tmp_path, monkeypatch, capsys) -> None:
+    rc, _, err = run_cli(
+        [
+            "create",
+            "x",
+            "--no-install",
+            "--torch",
+            "2.7",
+            "--cuda",
+            "12.8",
+            "--channel",
+            conda_forge,
+            *H200,
+        ],
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    assert rc == 2
+    assert "torch 2.7 was never built for CUDA 12.8 on conda-forge" in err
+    assert "2.7.1: 12.6, 12.9" in err
+
+
+@pytest.mark.integration
+def test_dry_run_prints_the_plan_and_writes_nothing(
+    conda_forge, tmp_path, monkeypatch, capsys
+) -> None:
+    rc, out, err = run_cli(
+        [
+            "create",
+            "dry",
+            "--no-install",
+            "--dry-run",
+            "--cuda",
+            "12.6",
+            "--channel",
+            conda_forge,
+            *H200,
+        ],
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    assert rc == 0, err
+    assert "CUDA 12.6" in out and "pytorch * cuda126*" in out and "nothing written" in out
+    assert not (tmp_path / "environments").exists()
+
+
+@pytest.mark.integration
+def test_json_envelope_carries_the_plan(conda_forge, tmp_path, monkeypatch, capsys) -> None:
+    rc, out, err = run_cli(
+        [
+            "create",
+            "j",
+            "--no-install",
+            "--json",
+            "--cuda",
+            "cpu",
+            "--channel",
+            conda_forge,
+            "--profile",
+            "ddp",
+        ],
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["command"] == "create" and data["exit_code"] == 0 and data["written"] is True
+    assert data["plan"]["cuda"] is None and data["plan"]["cuda_mode"] == "cpu"
+    assert data["packages"]["linux-64"] > 10
+
+
+def test_json_error_envelope_on_refusal(tmp_path, monkeypatch, capsys) -> None:
+    rc, out, _ = run_cli(
+        ["create", "x", "--no-install", "--json", "--cuda", "12.7"], tmp_path, monkeypatch, capsys
+    )
+    assert rc == 2
+    assert json.loads(out)["error"]["message"].startswith("--cuda 12.7")
+
+
+def _write_channel(root: Path) -> Path:
+    """A tiny local channel with a mis-specified CUDA build: pytorch cuda126 that drags in a 12.8
+    runtime. The solve succeeds; the solution is wrong; envtool must refuse to lock it."""
+
+    def rec(name, version, build, depends):
+        return {
+            "name": name,
+            "version": version,
+            "build": build,
+            "build_number": 0,
+            "depends": depends,
+            "subdir": "linux-64",
+            "md5": "0" * 32,
+            "size": 1,
+        }
+
+    packages = {
+        "pytorch-2.5.0-cuda126_bad_0.tar.bz2": rec(
+            "pytorch", "2.5.0", "cuda126_bad_0", ["cuda-cudart 12.8.*"]
+        ),
+        "cuda-cudart-12.8.57-0.tar.bz2": rec("cuda-cudart", "12.8.57", "0", []),
+        "cuda-version-12.6-0.tar.bz2": rec("cuda-version", "12.6", "0", []),
+    }
+    for subdir, pk in (("linux-64", packages), ("noarch", {})):
+        (root / subdir).mkdir(parents=True)
+        (root / subdir / "repodata.json").write_text(
+            json.dumps({"info": {"subdir": subdir}, "packages": pk, "packages.conda": {}})
+        )
+    return root
+
+
+@pytest.mark.integration
+def test_wrong_solution_is_a_diagnosed_failure_and_nothing_is_written(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    channel = _write_channel(tmp_path / "chan")
+    (tmp_path / "env.yml").write_text("name: bad\ndependencies:\n  - pytorch\n")
+    rc, _, err = run_cli(
+        [
+            "create",
+            "bad",
+            "--no-install",
+            "--cuda",
+            "12.6",
+            "-f",
+            "env.yml",
+            "--channel",
+            str(channel),
+            *H200,
+        ],
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    assert rc == 1
+    assert "more than one CUDA version" in err and "cuda-cudart 12.8.57" in err
+    assert not (tmp_path / "environments" / "bad").exists()
+
+
+def test_lock_without_environment_is_usage_error(tmp_path, monkeypatch, capsys) -> None:
+    rc, _, err = run_cli(["lock", "ghost"], tmp_path, monkeypatch, capsys)
+    assert rc == 2 and "envtool create ghost" in err
+
+
+def test_lock_check_without_lock_is_stale(tmp_path, monkeypatch, capsys) -> None:
+    env = tmp_path / "environments" / "nolock"
+    env.mkdir(parents=True)
+    (env / "environment.yml").write_text("dependencies:\n  - pytorch\n")
+    rc, _, err = run_cli(["lock", "nolock", "--check"], tmp_path, monkeypatch, capsys)
+    assert rc == 1 and "missing" in err
+
+
+def test_shipped_profiles_parse_and_ask_for_pytorch() -> None:
+    names = sorted(p.name for p in profiles_dir().iterdir() if (p / "environment.yml").is_file())
+    assert names == ["ddp", "fsdp", "lm", "pytorch"]
+    for name in names:
+        path = profiles_dir() / name / "environment.yml"
+        spec = parse_environment_yml(path.read_text(), str(path))
+        assert spec.find("pytorch") and spec.find("python")
+    default = parse_environment_yml(
+        (profiles_dir() / "pytorch" / "environment.yml").read_text(), "p"
+    )
+    assert {d.name for d in default.dependencies} == {"python", "pytorch", "torchvision", "pip"}
+
+
+def test_channel_resolution(tmp_path) -> None:
+    assert resolve_channel("conda-forge") == "https://conda.anaconda.org/conda-forge"
+    assert resolve_channel("https://example.org/chan/") == "https://example.org/chan"
+    assert resolve_channel(str(tmp_path)) == tmp_path.resolve().as_uri()

@@ -1,0 +1,174 @@
+"""The pip section: resolved offline by the real `uv pip compile` against wheels built here, locked as
+`manager: pip` entries; anything that would replace the conda torch is refused."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envtool.adapters.uv_pip import compile_pip, parse_pylock, python_platform
+from envtool.cli import main
+from envtool.core.lockfile import SolvedPackage
+from envtool.errors import UsageError
+
+pytestmark = pytest.mark.integration
+
+CONDA = [
+    SolvedPackage("python", "3.11.9", "h_0", "linux-64", "https://x/python.conda"),
+    SolvedPackage("pytorch", "2.7.1", "cpu_mkl_0", "linux-64", "https://x/pytorch.conda"),
+    SolvedPackage("numpy", "1.26.4", "py311_0", "linux-64", "https://x/numpy.conda"),
+]
+
+
+def build_wheel(directory: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
+    """A minimal valid pure-python wheel (what `pip wheel` would produce for an empty package)."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f"__version__ = {version!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return wheel
+
+
+@pytest.fixture
+def wheels(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    d = tmp_path / "wheels"
+    d.mkdir()
+    build_wheel(d, "tinyalpha", "1.0", ("tinybeta>=0.5",))
+    build_wheel(d, "tinybeta", "0.4")
+    build_wheel(d, "tinybeta", "0.6")
+    build_wheel(d, "needstorch", "0.1", ("torch>=2",))
+    build_wheel(d, "numpy", "2.0.0")
+    build_wheel(d, "torch", "2.7.1")
+    return d
+
+
+def offline(wheels: Path) -> list[str]:
+    return ["--no-index", f"--find-links {wheels}"]
+
+
+def test_pip_entries_resolve_with_urls_and_hashes(wheels) -> None:
+    locked = compile_pip([*offline(wheels), "tinyalpha"], CONDA, "linux-64")
+    by = {p.name: p for p in locked}
+    assert set(by) == {"tinyalpha", "tinybeta"}
+    assert by["tinybeta"].version == "0.6"  # newest that satisfies tinyalpha's >=0.5
+    wheel = wheels / "tinyalpha-1.0-py3-none-any.whl"
+    assert by["tinyalpha"].url == wheel.as_uri()
+    assert by["tinyalpha"].sha256 == hashlib.sha256(wheel.read_bytes()).hexdigest()
+
+
+def test_pip_pin_is_honoured_and_conda_packages_stay_conda(wheels) -> None:
+    locked = compile_pip([*offline(wheels), "tinybeta==0.4", "numpy"], CONDA, "linux-64")
+    assert [(p.name, p.version) for p in locked] == [("tinybeta", "0.4")]
+
+
+def test_pip_torch_next_to_conda_pytorch_is_refused(wheels) -> None:
+    with pytest.raises(UsageError) as err:
+        compile_pip([*offline(wheels), "torch==2.7.1"], CONDA, "linux-64")
+    assert "would replace the conda torch build" in err.value.message
+
+
+def test_pip_package_that_pulls_torch_is_refused(wheels) -> None:
+    with pytest.raises(UsageError) as err:
+        compile_pip([*offline(wheels), "needstorch"], CONDA, "linux-64")
+    assert "pulls torch" in err.value.message
+
+
+def test_pip_package_that_pulls_torch_is_refused_even_when_torch_is_not_on_the_index(
+    wheels,
+) -> None:
+    (wheels / "torch-2.7.1-py3-none-any.whl").unlink()
+    with pytest.raises(UsageError) as err:
+        compile_pip([*offline(wheels), "needstorch"], CONDA, "linux-64")
+    assert "pulls torch" in err.value.message
+
+
+def test_unresolvable_pip_entry_is_a_usage_error(wheels) -> None:
+    with pytest.raises(UsageError) as err:
+        compile_pip([*offline(wheels), "doesnotexist"], CONDA, "linux-64")
+    assert "uv pip compile failed" in err.value.message
+
+
+def test_python_platform_tags() -> None:
+    assert python_platform("linux-64") == "x86_64-manylinux_2_28"
+    assert python_platform("linux-aarch64", "2.17") == "aarch64-manylinux_2_17"
+    assert python_platform("osx-arm64") == "aarch64-apple-darwin"
+
+
+def test_parse_pylock_picks_the_platform_wheel() -> None:
+    text = """
+lock-version = "1.0"
+[[packages]]
+name = "numpy"
+version = "2.0.0"
+wheels = [
+  { url = "https://f/numpy-2.0.0-cp311-cp311-macosx_14_0_arm64.whl", hashes = { sha256 = "aa" } },
+  { url = "https://f/numpy-2.0.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", hashes = { sha256 = "bb" } },
+]
+"""
+    (linux,) = parse_pylock(text, "linux-64")
+    (mac,) = parse_pylock(text, "osx-arm64")
+    assert linux.sha256 == "bb" and mac.sha256 == "aa"
+
+
+def test_create_locks_pip_section_as_pip_entries(
+    fixtures, wheels, tmp_path, monkeypatch, capsys
+) -> None:
+    channel = fixtures / "repodata" / "harvested-from-pixi-locks" / "conda-forge"
+    env = tmp_path / "environment.yml"
+    env.write_text(
+        yaml.safe_dump(
+            {
+                "name": "p",
+                "dependencies": [
+                    "python=3.11",
+                    "pytorch",
+                    "pip",
+                    {"pip": [*offline(wheels), "tinyalpha"]},
+                ],
+            }
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(
+            [
+                "create",
+                "p",
+                "--no-install",
+                "--cuda",
+                "cpu",
+                "-f",
+                str(env),
+                "--channel",
+                str(channel),
+            ]
+        )
+    assert exc.value.code == 0, capsys.readouterr().err
+    lock = yaml.safe_load((tmp_path / "environments" / "p" / "conda-lock.yml").read_text())
+    pip = {p["name"]: p for p in lock["package"] if p["manager"] == "pip"}
+    assert set(pip) == {"tinyalpha", "tinybeta"}
+    assert (
+        pip["tinyalpha"]["url"].startswith("file://")
+        and len(pip["tinyalpha"]["hash"]["sha256"]) == 64
+    )
+    assert pip["tinyalpha"]["platform"] == "linux-64"
+    written = (tmp_path / "environments" / "p" / "environment.yml").read_text()
+    assert "tinyalpha" in written and "pip:" in written
