@@ -91,6 +91,11 @@ def run_matmul(out: str, size: int, cpu: bool) -> int:
     return 0
 
 
+def _nccl_version(torch) -> str:
+    v = torch.cuda.nccl.version()  # (2, 28, 9) in current torch; an int (2809) in old ones
+    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
 def run_allreduce(out: str, iters: int, warmup: int) -> int:
     import torch
     import torch.distributed as dist
@@ -152,7 +157,7 @@ def run_allreduce(out: str, iters: int, warmup: int) -> int:
                 {
                     "world_size": world,
                     "backend": dist.get_backend(),
-                    "nccl": ".".join(map(str, torch.cuda.nccl.version())) if not cpu else None,
+                    "nccl": None if cpu else _nccl_version(torch),
                     "sum_exact": ok,
                     "sizes": rows,
                 },
