@@ -304,3 +304,14 @@ def test_deep_skips_without_gpus():
     )
     assert [c.status for c in checks] == ["skip", "skip"]
     assert run_deep_checks(None) == []
+
+
+def test_kepler_gpu_gets_the_newest_cuda_that_still_builds_sm_37():
+    host = HostFacts(
+        driver_version="535.54.03", gpus=[GpuFacts(index=0, name="Tesla K80", capability="3.7")]
+    )
+    env = cuda_env("2.1.0+cu121", "12.1")
+    c = check_gpu_arch_covered(host, env)
+    assert c.status == "fail" and "Tesla K80" in c.summary
+    assert c.fix == "envtool create NAME --cuda 11.7"  # torch 2.0 cu117 is the last with sm_37
+    assert pick_cuda_for_driver(host, env) == "11.7"

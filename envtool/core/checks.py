@@ -129,11 +129,23 @@ def pick_cuda_for_driver(host: HostFacts, env: EnvFacts) -> str | None:
         ceiling = driver_cuda(host, env)
     if ceiling is None:
         return None
+    caps = [g.capability for g in host.gpus if g.capability]
     best = None
     for c in cudak.known_cuda_versions():
-        if parse_version(c) <= parse_version(ceiling) and cudak.official_torch_for_cuda(c):
-            best = c
+        if parse_version(c) > parse_version(ceiling) or not cudak.official_torch_for_cuda(c):
+            continue
+        archs = cudak.archs_for_cuda(c)
+        if archs and not all(_covered(cap, archs) for cap in caps):
+            continue  # builds for this CUDA have no kernels for one of the GPUs
+        best = c
     return best
+
+
+def _covered(cap: str, archs: tuple[str, ...]) -> bool:
+    try:
+        return cudak.arch_covered(cap, archs)
+    except ValueError:
+        return True  # an unparseable capability is not evidence against a build
 
 
 def _cu_tag(cuda: str) -> str:
@@ -442,16 +454,17 @@ def _arch_list(env: EnvFacts) -> tuple[tuple[str, ...] | None, str]:
 
 
 def _cuda_covering(cap: str, host: HostFacts, env: EnvFacts) -> str | None:
-    """Newest CUDA whose official builds include this GPU and which has torch builds."""
+    """Newest CUDA with official torch builds whose arch list covers this GPU, preferring ones
+    the driver can run (natively or via minor-version compatibility)."""
+    fits = [
+        c
+        for c, archs in cudak.load_cuda_data().cuda_archs.items()
+        if cudak.arch_covered(cap, archs) and cudak.official_torch_for_cuda(c)
+    ]
+    fits.sort(key=parse_version)
     ceiling = cudak.newest_cuda_compat(host.driver_version) if host.driver_version else None
-    best = None
-    for c, archs in cudak.load_cuda_data().cuda_archs.items():
-        if not cudak.arch_covered(cap, archs) or not cudak.official_torch_for_cuda(c):
-            continue
-        if best is None or parse_version(c) > parse_version(best):
-            if ceiling is None or parse_version(c) <= parse_version(ceiling) or best is None:
-                best = c
-    return best
+    runnable = [c for c in fits if ceiling and parse_version(c) <= parse_version(ceiling)]
+    return (runnable or fits or [None])[-1]
 
 
 def check_gpu_arch_covered(host: HostFacts, env: EnvFacts) -> Check:
