@@ -309,3 +309,60 @@ def test_doctor_preflight_refuses_a_cpu_torch_on_a_gpu_host(
     assert "pre-flight doctor checks failed: cpu-torch-on-gpu-host" in proc.stderr
     assert "--skip-checks" in proc.stderr
     assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+TEMPLATE_ARGS = [
+    "--cpu", "--hidden", "32", "--depth", "1", "--batch-size", "8", "--log-every", "1",
+    "--ckpt-every", "0", "--dataset-size", "4000", "--warmup-steps", "1",
+]  # fmt: skip
+
+
+def result_of(text: str) -> dict[str, object]:
+    line = [x for x in text.splitlines() if "RESULT {" in x][-1]
+    return json.loads(line.split("RESULT ", 1)[1])
+
+
+def test_sigterm_checkpoints_the_ddp_template_and_a_relaunch_resumes_at_that_step(
+    tmp_path: Path,
+) -> None:
+    """Preemption: SIGTERM to envtool reaches every rank of templates/ddp.py, which checkpoint
+    at the current step; `envtool launch` again resumes from exactly that step."""
+    template = REPO / "templates" / "ddp.py"
+    if not template.is_file():
+        pytest.skip("templates/ddp.py not in this checkout")
+    marker = uuid.uuid4().hex
+    out = tmp_path / "ckpt"
+    args = ["launch", str(template), "--cpu", "--", *TEMPLATE_ARGS, "--out-dir", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envtool", *args, "--max-steps", "100000"],
+        cwd=tmp_path,
+        env=launch_env(marker),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # train a few steps first
+            if "step 5 loss" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=90)
+        assert proc.returncode == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert leftovers(marker) == []
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    stopped = result_of(
+        Path(tmp_path, manifest["rank_logs"]["0"]).with_name("stdout.log").read_text()
+    )
+    assert stopped["stopped"] == "SIGTERM"
+    saved = int(stopped["step"])  # type: ignore[call-overload]
+    assert saved >= 5
+
+    again = envtool([*args, "--max-steps", str(saved + 3)], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"at step {saved}" in again.stdout  # "resumed from …/ckpt.pt at step N"
+    final = result_of(again.stdout)
+    assert final["start_step"] == saved and final["step"] == saved + 3
