@@ -189,12 +189,34 @@ def test_install_state_and_lock_drift_skip_when_unknown():
     assert check_install_state(H100, env).status == "skip"
     assert check_lock_drift(H100, env).status == "skip"
     env.install_state = "incomplete"
-    env.drift = {"changed": ["pytorch 2.5.1 -> 2.5.0"]}
+    # the shape envtool.adapters.installed.compute_drift returns
+    env.drift = {
+        "clean": False,
+        "missing": [],
+        "extra": [{"name": "torch", "manager": "pip", "installed": "torch 2.4.0"}],
+        "changed": [
+            {
+                "name": "pytorch",
+                "manager": "conda",
+                "locked": "2.5.1 cuda124_h0",
+                "installed": "2.5.0 cuda124_h0",
+            }
+        ],
+        "lock_path": "/envs/x/conda-lock.yml",
+    }
     c = check_install_state(H100, env)
     assert c.status == "fail" and c.fix == "envtool install NAME"
     c = check_lock_drift(H100, env)
     assert c.status == "fail" and "envtool verify NAME" in c.fix
-    env.install_state, env.drift = "complete", {}
+    assert "1 changed, 1 extra" in c.summary
+    assert (
+        "changed: conda pytorch (locked 2.5.1 cuda124_h0) (installed 2.5.0 cuda124_h0)"
+        in c.evidence
+    )
+    env.install_state, env.drift = (
+        "complete",
+        {"clean": True, "missing": [], "extra": [], "changed": []},
+    )
     assert check_install_state(H100, env).status == "ok"
     assert check_lock_drift(H100, env).status == "ok"
 
@@ -231,7 +253,12 @@ def test_checks_never_raise_on_odd_facts():
 def test_overall_and_ids_are_stable():
     checks = run_checks(H100, cuda_env(is_available=True, device_count=2))
     assert overall(checks) == "ok"
-    assert [c.id for c in checks][:3] == ["torch-present", "nvidia-driver", "driver-vs-torch-cuda"]
+    assert [c.id for c in checks][:4] == [
+        "install-state",
+        "torch-present",
+        "nvidia-driver",
+        "driver-vs-torch-cuda",
+    ]
     assert all(c.id == c.id.lower() and " " not in c.id for c in checks)
     assert overall([Check("a", "warn", "", []), Check("b", "skip", "", [])]) == "warn"
     assert overall([Check("a", "warn", "", []), Check("b", "fail", "", [])]) == "fail"

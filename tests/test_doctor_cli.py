@@ -267,3 +267,19 @@ def test_deep_without_gpu_skips_with_the_reason():
     proc = envtool("doctor", "--deep")
     assert proc.returncode == 0, proc.stderr
     assert "deep-allreduce: no GPU visible to torch" in proc.stdout
+
+
+def test_interrupted_install_is_a_failure(tmp_path: Path):
+    """An install killed half-way leaves envtool's marker; doctor must not call it healthy."""
+    from envtool.adapters.install_state import write_incomplete_marker
+
+    prefix = tmp_path / "envs" / "train"
+    (prefix / "conda-meta").mkdir(parents=True)
+    write_incomplete_marker(prefix, "0" * 64, tmp_path / "conda-lock.yml")
+    proc = envtool("doctor", "--prefix", str(prefix), "--fast", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    checks = {c["id"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["install-state"]["status"] == "fail"
+    assert checks["install-state"]["fix"] == "envtool install NAME"
+    assert checks["torch-present"]["summary"] == "torch is not installed in this environment"
+    assert json.loads(proc.stdout)["checks"][0]["id"] == "install-state"  # the headline cause

@@ -64,10 +64,35 @@ def probe_facts(
 
         return probe_env(target)
 
+    def env_with_install_facts() -> EnvFacts:
+        facts = env()
+        if target.prefix is not None:
+            read_install_facts(facts, Path(target.prefix), with_drift=not fast)
+        return facts
+
     with ThreadPoolExecutor(max_workers=2) as pool:
-        fut_env = pool.submit(env)
+        fut_env = pool.submit(env_with_install_facts)
         fut_host = pool.submit(host)
         return fut_host.result(), fut_env.result()
+
+
+def read_install_facts(env: EnvFacts, prefix: Path, with_drift: bool) -> None:
+    """Fill install_state (envtool's install markers) and, for a finished envtool install,
+    drift against the lock it was installed from (what `envtool verify` computes)."""
+    from envtool.adapters.install_state import read_install_state, read_state_record
+
+    env.install_state = read_install_state(prefix)
+    if not with_drift or env.install_state != "complete":
+        return
+    lock_path = (read_state_record(prefix) or {}).get("lock_path")
+    if not lock_path or not Path(lock_path).is_file():
+        return
+    try:
+        from envtool.adapters.installed import compute_drift
+
+        env.drift = compute_drift(prefix, lock_path)
+    except Exception as exc:  # noqa: BLE001 - a broken lock is verify's finding; doctor goes on
+        env.drift = {"error": f"{type(exc).__name__}: {exc}"}
 
 
 # --------------------------------------------------------------------------- record / replay

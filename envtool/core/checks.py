@@ -160,17 +160,17 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
     if env.python_exe:
         ev.append(f"python: {env.python_exe}")
     if env.status in ("timeout", "crashed", "no-python"):
-        what = {
-            "timeout": "timed out",
-            "crashed": "crashed",
-            "no-python": "has no python",
+        summary = {
+            "timeout": "the environment's python timed out importing torch",
+            "crashed": "the environment's python crashed importing torch",
+            "no-python": "the environment has no python interpreter",
         }[env.status]
         if env.error:
             ev.append(env.error)
         return Check(
             "torch-present",
             FAIL,
-            f"the environment's python {what} while importing torch",
+            summary,
             ev,
             "run `python -c 'import torch'` in the environment to see the error; "
             "recreate it with `envtool create NAME --cuda auto` if it is broken",
@@ -185,7 +185,7 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
                 ev,
                 "envtool create NAME --cuda auto (or `pip install torch` in the environment)",
             )
-        if env.status == "not-probed" and "pytorch" not in env.conda_packages:
+        if env.status == "not-probed" and not env.prefix:
             return Check("torch-present", SKIP, "the environment was not probed", ev)
         if "pytorch" not in env.conda_packages:
             return Check(
@@ -725,28 +725,53 @@ def check_install_state(host: HostFacts, env: EnvFacts) -> Check:
 
 
 def check_lock_drift(host: HostFacts, env: EnvFacts) -> Check:
+    """EnvFacts.drift is `envtool verify`'s result: {clean, missing, extra, changed, lock_path}."""
     cid = "lock-drift"
-    if env.drift is None:
-        return Check(cid, SKIP, "no lock to compare with", [])
-    if not env.drift:
+    drift = env.drift
+    if drift is None:
+        return Check(cid, SKIP, "no lock to compare with (or --fast)", [])
+    if drift.get("error"):
+        return Check(
+            cid,
+            WARN,
+            f"could not compare with the lock: {drift['error']}",
+            [drift["error"]],
+            "envtool verify NAME",
+        )
+    if drift.get("clean", not drift):
         return Check(cid, OK, "installed packages match the lock", [])
-    ev = [f"{k}: {v}" for k, v in env.drift.items()]
+    ev: list[str] = []
+    for kind in ("changed", "missing", "extra"):
+        for item in drift.get(kind) or []:
+            if isinstance(item, dict):
+                name = f"{item.get('manager', '')} {item.get('name', '?')}".strip()
+                was, now = item.get("locked"), item.get("installed")
+                ev.append(
+                    f"{kind}: {name}"
+                    + (f" (locked {was})" if was else "")
+                    + (f" (installed {now})" if now else "")
+                )
+            else:
+                ev.append(f"{kind}: {item}")
+    counts = ", ".join(
+        f"{len(drift.get(k) or [])} {k}" for k in ("changed", "missing", "extra") if drift.get(k)
+    )
     return Check(
         cid,
         FAIL,
-        "installed packages differ from the lock",
-        ev,
+        f"installed packages differ from the lock ({counts or 'see evidence'})",
+        ev or [f"{k}: {v}" for k, v in drift.items()],
         "envtool install NAME (restore the locked packages); `envtool verify NAME` lists them",
     )
 
 
 CHECKS: tuple[Callable[[HostFacts, EnvFacts], Check], ...] = (
     # Order matters: the first failing check is the headline, so causes come before symptoms.
+    check_install_state,  # an interrupted install explains everything after it
     check_torch_present,
     check_nvidia_driver,
     check_driver_vs_torch_cuda,
     check_cpu_torch_on_gpu_host,
-    check_install_state,
     check_lock_drift,
     check_two_torch_installs,
     check_cuda_visible_devices,
