@@ -77,7 +77,8 @@ def probe_host(
     proc_root: Path = Path("/proc"),
     shm_path: str = "/dev/shm",
 ) -> HostFacts:
-    """Probe this host. `nvml=None` skips NVML; `record` receives every raw output.
+    """Probe this host. `environ` (default os.environ) is what the probe reads and what its
+    commands run with; `nvml=None` skips NVML; `record` receives every raw output.
 
     Raises UsageError only for a malformed CONDA_OVERRIDE_CUDA / ENVTOOL_DRIVER_VERSION value.
     """
