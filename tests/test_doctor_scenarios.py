@@ -321,3 +321,72 @@ def test_broken_lock_cpu_pytorch_next_to_pytorch_cuda():
     c = check_by_id(checks, "cpu-torch-on-gpu-host")
     assert c.status == "fail"
     assert any("pytorch-cuda 11.8 is installed but unused" in x for x in c.evidence)
+
+
+# ----------------------------------------------------------------- replays of real nvidia-smi captures
+
+
+def _replay_dir(tmp_path, files: dict[str, str], env: EnvFacts):
+    """A `doctor --record` layout: raw host outputs under host/, EnvFacts in env.json."""
+    import json
+    import shutil
+
+    (tmp_path / "host").mkdir()
+    for name, src in files.items():
+        shutil.copy(src, tmp_path / "host" / name)
+    (tmp_path / "env.json").write_text(json.dumps(env.to_dict()))
+    return tmp_path
+
+
+def test_replay_t4_driver_515_with_cu121_torch(fixtures, tmp_path):
+    # nvidia-smi/xml/tesla-t4.xml: driver 515.105.01 (CUDA 11.7), Tesla T4
+    from envtool.commands.doctor import read_replay
+
+    rec = _replay_dir(
+        tmp_path,
+        {"nvidia-smi-q.xml": fixtures / "nvidia-smi" / "xml" / "tesla-t4.xml"},
+        env("2.1.0+cu121", "12.1", False, too_old_msg(11070)),
+    )
+    h, e = read_replay(rec)
+    assert (h.driver_version, h.gpus[0].capability) == ("515.105.01", "7.5")
+    checks = run_checks(h, e)
+    c = check_by_id(checks, "driver-vs-torch-cuda")
+    assert c.status == "fail" and "530.30.02" in c.summary and "11.7 natively" in c.summary
+    assert "--cuda 11.8" in c.fix
+    assert failing(checks) == ["driver-vs-torch-cuda"]
+
+
+def test_replay_mig_h100_warns_about_mig(fixtures, tmp_path):
+    # nvidia-smi/extracted/linux-x86_64__nvidia-h100-mig__590.48.01/idle__q.txt: MIG on, 4 instances
+    from envtool.commands.doctor import read_replay
+
+    src = fixtures / "nvidia-smi" / "extracted" / "linux-x86_64__nvidia-h100-mig__590.48.01"
+    rec = _replay_dir(
+        tmp_path, {"nvidia-smi-q.txt": src / "idle__q.txt"}, env("2.9.1+cu128", "12.8", True)
+    )
+    checks = run_checks(*read_replay(rec))
+    c = check_by_id(checks, "mig")
+    assert c.status == "warn" and "4 instance(s)" in c.evidence[0]
+    assert overall(checks) == "warn"
+
+
+def test_replay_driver_610_renamed_fields_is_healthy(fixtures, tmp_path):
+    # driver 610 prints "KMD Version" / "CUDA UMD Version"; RTX 2080 SUPER (sm_75) with cu130 wheels
+    from envtool.commands.doctor import read_replay
+
+    src = (
+        fixtures
+        / "nvidia-smi"
+        / "extracted"
+        / "linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04"
+    )
+    rec = _replay_dir(
+        tmp_path,
+        {"nvidia-smi.txt": src / "idle__plain.txt", "query.csv": src / "idle__query-gpu.csv"},
+        env("2.11.0+cu130", "13.0", True, device_count=1),
+    )
+    h, e = read_replay(rec)
+    assert h.driver_version == "610.57.04"
+    checks = run_checks(h, e)
+    assert overall(checks) == "ok", [c for c in checks if c.status != "ok"]
+    assert check_by_id(checks, "gpu-arch-covered").status == "ok"  # CUDA 13 keeps sm_75
