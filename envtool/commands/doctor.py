@@ -12,13 +12,16 @@ import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from envtool.core.checks import Check, headline, overall, run_checks, run_deep_checks
 from envtool.core.facts import EnvFacts, HostFacts
 from envtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from envtool.adapters.locate import Target
 
 SCHEMA_VERSION = 1
 HOST_DIR = "host"  # DIR/host/<raw probe outputs, one file each>
@@ -29,7 +32,7 @@ DEEP_FILE = "deep.json"  # DIR/deep.json: --deep results, when --deep ran
 # --------------------------------------------------------------------------- probing
 
 
-def probe_env_fast(target: Any) -> EnvFacts:
+def probe_env_fast(target: Target) -> EnvFacts:
     """--fast: no python run; torch facts read from the files of the installed package."""
     from envtool.adapters.env_probe import read_installed, read_torch_static
 
@@ -47,7 +50,7 @@ def probe_env_fast(target: Any) -> EnvFacts:
 
 
 def probe_facts(
-    target: Any, fast: bool, driver: str | None, record: dict[str, str] | None
+    target: Target, fast: bool, driver: str | None, record: dict[str, str] | None
 ) -> tuple[HostFacts, EnvFacts]:
     """Host and env probes run at the same time: the env probe (importing torch, seconds) would
     otherwise add to the host probe (nvidia-smi, up to a second or two)."""
