@@ -294,3 +294,17 @@ def test_a_cpu_job_runs_to_completion_on_a_real_slurm(
     assert "rank 0 step 2" in log and "rank 1 step" not in log  # rank 0 on the console
     node_logs = list((output.parent / "torchrun" / "node-0").rglob("stdout.log"))
     assert len(node_logs) == 2  # every rank's log kept, per node
+
+
+def test_gpus_reads_as_gpus_per_node_for_slurm(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--nodes", "2"]
+        + ["--gpus", "8", "--time", "01:00:00", "--partition", "gpu"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    sbatch = next((tmp_path / "runs").glob("*/job.sbatch")).read_text()
+    assert "#SBATCH --gpus-per-node=8" in sbatch and "--nproc-per-node 8" in sbatch
+    assert "submit with: sbatch " in proc.stdout

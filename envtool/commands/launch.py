@@ -280,6 +280,8 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
 
     if not opts["nodes"]:
         raise UsageError("--slurm needs --nodes N", "e.g. --slurm --nodes 2 --gpus-per-node 8")
+    if not opts["gpus_per_node"] and opts["gpus"] and opts["gpus"].isdigit():
+        opts["gpus_per_node"] = int(opts["gpus"])  # --slurm --gpus 8 reads as 8 per node
     if not opts["cpu"] and not opts["gpus_per_node"]:
         raise UsageError(
             "--slurm needs --gpus-per-node G (or --cpu)", "e.g. --nodes 2 --gpus-per-node 8"

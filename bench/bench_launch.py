@@ -1,0 +1,97 @@
+"""Benchmark: `envtool launch` vs the equivalent raw torchrun, time until every rank runs step 1.
+
+Each rank of tests/scripts/rank_file.py writes a wall-clock timestamp at its first step; a
+sample is (latest rank stamp) - (time just before the process was started). The two commands
+alternate so drifting machine load hits both alike; the report gives medians and the delta.
+
+    .venv/bin/python bench/bench_launch.py --reps 7 --nproc 2 [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "tests" / "scripts" / "rank_file.py"
+
+
+def commands(nproc: int, ready: Path, out: Path, runs: Path) -> dict[str, list[str]]:
+    script_args = [str(out), "--ready-dir", str(ready)]
+    return {
+        "torchrun": [
+            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", str(nproc), str(SCRIPT), *script_args,
+        ],
+        "envtool": [
+            sys.executable, "-m", "envtool", "launch", str(SCRIPT), "--cpu",
+            "--nproc", str(nproc), "--run-dir", str(runs), "--", *script_args,
+        ],
+    }  # fmt: skip
+
+
+def sample(argv: list[str], ready: Path, nproc: int, env: dict[str, str]) -> float:
+    for f in ready.glob("rank-*"):
+        f.unlink()
+    t0 = time.time()
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(argv)}")
+    stamps = [float(f.read_text()) for f in ready.glob("rank-*")]
+    if len(stamps) != nproc:
+        raise SystemExit(f"expected {nproc} rank stamps, got {len(stamps)}")
+    return max(stamps) - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--json", default=None, help="also write the raw samples here")
+    a = p.parse_args()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    with tempfile.TemporaryDirectory() as tmp:
+        ready, out, runs = Path(tmp, "ready"), Path(tmp, "out"), Path(tmp, "runs")
+        ready.mkdir()
+        cmds = commands(a.nproc, ready, out, runs)
+        for argv in cmds.values():  # warm the page cache for both
+            sample(argv, ready, a.nproc, env)
+        samples: dict[str, list[float]] = {name: [] for name in cmds}
+        for _ in range(a.reps):
+            for name, argv in cmds.items():
+                samples[name].append(sample(argv, ready, a.nproc, env))
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    delta = med["envtool"] - med["torchrun"]
+    report = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.1f}",
+        "python": platform.python_version(),
+        "nproc": a.nproc,
+        "reps": a.reps,
+        "samples_s": samples,
+        "median_s": med,
+        "delta_s": delta,
+        "commands": {k: " ".join(v) for k, v in cmds.items()},
+    }
+    print("| command | median s | min s | max s |")
+    print("|---|---|---|---|")
+    for name, v in samples.items():
+        print(f"| {name} | {med[name]:.3f} | {min(v):.3f} | {max(v):.3f} |")
+    print(f"\ndelta (envtool - torchrun): {delta:+.3f} s  (target <= +0.5 s)")
+    print(f"{report['date']}  {report['machine']}  reps={a.reps} nproc={a.nproc}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
