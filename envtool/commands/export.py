@@ -1,0 +1,153 @@
+"""`envtool export NAME | --lock FILE`: a portable environment.yml (or @EXPLICIT file) from a lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from envtool.errors import UsageError
+from envtool.output import note
+
+REQUEST_NAMES = ("environment.yml", "environment.yaml")
+
+
+def read_lock_model(path: Path):
+    """Parse conda-lock.yml into conda-lock's own (v2prelim) model, as
+    conda_lock.lockfile.parse_conda_lock_file does, but with libyaml's C loader when available:
+    real locks are 100k+ lines and the pure-Python loader takes seconds on them."""
+    import yaml
+    from conda_lock.lockfile import Lockfile, LockfileV1, lockfile_v1_to_v2
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        with path.open(encoding="utf-8") as f:
+            content = yaml.load(f, Loader=loader)  # a SafeLoader: same as yaml.safe_load
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path}: no such lock file", "pass the path of a conda-lock.yml"
+        ) from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"{path}: cannot read the lock ({exc})", "check the file") from None
+    if not isinstance(content, dict) or content.get("version") not in (1, 2):
+        raise UsageError(
+            f"{path}: not a conda-lock file (version 1 or 2)",
+            "pass a conda-lock.yml written by envtool lock or conda-lock",
+        )
+    version = content.pop("version")
+    try:
+        if version == 1:
+            lock = lockfile_v1_to_v2(LockfileV1.model_validate(content))
+        else:
+            lock = Lockfile.model_validate(content)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        first = str(exc).splitlines()[0]
+        raise UsageError(f"{path}: invalid conda-lock file ({first})", "re-lock it") from None
+    lock.toposort_inplace()
+    return lock
+
+
+def read_request(lock_path: Path, sources: list[str]):
+    """The request the lock was solved from: environment.yml beside the lock, else the files in
+    the lock's metadata.sources (merged, as conda-lock merges them), else None."""
+    from envtool.core.spec import parse_environment_yml
+
+    listed = [lock_path.parent / s for s in sources]
+    found = [p for p in listed if p.is_file()]
+    if found and len(found) < len(listed):
+        missing = ", ".join(str(p) for p in listed if not p.is_file())
+        note(f"warning: the lock was solved from more files than are here; missing: {missing}")
+    if not found:
+        found = [p for p in (lock_path.parent / n for n in REQUEST_NAMES) if p.is_file()][:1]
+    specs = [parse_environment_yml(p.read_text(encoding="utf-8"), str(p)) for p in found]
+    if not specs:
+        return None
+    merged = specs[0]
+    for extra in specs[1:]:
+        names = {d.name for d in merged.dependencies}
+        merged.dependencies += [d for d in extra.dependencies if d.name not in names]
+        merged.channels += [c for c in extra.channels if c not in merged.channels]
+        merged.pip += [p for p in extra.pip if p not in merged.pip]
+    return merged
+
+
+def run_export(
+    name: str | None,
+    lock_file: Path | None,
+    platform: str | None,
+    fmt: str,
+    output: Path | None,
+    dry_run: bool,
+) -> str:
+    """Build the export text; write it to `output` (atomically) unless dry_run. Returns the text."""
+    from envtool.adapters.lock_io import write_text_atomic
+    from envtool.core.export import (
+        explicit_platform,
+        parse_lock_model,
+        plan_export,
+        render_explicit,
+        render_export_env,
+        select_platforms,
+    )
+
+    if (name is None) == (lock_file is None):
+        raise UsageError("give NAME or --lock FILE (one of them)", "e.g. `envtool export myenv`")
+    if lock_file is None:
+        lock_file = Path.cwd() / "environments" / str(name) / "conda-lock.yml"
+        if not lock_file.is_file():
+            raise UsageError(
+                f"{lock_file}: no lock for environment {name!r}",
+                f"run `envtool lock {name}` (or `envtool create {name}`) first, or pass --lock FILE",
+            )
+    lock = parse_lock_model(read_lock_model(lock_file))
+    if fmt == "explicit":
+        text = render_explicit(lock, explicit_platform(lock, platform))
+    else:
+        request = read_request(lock_file, lock.sources)
+        if request is None:
+            note(f"no environment.yml beside {lock_file}: exporting the lock's top-level packages")
+        plan = plan_export(lock, request, select_platforms(lock, platform), name)
+        for warning in plan.warnings:
+            note(f"warning: {warning}")
+        text = render_export_env(plan, lock_file.name)
+    if output is not None:
+        if dry_run:
+            note(f"dry run: would write {len(text.splitlines())} lines to {output}")
+        else:
+            write_text_atomic(output, text)
+            note(f"wrote {output}")
+    return text
+
+
+@click.command("export")
+@click.argument("name", required=False)
+@click.option(
+    "--lock", "lock_file", type=click.Path(path_type=Path), help="Export this conda-lock.yml."
+)
+@click.option("--platform", help="Platform to export (default: all locked; explicit: linux-64).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["env", "explicit"]),
+    default="env",
+    show_default=True,
+    help="env: portable environment.yml; explicit: conda @EXPLICIT URL list for one platform.",
+)
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (atomically).")
+@click.option("--dry-run", is_flag=True, help="Print the export; write nothing.")
+def cmd(
+    name: str | None,
+    lock_file: Path | None,
+    platform: str | None,
+    fmt: str,
+    output: Path | None,
+    dry_run: bool,
+) -> None:
+    """Write a portable environment.yml (or @EXPLICIT file) from environments/NAME/conda-lock.yml.
+
+    Top-level specs are pinned to the locked versions without build strings, except CUDA builds,
+    which keep a glob (pytorch=2.7.1=*cuda126*) so a re-solve cannot fall back to CPU.
+    """
+    text = run_export(name, lock_file, platform, fmt, output, dry_run)
+    if output is None or dry_run:
+        click.echo(text, nl=False)

@@ -1,0 +1,363 @@
+"""`envtool export`: portable environment.yml and @EXPLICIT files from real conda-lock files,
+and the key evidence: re-solving the exported file with rattler gives the locked versions."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from envtool.cli import main
+from envtool.core.export import channel_name, parse_lock_model
+from envtool.core.spec import parse_environment_yml
+
+# (lock, the environment.yml it was solved from) in fixtures/locks
+LOCKS = [
+    ("konstantinjdobler__nlp-research-template__conda-lock.yml", "konstantinjdobler__nlp-research-template__environment.yml"),
+    ("konstantinjdobler__nlp-research-template__conda-lock@98462a29.yml", "konstantinjdobler__nlp-research-template__environment@98462a29.yml"),
+    ("pangeo-data__pangeo-docker-images__pytorch-notebook__conda-lock.yml", "pangeo-data__pangeo-docker-images__pytorch-notebook__environment.yml"),
+    ("pangeo-data__pangeo-docker-images__pytorch-notebook__conda-lock@74629d5b.yml", "pangeo-data__pangeo-docker-images__pytorch-notebook__environment@74629d5b.yml"),
+    ("extra/konstantinjdobler__nlp-research-template__ppc64le.conda-lock.yml", "extra/konstantinjdobler__nlp-research-template__ppc64le.environment.yml"),
+    ("extra/pangeo-data__pangeo-docker-images__pytorch-notebook__conda-lock@69a31d58.yml", "extra/pangeo-data__pangeo-docker-images__pytorch-notebook__environment@69a31d58.yml"),
+]  # fmt: skip
+CUDA_GLOB = re.compile(r"^\*cuda(\d+(\.\d+)?)?\*$")
+
+
+def _project(fixtures: Path, tmp_path: Path, lock: str, env: str) -> Path:
+    """Copy a lock and its request into tmp_path/environments/demo/ as envtool lays them out."""
+    folder = tmp_path / "environments" / "demo"
+    folder.mkdir(parents=True)
+    shutil.copy(fixtures / "locks" / lock, folder / "conda-lock.yml")
+    shutil.copy(fixtures / "locks" / env, folder / "environment.yml")
+    return folder
+
+
+def _export(argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(["export", *argv])
+    out = capsys.readouterr()
+    return info.value.code, out.out, out.err
+
+
+def _read_lock(path: Path):
+    from envtool.commands.export import read_lock_model
+
+    return read_lock_model(path)
+
+
+@pytest.mark.parametrize(
+    ("lock", "env"), LOCKS, ids=[lk.split("__")[1] + lk.split("conda-lock")[1] for lk, _ in LOCKS]
+)
+def test_export_real_lock_is_portable(fixtures, tmp_path, monkeypatch, capsys, lock, env) -> None:
+    folder = _project(fixtures, tmp_path, lock, env)
+    monkeypatch.chdir(tmp_path)
+    view = parse_lock_model(_read_lock(folder / "conda-lock.yml"))
+    request = parse_environment_yml((folder / "environment.yml").read_text(), "environment.yml")
+    for platform in [None, *view.platforms]:
+        code, out, _ = _export(["demo"] + (["--platform", platform] if platform else []), capsys)
+        assert code == 0
+        exported = parse_environment_yml(out, "export")
+        platforms = [platform] if platform else view.platforms
+        assert exported.prefix is None and "prefix:" not in out
+        assert not any(
+            c.startswith(("https://conda.anaconda.org", "file:")) for c in exported.channels
+        )
+        assert exported.dependencies
+        for spec in exported.dependencies:
+            assert not spec.name.startswith("__")
+            locked = {p: view.conda(p).get(spec.name) for p in platforms}
+            assert all(locked.values()), f"{spec.name} missing on some of {platforms}"
+            versions = {pkg.version for pkg in locked.values()}
+            if spec.version is not None:
+                assert versions == {spec.version}, spec.render()
+            if spec.build is not None:
+                # the only build kept: a glob that matches every locked CUDA build
+                assert CUDA_GLOB.match(spec.build), spec.render()
+                pattern = re.compile(spec.build.replace(".", r"\.").replace("*", ".*"))
+                assert all(pattern.fullmatch(pkg.build) for pkg in locked.values())
+        if request.pip:
+            assert exported.pip, "the request's pip section was dropped"
+        # a CUDA pytorch on every exported platform keeps its CUDA in the export
+        torch = {p: view.conda(p).get("pytorch") for p in platforms}
+        if all(t is not None and "cuda" in t.build for t in torch.values()):
+            assert exported.find("pytorch")[0].build is not None
+
+
+def test_export_pins_pangeo_cuda129_lock(fixtures, tmp_path, monkeypatch, capsys) -> None:
+    _project(fixtures, tmp_path, *LOCKS[2])
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _export(["demo"], capsys)
+    assert code == 0
+    exported = parse_environment_yml(out, "export")
+    rendered = [d.render() for d in exported.dependencies]
+    assert "pytorch=2.10.0=*cuda129*" in rendered
+    assert "cuda-version=12.9" in rendered  # from `cuda-version>=12.9` in the request
+    assert exported.channels == ["conda-forge", "nodefaults"]
+
+
+def test_export_drops_platform_specific_packages_and_warns(
+    fixtures, tmp_path, monkeypatch, capsys
+) -> None:
+    _project(fixtures, tmp_path, *LOCKS[0])
+    monkeypatch.chdir(tmp_path)
+    _, out, err = _export(["demo"], capsys)
+    names = [d.name for d in parse_environment_yml(out, "x").dependencies]
+    assert "pytorch-cuda" not in names  # not locked for osx-arm64
+    assert "pytorch-cuda: locked for linux-64, win-64 only" in err
+    _, out, _ = _export(["demo", "--platform", "linux-64"], capsys)
+    rendered = [d.render() for d in parse_environment_yml(out, "x").dependencies]
+    assert "pytorch::pytorch=2.3.1=*cuda11.8*" in rendered
+    assert "pytorch::pytorch-cuda=11.8" in rendered
+    # pytorch-channel CUDA: no cuda-version added (the lock's 12.5 is the bug, not the intent)
+    assert not any(r.startswith("cuda-version") for r in rendered)
+
+
+def test_export_warns_about_cpu_torch_in_broken_lock(
+    fixtures, tmp_path, monkeypatch, capsys
+) -> None:
+    _project(fixtures, tmp_path, *LOCKS[1])
+    monkeypatch.chdir(tmp_path)
+    _, out, err = _export(["demo", "--platform", "linux-64"], capsys)
+    assert "pytorch on linux-64 is locked as a CPU build (py3.10_cpu_0)" in err
+
+
+@pytest.mark.parametrize(
+    ("lock", "env"), LOCKS, ids=[lk.split("__")[1] + lk.split("conda-lock")[1] for lk, _ in LOCKS]
+)
+def test_explicit_matches_conda_lock_render(fixtures, tmp_path, capsys, lock, env) -> None:
+    from conda_lock.conda_lock import render_lockfile_for_platform
+
+    folder = _project(fixtures, tmp_path, lock, env)
+    model = _read_lock(folder / "conda-lock.yml")
+    for platform in model.metadata.platforms:
+        code, out, _ = _export(
+            [
+                "--lock",
+                str(folder / "conda-lock.yml"),
+                "--format",
+                "explicit",
+                "--platform",
+                platform,
+            ],
+            capsys,
+        )
+        assert code == 0
+        theirs = render_lockfile_for_platform(
+            lockfile=_read_lock(folder / "conda-lock.yml"),
+            include_dev_dependencies=True,
+            extras={c for p in model.package for c in p.categories},
+            kind="explicit",
+            platform=platform,
+            suppress_warning_for_pip_and_explicit=True,
+        )
+        body = [ln for ln in out.splitlines() if not ln.startswith("# ") or ln.startswith("# pip ")]
+        their_body = [
+            ln
+            for ln in theirs
+            if ln.strip() and (not ln.startswith("#") or ln.startswith("# pip "))
+        ]
+        assert body[0] == "@EXPLICIT" and len(body) > 100
+        assert body == their_body
+
+
+def test_explicit_needs_platform_when_no_linux64(fixtures, tmp_path, capsys) -> None:
+    folder = _project(fixtures, tmp_path, *LOCKS[0])
+    code, _, err = _export(["--lock", str(folder / "conda-lock.yml"), "--format", "explicit", "--platform", "linux-aarch64"], capsys)  # fmt: skip
+    assert code == 2 and "linux-64, osx-arm64, win-64" in err
+
+
+def test_output_file_is_written_atomically_and_dry_run_writes_nothing(
+    fixtures, tmp_path, monkeypatch, capsys
+) -> None:
+    _project(fixtures, tmp_path, *LOCKS[2])
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "out" / "environment.yml"
+    code, out, err = _export(["demo", "-o", str(target), "--dry-run"], capsys)
+    assert code == 0 and not target.exists() and "dry run" in err and "pytorch=" in out
+    code, out, _ = _export(["demo", "-o", str(target)], capsys)
+    assert code == 0 and out == ""
+    first = target.read_text()
+    assert "pytorch=2.10.0=*cuda129*" in first
+    assert [p.name for p in target.parent.iterdir()] == ["environment.yml"]  # no temp left
+    _export(["demo", "-o", str(target)], capsys)
+    assert target.read_text() == first  # deterministic
+
+
+def test_missing_project_lock_is_usage_error(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _export(["nope"], capsys)
+    assert code == 2 and "envtool lock nope" in err
+
+
+def test_name_and_lock_are_exclusive(tmp_path, capsys) -> None:
+    code, _, err = _export([], capsys)
+    assert code == 2 and "NAME or --lock" in err
+
+
+@pytest.mark.parametrize(
+    ("url", "name", "warns"),
+    [
+        ("https://conda.anaconda.org/conda-forge", "conda-forge", False),
+        ("https://conda.anaconda.org/pytorch/label/nightly/", "pytorch/label/nightly", False),
+        ("https://repo.anaconda.com/pkgs/main", "defaults", False),
+        ("https://ftp.osuosl.org/pub/open-ce/current/", "https://ftp.osuosl.org/pub/open-ce/current", False),
+        ("file:///srv/channel", "file:///srv/channel", True),
+        ("nvidia", "nvidia", False),
+    ],
+)  # fmt: skip
+def test_channel_name(url, name, warns) -> None:
+    got, warning = channel_name(url)
+    assert got == name and (warning is not None) == warns
+
+
+# --- the key evidence: export -> re-solve gives the lock's versions ------------------------------
+
+HARVESTED = "repodata/harvested-from-pixi-locks"
+VIRTUAL = [("__glibc", "2.28", "0"), ("__linux", "5.15", "0"), ("__unix", "0", "0"), ("__archspec", "1", "x86_64")]  # fmt: skip
+
+
+def _channel_urls(fixtures: Path, names: list[str]) -> list[str]:
+    return [(fixtures / HARVESTED / n).as_uri() for n in names if n != "nodefaults"]
+
+
+async def _solve(channels: list[str], specs: list[str], cuda: str):
+    import rattler
+
+    vps = [
+        rattler.GenericVirtualPackage(
+            rattler.PackageName(n), rattler.Version(v), rattler.BuildString(b)
+        )
+        for n, v, b in [("__cuda", cuda, "0"), *VIRTUAL]
+    ]
+    return await rattler.solve(
+        [rattler.Channel(c) for c in channels],
+        [rattler.MatchSpec(s, strict=False) for s in specs],
+        platforms=["linux-64", "noarch"],
+        virtual_packages=vps,
+    )
+
+
+def _write_lock(path: Path, records, channels: list[str]) -> None:
+    """A conda-lock v1 file from a rattler solution, through conda-lock's own models and writer."""
+    from conda_lock.lockfile import write_conda_lock_file
+    from conda_lock.lockfile.v1.models import HashModel, LockMeta
+    from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
+    from conda_lock.models.channel import Channel
+
+    package = []
+    for r in records:
+        deps: dict[str, str] = {}
+        for d in r.depends:
+            name, _, spec = d.partition(" ")
+            deps[name] = spec.strip() or "*"
+        package.append(
+            LockedDependency(
+                name=r.name.normalized,
+                version=str(r.version),
+                manager="conda",
+                platform="linux-64",
+                dependencies=deps,
+                url=str(r.url),
+                hash=HashModel(md5=r.md5.hex(), sha256=r.sha256.hex() if r.sha256 else None),
+                build=str(r.build),
+                categories={"main"},
+            )
+        )
+    lock = Lockfile(
+        package=package,
+        metadata=LockMeta(
+            content_hash={"linux-64": "0" * 64},
+            channels=[Channel.from_string(c) for c in channels],
+            platforms=["linux-64"],
+            sources=["environment.yml"],
+        ),
+    )
+    write_conda_lock_file(lock, path, metadata_choices=None)
+
+
+# case: the request a user wrote, the specs envtool solves it with (CUDA forced), __cuda
+RESOLVE_CASES = {
+    "conda-forge-cuda126": (
+        "name: demo\nchannels:\n  - conda-forge\ndependencies:\n  - python=3.12\n  - pytorch\n",
+        ["conda-forge"],
+        ["python 3.12.*", "pytorch * cuda*", "cuda-version 12.6.*"],
+        "12.6",
+    ),
+    "pytorch-channel-cuda121": (
+        "name: demo\nchannels:\n  - pytorch\n  - nvidia\n  - conda-forge\n"
+        "dependencies:\n  - pytorch\n  - pytorch-cuda=12.1\n",
+        ["pytorch", "nvidia", "conda-forge"],
+        ["pytorch", "pytorch-cuda 12.1.*"],
+        "12.1",
+    ),
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", sorted(RESOLVE_CASES))
+def test_resolving_the_export_gives_the_locked_versions(
+    fixtures, tmp_path, monkeypatch, capsys, case
+) -> None:
+    request, channel_names, solve_specs, cuda = RESOLVE_CASES[case]
+    folder = tmp_path / "environments" / "demo"
+    folder.mkdir(parents=True)
+    (folder / "environment.yml").write_text(request)
+    channels = _channel_urls(fixtures, channel_names)
+
+    monkeypatch.chdir(tmp_path)
+
+    async def session():
+        try:
+            locked = await _solve(channels, solve_specs, cuda)
+            _write_lock(folder / "conda-lock.yml", locked, channel_names)
+            code, exported_text, _ = _export(["demo"], capsys)
+            assert code == 0
+            exported = parse_environment_yml(exported_text, "export")
+            resolved = await _solve(
+                _channel_urls(fixtures, exported.channels),
+                [d.render() for d in exported.dependencies],
+                cuda,
+            )
+            # the naive export (`conda env export --no-builds` style): versions, no builds
+            naive = [
+                f"{d.name}={d.version}" for d in exported.dependencies if d.name != "cuda-version"
+            ]
+            naive_resolved = await _solve(_channel_urls(fixtures, exported.channels), naive, cuda)
+            return locked, exported, resolved, naive_resolved
+        finally:
+            await asyncio.sleep(0.05)
+
+    locked, exported, resolved, naive_resolved = asyncio.run(session())
+    lock_v = {r.name.normalized: (str(r.version), str(r.build)) for r in locked}
+    again = {r.name.normalized: (str(r.version), str(r.build)) for r in resolved}
+    assert "cuda" in lock_v["pytorch"][1]  # the lock holds a CUDA build
+    for spec in exported.dependencies:
+        assert again[spec.name][0] == lock_v[spec.name][0], spec.name
+    assert again["pytorch"] == lock_v["pytorch"]  # same build: CUDA kept, not a CPU fallback
+    if case == "conda-forge-cuda126":
+        rendered = [d.render() for d in exported.dependencies]
+        assert rendered == ["python=3.12.11", "pytorch=2.7.1=*cuda126*", "cuda-version=12.6"]
+        assert again["cuda-version"][0] == "12.6"
+        # without the glob and the cuda-version pin, the same versions re-solve to a cuda129
+        # build and CUDA 12.9, which needs driver 575 instead of 560: why the export keeps both
+        naive = {r.name.normalized: (str(r.version), str(r.build)) for r in naive_resolved}
+        assert naive["pytorch"][1].startswith("cuda129") and naive["cuda-version"][0] == "12.9"
+
+
+def test_fast_lock_reader_equals_conda_locks_parser(fixtures) -> None:
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    from envtool.commands.export import read_lock_model
+
+    path = fixtures / "locks" / LOCKS[5][0]
+    assert read_lock_model(path) == parse_conda_lock_file(path)
+
+
+def test_not_a_lock_is_usage_error(tmp_path, capsys) -> None:
+    bad = tmp_path / "conda-lock.yml"
+    bad.write_text("name: x\ndependencies: []\n")
+    code, _, err = _export(["--lock", str(bad)], capsys)
+    assert code == 2 and "not a conda-lock file" in err
