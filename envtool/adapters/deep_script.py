@@ -73,15 +73,17 @@ def run_matmul(out: str, size: int, cpu: bool) -> int:
                 row["ok"] = bool(err <= TOLERANCE[name])
                 if dev != "cpu":
                     row["name"] = torch.cuda.get_device_name(torch.device(dev))
-                    iters = 10
-                    start = torch.cuda.Event(enable_timing=True)
-                    end = torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    for _ in range(iters):
-                        da @ db
-                    end.record()
-                    end.synchronize()
-                    secs = start.elapsed_time(end) / 1000 / iters
+                    # events record on the current device's stream: make it this GPU
+                    with torch.cuda.device(torch.device(dev)):
+                        iters = 10
+                        start = torch.cuda.Event(enable_timing=True)
+                        end = torch.cuda.Event(enable_timing=True)
+                        start.record()
+                        for _ in range(iters):
+                            da @ db
+                        end.record()
+                        end.synchronize()
+                        secs = start.elapsed_time(end) / 1000 / iters
                     row["tflops"] = round(2 * size**3 / secs / 1e12, 1)
             except Exception as exc:  # report a broken GPU as data, keep testing the others
                 row["ok"] = False
