@@ -96,6 +96,29 @@ def test_host_check_refuses_a_driver_too_old_for_the_locked_cuda(fixtures: Path)
     assert plan_host_check({"envtool_cuda": "cpu"}, "linux-64", HostFacts()) == []
 
 
+def test_lock_reader_agrees_with_conda_lock_on_real_locks(fixtures: Path) -> None:
+    """envtool reads v1 itself (fast); conda-lock's own parser is the authority on the format."""
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    locks = sorted((fixtures / "locks").rglob("*conda-lock*.yml"))
+    assert len(locks) >= 4
+    for path in locks:
+        ours = read_lock(path)
+        theirs = parse_conda_lock_file(path)
+        want = {
+            (d.manager, d.name, d.version, d.platform, d.url, d.hash.sha256, d.hash.md5)
+            for d in theirs.package
+            if "main" in d.categories
+        }
+        got = {
+            (p.manager, p.name, p.version, p.platform, p.url, p.sha256, p.md5)
+            for p in ours.packages
+        }
+        assert got == want, path.name
+        assert ours.platforms == list(theirs.metadata.platforms)
+        assert all(p.build for p in ours.packages if p.manager == "conda"), path.name
+
+
 def test_unreadable_lock_is_a_usage_error_naming_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "conda-lock.yml"
     bad.write_text("version: 1\npackage: [\n")

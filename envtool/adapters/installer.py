@@ -105,7 +105,9 @@ def parse_build_from_file_name(file_name: str, name: str, version: str) -> str |
 
 
 def read_lock(lock_path: Path) -> LockContents:
-    """Read a conda-lock.yml (v1, or v2 where conda-lock reads it) into plain records."""
+    """Read a conda-lock.yml into plain records: v1 with envtool's own reader (importing the
+    conda_lock package costs ~1.5 s per command); v2 and anything unusual through conda-lock's
+    parser. tests/test_install.py checks both agree on real locks."""
     lock_path = Path(lock_path)
     if not lock_path.is_file():
         raise UsageError(
@@ -114,70 +116,115 @@ def read_lock(lock_path: Path) -> LockContents:
         )
     data = lock_path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
-    cached = _LOCK_CACHE.get((str(lock_path.resolve()), digest))
-    if cached is not None:  # `install` reads the lock for its checks, then to install
-        return cached
+    key = (str(lock_path.resolve()), digest)
+    if key in _LOCK_CACHE:  # `install` reads the lock for its checks, then to install
+        return _LOCK_CACHE[key]
     try:
-        lock = _parse_conda_lock(data)
-    except Exception as exc:  # yaml, pydantic or version errors: all mean "not a usable lock"
+        content = _load_yaml(data)
+        if isinstance(content, dict) and content.get("version") == 1:
+            parsed = parse_lock_v1(content)
+        else:
+            parsed = _parse_with_conda_lock(content)
+    except Exception as exc:  # yaml, pydantic, key or version errors: "not a usable lock"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(
             f"{lock_path}: not a readable conda-lock file ({first})",
             "regenerate it with `envtool lock NAME`",
         ) from exc
-    packages = []
-    for dep in lock.package:
-        build = None
-        if dep.manager == "conda":
-            fname = urllib.parse.unquote(dep.url.rsplit("/", 1)[-1])
-            build = dep.build or parse_build_from_file_name(fname, dep.name, dep.version)
-        packages.append(
-            LockedPackage(
-                name=dep.name,
-                version=dep.version,
-                manager=dep.manager,
-                platform=dep.platform,
-                url=dep.url,
-                sha256=dep.hash.sha256,
-                md5=dep.hash.md5,
-                build=build,
-            )
-        )
-    meta = lock.metadata
-    contents = LockContents(
-        path=lock_path,
-        sha256=digest,
-        platforms=list(meta.platforms),
-        channels=[c.url for c in meta.channels],
-        custom_metadata=dict(meta.custom_metadata or {}),
-        packages=packages,
-    )
-    _LOCK_CACHE[(str(lock_path.resolve()), digest)] = contents
+    platforms, channels, custom, packages = parsed
+    contents = LockContents(lock_path, digest, platforms, channels, custom, packages)
+    _LOCK_CACHE[key] = contents
     return contents
 
 
 _LOCK_CACHE: dict[tuple[str, str], LockContents] = {}
 
 
-def _parse_conda_lock(data: bytes) -> Any:
-    """conda-lock's parse_conda_lock_file, with libyaml's safe loader when present: the
-    pure-python loader took 0.25 s of a 0.5 s install for a 100-package lock."""
+def _load_yaml(data: bytes) -> Any:
     import yaml
-    from conda_lock.lockfile import Lockfile, LockfileV1, lockfile_v1_to_v2
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # both are safe loaders
-    content = yaml.load(data, Loader=loader)  # noqa: S506 (safe loader)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader when present
+    return yaml.load(data, Loader=loader)  # noqa: S506 (a safe loader)
+
+
+def parse_lock_v1(
+    content: dict[str, Any],
+) -> tuple[list[str], list[str], dict[str, str], list[LockedPackage]]:
+    """conda-lock v1 (`version: 1`, metadata + package list) → platforms, channels, custom
+    metadata, packages. Optional (dev/extra category) entries are skipped, like `conda-lock
+    install` does by default; an entry repeated per category is kept once."""
+    meta = content["metadata"]
+    channels = [c["url"] if isinstance(c, dict) else str(c) for c in meta.get("channels", [])]
+    packages: list[LockedPackage] = []
+    seen: set[tuple[str, str, str]] = set()
+    for dep in content["package"]:
+        if dep.get("optional") and dep.get("category", "main") != "main":
+            continue
+        ident = (dep["manager"], dep["name"], dep["platform"])
+        if ident in seen:
+            continue
+        seen.add(ident)
+        packages.append(_locked_package(dep))
+    custom = {str(k): str(v) for k, v in (meta.get("custom_metadata") or {}).items()}
+    return [str(p) for p in meta["platforms"]], channels, custom, packages
+
+
+def _locked_package(dep: dict[str, Any]) -> LockedPackage:
+    name, version, manager = str(dep["name"]), str(dep["version"]), dep["manager"]
+    if manager not in ("conda", "pip"):
+        raise ValueError(f"package {name}: unknown manager {manager!r}")
+    url = str(dep["url"])
+    hashes = dep.get("hash") or {}
+    build = None
+    if manager == "conda":
+        fname = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        build = dep.get("build") or parse_build_from_file_name(fname, name, version)
+    return LockedPackage(
+        name=name,
+        version=version,
+        manager=manager,
+        platform=str(dep["platform"]),
+        url=url,
+        sha256=hashes.get("sha256"),
+        md5=hashes.get("md5"),
+        build=build,
+    )
+
+
+def _parse_with_conda_lock(
+    content: Any,
+) -> tuple[list[str], list[str], dict[str, str], list[LockedPackage]]:
+    """conda-lock's own models (v2 and future versions it knows)."""
+    from conda_lock.lockfile import Lockfile
+
     if not isinstance(content, dict):
         raise ValueError("not a YAML mapping")
     version = content.pop("version", None)
-    if version == 1:
-        lock = lockfile_v1_to_v2(LockfileV1.model_validate(content))
-    elif version == 2:
-        lock = Lockfile.model_validate(content)
-    else:
+    if version != 2:
         raise ValueError(f"unsupported lock version {version!r}")
-    lock.toposort_inplace()
-    return lock
+    lock = Lockfile.model_validate(content)
+    packages = [
+        _locked_package(
+            {
+                "name": d.name,
+                "version": d.version,
+                "manager": d.manager,
+                "platform": d.platform,
+                "url": d.url,
+                "hash": {"sha256": d.hash.sha256, "md5": d.hash.md5},
+                "build": d.build,
+            }
+        )
+        for d in lock.package
+        if "main" in d.categories
+    ]
+    meta = lock.metadata
+    return (
+        list(meta.platforms),
+        [c.url for c in meta.channels],
+        dict(meta.custom_metadata or {}),
+        packages,
+    )
 
 
 def current_platform() -> str:
