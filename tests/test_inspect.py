@@ -8,7 +8,7 @@ import json
 import pytest
 
 from envtool.cli import main
-from envtool.core.inspect import inspect_env
+from envtool.core.inspect import inspect_env, render_inspect_text
 from envtool.core.spec import parse_environment_yml
 
 # file -> flavor, cuda, gpu_required, torch, python, problems (a substring for each problem).
@@ -157,6 +157,9 @@ def test_rocm_index_is_pip_wheel_without_cuda() -> None:
         None,
     )
     assert any("ROCm 5.6" in p for p in ask.problems)
+    assert render_inspect_text(ask, "environment.yml")[0] == (
+        "environment.yml asks for torch 2.1.0 as a ROCm 5.6 wheel (AMD GPUs, not CUDA)."
+    )
 
 
 def test_pip_torch_overrides_conda_torch() -> None:

@@ -387,6 +387,8 @@ def render_inspect_text(ask: CudaAsk, source: str) -> list[str]:
         torch = f"{name} {version.lstrip('=')}" if version and version != "*" else name
     if ask.flavor == "cpu":
         head = f"{source} asks for {torch}, CPU only"
+    elif "ROCm" in ask.via:
+        head = f"{source} asks for {torch} as {ask.via} (AMD GPUs, not CUDA)"
     elif ask.cuda:
         head = f"{source} asks for {torch} with CUDA {ask.cuda} via {ask.via}"
     elif ask.gpu_required:
