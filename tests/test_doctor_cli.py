@@ -278,3 +278,36 @@ def test_interrupted_install_is_a_failure(tmp_path: Path):
     assert checks["install-state"]["fix"] == "envtool install NAME"
     assert checks["torch-present"]["summary"] == "torch is not installed in this environment"
     assert json.loads(proc.stdout)["checks"][0]["id"] == "install-state"  # the headline cause
+
+
+def test_hung_torchrun_is_killed_with_its_workers(tmp_path: Path):
+    """A hang (e.g. NCCL init) must not leave worker processes holding the GPUs."""
+    import os
+    import time
+
+    pidfile = tmp_path / "worker.pid"
+    code = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen(['sleep', '120'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(120)\n"
+    )
+    res = deep_adapter.run_group([sys.executable, "-c", code], timeout=3)
+    assert res.timed_out and res.returncode is None
+    worker = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        try:
+            with open(f"/proc/{worker}/stat") as f:  # a zombie waiting to be reaped is dead
+                if f.read().split()[2] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(worker, 9)
+        pytest.fail("the worker outlived the timed-out launcher")

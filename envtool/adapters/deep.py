@@ -7,14 +7,17 @@ the JSON each step writes. Failures come back as data ({"error": ...}); nothing 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters.proc import Runner, run_capture
+from envtool.adapters.proc import ProcResult, Runner
 
 DEEP_SCRIPT = Path(__file__).with_name("deep_script.py")
 
@@ -54,6 +57,33 @@ def plan_allreduce(python: str, out: str, nproc: int) -> list[str]:
     ]
 
 
+def run_group(
+    argv: list[str], timeout: float = 300.0, env: Mapping[str, str] | None = None
+) -> ProcResult:
+    """run_capture for torchrun: its own process group, so a hung all-reduce is ended with all
+    its worker processes (killing torchrun alone would orphan workers that hold the GPUs)."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
+    except (FileNotFoundError, PermissionError) as exc:
+        return ProcResult(tuple(argv), None, "", str(exc), missing=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return ProcResult(tuple(argv), None, out, err, timed_out=True)
+    return ProcResult(tuple(argv), proc.returncode, out, err)
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text())
@@ -69,7 +99,7 @@ def probe_deep(
     python: str,
     gpu_count: int,
     cpu: bool = False,
-    runner: Runner = run_capture,
+    runner: Runner = run_group,
     environ: Mapping[str, str] | None = None,
     size: int | None = None,
     timeout: float = 300.0,
