@@ -117,7 +117,10 @@ def test_replay_of_the_h200_capture_is_healthy(h200_record: Path):
     status = {c["id"]: c["status"] for c in doc["checks"]}
     assert status["driver-vs-torch-cuda"] == "ok" and status["gpu-arch-covered"] == "ok"
     human = envtool("doctor", "--replay", str(h200_record))
-    assert human.stdout.startswith("envtool doctor: OK")
+    assert human.stdout.splitlines()[0] == (
+        "envtool doctor: OK — no problems found: torch 2.11.0+cu130 on 2× NVIDIA H200 "
+        "(driver 580.159.04)"
+    )
     assert "2× NVIDIA H200 sm_90, NVLink" in human.stdout
 
 

@@ -214,7 +214,14 @@ def render_human(
 ) -> list[str]:
     marks = _marks()
     status = overall(checks)
-    lines = [f"envtool doctor: {status.upper()} — {headline(checks)}"]
+    verdict = headline(checks)
+    t = env.torch
+    if verdict == "no problems found" and t and t.version and t.cuda and host.gpus:
+        verdict += (
+            f": torch {t.version} on {len(host.gpus)}× {host.gpus[0].name}"
+            f" (driver {host.driver_version})"
+        )
+    lines = [f"envtool doctor: {status.upper()} — {verdict}"]
     for c in checks:
         shown = verbose or c.status in ("warn", "fail") or c.id.startswith("deep-")
         if not shown:
