@@ -361,3 +361,19 @@ def test_not_a_lock_is_usage_error(tmp_path, capsys) -> None:
     bad.write_text("name: x\ndependencies: []\n")
     code, _, err = _export(["--lock", str(bad)], capsys)
     assert code == 2 and "not a conda-lock file" in err
+
+
+def test_export_without_request_uses_the_locks_top_level_packages(
+    fixtures, tmp_path, capsys
+) -> None:
+    # this lock's metadata.sources are absolute CI paths that do not exist here
+    lock = tmp_path / "conda-lock.yml"
+    shutil.copy(fixtures / "locks" / LOCKS[5][0], lock)
+    code, out, err = _export(["--lock", str(lock)], capsys)
+    assert code == 0 and "no environment.yml beside" in err
+    exported = parse_environment_yml(out, "export")
+    view = parse_lock_model(_read_lock(lock))
+    needed = {d for p in view.packages for d in p.dependencies}
+    names = [d.name for d in exported.dependencies]
+    assert "pytorch" in names and not any(n in needed and n != "pytorch" for n in names)
+    assert exported.find("pytorch")[0].render() == "pytorch=1.13.1=*cuda112*"
