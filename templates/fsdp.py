@@ -13,7 +13,7 @@ Run it:
     # two nodes (run on each node, R = 0 on the first, 1 on the second):
     torchrun --nnodes 2 --nproc-per-node 8 --node-rank R --rdzv-backend c10d \\
         --rdzv-endpoint HOST:29500 train.py
-    envtool launch train.py --slurm --nodes 2 --gpus 8  # Slurm: writes and submits a batch script
+    envtool launch train.py --slurm --nodes 2 --gpus-per-node 8 --submit   # Slurm batch job
 
 What it prints (rank 0 only):
     step N loss X lr Y tokens/s Z mfu W      every --log-every steps

@@ -1,0 +1,119 @@
+"""Training-script templates: find them (source checkout or installed wheel), read, write.
+
+Templates are plain files in the repository's `templates/`; a wheel carries them as
+`envtool/_data/templates` (pyproject force-include). Writing is atomic: a temp file in the
+destination directory, then os.replace, so an interrupted `envtool init` leaves no half file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from envtool.errors import UsageError
+
+DEFAULT_FILENAME = "train.py"
+
+
+@dataclass(frozen=True)
+class TemplateInfo:
+    name: str
+    description: str
+    prints: str
+
+
+# The catalogue `envtool init --list` shows; each name is templates/<name>.py.
+TEMPLATES: dict[str, TemplateInfo] = {
+    "ddp": TemplateInfo(
+        "ddp",
+        "General DistributedDataParallel loop: put your model and dataset in the marked "
+        "places (default: an MLP on a synthetic classification task).",
+        'per step "step N loss X lr Y samples/s Z"; last line RESULT {"step", "loss", '
+        '"samples_per_s", ...}',
+    ),
+    "lm": TemplateInfo(
+        "lm",
+        "GPT-style causal language model with DDP (--size tiny|124m|350m|1.3b; synthetic "
+        "tokens, or --data FILE as bytes).",
+        'per step "step N loss X lr Y tokens/s Z mfu W"; last line RESULT {"step", "loss", '
+        '"tokens_per_s", "mfu", ...}',
+    ),
+    "fsdp": TemplateInfo(
+        "fsdp",
+        "The lm model sharded with FSDP2 (fully_shard, bf16 mixed precision) and "
+        "torch.distributed.checkpoint (DCP) checkpoints: for models too big for one GPU.",
+        'per step "step N loss X lr Y tokens/s Z mfu W"; last line RESULT {"step", "loss", '
+        '"tokens_per_s", "mfu", ...}',
+    ),
+}
+
+
+@dataclass(frozen=True)
+class InitPlan:
+    template: str
+    source: Path
+    target: Path
+    overwrite: bool  # the target exists and --force was given
+
+
+def templates_dir() -> Path:
+    """templates/ beside the package (editable install, checkout) or envtool/_data/templates."""
+    import envtool
+
+    package = Path(envtool.__file__).resolve().parent
+    for candidate in (package / "_data" / "templates", package.parent / "templates"):
+        if (candidate / "ddp.py").is_file():
+            return candidate
+    raise UsageError(
+        f"no training-script templates found next to {package}",
+        "reinstall envtool (the wheel ships them in envtool/_data/templates)",
+    )
+
+
+def template_path(name: str) -> Path:
+    if name not in TEMPLATES:
+        raise UsageError(
+            f"unknown template {name!r}", f"choose one of: {', '.join(sorted(TEMPLATES))}"
+        )
+    path = templates_dir() / f"{name}.py"
+    if not path.is_file():
+        raise UsageError(f"template file {path} is missing", "reinstall envtool")
+    return path
+
+
+def read_template(name: str) -> str:
+    return template_path(name).read_text(encoding="utf-8")
+
+
+def plan_init(name: str, dest: str | os.PathLike[str] | None, force: bool) -> InitPlan:
+    """Where `envtool init` would write, refusing to clobber a file without --force."""
+    source = template_path(name)
+    target = Path(dest) if dest else Path(DEFAULT_FILENAME)
+    if target.is_dir() or str(dest or "").endswith(("/", os.sep)):
+        target = target / DEFAULT_FILENAME
+    if target.is_dir():
+        raise UsageError(f"{target} is a directory", "give a file name for the script")
+    exists = target.exists()
+    if exists and not force:
+        raise UsageError(f"{target} already exists", "pass --force to overwrite it")
+    return InitPlan(name, source, target, overwrite=exists)
+
+
+def apply_init(plan: InitPlan) -> int:
+    """Write the template to plan.target atomically; returns the number of bytes written."""
+    data = plan.source.read_bytes()
+    plan.target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(
+        dir=plan.target.parent, prefix=f".{plan.target.name}.", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a script the user owns should be readable
+        os.replace(tmp, plan.target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(data)

@@ -1,0 +1,75 @@
+"""`envtool init [DEST] --template ddp|lm|fsdp`: write a training-script template the user owns."""
+
+from __future__ import annotations
+
+import click
+
+from envtool.output import Result, emit
+
+TEMPLATE_NAMES = ("ddp", "lm", "fsdp")  # kept in step with adapters.templates.TEMPLATES (tested)
+
+
+@click.command("init")
+@click.argument("dest", required=False)
+@click.option(
+    "--template",
+    "-t",
+    type=click.Choice(TEMPLATE_NAMES),
+    default="ddp",
+    show_default=True,
+    help="Which template to write.",
+)
+@click.option("--force", is_flag=True, help="Overwrite DEST if it exists.")
+@click.option("--list", "list_", is_flag=True, help="Describe the templates; write nothing.")
+@click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+def cmd(
+    dest: str | None, template: str, force: bool, list_: bool, dry_run: bool, as_json: bool
+) -> None:
+    """Write a training script to DEST (default train.py; a directory gets DEST/train.py).
+
+    Each template is one file that imports only torch and the standard library and runs with
+    plain `python`, `torchrun` or `envtool launch`.
+    """
+    from envtool.adapters.templates import TEMPLATES, apply_init, plan_init, templates_dir
+
+    if list_:
+        emit(render_list(TEMPLATES, str(templates_dir())), as_json)
+        return
+    plan = plan_init(template, dest, force)
+    data = {
+        "template": plan.template,
+        "path": str(plan.target),
+        "source": str(plan.source),
+        "overwrite": plan.overwrite,
+        "dry_run": dry_run,
+        "written": False,
+    }
+    verb = "overwrite" if plan.overwrite else "write"
+    if dry_run:
+        emit(Result("init", data, [f"would {verb} {plan.target} (template {template})"]), as_json)
+        return
+    size = apply_init(plan)
+    data.update(written=True, bytes=size)
+    emit(Result("init", data, render_written(plan.target, template)), as_json)
+
+
+def render_list(templates: dict, directory: str) -> Result:
+    rows = [
+        {"name": t.name, "description": t.description, "prints": t.prints}
+        for t in templates.values()
+    ]
+    text = []
+    for row in rows:
+        text += [f"{row['name']}: {row['description']}", f"    prints: {row['prints']}"]
+    return Result("init", {"templates": rows, "directory": directory}, text)
+
+
+def render_written(target: object, template: str) -> list[str]:
+    return [
+        f"wrote {target} (template {template})",
+        "run it:",
+        f"  python {target} --help",
+        f"  torchrun --standalone --nproc-per-node 2 {target}",
+        f"  envtool launch {target} --gpus 2",
+    ]
