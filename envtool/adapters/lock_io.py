@@ -8,11 +8,57 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
+import threading
+import types
 from pathlib import Path
 
 from envtool.core.lockfile import PipPackage, SolvedPackage, dependency_map
 from envtool.errors import UsageError
+
+_preload: threading.Thread | None = None
+
+
+def _import_lockfile_module() -> types.ModuleType:
+    """conda_lock.lockfile without conda_lock/__init__.py, which imports conda-lock's whole CLI
+    (vendored poetry, conda solver: ~0.4 s) only to re-export `main`. The package is registered
+    as a lazy proxy that still resolves `conda_lock.main` and `__version__` on first use."""
+    if "conda_lock" not in sys.modules:
+        import importlib.util
+
+        spec = importlib.util.find_spec("conda_lock")
+        if spec is not None and spec.submodule_search_locations:
+            proxy = types.ModuleType("conda_lock")
+            proxy.__path__ = list(spec.submodule_search_locations)
+            proxy.__file__ = spec.origin
+            proxy.__spec__ = spec
+            proxy.__getattr__ = _conda_lock_attr  # type: ignore[method-assign]
+            sys.modules["conda_lock"] = proxy
+    import conda_lock.lockfile
+
+    return conda_lock.lockfile
+
+
+def _conda_lock_attr(name: str) -> object:
+    if name == "main":
+        from conda_lock.conda_lock import main
+
+        return main
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("conda-lock")
+    raise AttributeError(f"module 'conda_lock' has no attribute {name!r}")
+
+
+def preload_lock_writer() -> None:
+    """Import conda-lock's models in a background thread while rattler solves (the import costs
+    about as much as the solve itself; rattler's work runs outside the GIL)."""
+    global _preload
+    if _preload is None and "conda_lock.lockfile" not in sys.modules:
+        _preload = threading.Thread(target=_import_lockfile_module, daemon=True)
+        _preload.start()
 
 
 def write_lock(
@@ -25,7 +71,9 @@ def write_lock(
     sources: list[str],
 ) -> None:
     """Render and atomically write conda-lock.yml. Deterministic: no time or git metadata."""
-    from conda_lock.lockfile import write_conda_lock_file
+    if _preload is not None:
+        _preload.join()
+    write_conda_lock_file = _import_lockfile_module().write_conda_lock_file
     from conda_lock.lockfile.v1.models import HashModel, LockMeta
     from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
     from conda_lock.models.channel import Channel
@@ -94,7 +142,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def read_lock(path: Path):
     """Parse conda-lock.yml with conda-lock (returns its v2prelim Lockfile model)."""
-    from conda_lock.lockfile import parse_conda_lock_file
+    parse_conda_lock_file = _import_lockfile_module().parse_conda_lock_file
 
     try:
         return parse_conda_lock_file(path)

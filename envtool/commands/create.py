@@ -145,6 +145,10 @@ def lock_environment(
         if request.cuda != "cpu"
         else None
     )
+    if not dry_run:
+        from envtool.adapters.lock_io import preload_lock_writer
+
+        preload_lock_writer()
     note(f"solving {name} for {', '.join(request.platforms)} …")
     plan, solved = discover_plan_solve(
         channels, discover, lambda builds: plan_environment(request, host, builds), cache_dir
