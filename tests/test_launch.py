@@ -359,3 +359,48 @@ def test_sigterm_checkpoints_the_ddp_template_and_a_relaunch_resumes_at_that_ste
     assert f"at step {saved}" in again.stdout  # "resumed from …/ckpt.pt at step N"
     final = result_of(again.stdout)
     assert final["start_step"] == saved and final["step"] == saved + 3
+
+
+def test_a_record_decorated_script_reports_through_its_error_file(tmp_path: Path) -> None:
+    proc = envtool(["launch", str(SCRIPTS / "record_fail.py"), "--cpu"], tmp_path)
+    assert proc.returncode == 1
+    assert "rank 1 failed first (exit 1 at " in proc.stderr
+    assert "KeyError: 'missing-shard-7'" in proc.stderr
+    errors = list(only_run_dir(tmp_path).rglob("error.json"))
+    assert [e.parent.name for e in errors] == ["1"]  # torchrun's TORCHELASTIC_ERROR_FILE, rank 1
+
+
+def test_the_error_file_wins_over_the_log_and_torchrun_dying_falls_back_to_logs(
+    tmp_path: Path,
+) -> None:
+    """read_failure on a run folder laid out as torchrun 2.13 leaves it (captured above)."""
+    from envtool.adapters.launcher import read_failure
+    from envtool.core.launch_plan import LaunchRequest, plan_launch
+
+    plan = plan_launch(
+        LaunchRequest(
+            script="t.py", python="py", run_id="r", runs_root=str(tmp_path), cpu=True, free_port=1
+        )
+    )
+    rank1 = Path(plan.log_dir, "r_abc", "attempt_0", "1")
+    rank1.mkdir(parents=True)
+    (rank1 / "stderr.log").write_text("[default1]:no traceback here\n")
+    error = {"message": {"message": "KeyError: 'missing-shard-7'", "extraInfo": {"timestamp": "1"}}}
+    (rank1 / "error.json").write_text(json.dumps(error))
+    summary = (
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-30_03:35:20\n"
+        "  host      : localhost\n  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 9)\n"
+        "=" * 60
+    )
+    failure = read_failure(plan, summary)
+    assert failure is not None
+    assert (failure.rank, failure.error) == (1, "KeyError: 'missing-shard-7'")
+    assert failure.log == str(rank1 / "stderr.log")
+
+    (rank1 / "error.json").unlink()
+    (rank1 / "stderr.log").write_text(
+        '[default1]:Traceback (most recent call last):\n[default1]:  File "t.py"\n'
+        "[default1]:OSError: disk full\n"
+    )
+    failure = read_failure(plan, "torchrun was killed before its summary")
+    assert failure is not None and (failure.rank, failure.error) == (1, "OSError: disk full")
