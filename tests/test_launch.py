@@ -404,3 +404,14 @@ def test_the_error_file_wins_over_the_log_and_torchrun_dying_falls_back_to_logs(
     )
     failure = read_failure(plan, "torchrun was killed before its summary")
     assert failure is not None and (failure.rank, failure.error) == (1, "OSError: disk full")
+
+
+def test_json_run_prints_one_envelope_with_the_manifest(tmp_path: Path) -> None:
+    proc = envtool(
+        ["launch", str(RANK_FILE), "--cpu", "--json", "--", str(tmp_path / "o")], tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    envelope = json.loads(proc.stdout)  # rank output went to stderr, stdout is only JSON
+    assert envelope["command"] == "launch" and envelope["exit_code"] == 0
+    assert envelope["manifest"]["nproc_per_node"] == 2
+    assert "rank 0 step 1" in proc.stderr

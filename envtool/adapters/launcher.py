@@ -126,6 +126,7 @@ def apply_launch(
     environ: Mapping[str, str],
     console: IO[bytes] | None = None,
     grace: float = GRACE_SECONDS,
+    stdout_to_stderr: bool = False,
 ) -> LaunchOutcome:
     """Run the plan's torchrun, forward SIGINT/SIGTERM, clean up, report the first failure."""
     run_dir = Path(plan.run_dir)
@@ -137,6 +138,7 @@ def apply_launch(
         plan.argv,
         env=env,
         stdin=subprocess.DEVNULL,
+        stdout=sys.stderr.fileno() if stdout_to_stderr else None,  # --json keeps stdout clean
         stderr=subprocess.PIPE,
         start_new_session=True,  # the terminal's Ctrl-C reaches envtool only; we forward it
     )

@@ -161,7 +161,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     note(
         f"envtool: run {run_id}: {plan.nnodes} node(s) x {plan.nproc_per_node} ({plan.backend}); logs in {plan.run_dir}/"
     )
-    outcome = launcher.apply_launch(plan, environ)
+    outcome = launcher.apply_launch(plan, environ, stdout_to_stderr=opts["as_json"])
     manifest.update(
         start_time=outcome.started,
         end_time=outcome.ended,
