@@ -172,3 +172,14 @@ def test_replanning_the_planned_specs_is_idempotent() -> None:
 def test_render_plan_says_cuda_driver_and_specs() -> None:
     text = "\n".join(render_plan(plan_environment(Request(cuda="12.6"), None, None)))
     assert "CUDA 12.6" in text and "560.28.03" in text and "cuda126*" in text
+
+
+def test_lock_options_round_trip_without_yaml() -> None:
+    from envtool.core.lockfile import parse_lock_options, parse_lock_stamp, render_options
+
+    options = Request(channels=("/data/it's here",), gpus=("8.0",)).options()
+    quoted = render_options(options).replace("'", "''")  # YAML single-quoted scalar
+    text = f"metadata:\n  custom_metadata:\n    envtool_input_hash: {'a' * 64}\n    envtool_request: '{quoted}'\n"
+    assert parse_lock_options(text) == options
+    assert parse_lock_stamp(text) == "a" * 64
+    assert parse_lock_options("metadata: {}\n") is None

@@ -323,24 +323,14 @@ def summarize(outcome: LockOutcome, name: str, command: str, dry_run: bool) -> R
 
 
 def stored_lock_options(lock_path: Path) -> tuple[str | None, dict[str, Any] | None]:
-    """(input hash, stored request options) from a lock, reading only its metadata block."""
-    import json
+    """(input hash, stored plan options) from a lock, found without a YAML parser (fast no-op)."""
+    from envtool.core.lockfile import parse_lock_options
 
     try:
         text = lock_path.read_text()
     except OSError:
         return None, None
-    stamp = parse_lock_stamp(text)
-    head = text.split("\npackage:", 1)[0]
-    import yaml
-
-    try:
-        meta = (yaml.load(head, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}).get(
-            "metadata"
-        ) or {}
-        return stamp, json.loads((meta.get("custom_metadata") or {}).get("envtool_request", "null"))
-    except Exception:
-        return stamp, None
+    return parse_lock_stamp(text), parse_lock_options(text)
 
 
 @click.command("create")

@@ -7,7 +7,7 @@ conda-lock are imported. `--check` exits 1 when the lock is stale.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,16 +24,18 @@ from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result, emit
 
 
-def current_input_hash(yml_text: str, yml_path: Path, stored: dict | None) -> str:
-    """The hash `create`/`lock` would record for these inputs now (cheap: no solve)."""
+def current_input_hash(yml_text: str, stored: dict[str, Any]) -> str:
+    """The hash the previous lock recorded, recomputed for today's inputs — no YAML, no solve.
+
+    The lock stores the options it was solved with; an unchanged environment.yml re-plans to the
+    same options, so hashing (file text, stored options, channel identity) decides freshness."""
     from envtool.adapters.rattler_solve import read_channel_identity
     from envtool.core.lockfile import compute_input_hash
-    from envtool.core.plan import DEFAULT_CHANNELS
 
-    request = request_from_yml(yml_text, str(yml_path), {}, stored)
-    channels = list(request.channels or DEFAULT_CHANNELS[request.flavor])
-    identity = read_channel_identity(channels, list(request.platforms))
-    return compute_input_hash(yml_text, request.options(), identity, __version__)
+    identity = read_channel_identity(
+        list(stored.get("channels") or []), list(stored.get("platforms") or [])
+    )
+    return compute_input_hash(yml_text, stored, identity, __version__)
 
 
 @click.command("lock")
@@ -70,7 +72,7 @@ def cmd(
     stamp, stored = stored_lock_options(lock_path)
     fresh = False
     if stamp is not None and stored is not None:
-        fresh = current_input_hash(yml_text, yml_path, stored) == stamp
+        fresh = current_input_hash(yml_text, stored) == stamp
     if check:
         state = "fresh" if fresh else ("missing" if stamp is None else "stale")
         result = Result(

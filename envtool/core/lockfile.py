@@ -65,6 +65,27 @@ def compute_input_hash(
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def render_options(options: dict[str, Any]) -> str:
+    """Compact JSON (no spaces, so YAML keeps it on one line and `parse_lock_options` finds it
+    without a YAML parser)."""
+    return json.dumps(options, sort_keys=True, separators=(",", ":"))
+
+
+_REQUEST_LINE = re.compile(r"^\s*" + KEY_REQUEST + r":\s*'(.*)'\s*$", re.MULTILINE)
+
+
+def parse_lock_options(lock_text: str) -> dict[str, Any] | None:
+    """The plan options recorded in a conda-lock.yml (None when absent or unreadable)."""
+    m = _REQUEST_LINE.search(lock_text)
+    if not m:
+        return None
+    try:
+        value = json.loads(m.group(1).replace("''", "'"))
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def parse_lock_stamp(lock_text: str) -> str | None:
     """The input hash recorded in a conda-lock.yml, found without a YAML parser (fast no-op path)."""
     m = HASH_LINE.search(lock_text)
@@ -89,7 +110,7 @@ def plan_custom_metadata(
         "envtool_platforms_cuda": " ".join(
             f"{p.platform}={p.cuda or 'cpu'}" for p in plan.platforms
         ),
-        KEY_REQUEST: json.dumps(options, sort_keys=True),
+        KEY_REQUEST: render_options(options),
         KEY_HASH: input_hash,
     }
 
