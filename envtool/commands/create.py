@@ -223,6 +223,16 @@ def solved_torch(solved: dict[str, list[Any]]) -> str:
     return ", ".join(f"{v} {p}" for p, v in sorted(found.items()))
 
 
+def absolute_channel(channel: str) -> str:
+    """A local channel folder given relative to the current directory -> an absolute path, so the
+    stored request still points at it when `envtool lock` runs from elsewhere."""
+    if "://" not in channel and (
+        channel.startswith((".", "~")) or Path(channel).expanduser().is_dir()
+    ):
+        return str(Path(channel).expanduser().resolve())
+    return channel
+
+
 def resolve_for_lock(channel: str) -> str:
     from envtool.adapters.rattler_solve import resolve_channel
 
@@ -429,7 +439,7 @@ def cmd(
         "python": python_version,
         "flavor": flavor,
         "platforms": list(platforms),
-        "channels": list(channels),
+        "channels": [absolute_channel(c) for c in channels],
         "driver": driver,
         "gpus": list(gpus),
         "virtual_overrides": parse_virtual_overrides(virtual),
