@@ -232,3 +232,35 @@ def test_channel_resolution(tmp_path) -> None:
     assert resolve_channel("conda-forge") == "https://conda.anaconda.org/conda-forge"
     assert resolve_channel("https://example.org/chan/") == "https://example.org/chan"
     assert resolve_channel(str(tmp_path)) == tmp_path.resolve().as_uri()
+
+
+@pytest.mark.integration
+def test_create_installs_the_lock_it_wrote(tmp_path_factory, tmp_path, monkeypatch, capsys) -> None:
+    """Without --no-install: plan -> solve -> lock -> the installer, over a real installable channel."""
+    import channel_builder as cb
+
+    setup = cb.cuda_setup(tmp_path_factory.getbasetemp())
+    (tmp_path / "env.yml").write_text("name: e2e\ndependencies:\n  - python\n  - pytorch\n")
+    prefix = tmp_path / "prefix"
+    rc, out, err = run_cli(
+        [
+            "create",
+            "e2e",
+            "--cuda",
+            "12.6",
+            "-f",
+            "env.yml",
+            "--channel",
+            str(setup.channel),
+            "--prefix",
+            str(prefix),
+            *H200,
+        ],
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    assert rc == 0, err
+    assert f"installed e2e into {prefix}" in out
+    metas = [p.name for p in (prefix / "conda-meta").glob("pytorch-*.json")]
+    assert len(metas) == 1 and "cuda126" in metas[0]
