@@ -118,10 +118,14 @@ def test_a_rank_killed_mid_run_ends_the_job_and_is_named(tmp_path: Path) -> None
     assert leftovers(marker) == []
 
 
-def test_ctrl_c_stops_every_rank_and_leaves_no_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("deaf", [False, True], ids=["ranks-obey", "ranks-ignore-signals"])
+def test_ctrl_c_stops_every_rank_and_leaves_no_process(tmp_path: Path, deaf: bool) -> None:
+    """Ctrl-C is forwarded; ranks that ignore it are killed after a second Ctrl-C (or the
+    grace period) — found by the run marker even though torchrun put them in other sessions."""
     marker = uuid.uuid4().hex
     ready = tmp_path / "ready"
     args = [str(tmp_path / "out"), "--steps", "2000", "--sleep", "0.05", "--ready-dir", str(ready)]
+    args += ["--ignore-signals"] if deaf else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "envtool", "launch", str(RANK_FILE), "--cpu", "--", *args],
         cwd=tmp_path,
@@ -138,6 +142,10 @@ def test_ctrl_c_stops_every_rank_and_leaves_no_process(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert len(leftovers(marker)) >= 4  # envtool, torchrun, two ranks
         proc.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
+        if deaf:
+            time.sleep(1.0)
+            assert proc.poll() is None  # still waiting for the ranks to stop
+            proc.send_signal(signal.SIGINT)  # the impatient second Ctrl-C
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130
         assert "stopped by SIGINT" in err

@@ -185,7 +185,8 @@ def _wait(proc: subprocess.Popen[bytes], received: list[int], grace: float) -> i
             pass
         if received and deadline is None:
             deadline = time.monotonic() + grace
-        if deadline is not None and time.monotonic() > deadline:
+        # a second Ctrl-C means "now": do not wait out the grace period
+        if deadline is not None and (time.monotonic() > deadline or len(received) > 1):
             _signal_group(proc.pid, signal.SIGKILL)  # ranks ignored the signal: stop them hard
             rc = proc.wait()
             break

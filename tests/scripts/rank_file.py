@@ -1,7 +1,7 @@
 """Each rank writes <out>/rank-<RANK> when it finishes; one rank can be made to fail or die.
 
 usage: rank_file.py OUT [--steps N] [--sleep S] [--fail-rank R] [--kill-rank R] [--at-step K]
-                        [--ready-dir D]
+                        [--ready-dir D] [--ignore-signals]
 Stdlib only (no torch import), so a 2-rank run costs little more than torchrun itself.
 """
 
@@ -22,7 +22,11 @@ def main() -> None:
     p.add_argument("--kill-rank", type=int, default=-1)
     p.add_argument("--at-step", type=int, default=1)
     p.add_argument("--ready-dir", default=None, help="write rank-<RANK> (a timestamp) at step 1")
+    p.add_argument("--ignore-signals", action="store_true", help="a rank deaf to SIGINT/SIGTERM")
     a = p.parse_args()
+    if a.ignore_signals:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     rank = int(os.environ["RANK"])
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
