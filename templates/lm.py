@@ -5,7 +5,7 @@ Reads top to bottom: config -> distributed setup -> data -> model -> optimizer -
 
 Run it:
     python train.py                                    # one GPU (or CPU), no torchrun needed
-    python train.py --cpu --size tiny --max-steps 20   # quick CPU smoke test
+    python train.py --cpu --size tiny --seq-len 128 --batch-size 4 --max-steps 20  # CPU smoke test
     torchrun --standalone --nproc-per-node 4 train.py  # one node, 4 GPUs
     envtool launch train.py --gpus 4                   # the same, through envtool
     # two nodes (run on each node, R = 0 on the first, 1 on the second):
@@ -84,7 +84,9 @@ class Config:
         default=None, metadata={"type": float, "help": "GPU peak for MFU (default: by name)"}
     )
     out_dir: str = field(default="out", metadata={"help": "checkpoint directory"})
-    ckpt_every: int = field(default=500, metadata={"help": "checkpoint every N steps (0: end)"})
+    ckpt_every: int = field(
+        default=500, metadata={"help": "checkpoint every N steps (0: at the end, -1: never)"}
+    )
     resume: str = field(default="auto", metadata={"help": "auto|never|PATH to a ckpt.pt"})
     log_every: int = field(default=10, metadata={"help": "log every N steps"})
     rank_file_dir: str | None = field(
@@ -381,16 +383,15 @@ def main(argv: list[str] | None = None) -> None:
         optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=use_cuda)
 
         # --- RESUME ---
-        ckpt_path = Path(cfg.out_dir) / "ckpt.pt"
-        if cfg.resume not in ("auto", "never"):
-            ckpt_path = Path(cfg.resume)
-            if not ckpt_path.is_file():
-                raise SystemExit(f"--resume {cfg.resume}: no such checkpoint")
+        ckpt_path = Path(cfg.out_dir) / "ckpt.pt"  # where this run saves
+        resume_path = ckpt_path if cfg.resume in ("auto", "never") else Path(cfg.resume)
+        if cfg.resume not in ("auto", "never") and not resume_path.is_file():
+            raise SystemExit(f"--resume {cfg.resume}: no such checkpoint")
         train_state = {"step": 0, "epoch": 0, "batch_in_epoch": 0}
-        if cfg.resume != "never" and ckpt_path.is_file():
-            train_state = load_checkpoint(ckpt_path, raw_model, optimizer, use_cuda)
+        if cfg.resume != "never" and resume_path.is_file():
+            train_state = load_checkpoint(resume_path, raw_model, optimizer, use_cuda)
             if master:
-                print(f"resumed from {ckpt_path} at step {train_state['step']}", flush=True)
+                print(f"resumed from {resume_path} at step {train_state['step']}", flush=True)
         start_step = train_state["step"]
 
         # --- WRAP FOR DATA PARALLEL ---
@@ -488,14 +489,15 @@ def main(argv: list[str] | None = None) -> None:
                         flush=True,
                     )
             train_state["step"] = step
-            if stopping or (cfg.ckpt_every and step % cfg.ckpt_every == 0):
+            saving = stopping or (cfg.ckpt_every > 0 and step % cfg.ckpt_every == 0)
+            if saving and cfg.ckpt_every >= 0:  # -1: benchmarks write no checkpoints
                 save_checkpoint(ckpt_path, raw_model, optimizer, train_state, use_cuda, flag_group)
                 saved_step = step
             if stopping:
                 stopped = STOP["signal"] or "signal on another rank"
                 break
 
-        if saved_step != step:  # the final state, unless this step was just saved
+        if cfg.ckpt_every >= 0 and saved_step != step:  # final state, unless just saved
             save_checkpoint(ckpt_path, raw_model, optimizer, train_state, use_cuda, flag_group)
         if t_first is not None and t_log is not None and step_log > t_first[1]:
             tokens_per_s = tokens_per_step * (step_log - t_first[1]) / (t_log - t_first[0])
