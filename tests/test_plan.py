@@ -183,3 +183,20 @@ def test_lock_options_round_trip_without_yaml() -> None:
     assert parse_lock_options(text) == options
     assert parse_lock_stamp(text) == "a" * 64
     assert parse_lock_options("metadata: {}\n") is None
+
+
+def test_one_cuda_must_exist_on_every_cuda_platform() -> None:
+    builds = [
+        *parse_cuda_builds([("2.8.0", "cuda129_mkl_py313_h0", [])], "linux-64"),
+        *parse_cuda_builds([("2.8.0", "cuda128_mkl_py313_h0", [])], "win-64"),
+        *parse_cuda_builds([("2.7.1", "cuda126_mkl_py312_h0", [])], "linux-64"),
+        *parse_cuda_builds([("2.7.1", "cuda126_mkl_py312_h0", [])], "win-64"),
+    ]
+    host = HostFacts(driver_version="580.65.06")
+    both = Request(platforms=("linux-64", "win-64"))
+    assert plan_environment(both, host, builds).cuda == "12.6"
+    assert plan_environment(Request(), host, builds).cuda == "12.9"
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(platforms=("linux-64", "win-64"), torch="2.8"), host, builds)
+    assert "for all of linux-64, win-64" in err.value.message
+    assert "12.8 (win-64)" in (err.value.hint or "")

@@ -94,7 +94,7 @@ async def _discover(gateway, channels: list[str], platforms: list[str]) -> list[
     import rattler
 
     urls = [resolve_channel(c) for c in channels]
-    rows: dict[str, list[tuple[str, str, list[str]]]] = {}
+    rows: dict[tuple[str, str], list[tuple[str, str, list[str]]]] = {}
     try:
         for platform in platforms:
             result = await gateway.query(
@@ -105,15 +105,18 @@ async def _discover(gateway, channels: list[str], platforms: list[str]) -> list[
             )
             for records in result:
                 for r in records:
-                    key = str(r.channel or "").rstrip("/")
+                    key = (platform, str(r.channel or "").rstrip("/"))
                     rows.setdefault(key, []).append((str(r.version), str(r.build), list(r.depends)))
     except Exception as exc:
         _raise_channel_error(exc, ", ".join(platforms))
         raise
-    for url in urls:
-        if rows.get(url.rstrip("/")):
-            return parse_cuda_builds(rows[url.rstrip("/")])
-    return parse_cuda_builds([r for v in rows.values() for r in v])
+    builds: list[CudaBuild] = []
+    for platform in platforms:
+        # strict channel priority: the first channel with pytorch is the only one the solver uses
+        first = next((u for u in urls if rows.get((platform, u.rstrip("/")))), None)
+        if first is not None:
+            builds += parse_cuda_builds(rows[(platform, first.rstrip("/"))], platform)
+    return builds
 
 
 def _raise_channel_error(exc: Exception, platform: str) -> None:

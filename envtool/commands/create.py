@@ -124,6 +124,7 @@ def lock_environment(
     directory: str | None,
     *,
     write_yml: bool = True,
+    probe: bool = True,
     dry_run: bool = False,
     cache_dir: Path | None = None,
 ) -> LockOutcome:
@@ -136,12 +137,13 @@ def lock_environment(
     from envtool.core.verify_solution import verify_solution
 
     env_dir, yml_path, lock_path = env_paths(name, directory)
-    host = probe_host_facts(request)
+    # re-locking a stored plan targets the stored CUDA, not whatever host runs the re-lock
+    host = probe_host_facts(request) if probe or request.cuda == "auto" else None
     check_request(request, host)  # refuse impossible requests before touching a channel
     channels = list(request.channels or DEFAULT_CHANNELS[request.flavor])
     # the channel's own torch builds decide which CUDA versions exist (not a table)
     discover = (
-        [p for p in request.platforms if p not in NO_CUDA_PLATFORMS][:1]
+        [p for p in request.platforms if p not in NO_CUDA_PLATFORMS] or None
         if request.cuda != "cpu"
         else None
     )

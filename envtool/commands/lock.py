@@ -93,6 +93,13 @@ def cmd(
         return
     request = request_from_yml(yml_text, str(yml_path), {}, stored)
     outcome = lock_environment(
-        name, yml_text, str(yml_path), request, directory, write_yml=False, dry_run=dry_run
+        name,
+        yml_text,
+        str(yml_path),
+        request,
+        directory,
+        write_yml=False,
+        probe=stored is None,
+        dry_run=dry_run,
     )
     emit(summarize(outcome, name, "lock", dry_run), as_json)

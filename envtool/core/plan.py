@@ -94,6 +94,7 @@ class CudaBuild:
     torch: str
     cuda: str | None
     python: str | None = None  # "3.11" when the build string says py311
+    platform: str | None = None  # subdir it was found in (None: any)
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,9 @@ class Plan:
         }
 
 
-def parse_cuda_builds(records: list[tuple[str, str, list[str]]]) -> list[CudaBuild]:
+def parse_cuda_builds(
+    records: list[tuple[str, str, list[str]]], platform: str | None = None
+) -> list[CudaBuild]:
     """(version, build string, depends) of pytorch records -> CudaBuild list.
 
     conda-forge build strings carry the CUDA (`cuda126_mkl_py312_…`, `cuda118py39…`); when they
@@ -177,8 +180,10 @@ def parse_cuda_builds(records: list[tuple[str, str, list[str]]]) -> list[CudaBui
             if cuda is None:
                 continue  # neither CPU nor CUDA (e.g. a rocm build): not ours to pick
         py = re.search(r"py(3)\.?(\d+)", build)
-        out.add(CudaBuild(version, cuda, f"{py.group(1)}.{py.group(2)}" if py else None))
-    return sorted(out, key=lambda b: (parse_version(b.torch), b.cuda or "", b.python or ""))
+        out.add(CudaBuild(version, cuda, f"{py.group(1)}.{py.group(2)}" if py else None, platform))
+    return sorted(
+        out, key=lambda b: (parse_version(b.torch), b.cuda or "", b.python or "", b.platform or "")
+    )
 
 
 def plan_environment(
@@ -317,15 +322,24 @@ def _candidates(
             key=parse_version,
         )
     last = parse_version(cu.load_cuda_data().pytorch_channel_last)
-    found = {
-        b.cuda
+    usable = [
+        b
         for b in builds or []
         if b.cuda
         and (request.flavor != "pytorch" or parse_version(b.torch)[:2] <= last)
         and (torch_series is None or major_minor(b.torch) == torch_series)
         and (request.python is None or b.python in (None, major_minor(request.python)))
-    }
-    return sorted(found, key=parse_version)
+    ]
+    # one plan, one CUDA: it must exist on every CUDA platform whose builds were listed
+    listed = {b.platform for b in usable if b.platform}
+    wanted = [p for p in request.platforms if p not in NO_CUDA_PLATFORMS and p in listed]
+    if wanted:
+        found = set.intersection(
+            *({b.cuda for b in usable if b.platform in (p, None)} for p in wanted)
+        )
+    else:
+        found = {b.cuda for b in usable}
+    return sorted((c for c in found if c), key=parse_version)
 
 
 def _pair_hint(request: Request, torch_series: str | None, builds: list[CudaBuild] | None) -> str:
@@ -340,7 +354,8 @@ def _pair_hint(request: Request, torch_series: str | None, builds: list[CudaBuil
         by_torch: dict[str, set[str]] = {}
         for b in builds or []:
             if b.cuda:
-                by_torch.setdefault(b.torch, set()).add(b.cuda)
+                where = f" ({b.platform})" if b.platform and len(request.platforms) > 1 else ""
+                by_torch.setdefault(b.torch, set()).add(b.cuda + where)
         pairs = [
             f"{t}: {', '.join(sorted(cs, key=parse_version))}"
             for t, cs in sorted(by_torch.items(), key=lambda kv: parse_version(kv[0]))
@@ -371,9 +386,11 @@ def _pick_cuda(
     candidates = _candidates(request, torch_series, builds)
     if not candidates:
         what = f"torch {request.torch}" if request.torch else "torch"
+        cuda_platforms = [p for p in request.platforms if p not in NO_CUDA_PLATFORMS]
+        where = f" for all of {', '.join(cuda_platforms)}" if len(cuda_platforms) > 1 else ""
+        chans = ", ".join(request.channels or DEFAULT_CHANNELS[request.flavor])
         raise UsageError(
-            f"no CUDA build of {what} in {', '.join(request.channels or DEFAULT_CHANNELS[request.flavor])}",
-            _pair_hint(request, None, builds),
+            f"no CUDA build of {what}{where} in {chans}", _pair_hint(request, None, builds)
         )
     runnable: list[tuple[str, str]] = []
     rejected: list[str] = []
