@@ -158,9 +158,12 @@ def test_ld_library_path_shadowing_warns_and_fails_when_cuda_is_broken():
     assert "unset LD_LIBRARY_PATH" in c.fix
     env.torch.is_available = False
     assert check_ld_library_path(host, env).status == "fail"
-    # the environment's own lib dir on LD_LIBRARY_PATH is fine
-    own = HostFacts(ld_library_hits=["/envs/x/lib/libcudart.so.12"])
-    assert check_ld_library_path(own, cuda_env()).status == "ok"
+    # the environment's own lib dir on LD_LIBRARY_PATH is fine, and so is the driver's libcuda
+    # (NVIDIA's container images set LD_LIBRARY_PATH=/usr/local/nvidia/lib64 for it)
+    fine = HostFacts(
+        ld_library_hits=["/envs/x/lib/libcudart.so.12", "/usr/local/nvidia/lib64/libcuda.so.1"]
+    )
+    assert check_ld_library_path(fine, cuda_env()).status == "ok"
 
 
 def test_nvcc_major_mismatch_breaks_extension_builds():

@@ -640,9 +640,20 @@ def check_ld_library_path(host: HostFacts, env: EnvFacts) -> Check:
     if not host.ld_library_hits:
         return Check(cid, OK, "no CUDA libraries on LD_LIBRARY_PATH", [])
     prefix = env.prefix or ""
-    hits = [h for h in host.ld_library_hits if not (prefix and h.startswith(prefix))]
+    # libcuda.so is the driver's own library (NVIDIA containers put it on LD_LIBRARY_PATH on
+    # purpose); only toolkit runtimes (cudart, cublas, nccl, cudnn) can shadow the env's copies.
+    hits = [
+        h
+        for h in host.ld_library_hits
+        if not (prefix and h.startswith(prefix)) and not _basename(h).startswith("libcuda.so")
+    ]
     if not hits:
-        return Check(cid, OK, "CUDA libraries on LD_LIBRARY_PATH are the environment's own", [])
+        return Check(
+            cid,
+            OK,
+            "no CUDA runtime libraries from outside the environment on LD_LIBRARY_PATH",
+            host.ld_library_hits,
+        )
     dirs = sorted({h.rsplit("/", 1)[0] if "/" in h else h for h in hits})
     failed = bool(env.torch and env.torch.is_available is False and torch_cuda(env))
     return Check(
@@ -652,6 +663,10 @@ def check_ld_library_path(host: HostFacts, env: EnvFacts) -> Check:
         hits,
         "unset LD_LIBRARY_PATH (or remove " + ", ".join(dirs) + " from it)",
     )
+
+
+def _basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
 
 
 def check_nvcc_vs_torch(host: HostFacts, env: EnvFacts) -> Check:
