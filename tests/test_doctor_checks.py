@@ -345,3 +345,29 @@ def test_kepler_gpu_gets_the_newest_cuda_that_still_builds_sm_37():
     assert c.status == "fail" and "Tesla K80" in c.summary
     assert c.fix == "envtool create NAME --cuda 11.7"  # torch 2.0 cu117 is the last with sm_37
     assert pick_cuda_for_driver(host, env) == "11.7"
+
+
+def test_pip_cuda_wheel_over_conda_cpu_build_is_judged_by_what_python_imports():
+    env = cuda_env(
+        "2.4.1+cu121",
+        "12.1",
+        is_available=True,
+        path="/envs/x/lib/python3.11/site-packages/torch/__init__.py",
+    )
+    env.conda_packages = {
+        "pytorch": {"version": "2.4.1", "build": "py3.11_cpu_0"},
+        "cpuonly": {"version": "2.0", "build": "0"},
+    }
+    env.pip_torch = [
+        {
+            "name": "torch",
+            "version": "2.4.1+cu121",
+            "installer": "pip",
+            "location": "/envs/x/lib/python3.11/site-packages",
+        }
+    ]
+    checks = run_checks(HostFacts(driver_version="550.54.14", gpus=gpus(1)), env)
+    assert check_by_id(checks, "cpu-torch-on-gpu-host").status == "ok"
+    two = check_by_id(checks, "two-torch-installs")
+    assert two.status == "fail" and "python imports 2.4.1+cu121" in two.summary
+    assert "conda remove --force pytorch" in two.fix and "pip uninstall" not in two.fix

@@ -50,24 +50,22 @@ def _conda_build(env: EnvFacts, name: str) -> str:
 
 
 def torch_is_cpu_build(env: EnvFacts) -> bool | None:
-    """True when the torch in the env is a CPU-only build; None when we cannot tell."""
-    build = _conda_build(env, "pytorch")
-    if "cpuonly" in env.conda_packages or _conda_build(env, "pytorch-mutex") == "cpu":
-        return True
-    if build and (build.startswith("cpu_") or "_cpu_" in build or build.startswith("cpu")):
-        return True
+    """True when the torch in the env is a CPU-only build; None when we cannot tell.
+
+    What the env's python imports wins (a pip CUDA wheel over a conda CPU build is a CUDA torch,
+    see two-torch-installs); conda metadata decides only when torch was not probed."""
     t = env.torch
     if t and t.version:
         if "+cpu" in t.version:
             return True
-        if t.cuda:
+        if t.cuda or cuda_from_build_tag(t.version.partition("+")[2]) is not None:
             return False
-        if cuda_from_build_tag(t.version.partition("+")[2] or "") is not None:
-            return False
-        # torch imported/read and torch.version.cuda is None: a CPU build
+        return True  # torch.version.cuda is None: a CPU build
+    build = _conda_build(env, "pytorch")
+    if "cpuonly" in env.conda_packages or _conda_build(env, "pytorch-mutex") == "cpu":
         return True
     if build:
-        return cuda_from_build_tag(build) is None
+        return build.startswith("cpu") or "_cpu_" in build or cuda_from_build_tag(build) is None
     return None
 
 
@@ -571,7 +569,14 @@ def check_two_torch_installs(host: HostFacts, env: EnvFacts) -> Check:
     ev = installs + (
         [f"python imports torch {imported} from {env.torch.path}"] if env.torch else []
     )
-    if conda and imported and parse_version(imported) == parse_version(conda.get("version", "0")):
+    pip_imported = bool(imported) and any(p.get("version") == imported for p in pips)
+    if conda and pip_imported:
+        # pip unpacked over the conda package: the files are pip's, conda's record is stale
+        fix = (
+            f"re-create the environment (`envtool create NAME`), or keep the pip wheel and "
+            f"`conda remove --force pytorch` (conda's record of {conda.get('version')} is stale)"
+        )
+    elif conda and imported and _same_release(imported, conda.get("version", "")):
         fix = "in the environment: pip uninstall torch (the stray pip copy)"
     elif conda:
         fix = "conda remove pytorch (or pip uninstall torch), keeping one; or re-create with `envtool create NAME`"
@@ -585,6 +590,13 @@ def check_two_torch_installs(host: HostFacts, env: EnvFacts) -> Check:
         ev,
         fix,
     )
+
+
+def _same_release(a: str, b: str) -> bool:
+    try:
+        return parse_version(a) == parse_version(b)
+    except ValueError:
+        return False
 
 
 def check_cuda_visible_devices(host: HostFacts, env: EnvFacts) -> Check:
