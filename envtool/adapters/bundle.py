@@ -65,6 +65,9 @@ def write_bundle(
         await asyncio.sleep(0.05)
 
     asyncio.run(index())
+    leftover = channel / ".tmp"  # rattler's indexer scratch dir; not part of a channel
+    if leftover.is_dir() and not any(leftover.iterdir()):
+        leftover.rmdir()
     shutil.copyfile(lock.path, out_dir / LOCK_NAME)
     return {
         "bundle": str(out_dir),
