@@ -232,3 +232,67 @@ def test_markers_are_invisible_to_conda_meta_readers(tmp_path: Path) -> None:
     assert (
         json.loads((tmp_path / "conda-meta/envtool/state.json").read_text())["lock_sha256"] == "abc"
     )
+
+
+@pytest.mark.integration
+def test_activated_environ_runs_activate_d_and_replaces_the_callers_env(
+    setup: cb.CudaSetup, cache: Path, tmp_path: Path
+) -> None:
+    from envtool.adapters.activation import activated_environ, render_activation_script
+
+    prefix = tmp_path / "envs" / "demo"
+    install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
+    caller = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CONDA_PREFIX": "/opt/other-env"}
+    env = activated_environ(prefix, caller)
+    assert env["CONDA_PREFIX"] == str(prefix)  # the caller's env is deactivated, not stacked
+    assert env["PATH"].split(":")[:3] == [str(prefix / "bin"), "/usr/bin", "/bin"]
+    assert env["ENVTOOL_TEST_LIBTORCH"] == "cuda126"  # etc/conda/activate.d/*.sh ran
+    assert env["ENVTOOL_TEST_PREFIX_SEEN"] == str(prefix)  # ...after CONDA_PREFIX was set
+    fish = render_activation_script(prefix, "fish")
+    assert f'set -gx PATH "{prefix}/bin:$PATH"' in fish
+
+
+@pytest.mark.integration
+def test_verify_sees_a_pip_package_added_behind_the_locks_back(
+    setup: cb.CudaSetup, cache: Path, tmp_path: Path
+) -> None:
+    import subprocess
+
+    from envtool.adapters.installer import _uv_bin
+
+    prefix = tmp_path / "envs" / "demo"
+    install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
+    stray = cb.build_wheel(tmp_path / "w", name="stray_pkg", version="9.9")
+    subprocess.run(
+        [
+            _uv_bin(),
+            "pip",
+            "install",
+            "--python",
+            str(prefix / "bin/python"),
+            "--offline",
+            "--cache-dir",
+            str(tmp_path / "uvc"),
+            str(stray),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    drift = compute_drift(prefix, setup.lock, "linux-64")
+    assert drift["extra"] == [{"name": "stray_pkg", "manager": "pip", "installed": "9.9"}]
+    assert drift["missing"] == [] and drift["changed"] == []
+
+
+def test_dry_run_on_a_real_lock_lists_its_packages_without_touching_anything(
+    fixtures: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from envtool.adapters.installer import plan_install
+
+    lock = read_lock(
+        fixtures / "locks" / "konstantinjdobler__nlp-research-template__conda-lock.yml"
+    )
+    plan = plan_install(lock, tmp_path / "envs" / "x", "linux-64", None, tmp_path / "cache")
+    names = {p["name"] for p in plan["packages"]}
+    assert "pytorch" in names or "torch" in names
+    assert all(p["url"].startswith("https://") for p in plan["packages"])
+    assert not (tmp_path / "envs").exists() and not (tmp_path / "cache").exists()
