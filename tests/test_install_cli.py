@@ -152,7 +152,7 @@ def _start_paused(
     raise AssertionError(f"installer exited before {point}: rc={proc.wait()}")
 
 
-@pytest.mark.parametrize("point", ["after-download", "mid-link"])
+@pytest.mark.parametrize("point", ["after-download", "mid-link", "after-link"])
 def test_killed_install_reads_incomplete_and_the_next_install_converges(
     setup: cb.CudaSetup, env: dict[str, str], point: str
 ) -> None:

@@ -11,8 +11,9 @@ Order of work, chosen so nothing is ever half-done or unverified:
   5. install the lock's `manager: pip` entries with uv (`--require-hashes --no-deps`);
   6. write envtool-state.json and drop the marker.
 
-Test hook: ENVTOOL_TEST_PAUSE_AT=after-download|mid-link makes the installer sleep at that
-point so tests can SIGKILL it deterministically (ENVTOOL_TEST_PAUSE_S, default 60 s).
+Test hook: ENVTOOL_TEST_PAUSE_AT=after-download|mid-link|after-link (after-link: before the
+pip part) makes the installer sleep at that point so tests can SIGKILL it deterministically
+(ENVTOOL_TEST_PAUSE_S, default 60 s).
 """
 
 from __future__ import annotations
@@ -414,6 +415,7 @@ def install_from_lock(
         say(f"linking {len(conda_pkgs)} packages into {prefix}")
         from_local = _link(conda_pkgs, archives, prefix, platform, cache / "rattler", say)
         _restore_locked_urls(prefix, [p for p in conda_pkgs if p.file_name in from_local])
+        _pause_hook("after-link")
         if pip_pkgs:
             say(f"installing {len(pip_pkgs)} pip packages (--require-hashes --no-deps)")
             _install_pip(pip_pkgs, urls, prefix, cache / "uv")
