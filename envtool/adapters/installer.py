@@ -1,15 +1,18 @@
 """Install a conda-lock.yml (v1) into a prefix with py-rattler: no conda executable needed.
 
 Order of work, chosen so nothing is ever half-done or unverified:
-  1. read the lock (conda-lock's own parser), pick the platform's packages;
+  1. read the lock (v1 by envtool's reader, checked against conda-lock's parser in tests),
+     pick the platform's packages;
   2. take the per-environment file lock, write the `incomplete` marker;
   3. fetch every archive into envtool's archive cache and check its sha256/md5 against the
      lock — the lock is the authority: a bad cached copy is discarded and fetched again, a bad
      fetched copy is refused, and nothing is linked until every archive passed;
-  4. hand rattler the verified local files (file:// URLs) to extract and link; rattler writes
+  4. build records from the verified archives and let rattler link them: packages already
+     extracted in rattler's cache are given under their lock URL, the others as file:// URLs
+     of the verified copies (so rattler never downloads anything itself); rattler writes
      conda-meta, removes packages the lock no longer has, and converges on a re-run;
   5. install the lock's `manager: pip` entries with uv (`--require-hashes --no-deps`);
-  6. write envtool-state.json and drop the marker.
+  6. write conda-meta/envtool/state.json, then drop the marker.
 
 Test hook: ENVTOOL_TEST_PAUSE_AT=after-download|mid-link|after-link (after-link: before the
 pip part) makes the installer sleep at that point so tests can SIGKILL it deterministically
