@@ -72,7 +72,10 @@ class Config:
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay on matrices"})
     grad_clip: float = field(default=1.0, metadata={"help": "max grad norm (0: off)"})
     dropout: float = field(default=0.0, metadata={"help": "dropout probability"})
-    data: str | None = field(default=None, metadata={"type": str, "help": "text file (bytes)"})
+    data: str | None = field(
+        default=None,
+        metadata={"type": str, "help": "text file, read as bytes (use --vocab-size 256)"},
+    )
     synthetic_samples: int = field(default=1_000_000, metadata={"help": "synthetic dataset size"})
     num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes"})
     seed: int = field(default=1337, metadata={"help": "same seed -> same run"})
@@ -113,6 +116,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
     cfg.n_layer = cfg.n_layer or n_layer
     cfg.n_head = cfg.n_head or n_head
     cfg.d_model = cfg.d_model or d_model
+    if cfg.data and not Path(cfg.data).is_file():
+        parser.error(f"--data {cfg.data}: no such file (a plain text file, read as bytes)")
     if cfg.grad_compress not in ("none", "bf16"):
         parser.error("--grad-compress must be none or bf16")
     return cfg

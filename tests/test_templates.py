@@ -228,3 +228,22 @@ def test_ddp_template_runs_as_a_plain_python_script(tmp_path: Path) -> None:
     result = result_of(proc.stdout)
     assert result["world_size"] == 1 and result["step"] == 3
     assert result["samples_per_s"] > 0
+
+
+@pytest.mark.integration
+def test_lm_trains_on_a_text_file_as_bytes(tmp_path: Path) -> None:
+    (tmp_path / "corpus.txt").write_text("the quick brown fox jumps over the lazy dog. " * 100)
+    argv = [sys.executable, str(template("lm")), *TINY["lm"], *COMMON, "--max-steps", "3"]
+    argv += ["--data", "corpus.txt", "--resume", "never"]
+    proc = subprocess.run(
+        argv, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert result_of(proc.stdout)["step"] == 3
+
+    argv[argv.index("corpus.txt")] = "missing.txt"
+    proc = subprocess.run(
+        argv, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2  # a usage error naming the file, not a traceback
+    assert "missing.txt" in proc.stderr and "Traceback" not in proc.stderr
