@@ -296,3 +296,24 @@ def test_dry_run_on_a_real_lock_lists_its_packages_without_touching_anything(
     assert "pytorch" in names or "torch" in names
     assert all(p["url"].startswith("https://") for p in plan["packages"])
     assert not (tmp_path / "envs").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.integration
+def test_host_check_on_this_gpu_host() -> None:
+    """GPU tier: on a real NVIDIA host the probe + check must accept a lock that this driver and
+    these GPUs can run, and refuse one whose arch list leaves the GPUs out. Skips without a GPU."""
+    from envtool.adapters.host_probe import probe_host
+    from envtool.commands.install import plan_host_check
+    from envtool.core.cuda import capability_to_arch, newest_cuda_native
+
+    host = probe_host()
+    if not host.has_driver or not any(g.capability for g in host.gpus):
+        pytest.skip("needs an NVIDIA driver and a GPU (run on the GPU machine)")
+    cuda = newest_cuda_native(host.driver_version)
+    archs = sorted({capability_to_arch(g.capability) for g in host.gpus if g.capability})
+    fits = {"envtool_cuda": cuda, "envtool_gpu_archs": " ".join(archs)}
+    assert plan_host_check(fits, "linux-64", host) == []
+    misses = {"envtool_cuda": cuda, "envtool_gpu_archs": "sm_35"}  # Kepler only: no modern GPU
+    assert plan_host_check(misses, "linux-64", host)
+    too_new = {"envtool_cuda": "99.0"}
+    assert plan_host_check(too_new, "linux-64", host) == []  # unknown CUDA: not judged
