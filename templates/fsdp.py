@@ -383,10 +383,10 @@ def main(argv: list[str] | None = None) -> None:
     else:  # a private in-memory store: no port, no env vars needed
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     master = rank == 0
-    # A CPU (gloo) group for small control messages (stop flag, RNG states): no GPU syncs.
-    flag_group = dist.new_group(backend="gloo") if world_size > 1 else None
 
     try:
+        # A CPU (gloo) group for small control messages (stop flag, RNG states): no GPU syncs.
+        flag_group = dist.new_group(backend="gloo") if world_size > 1 else None
         torch.manual_seed(cfg.seed)  # same seed on every rank: identical initial weights
         random.seed(cfg.seed)
         torch.backends.cuda.matmul.allow_tf32 = True  # any fp32 matmul left uses tensor cores
