@@ -222,6 +222,17 @@ def test_lock_without_this_platform_is_refused(
     assert not (tmp_path / "envs" / "x").exists()
 
 
+def test_install_refuses_a_directory_that_is_not_an_env(
+    setup: cb.CudaSetup, cache: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="not a conda environment"):
+        install_from_lock(setup.lock, home, platform="linux-64", progress=False)
+    assert sorted(p.name for p in home.iterdir()) == ["notes.txt"]
+
+
 def test_markers_are_invisible_to_conda_meta_readers(tmp_path: Path) -> None:
     """conda/mamba/rattler parse conda-meta/*.json as package records: markers must not be there."""
     install_state.write_incomplete_marker(tmp_path, "abc", tmp_path / "lock.yml")

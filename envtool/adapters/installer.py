@@ -399,6 +399,13 @@ def install_from_lock(
             f"{lock.path}: the lock has no {platform} solution (it has {', '.join(lock.platforms)})",
             f"re-lock with `--platform {platform}` or install on a {lock.platforms[0]} host",
         )
+    from envtool.adapters.locate import looks_like_env
+
+    if prefix.exists() and any(prefix.iterdir()) and not looks_like_env(prefix):
+        raise UsageError(
+            f"{prefix} exists and is not a conda environment (no conda-meta/)",
+            "install into a new or empty directory, or an existing environment",
+        )
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     say: Callable[[str], None] = note if progress else (lambda _msg: None)
     pkgs = lock.for_platform(platform)
