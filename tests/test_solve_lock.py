@@ -376,3 +376,38 @@ def test_lock_reads_back_with_conda_lock_render_and_rattler(
     (platform,) = env.platforms()
     records = env.conda_repodata_records_for_platform(platform)
     assert any(r.name.normalized == "pytorch" and str(r.version) == "2.3.1" for r in records)
+
+
+def test_legacy_cpu_with_torch_pin_locks_the_cpu_mutex(
+    harvested, tmp_path, monkeypatch, capsys
+) -> None:
+    chans = [
+        a for c in ("pytorch", "nvidia", "conda-forge") for a in ("--channel", str(harvested / c))
+    ]
+    rc, _, err = run_cli(
+        [
+            "create",
+            "lcpu",
+            "--no-install",
+            "--flavor",
+            "pytorch",
+            "--cuda",
+            "cpu",
+            "--torch",
+            "2.2",
+            "--python",
+            "3.11",
+            *chans,
+            "--profile",
+            "ddp",
+        ],
+        tmp_path,
+        monkeypatch,
+        capsys,
+    )
+    assert rc == 0, err
+    got = pkgs(read_lock(tmp_path / "environments" / "lcpu"))
+    assert got["pytorch"]["version"] == "2.2.0" and "cpu" in got["pytorch"]["build"]
+    assert got["pytorch-mutex"]["build"] == "cpu"
+    assert got["python"]["version"].startswith("3.11")
+    assert not {"pytorch-cuda", "cuda-cudart", "cuda-version"} & set(got)

@@ -129,14 +129,15 @@ def write_lock(
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """Write beside the target, then os.replace: readers see the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with open(tmp, "w") as f:  # plain open: the user's umask decides the mode
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

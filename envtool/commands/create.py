@@ -195,23 +195,35 @@ def lock_environment(
     )
     if dry_run:
         return outcome
+    from filelock import FileLock
+
     from envtool.adapters.lock_io import write_lock, write_text_atomic
 
-    write_lock(
-        lock_path,
-        solved,
-        pip_locked,
-        [resolve_for_lock(c) for c in plan.channels],
-        {pp.platform: input_hash for pp in plan.platforms},
-        plan_custom_metadata(plan, options, input_hash, __version__, solved_torch(solved)),
-        ["environment.yml"],
-    )
-    if yml_path.exists() and yml_path.read_text() == yml_text:
-        pass  # unchanged request: keep the file (and its mtime) as it is
-    else:
-        write_text_atomic(yml_path, yml_text)
+    env_dir.mkdir(parents=True, exist_ok=True)
+    # two envtool processes on one environment write one after the other, never interleaved
+    with FileLock(write_lock_path(env_dir)):
+        write_lock(
+            lock_path,
+            solved,
+            pip_locked,
+            [resolve_for_lock(c) for c in plan.channels],
+            {pp.platform: input_hash for pp in plan.platforms},
+            plan_custom_metadata(plan, options, input_hash, __version__, solved_torch(solved)),
+            ["environment.yml"],
+        )
+        if not (yml_path.exists() and yml_path.read_text() == yml_text):
+            write_text_atomic(yml_path, yml_text)  # unchanged request: keep file and mtime
     outcome.written = True
     return outcome
+
+
+def write_lock_path(env_dir: Path) -> str:
+    """A lock file outside the project (so users never commit it), one per environment folder."""
+    import hashlib
+    import tempfile
+
+    key = hashlib.sha256(str(env_dir.resolve()).encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / f"envtool-write-{key}.lock")
 
 
 def solved_torch(solved: dict[str, list[Any]]) -> str:

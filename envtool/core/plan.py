@@ -481,6 +481,8 @@ def _plan_platform(
     """Specs that force the intended build: a CUDA build for CUDA plans (never the newer CPU build
     a bare `pytorch` + `cuda-version` lets win), the CPU build for CPU plans."""
     user = [s for s in request.conda_specs if _spec_name(s) not in _PLAN_OWNED]
+    if request.pip_specs and not any(_spec_name(s) == "pip" for s in user):
+        user.append("pip")  # a pip section needs pip in the environment
     if request.python:
         user = [s for s in user if _spec_name(s) != "python"] + [f"python {request.python}.*"]
     tver = f"{torch}.*" if torch else "*"
