@@ -178,8 +178,9 @@ def lock_environment(
         from envtool.adapters.uv_pip import compile_pip
 
         for pp in plan.platforms:
+            glibc = next((v for n, v, _ in pp.virtual_packages if n == "__glibc"), "2.28")
             pip_locked[pp.platform] = compile_pip(
-                list(plan.pip_specs), solved[pp.platform], pp.platform, plan.python
+                list(plan.pip_specs), solved[pp.platform], pp.platform, plan.python, glibc
             )
     options = resolved.options()
     identity = read_channel_identity(list(plan.channels), list(request.platforms))
