@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -127,35 +127,45 @@ def apply_launch(
     console: IO[bytes] | None = None,
     grace: float = GRACE_SECONDS,
     stdout_to_stderr: bool = False,
+    on_started: Callable[[], None] | None = None,
 ) -> LaunchOutcome:
-    """Run the plan's torchrun, forward SIGINT/SIGTERM, clean up, report the first failure."""
+    """Run the plan's torchrun, forward SIGINT/SIGTERM, clean up, report the first failure.
+
+    `on_started` runs once torchrun is on its way (manifest facts are gathered there, off the
+    path to the ranks' first step); signals are already being forwarded by then."""
     run_dir = Path(plan.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     console = console if console is not None else sys.stderr.buffer
     env = {**environ, **plan.env_add}
-    started = _now()
-    proc = subprocess.Popen(
-        plan.argv,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=sys.stderr.fileno() if stdout_to_stderr else None,  # --json keeps stdout clean
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # the terminal's Ctrl-C reaches envtool only; we forward it
-    )
-    launcher_log = run_dir / "launcher.log"
-    copier = threading.Thread(
-        target=_copy_stream, args=(proc.stderr, console, launcher_log), daemon=True
-    )
-    copier.start()
-
     received: list[int] = []
+    pid: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
-        _signal_group(proc.pid, signum)  # torchrun passes it on to every worker
+        if pid:
+            _signal_group(pid[0], signum)  # torchrun passes it on to every worker
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        started = _now()
+        proc = subprocess.Popen(
+            plan.argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=sys.stderr.fileno() if stdout_to_stderr else None,  # --json: clean stdout
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # the terminal's Ctrl-C reaches envtool only; we forward it
+        )
+        pid.append(proc.pid)
+        if received:  # a signal that came while torchrun was being started
+            _signal_group(proc.pid, received[0])
+        launcher_log = run_dir / "launcher.log"
+        copier = threading.Thread(
+            target=_copy_stream, args=(proc.stderr, console, launcher_log), daemon=True
+        )
+        copier.start()
+        if on_started is not None:
+            on_started()
         code = _wait(proc, received, grace)
     finally:
         for s, handler in old.items():

@@ -8,7 +8,6 @@ parse flags â†’ pre-flight (torch present, GPUs visible, doctor's fast checks) â
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -82,7 +81,7 @@ def new_run_id() -> str:
     from envtool.core.launch_plan import render_run_id
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return render_run_id(stamp, secrets.token_hex(3))
+    return render_run_id(stamp, os.urandom(3).hex())
 
 
 def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -> int:
@@ -90,7 +89,8 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     from envtool.core.launch_plan import LaunchRequest, plan_launch, render_dry_run
 
     torch_version = preflight_torch(target)
-    host = probe_host_summary()
+    # --cpu needs no GPU count up front: the host is probed for the manifest after the start
+    host = None if opts["cpu"] else probe_host_summary()
     nnodes = opts["nnodes"] or 1
     free_port = None
     if nnodes == 1 and not opts["rdzv_endpoint"]:
@@ -107,7 +107,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         gpus=opts["gpus"],
         nproc=opts["nproc"],
         cpu=opts["cpu"],
-        visible_gpus=host["visible_gpus"],
+        visible_gpus=host["visible_gpus"] if host else 0,
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         cpu_count=os.cpu_count() or 1,
         nnodes=nnodes,
@@ -139,10 +139,10 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         "env_prefix": str(target.prefix) if target.prefix else None,
         "python": str(target.python),
         "torch_version": torch_version,
-        "lock_hash": launcher.read_lock_hash(target.prefix),
-        "git_commit": launcher.probe_git_commit(script),
-        "driver": host["driver"],
-        "gpus": host["gpus"],
+        "lock_hash": None,
+        "git_commit": None,
+        "driver": None,
+        "gpus": [],
         "backend": plan.backend,
         "nnodes": plan.nnodes,
         "node_rank": plan.node_rank,
@@ -157,11 +157,25 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         "rank_logs": {},
     }
     manifest_path = Path(plan.run_dir) / "manifest.json"
-    launcher.write_manifest(manifest_path, manifest)  # a crash still leaves what was started
     note(
-        f"envtool: run {run_id}: {plan.nnodes} node(s) x {plan.nproc_per_node} ({plan.backend}); logs in {plan.run_dir}/"
+        f"envtool: run {run_id}: {plan.nnodes} node(s) x {plan.nproc_per_node} "
+        f"({plan.backend}); logs in {plan.run_dir}/"
     )
-    outcome = launcher.apply_launch(plan, environ, stdout_to_stderr=opts["as_json"])
+
+    def record_facts() -> None:
+        """While the ranks start: the facts only the manifest needs, then write it."""
+        facts = host or probe_host_summary()
+        manifest.update(
+            lock_hash=launcher.read_lock_hash(target.prefix),
+            git_commit=launcher.probe_git_commit(script),
+            driver=facts["driver"],
+            gpus=facts["gpus"],
+        )
+        launcher.write_manifest(manifest_path, manifest)  # a crash still leaves what started
+
+    outcome = launcher.apply_launch(
+        plan, environ, stdout_to_stderr=opts["as_json"], on_started=record_facts
+    )
     manifest.update(
         start_time=outcome.started,
         end_time=outcome.ended,
