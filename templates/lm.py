@@ -411,10 +411,12 @@ def main(argv: list[str] | None = None) -> None:
                 # with no_sync (torch 2.13 asserts in the reducer when the first step skips sync).
                 static_graph=not cfg.compile and cfg.grad_accum == 1,
             )
-            if cfg.grad_compress == "bf16":
+            if cfg.grad_compress == "bf16" and use_cuda:  # halves all-reduce bytes (NCCL only)
                 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
                 model.register_comm_hook(dist.group.WORLD, default_hooks.bf16_compress_hook)
+            elif cfg.grad_compress == "bf16" and master:
+                print("--grad-compress bf16 needs NCCL (GPU); ignored on CPU", flush=True)
         ddp_model = model
         if cfg.compile:  # compile after DDP: the graph is split at buckets, comm overlaps
             model = torch.compile(model)
