@@ -40,8 +40,14 @@ def main() -> None:
             times.append(s.elapsed_time(e) / 1e3)
         t = statistics.median(times)
         algbw = mib * (1 << 20) / t / 1e9
-        rows.append({"size_mib": mib, "time_us": round(t * 1e6, 1), "algbw_gbps": round(algbw, 1),
-                     "busbw_gbps": round(algbw * 2 * (n - 1) / n, 1)})
+        rows.append(
+            {
+                "size_mib": mib,
+                "time_us": round(t * 1e6, 1),
+                "algbw_gbps": round(algbw, 1),
+                "busbw_gbps": round(algbw * 2 * (n - 1) / n, 1),
+            }
+        )
     if dist.get_rank() == 0:
         out = {"world_size": n, "rows": rows}
         print(json.dumps(out))

@@ -26,6 +26,17 @@ def time_cuda(fn, warmup: int = 5, reps: int = 30) -> float:
     return statistics.median(times)
 
 
+def _rotating_matmul(sets):
+    i = [0]
+
+    def mm():
+        a, b = sets[i[0] % len(sets)]
+        i[0] += 1
+        return a @ b
+
+    return mm
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
@@ -34,16 +45,14 @@ def main() -> None:
     results = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__}
     for n in (4096, 8192):
         # rotate 3 input sets so the L2 does not serve repeats
-        sets = [(torch.randn(n, n, device=dev, dtype=torch.bfloat16),
-                 torch.randn(n, n, device=dev, dtype=torch.bfloat16)) for _ in range(3)]
-        i = [0]
-
-        def mm():
-            a, b = sets[i[0] % 3]
-            i[0] += 1
-            return a @ b
-
-        t = time_cuda(mm)
+        sets = [
+            (
+                torch.randn(n, n, device=dev, dtype=torch.bfloat16),
+                torch.randn(n, n, device=dev, dtype=torch.bfloat16),
+            )
+            for _ in range(3)
+        ]
+        t = time_cuda(_rotating_matmul(sets))
         results[f"bf16_matmul_{n}_tflops"] = round(2 * n**3 / t / 1e12, 1)
     x = torch.randn(1 << 30, device=dev, dtype=torch.float32)  # 4 GiB
     y = torch.empty_like(x)
