@@ -411,3 +411,32 @@ def test_legacy_cpu_with_torch_pin_locks_the_cpu_mutex(
     assert got["pytorch-mutex"]["build"] == "cpu"
     assert got["python"]["version"].startswith("3.11")
     assert not {"pytorch-cuda", "cuda-cudart", "cuda-version"} & set(got)
+
+
+def test_relock_honours_a_torch_pin_edited_into_environment_yml(
+    harvested, tmp_path, monkeypatch, capsys
+) -> None:
+    args = [
+        "create",
+        "ed",
+        "--no-install",
+        "--cuda",
+        "12.6",
+        "--channel",
+        str(harvested / "conda-forge"),
+        "--profile",
+        "ddp",
+        *H200,
+    ]
+    assert run_cli(args, tmp_path, monkeypatch, capsys)[0] == 0
+    env_dir = tmp_path / "environments" / "ed"
+    assert pkgs(read_lock(env_dir))["pytorch"]["version"] == "2.7.1"
+    yml = env_dir / "environment.yml"
+    yml.write_text(yml.read_text().replace("pytorch=*=cuda126*", "pytorch=2.6.*=cuda126*"))
+    rc, _, err = run_cli(["lock", "ed"], tmp_path, monkeypatch, capsys)
+    assert rc == 0, err
+    lock = read_lock(env_dir)
+    assert pkgs(lock)["pytorch"]["version"] == "2.6.0"
+    assert pkgs(lock)["pytorch"]["build"].startswith("cuda126")
+    assert lock["metadata"]["custom_metadata"]["envtool_torch"] == "2.6.0"
+    assert "pytorch=2.6.*=cuda126*" in yml.read_text()  # lock never rewrites the request
