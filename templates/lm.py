@@ -95,6 +95,9 @@ class Config:
     rank_file_dir: str | None = field(
         default=None, metadata={"type": str, "help": "each rank writes DIR/rank-<RANK>"}
     )
+    profile_steps: int = field(
+        default=0, metadata={"help": "profile N steps after warm-up; rank 0 prints the top kernels"}
+    )
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
@@ -448,7 +451,16 @@ def main(argv: list[str] | None = None) -> None:
         loss_value, tokens_per_s, mfu, stopped = float("nan"), None, None, "max_steps"
         t_log, step_log, t_first, step, saved_step = None, start_step, None, start_step, start_step
         model.train()
+        # Profile before tuning: N steps after compile/warm-up, rank 0 prints where time goes.
+        prof_start = start_step + 2 * cfg.log_every + 1 if cfg.profile_steps else -1
+        prof = None
         for step in range(start_step + 1, cfg.max_steps + 1):
+            if step == prof_start:
+                acts = [torch.profiler.ProfilerActivity.CPU]
+                if use_cuda:
+                    acts.append(torch.profiler.ProfilerActivity.CUDA)
+                prof = torch.profiler.profile(activities=acts)
+                prof.start()
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step - 1, cfg)
             for micro in range(cfg.grad_accum):
@@ -495,6 +507,15 @@ def main(argv: list[str] | None = None) -> None:
                         f"tokens/s {rate} mfu {mfu_s}",
                         flush=True,
                     )
+            if prof is not None and step == prof_start + cfg.profile_steps - 1:
+                if use_cuda:
+                    torch.cuda.synchronize()
+                prof.stop()
+                if master:
+                    key = "self_device_time_total" if use_cuda else "self_cpu_time_total"
+                    print(f"PROFILE steps {prof_start}..{step}", flush=True)
+                    print(prof.key_averages().table(sort_by=key, row_limit=15), flush=True)
+                prof = None
             train_state["step"] = step
             saving = stopping or (cfg.ckpt_every > 0 and step % cfg.ckpt_every == 0)
             if saving and cfg.ckpt_every >= 0:  # -1: benchmarks write no checkpoints
