@@ -52,6 +52,16 @@ def sample(argv: list[str], ready: Path, nproc: int, env: dict[str, str]) -> flo
     return max(stamps) - t0
 
 
+def startup(argv: list[str], env: dict[str, str], reps: int) -> float:
+    """Median wall time of a short command (envtool's own work before torchrun starts)."""
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--reps", type=int, default=7)
@@ -69,6 +79,12 @@ def main() -> None:
         for _ in range(a.reps):
             for name, argv in cmds.items():
                 samples[name].append(sample(argv, ready, a.nproc, env))
+        # envtool's own cost before torchrun starts: the same launch with --dry-run, minus a
+        # bare interpreter start (deterministic enough to read through machine-load noise)
+        dry = [*cmds["envtool"][:-4], "--dry-run"]  # drop "-- OUT --ready-dir DIR"
+        pre_launch = startup(dry, env, 3 * a.reps) - startup(
+            [sys.executable, "-c", "pass"], env, 3 * a.reps
+        )
     med = {name: statistics.median(v) for name, v in samples.items()}
     delta = med["envtool"] - med["torchrun"]
     # each envtool sample ran right after its torchrun twin: the paired median resists load drift
@@ -86,6 +102,7 @@ def main() -> None:
         "median_s": med,
         "delta_s": delta,
         "paired_delta_median_s": paired,
+        "envtool_pre_launch_s": pre_launch,
         "commands": {k: " ".join(v) for k, v in cmds.items()},
     }
     print("| command | median s | min s | max s |")
@@ -94,6 +111,7 @@ def main() -> None:
         print(f"| {name} | {med[name]:.3f} | {min(v):.3f} | {max(v):.3f} |")
     print(f"\ndelta of medians (envtool - torchrun): {delta:+.3f} s  (target <= +0.5 s)")
     print(f"median of paired deltas: {paired:+.3f} s")
+    print(f"envtool's own work before torchrun starts (dry-run - bare python): {pre_launch:.3f} s")
     print(f"{report['date']}  {report['machine']}  reps={a.reps} nproc={a.nproc}")
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=2) + "\n")
