@@ -423,3 +423,18 @@ def test_json_run_prints_one_envelope_with_the_manifest(tmp_path: Path) -> None:
     assert envelope["command"] == "launch" and envelope["exit_code"] == 0
     assert envelope["manifest"]["nproc_per_node"] == 2
     assert "rank 0 step 1" in proc.stderr
+
+
+def test_max_restarts_recovers_from_a_failing_rank(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = [str(out), "--fail-rank", "1", "--first-attempt-only"]
+    failed = envtool(["launch", str(RANK_FILE), "--cpu", "--", *args], tmp_path)
+    assert failed.returncode == 1  # without restarts, the failure ends the job
+    restarted = envtool(
+        ["launch", str(RANK_FILE), "--cpu", "--max-restarts", "1", "--run-dir", "r2", "--", *args],
+        tmp_path,
+    )
+    assert restarted.returncode == 0, restarted.stderr
+    assert {p.name for p in out.iterdir()} == {"rank-0", "rank-1"}
+    manifest = json.loads(next((tmp_path / "r2").glob("*/manifest.json")).read_text())
+    assert "/attempt_1/" in manifest["rank_logs"]["1"]  # the logs of the attempt that finished

@@ -22,12 +22,17 @@ def main() -> None:
     p.add_argument("--kill-rank", type=int, default=-1)
     p.add_argument("--at-step", type=int, default=1)
     p.add_argument("--ready-dir", default=None, help="write rank-<RANK> (a timestamp) at step 1")
+    p.add_argument(
+        "--first-attempt-only", action="store_true", help="fail/kill only before a restart"
+    )
     p.add_argument("--ignore-signals", action="store_true", help="a rank deaf to SIGINT/SIGTERM")
     a = p.parse_args()
     if a.ignore_signals:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     rank = int(os.environ["RANK"])
+    if a.first_attempt_only and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        a.fail_rank = a.kill_rank = -1
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     for step in range(1, a.steps + 1):
