@@ -11,11 +11,11 @@ pack() { tar czf "$OUT/ev.tgz" -C /tmp ev; }
 L() {  # L NAME GPUS TIMEOUT SCRIPT ARGS...
   local name=$1 g=$2 t=$3; shift 3
   echo "=== $name (--gpus $g)"
-  timeout "$t" python3 -m envtool launch "$@" --gpus "$g" --python "$PY" --run-dir $EV/runs --skip-checks \
+  timeout "$t" python3 -m envtool launch --gpus "$g" --python "$PY" --run-dir $EV/runs --skip-checks "$@" \
     > $EV/$name.txt 2>&1; echo "rc=$?" >> $EV/$name.txt
   grep -E "RESULT|rc=|failed" $EV/$name.txt | tail -3; pack
 }
-cd /tmp && mkdir -p w && cd w && cp /dev/null /dev/null
+cd /tmp && mkdir -p w && cd w
 python3 -m envtool init lm.py --template lm --force >/dev/null && python3 -m envtool init ddp.py --template ddp --force >/dev/null
 B13="--size 1.3b --batch-size 8 --compile --ckpt-every -1 --log-every 5"
 # 1. profile: where does a 2-GPU step go?
