@@ -438,3 +438,14 @@ def test_max_restarts_recovers_from_a_failing_rank(tmp_path: Path) -> None:
     assert {p.name for p in out.iterdir()} == {"rank-0", "rank-1"}
     manifest = json.loads(next((tmp_path / "r2").glob("*/manifest.json")).read_text())
     assert "/attempt_1/" in manifest["rank_logs"]["1"]  # the logs of the attempt that finished
+
+
+def test_manifest_lock_hash_comes_from_the_installers_state_record(tmp_path: Path) -> None:
+    from envtool.adapters.install_state import envtool_meta_dir
+    from envtool.adapters.launcher import read_lock_hash
+
+    assert read_lock_hash(tmp_path) is None  # not an envtool-installed env
+    meta = envtool_meta_dir(tmp_path)
+    meta.mkdir(parents=True)
+    (meta / "state.json").write_text(json.dumps({"lock_sha256": "ab" * 32, "lock_path": "x"}))
+    assert read_lock_hash(tmp_path) == "ab" * 32

@@ -89,18 +89,22 @@ def read_torch_version(prefix: Path | None) -> str | None:
 
 
 def read_lock_hash(prefix: Path | None) -> str | None:
-    """The lock an installed env came from (`<prefix>/conda-meta/envtool-state.json`), if any."""
+    """The sha256 of the lock an installed env came from (the installer's state record,
+    `conda-meta/envtool/state.json`; older layout `conda-meta/envtool-state.json`), if any."""
     if prefix is None:
         return None
-    state = prefix / "conda-meta" / "envtool-state.json"
-    try:
-        data = json.loads(state.read_text())
-    except (OSError, ValueError):
-        return None
-    for key in ("lock_hash", "lock_sha256", "content_hash", "lock"):
-        value = data.get(key) if isinstance(data, dict) else None
-        if isinstance(value, str):
-            return value
+    for state in (
+        prefix / "conda-meta" / "envtool" / "state.json",
+        prefix / "conda-meta" / "envtool-state.json",
+    ):
+        try:
+            data = json.loads(state.read_text())
+        except (OSError, ValueError):
+            continue
+        for key in ("lock_sha256", "lock_hash"):
+            value = data.get(key) if isinstance(data, dict) else None
+            if isinstance(value, str):
+                return value
     return None
 
 
