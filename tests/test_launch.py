@@ -449,3 +449,11 @@ def test_manifest_lock_hash_comes_from_the_installers_state_record(tmp_path: Pat
     meta.mkdir(parents=True)
     (meta / "state.json").write_text(json.dumps({"lock_sha256": "ab" * 32, "lock_path": "x"}))
     assert read_lock_hash(tmp_path) == "ab" * 32
+
+
+def test_probe_is_local_address() -> None:
+    from envtool.adapters.ports import probe_is_local_address
+
+    assert probe_is_local_address("127.0.0.1")
+    assert not probe_is_local_address("192.0.2.1")  # TEST-NET-1: never assigned to a host
+    assert not probe_is_local_address("no-such-host.invalid")

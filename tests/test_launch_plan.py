@@ -205,3 +205,12 @@ def test_render_failure_message() -> None:
     )
     f.exitcode, f.error = -9, None
     assert "killed by SIGKILL" in render_failure(f)
+
+
+def test_c10d_endpoint_on_this_machine_is_declared_host_and_local_addr_passes_through() -> None:
+    base = dict(cpu=True, nnodes=2, rdzv_endpoint="10.0.0.1:29400", free_port=None)
+    head = plan_launch(req(**base, endpoint_is_local=True, local_addr="10.0.0.1"))
+    assert flag(head.argv, "--rdzv-conf") == "is_host=1"
+    assert flag(head.argv, "--local-addr") == "10.0.0.1"
+    other = plan_launch(req(**base))
+    assert "--rdzv-conf" not in other.argv and "--local-addr" not in other.argv

@@ -14,3 +14,23 @@ def probe_free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def probe_is_local_address(host: str) -> bool:
+    """Is `host` an address of this machine? (Binding to it succeeds only if it is.)
+
+    torchrun's c10d rendezvous decides who hosts the store by comparing the endpoint with the
+    machine's *hostname* addresses; an endpoint given as an interface IP (a second NIC, a
+    container or namespace address) does not match, and then no node hosts it and all wait."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    for family, _, _, _, sockaddr in infos:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.bind((sockaddr[0], 0))
+                return True
+        except OSError:
+            continue
+    return False

@@ -35,6 +35,9 @@ from envtool.output import Result, emit, note
 @click.option("--node-rank", type=click.IntRange(min=0), default=None, help="This node's rank.")
 @click.option("--rdzv-endpoint", default=None, help="HOST:PORT of the head node.")
 @click.option("--rdzv-id", default=None, help="Run id shared by all nodes (c10d rendezvous).")
+@click.option(
+    "--local-addr", default=None, help="Address other nodes reach this node by (multi-NIC)."
+)
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--all-ranks", is_flag=True, help="Show every rank on the console, not rank 0.")
 @click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
@@ -97,6 +100,12 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         from envtool.adapters.ports import probe_free_port
 
         free_port = probe_free_port()
+    endpoint_is_local = False
+    if nnodes > 1 and opts["rdzv_endpoint"] and opts["node_rank"] is None:
+        from envtool.adapters.ports import probe_is_local_address
+        from envtool.core.launch_plan import parse_endpoint
+
+        endpoint_is_local = probe_is_local_address(parse_endpoint(opts["rdzv_endpoint"])[0])
     environ = launcher.read_activated_environ(target.prefix, os.environ)
     req = LaunchRequest(
         script=str(script),
@@ -115,6 +124,8 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         rdzv_endpoint=opts["rdzv_endpoint"],
         rdzv_id=opts["rdzv_id"],
         free_port=free_port,
+        endpoint_is_local=endpoint_is_local,
+        local_addr=opts["local_addr"],
         max_restarts=opts["max_restarts"],
         all_ranks=opts["all_ranks"],
         environ=dict(os.environ),

@@ -45,6 +45,8 @@ class LaunchRequest:
     rdzv_endpoint: str | None = None
     rdzv_id: str | None = None
     free_port: int | None = None  # chosen by envtool for single-node runs
+    endpoint_is_local: bool = False  # the rendezvous endpoint is an address of this machine
+    local_addr: str | None = None  # the address other nodes reach this one by (multi-NIC hosts)
     max_restarts: int = 0
     all_ranks: bool = False
     environ: dict[str, str] = field(default_factory=dict)  # the environment ranks inherit
@@ -165,6 +167,9 @@ def plan_rendezvous(req: LaunchRequest) -> tuple[list[str], dict[str, Any]]:
         return flags, {"kind": "static", "endpoint": f"{host}:{port}", "id": None}
     rid = req.rdzv_id or "envtool-" + re.sub(r"[^A-Za-z0-9]+", "-", f"{host}-{port}")
     flags = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", rid]
+    if req.endpoint_is_local:
+        # torchrun only recognises the host by hostname; an interface IP must be said outright
+        flags += ["--rdzv-conf", "is_host=1"]
     return flags, {"kind": "c10d", "endpoint": f"{host}:{port}", "id": rid}
 
 
@@ -216,6 +221,8 @@ def plan_launch(req: LaunchRequest) -> LaunchPlan:
     ]
     if not req.all_ranks:
         argv += ["--local-ranks-filter", "0"]  # ...but only local rank 0 on the console
+    if req.local_addr:
+        argv += ["--local-addr", req.local_addr]
     argv += [req.script, *req.script_args]
     return LaunchPlan(
         argv=argv,
