@@ -144,10 +144,16 @@ def test_slurm_without_gpus_per_node_is_exit_2(tmp_path: Path) -> None:
 # --- a real Slurm -------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(n: int) -> list[int]:
+    """n distinct free ports (all held open while choosing, so they cannot repeat)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 @pytest.fixture(scope="session")
@@ -174,8 +180,7 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
     key.chmod(0o400)
     sock = munge / "munge.sock"
     conf = root / "slurm.conf"
-    conf.write_text(
-        f"""ClusterName=envtooltest
+    template = f"""ClusterName=envtooltest
 SlurmctldHost={host}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
@@ -186,8 +191,8 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={{ctld}}
+SlurmdPort={{slurmd}}
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
 SlurmctldPidFile={root}/slurmctld.pid
@@ -201,7 +206,6 @@ ReturnToService=2
 NodeName={host} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
-    )
     env = {**os.environ, "SLURM_CONF": str(conf)}
     daemons: list[subprocess.Popen[bytes]] = []
     munged = subprocess.run(
@@ -214,35 +218,27 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
     try:
         if munged.returncode != 0:
             pytest.skip(f"munged would not start: {munged.stderr.strip()}")
-        for daemon in ("slurmctld", "slurmd"):
-            log = open(root / f"{daemon}.out", "wb")  # noqa: SIM115 - closed with the daemon
-            daemons.append(
-                subprocess.Popen([daemon, "-D", "-f", str(conf)], env=env, stdout=log, stderr=log)
-            )
-        deadline = time.monotonic() + 30
-        while True:
-            info = subprocess.run(
-                ["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True
-            )
-            if info.returncode == 0 and info.stdout.strip() in ("idle", "mix", "alloc"):
-                break
-            if time.monotonic() > deadline or any(d.poll() is not None for d in daemons):
-                logs = "".join(
-                    (root / f).read_text(errors="replace")[-800:]
-                    for f in ("slurmctld.log", "slurmd.log")
-                    if (root / f).exists()
+        reason = ""
+        for _attempt in range(3):  # a port taken between choosing and binding: choose again
+            ctld, slurmd = _free_ports(2)
+            conf.write_text(template.format(ctld=ctld, slurmd=slurmd))
+            for daemon in ("slurmctld", "slurmd"):
+                log = open(root / f"{daemon}.out", "ab")  # noqa: SIM115 - closed with the daemon
+                daemons.append(
+                    subprocess.Popen(
+                        [daemon, "-D", "-f", str(conf)], env=env, stdout=log, stderr=log
+                    )
                 )
-                pytest.skip(f"Slurm did not come up: sinfo={info.stdout.strip()!r} {logs}")
-            time.sleep(0.5)
+            reason = _wait_for_idle_node(env, daemons, root)
+            if not reason:
+                break
+            _stop(daemons)
+            daemons.clear()
+        else:
+            pytest.skip(f"Slurm did not come up: {reason}")
         yield env
     finally:
-        for d in daemons:
-            d.send_signal(signal.SIGTERM)
-        for d in daemons:
-            try:
-                d.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                d.kill()
+        _stop(daemons)
         pid_file = munge / "munged.pid"
         if pid_file.exists():
             try:
@@ -250,6 +246,37 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
             except (ProcessLookupError, ValueError):
                 pass
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_for_idle_node(
+    env: dict[str, str], daemons: list[subprocess.Popen[bytes]], root: Path
+) -> str:
+    """'' once sinfo shows the node idle; else why not (daemon logs)."""
+    deadline = time.monotonic() + 30
+    while True:
+        info = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True)
+        if info.returncode == 0 and info.stdout.strip() in ("idle", "mix", "alloc"):
+            return ""
+        if time.monotonic() > deadline or any(d.poll() is not None for d in daemons):
+            logs = "".join(
+                (root / f).read_text(errors="replace")[-800:]
+                for f in ("slurmctld.log", "slurmd.log")
+                if (root / f).exists()
+            )
+            return f"sinfo={info.stdout.strip()!r} {logs}"
+        time.sleep(0.5)
+
+
+def _stop(daemons: list[subprocess.Popen[bytes]]) -> None:
+    for d in daemons:
+        if d.poll() is None:
+            d.send_signal(signal.SIGTERM)
+    for d in daemons:
+        try:
+            d.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            d.kill()
+            d.wait()
 
 
 def wait_for_job(job_id: str, env: dict[str, str], timeout: float = 120) -> str:
@@ -308,3 +335,35 @@ def test_gpus_reads_as_gpus_per_node_for_slurm(tmp_path: Path) -> None:
     sbatch = next((tmp_path / "runs").glob("*/job.sbatch")).read_text()
     assert "#SBATCH --gpus-per-node=8" in sbatch and "--nproc-per-node 8" in sbatch
     assert "submit with: sbatch " in proc.stdout
+
+
+def test_conda_activation_runs_its_hooks_before_strict_mode(tmp_path: Path) -> None:
+    """The batch script activates a conda prefix the way `conda activate` does (rattler's
+    script, activate.d hooks included) — before `set -u`, which such hooks often trip."""
+    prefix = tmp_path / "env"
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "bin").mkdir()
+    hooks = prefix / "etc" / "conda" / "activate.d"
+    hooks.mkdir(parents=True)
+    (hooks / "cuda.sh").write_text(
+        'export CUDA_LIKE_HOME="$CONDA_PREFIX/cuda"; : "$NOT_SET_ANYWHERE"\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--cpu", "--nodes", "1"]
+        + ["--prefix", str(prefix), "--dry-run", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    script = json.loads(proc.stdout)["script"]
+    head, _ = script.split("set -euo pipefail", 1)
+    env = {k: v for k, v in os.environ.items() if k not in ("CONDA_PREFIX", "NOT_SET_ANYWHERE")}
+    shown = subprocess.run(
+        ["bash", "-c", head + '\nset -u; echo "$CUDA_LIKE_HOME|${PATH%%:*}"'],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == f"{prefix}/cuda|{prefix}/bin"

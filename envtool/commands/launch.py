@@ -331,6 +331,13 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         max_restarts=opts["max_restarts"],
         workdir=str(Path.cwd()),
     )
+    if req.is_conda:
+        try:  # the exact script `conda activate` runs, activate.d hooks included
+            from envtool.adapters.activation import render_activation_script
+
+            req.activation = render_activation_script(Path(req.prefix or ""), "bash")
+        except ImportError:
+            pass  # fall back to PATH + CONDA_PREFIX + activate.d in the renderer
     text = render_sbatch(req)
     path = run_dir / "job.sbatch"
     data: dict[str, Any] = {"run_id": run_id, "sbatch_path": str(path), "job_id": None}

@@ -42,6 +42,7 @@ class SlurmRequest:
     cpus_per_task: int | None = None
     max_restarts: int = 0
     workdir: str | None = None
+    activation: str | None = None  # the env's activation script (rattler), when available
 
 
 def plan_nproc_per_node(req: SlurmRequest) -> int:
@@ -75,12 +76,12 @@ def render_sbatch(req: SlurmRequest) -> str:
         f"#SBATCH --signal=TERM@{SIGNAL_LEAD_SECONDS}",
         f"#SBATCH --output={req.run_dir}/slurm-%j.out",
         "",
-        "set -euo pipefail",
+        "# the environment, as `conda activate` / a venv's activate would set it",
+        "# (before `set -u`: activation scripts of CUDA packages read unset variables)",
     ]
-    if req.workdir:
-        lines.append(f"cd {q(req.workdir)}")
-    lines += ["", "# the environment, as `conda activate` / a venv's activate would set it"]
-    if req.prefix:
+    if req.activation:
+        lines += req.activation.rstrip("\n").splitlines()
+    elif req.prefix:
         var = "CONDA_PREFIX" if req.is_conda else "VIRTUAL_ENV"
         lines += [
             f"export {var}={q(req.prefix)}",
@@ -89,9 +90,12 @@ def render_sbatch(req: SlurmRequest) -> str:
         if req.is_conda:
             lines += [
                 f"for hook in {q(req.prefix)}/etc/conda/activate.d/*.sh; do",
-                '  [ -f "$hook" ] && . "$hook"',
+                '  if [ -f "$hook" ]; then . "$hook"; fi',
                 "done",
             ]
+    lines += ["", "set -euo pipefail"]
+    if req.workdir:
+        lines.append(f"cd {q(req.workdir)}")
     lines.append(f"export ENVTOOL_RUN_ID={q(req.job_name)}-$SLURM_JOB_ID")
     if req.cpu:
         lines += ['export CUDA_VISIBLE_DEVICES=""', "export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}"]
