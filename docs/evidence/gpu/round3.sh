@@ -21,14 +21,14 @@ L() {  # L NAME GPUS TIMEOUT SCRIPT [-- ARGS...]
 cd /tmp && mkdir -p w && cd w
 for t in lm ddp fsdp; do python3 -m envtool init $t.py --template $t --force >/dev/null; done
 B13="--size 1.3b --compile --ckpt-every -1 --log-every 5"
-L lm13-b16ga4-1 1 110 lm.py -- $B13 --batch-size 16 --grad-accum 4 --max-steps 20 --out-dir /tmp/w/a
-L lm13-b16ga4-2 2 110 lm.py -- $B13 --batch-size 16 --grad-accum 4 --max-steps 20 --out-dir /tmp/w/b
-L lm13-b8ga1-2-bucket25 2 90 lm.py -- $B13 --batch-size 8 --bucket-cap-mb 25 --max-steps 30 --out-dir /tmp/w/c
+L lm13-b16ga4-1 1 100 lm.py -- $B13 --batch-size 16 --grad-accum 4 --max-steps 20 --out-dir /tmp/w/a
+L lm13-b16ga4-2 2 100 lm.py -- $B13 --batch-size 16 --grad-accum 4 --max-steps 20 --out-dir /tmp/w/b
+L lm13-b8ga1-2-bucket25 2 80 lm.py -- $B13 --batch-size 8 --bucket-cap-mb 25 --max-steps 30 --out-dir /tmp/w/c
 B124="--size 124m --compile --ckpt-every -1 --log-every 5 --batch-size 16 --grad-accum 4 --max-steps 30"
-L lm124-b16ga4-1 1 70 lm.py -- $B124 --out-dir /tmp/w/d
-L lm124-b16ga4-2 2 70 lm.py -- $B124 --out-dir /tmp/w/e
+L lm124-b16ga4-1 1 60 lm.py -- $B124 --out-dir /tmp/w/d
+L lm124-b16ga4-2 2 60 lm.py -- $B124 --out-dir /tmp/w/e
 D="--hidden 4096 --depth 8 --batch-size 1024 --max-steps 300 --log-every 50 --ckpt-every -1 --num-workers 4 --dataset-size 1000000"
-L ddp-w4-1 1 50 ddp.py -- $D --out-dir /tmp/w/f
-L ddp-w4-2 2 50 ddp.py -- $D --out-dir /tmp/w/g
-L fsdp13-2 2 90 fsdp.py -- --size 1.3b --batch-size 8 --max-steps 20 --log-every 5 --ckpt-every -1 --out-dir /tmp/w/h
+L ddp-w4-1 1 45 ddp.py -- $D --out-dir /tmp/w/f
+L ddp-w4-2 2 45 ddp.py -- $D --out-dir /tmp/w/g
+L fsdp13-2 2 80 fsdp.py -- --size 1.3b --batch-size 8 --max-steps 20 --log-every 5 --ckpt-every -1 --out-dir /tmp/w/h
 echo "=== done"
