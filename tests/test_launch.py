@@ -457,3 +457,32 @@ def test_probe_is_local_address() -> None:
     assert probe_is_local_address("127.0.0.1")
     assert not probe_is_local_address("192.0.2.1")  # TEST-NET-1: never assigned to a host
     assert not probe_is_local_address("no-such-host.invalid")
+
+
+def test_a_conda_prefix_is_activated_for_every_rank(tmp_path: Path) -> None:
+    """A conda-layout prefix (conda-meta/, an activate.d hook like CUDA packages ship): every
+    rank sees the hook's variable and the prefix's bin/ first on PATH, as after `conda activate`."""
+    prefix = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True)
+    site = next(prefix.glob("lib/python3*/site-packages"))
+    here = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
+    (site / "torch_from_venv.pth").write_text(f"{here}\n")  # this env's torch, without a copy
+    (prefix / "conda-meta").mkdir()
+    hooks = prefix / "etc" / "conda" / "activate.d"
+    hooks.mkdir(parents=True)
+    (hooks / "cuda.sh").write_text('export CUDA_LIKE_HOME="$CONDA_PREFIX/cuda"\n')
+    out = tmp_path / "out"
+    proc = envtool(
+        ["launch", str(RANK_FILE), "--cpu", "--prefix", str(prefix), "--"]
+        + [str(out), "--env-var", "CUDA_LIKE_HOME"],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        "rank-0": f"{prefix}/cuda",
+        "rank-1": f"{prefix}/cuda",
+    }
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    assert manifest["env_prefix"] == str(prefix)
+    assert manifest["torch_version"].startswith("2.13")
+    assert manifest["python"] == str(prefix / "bin" / "python")

@@ -25,6 +25,7 @@ def main() -> None:
     p.add_argument(
         "--first-attempt-only", action="store_true", help="fail/kill only before a restart"
     )
+    p.add_argument("--env-var", default="WORLD_SIZE", help="what each rank writes to its file")
     p.add_argument("--ignore-signals", action="store_true", help="a rank deaf to SIGINT/SIGTERM")
     a = p.parse_args()
     if a.ignore_signals:
@@ -45,7 +46,7 @@ def main() -> None:
         if rank == a.kill_rank and step == a.at_step:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(a.sleep)
-    (out / f"rank-{rank}").write_text(os.environ.get("WORLD_SIZE", "?"))
+    (out / f"rank-{rank}").write_text(os.environ.get(a.env_var, "?"))
     print(f"rank {rank} done", file=sys.stderr, flush=True)
 
 
