@@ -1,16 +1,23 @@
 """The click CLI: parses, calls a command module, renders, maps errors to exit codes.
 
-Subcommands load lazily so `envtool --help` imports no rattler, conda-lock or yaml.
+Subcommands load lazily so `envtool --help` imports no rattler, conda-lock or yaml. The top-level
+`envtool --help` / `-h` does not import click either (click is ~half of that command's time): it
+prints the same text click would, from the same strings (tests/test_cli_help.py compares them),
+and falls back to click when a line would need wrapping (a terminal narrower than 80 columns).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
-import click
-
 from envtool import __version__
+
+GROUP_HELP = "envtool: CUDA-correct, reproducible PyTorch multi-GPU environments."
+DEBUG_HELP = "Show tracebacks instead of one-line errors."
+VERSION_HELP = "Show the version and exit."
+HELP_HELP = "Show this message and exit."
 
 # name -> (module, one-line help). Help text lives here so `--help` needs no imports.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -44,49 +51,117 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS:
-            return None
-        module_name, _ = COMMANDS[name]
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                return None  # not built yet
-            raise
-        return module.cmd
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS) if _exists(name)]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
-
-
 def _exists(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(COMMANDS[name][0]) is not None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="envtool")
-@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
-@click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
-    """envtool: CUDA-correct, reproducible PyTorch multi-GPU environments."""
-    ctx.ensure_object(dict)
-    ctx.obj["debug"] = debug
+def _command_rows() -> list[tuple[str, str]]:
+    return [(name, COMMANDS[name][1]) for name in sorted(COMMANDS) if _exists(name)]
+
+
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size().columns (what click uses), without importing shutil."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+def _dl(rows: list[tuple[str, str]]) -> list[str]:
+    """click's HelpFormatter.write_dl at indent 2, for rows that need no wrapping."""
+    first_col = min(max(len(a) for a, _ in rows), 30) + 2
+    return [f"  {a}{' ' * (first_col - len(a))}{b}" for a, b in rows]
+
+
+def fast_help(width: int | None = None) -> str | None:
+    """The text of `envtool --help` as click formats it, or None when click must do it (a line
+    would wrap). width: click's formatter width (default: from the terminal, as click does)."""
+    if width is None:
+        width = max(min(_terminal_columns(), 80) - 2, 50)
+    options = [("--version", VERSION_HELP), ("--debug", DEBUG_HELP), ("-h, --help", HELP_HELP)]
+    lines = ["Usage: envtool [OPTIONS] COMMAND [ARGS]...", "", f"  {GROUP_HELP}", ""]
+    lines += ["Options:", *_dl(options)]
+    rows = _command_rows()
+    if rows:
+        lines += ["", "Commands:", *_dl(rows)]
+    if any(len(line) > width for line in lines):
+        return None
+    return "\n".join(lines) + "\n"
+
+
+_CLI = None
+
+
+def _click_cli():  # -> click.Group
+    """Build the click group on first use (importing click costs ~25 ms)."""
+    global _CLI
+    if _CLI is not None:
+        return _CLI
+    import click
+
+    class LazyGroup(click.Group):
+        def list_commands(self, ctx: click.Context) -> list[str]:
+            return sorted(COMMANDS)
+
+        def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+            if name not in COMMANDS:
+                return None
+            module_name, _ = COMMANDS[name]
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                if exc.name == module_name:
+                    return None  # not built yet
+                raise
+            return module.cmd
+
+        def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+            rows = _command_rows()
+            if rows:
+                with formatter.section("Commands"):
+                    formatter.write_dl(rows)
+
+    @click.group(
+        cls=LazyGroup, help=GROUP_HELP, context_settings={"help_option_names": ["-h", "--help"]}
+    )
+    @click.version_option(__version__, prog_name="envtool", help=VERSION_HELP)
+    @click.option("--debug", is_flag=True, help=DEBUG_HELP)
+    @click.pass_context
+    def cli(ctx: click.Context, debug: bool) -> None:
+        ctx.ensure_object(dict)
+        ctx.obj["debug"] = debug
+
+    _CLI = cli
+    return cli
+
+
+def __getattr__(name: str):  # `from envtool.cli import cli` still works
+    if name == "cli":
+        return _click_cli()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> None:
     from envtool.errors import EnvtoolError
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["--help"], ["-h"]):
+        text = fast_help()
+        if text is not None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            sys.exit(0)
+    import click
+
+    cli = _click_cli()
     debug = "--debug" in args
     try:
         # standalone_mode=False makes click *return* the code of a raised click Exit
