@@ -22,6 +22,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from solve_scenarios import HARVESTED, scenarios  # noqa: E402  (the scenarios the tests check)
+
 ENVTOOL = [sys.executable, "-m", "envtool"]
 
 RAW_SOLVE = """
@@ -109,43 +113,9 @@ def main() -> None:
         default=os.environ.get("ENVTOOL_FIXTURES", str(REPO.parent / "shared" / "fixtures")),
     )
     args = ap.parse_args()
-    repo = Path(args.fixtures) / "repodata" / "harvested-from-pixi-locks"
-    gpu = ["--driver", "580.65.06", "--gpu", "9.0"]
-    scenarios = {
-        "conda-forge-cuda12.6": [
-            "--cuda",
-            "12.6",
-            "--channel",
-            str(repo / "conda-forge"),
-            "--profile",
-            "ddp",
-            *gpu,
-        ],
-        "conda-forge-cpu": [
-            "--cuda",
-            "cpu",
-            "--channel",
-            str(repo / "conda-forge"),
-            "--profile",
-            "ddp",
-        ],
-        "legacy-pytorch-cuda12.1": [
-            "--flavor",
-            "pytorch",
-            "--cuda",
-            "12.1",
-            "--profile",
-            "ddp",
-            *gpu,
-            *[
-                a
-                for c in ("pytorch", "nvidia", "conda-forge")
-                for a in ("--channel", str(repo / c))
-            ],
-        ],
-    }
+    repo = Path(args.fixtures) / HARVESTED
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [scenario(n, a, Path(tmp), args.reps) for n, a in scenarios.items()]
+        rows = [scenario(n, a, Path(tmp), args.reps) for n, a in scenarios(repo).items()]
     from importlib.metadata import version
 
     print(

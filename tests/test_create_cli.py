@@ -7,26 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
+from solve_scenarios import H200
 
 from envtool.adapters.rattler_solve import resolve_channel
-from envtool.cli import main
 from envtool.commands.create import profiles_dir
 from envtool.core.spec import parse_environment_yml
 
-H200 = ["--driver", "580.65.06", "--gpu", "9.0"]
-
-
-def run_cli(args: list[str], cwd: Path, monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.chdir(cwd)
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out = capsys.readouterr()
-    return int(exc.value.code or 0), out.out, out.err
-
 
 @pytest.fixture(scope="module")
-def conda_forge(fixtures) -> str:
-    return str(fixtures / "repodata" / "harvested-from-pixi-locks" / "conda-forge")
+def conda_forge(harvested) -> str:
+    return str(harvested / "conda-forge")
 
 
 @pytest.mark.parametrize(
@@ -50,10 +40,8 @@ def conda_forge(fixtures) -> str:
         (["-f", "missing.yml"], "-f missing.yml: cannot read"),
     ],
 )
-def test_impossible_or_bad_requests_exit_2_with_one_line(
-    args, message, tmp_path, monkeypatch, capsys
-) -> None:
-    rc, out, err = run_cli(["create", "x", "--no-install", *args], tmp_path, monkeypatch, capsys)
+def test_impossible_or_bad_requests_exit_2_with_one_line(args, message, run_cli, tmp_path) -> None:
+    rc, out, err = run_cli(["create", "x", "--no-install", *args], tmp_path)
     assert rc == 2
     assert message in err
     assert "Traceback" not in err
@@ -61,7 +49,7 @@ def test_impossible_or_bad_requests_exit_2_with_one_line(
 
 
 @pytest.mark.integration
-def test_pair_never_built_lists_real_builds(conda_forge, tmp_path, monkeypatch, capsys) -> None:
+def test_pair_never_built_lists_real_builds(conda_forge, run_cli, tmp_path) -> None:
     rc, _, err = run_cli(
         [
             "create",
@@ -76,8 +64,6 @@ def test_pair_never_built_lists_real_builds(conda_forge, tmp_path, monkeypatch, 
             *H200,
         ],
         tmp_path,
-        monkeypatch,
-        capsys,
     )
     assert rc == 2
     assert "torch 2.7 was never built for CUDA 12.8 on conda-forge" in err
@@ -85,9 +71,7 @@ def test_pair_never_built_lists_real_builds(conda_forge, tmp_path, monkeypatch, 
 
 
 @pytest.mark.integration
-def test_dry_run_prints_the_plan_and_writes_nothing(
-    conda_forge, tmp_path, monkeypatch, capsys
-) -> None:
+def test_dry_run_prints_the_plan_and_writes_nothing(conda_forge, run_cli, tmp_path) -> None:
     rc, out, err = run_cli(
         [
             "create",
@@ -101,8 +85,6 @@ def test_dry_run_prints_the_plan_and_writes_nothing(
             *H200,
         ],
         tmp_path,
-        monkeypatch,
-        capsys,
     )
     assert rc == 0, err
     assert "CUDA 12.6" in out and "pytorch * cuda126*" in out and "nothing written" in out
@@ -110,7 +92,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(
 
 
 @pytest.mark.integration
-def test_json_envelope_carries_the_plan(conda_forge, tmp_path, monkeypatch, capsys) -> None:
+def test_json_envelope_carries_the_plan(conda_forge, run_cli, tmp_path) -> None:
     rc, out, err = run_cli(
         [
             "create",
@@ -125,8 +107,6 @@ def test_json_envelope_carries_the_plan(conda_forge, tmp_path, monkeypatch, caps
             "ddp",
         ],
         tmp_path,
-        monkeypatch,
-        capsys,
     )
     assert rc == 0, err
     data = json.loads(out)
@@ -135,10 +115,8 @@ def test_json_envelope_carries_the_plan(conda_forge, tmp_path, monkeypatch, caps
     assert data["packages"]["linux-64"] > 10
 
 
-def test_json_error_envelope_on_refusal(tmp_path, monkeypatch, capsys) -> None:
-    rc, out, _ = run_cli(
-        ["create", "x", "--no-install", "--json", "--cuda", "12.7"], tmp_path, monkeypatch, capsys
-    )
+def test_json_error_envelope_on_refusal(run_cli, tmp_path) -> None:
+    rc, out, _ = run_cli(["create", "x", "--no-install", "--json", "--cuda", "12.7"], tmp_path)
     assert rc == 2
     assert json.loads(out)["error"]["message"].startswith("--cuda 12.7")
 
@@ -175,9 +153,7 @@ def _write_channel(root: Path) -> Path:
 
 
 @pytest.mark.integration
-def test_wrong_solution_is_a_diagnosed_failure_and_nothing_is_written(
-    tmp_path, monkeypatch, capsys
-) -> None:
+def test_wrong_solution_is_a_diagnosed_failure_and_nothing_is_written(run_cli, tmp_path) -> None:
     channel = _write_channel(tmp_path / "chan")
     (tmp_path / "env.yml").write_text("name: bad\ndependencies:\n  - pytorch\n")
     rc, _, err = run_cli(
@@ -194,24 +170,22 @@ def test_wrong_solution_is_a_diagnosed_failure_and_nothing_is_written(
             *H200,
         ],
         tmp_path,
-        monkeypatch,
-        capsys,
     )
     assert rc == 1
     assert "more than one CUDA version" in err and "cuda-cudart 12.8.57" in err
     assert not (tmp_path / "environments" / "bad").exists()
 
 
-def test_lock_without_environment_is_usage_error(tmp_path, monkeypatch, capsys) -> None:
-    rc, _, err = run_cli(["lock", "ghost"], tmp_path, monkeypatch, capsys)
+def test_lock_without_environment_is_usage_error(run_cli, tmp_path) -> None:
+    rc, _, err = run_cli(["lock", "ghost"], tmp_path)
     assert rc == 2 and "envtool create ghost" in err
 
 
-def test_lock_check_without_lock_is_stale(tmp_path, monkeypatch, capsys) -> None:
+def test_lock_check_without_lock_is_stale(run_cli, tmp_path) -> None:
     env = tmp_path / "environments" / "nolock"
     env.mkdir(parents=True)
     (env / "environment.yml").write_text("dependencies:\n  - pytorch\n")
-    rc, _, err = run_cli(["lock", "nolock", "--check"], tmp_path, monkeypatch, capsys)
+    rc, _, err = run_cli(["lock", "nolock", "--check"], tmp_path)
     assert rc == 1 and "missing" in err
 
 
@@ -235,7 +209,7 @@ def test_channel_resolution(tmp_path) -> None:
 
 
 @pytest.mark.integration
-def test_create_installs_the_lock_it_wrote(tmp_path_factory, tmp_path, monkeypatch, capsys) -> None:
+def test_create_installs_the_lock_it_wrote(tmp_path_factory, run_cli, tmp_path) -> None:
     """Without --no-install: plan -> solve -> lock -> the installer, over a real installable channel."""
     import channel_builder as cb
 
@@ -257,8 +231,6 @@ def test_create_installs_the_lock_it_wrote(tmp_path_factory, tmp_path, monkeypat
             *H200,
         ],
         tmp_path,
-        monkeypatch,
-        capsys,
     )
     assert rc == 0, err
     assert f"installed e2e into {prefix}" in out

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from envtool.cli import main
 from envtool.core.export import channel_name, parse_lock_model
 from envtool.core.spec import parse_environment_yml
 
@@ -35,13 +34,6 @@ def _project(fixtures: Path, tmp_path: Path, lock: str, env: str) -> Path:
     return folder
 
 
-def _export(argv: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(["export", *argv])
-    out = capsys.readouterr()
-    return info.value.code, out.out, out.err
-
-
 def _read_lock(path: Path):
     from envtool.commands.export import read_lock_model
 
@@ -51,13 +43,13 @@ def _read_lock(path: Path):
 @pytest.mark.parametrize(
     ("lock", "env"), LOCKS, ids=[lk.split("__")[1] + lk.split("conda-lock")[1] for lk, _ in LOCKS]
 )
-def test_export_real_lock_is_portable(fixtures, tmp_path, monkeypatch, capsys, lock, env) -> None:
+def test_export_real_lock_is_portable(fixtures, tmp_path, monkeypatch, run_cli, lock, env) -> None:
     folder = _project(fixtures, tmp_path, lock, env)
     monkeypatch.chdir(tmp_path)
     view = parse_lock_model(_read_lock(folder / "conda-lock.yml"))
     request = parse_environment_yml((folder / "environment.yml").read_text(), "environment.yml")
     for platform in [None, *view.platforms]:
-        code, out, _ = _export(["demo"] + (["--platform", platform] if platform else []), capsys)
+        code, out, _ = run_cli(["export", "demo"] + (["--platform", platform] if platform else []))
         assert code == 0
         exported = parse_environment_yml(out, "export")
         platforms = [platform] if platform else view.platforms
@@ -86,10 +78,10 @@ def test_export_real_lock_is_portable(fixtures, tmp_path, monkeypatch, capsys, l
             assert exported.find("pytorch")[0].build is not None
 
 
-def test_export_pins_pangeo_cuda129_lock(fixtures, tmp_path, monkeypatch, capsys) -> None:
+def test_export_pins_pangeo_cuda129_lock(fixtures, tmp_path, monkeypatch, run_cli) -> None:
     _project(fixtures, tmp_path, *LOCKS[2])
     monkeypatch.chdir(tmp_path)
-    code, out, _ = _export(["demo"], capsys)
+    code, out, _ = run_cli(["export", "demo"])
     assert code == 0
     exported = parse_environment_yml(out, "export")
     rendered = [d.render() for d in exported.dependencies]
@@ -99,15 +91,15 @@ def test_export_pins_pangeo_cuda129_lock(fixtures, tmp_path, monkeypatch, capsys
 
 
 def test_export_drops_platform_specific_packages_and_warns(
-    fixtures, tmp_path, monkeypatch, capsys
+    fixtures, tmp_path, monkeypatch, run_cli
 ) -> None:
     _project(fixtures, tmp_path, *LOCKS[0])
     monkeypatch.chdir(tmp_path)
-    _, out, err = _export(["demo"], capsys)
+    _, out, err = run_cli(["export", "demo"])
     names = [d.name for d in parse_environment_yml(out, "x").dependencies]
     assert "pytorch-cuda" not in names  # not locked for osx-arm64
     assert "pytorch-cuda: locked for linux-64, win-64 only" in err
-    _, out, _ = _export(["demo", "--platform", "linux-64"], capsys)
+    _, out, _ = run_cli(["export", "demo", "--platform", "linux-64"])
     rendered = [d.render() for d in parse_environment_yml(out, "x").dependencies]
     assert "pytorch::pytorch=2.3.1=*cuda11.8*" in rendered
     assert "pytorch::pytorch-cuda=11.8" in rendered
@@ -116,33 +108,33 @@ def test_export_drops_platform_specific_packages_and_warns(
 
 
 def test_export_warns_about_cpu_torch_in_broken_lock(
-    fixtures, tmp_path, monkeypatch, capsys
+    fixtures, tmp_path, monkeypatch, run_cli
 ) -> None:
     _project(fixtures, tmp_path, *LOCKS[1])
     monkeypatch.chdir(tmp_path)
-    _, out, err = _export(["demo", "--platform", "linux-64"], capsys)
+    _, out, err = run_cli(["export", "demo", "--platform", "linux-64"])
     assert "pytorch on linux-64 is locked as a CPU build (py3.10_cpu_0)" in err
 
 
 @pytest.mark.parametrize(
     ("lock", "env"), LOCKS, ids=[lk.split("__")[1] + lk.split("conda-lock")[1] for lk, _ in LOCKS]
 )
-def test_explicit_matches_conda_lock_render(fixtures, tmp_path, capsys, lock, env) -> None:
+def test_explicit_matches_conda_lock_render(fixtures, tmp_path, run_cli, lock, env) -> None:
     from conda_lock.conda_lock import render_lockfile_for_platform
 
     folder = _project(fixtures, tmp_path, lock, env)
     model = _read_lock(folder / "conda-lock.yml")
     for platform in model.metadata.platforms:
-        code, out, _ = _export(
+        code, out, _ = run_cli(
             [
+                "export",
                 "--lock",
                 str(folder / "conda-lock.yml"),
                 "--format",
                 "explicit",
                 "--platform",
                 platform,
-            ],
-            capsys,
+            ]
         )
         assert code == 0
         theirs = render_lockfile_for_platform(
@@ -163,37 +155,37 @@ def test_explicit_matches_conda_lock_render(fixtures, tmp_path, capsys, lock, en
         assert body == their_body
 
 
-def test_explicit_needs_platform_when_no_linux64(fixtures, tmp_path, capsys) -> None:
+def test_explicit_needs_platform_when_no_linux64(fixtures, tmp_path, run_cli) -> None:
     folder = _project(fixtures, tmp_path, *LOCKS[0])
-    code, _, err = _export(["--lock", str(folder / "conda-lock.yml"), "--format", "explicit", "--platform", "linux-aarch64"], capsys)  # fmt: skip
+    code, _, err = run_cli(["export", "--lock", str(folder / "conda-lock.yml"), "--format", "explicit", "--platform", "linux-aarch64"])  # fmt: skip
     assert code == 2 and "linux-64, osx-arm64, win-64" in err
 
 
 def test_output_file_is_written_atomically_and_dry_run_writes_nothing(
-    fixtures, tmp_path, monkeypatch, capsys
+    fixtures, tmp_path, monkeypatch, run_cli
 ) -> None:
     _project(fixtures, tmp_path, *LOCKS[2])
     monkeypatch.chdir(tmp_path)
     target = tmp_path / "out" / "environment.yml"
-    code, out, err = _export(["demo", "-o", str(target), "--dry-run"], capsys)
+    code, out, err = run_cli(["export", "demo", "-o", str(target), "--dry-run"])
     assert code == 0 and not target.exists() and "dry run" in err and "pytorch=" in out
-    code, out, _ = _export(["demo", "-o", str(target)], capsys)
+    code, out, _ = run_cli(["export", "demo", "-o", str(target)])
     assert code == 0 and out == ""
     first = target.read_text()
     assert "pytorch=2.10.0=*cuda129*" in first
     assert [p.name for p in target.parent.iterdir()] == ["environment.yml"]  # no temp left
-    _export(["demo", "-o", str(target)], capsys)
+    run_cli(["export", "demo", "-o", str(target)])
     assert target.read_text() == first  # deterministic
 
 
-def test_missing_project_lock_is_usage_error(tmp_path, monkeypatch, capsys) -> None:
+def test_missing_project_lock_is_usage_error(tmp_path, monkeypatch, run_cli) -> None:
     monkeypatch.chdir(tmp_path)
-    code, _, err = _export(["nope"], capsys)
+    code, _, err = run_cli(["export", "nope"])
     assert code == 2 and "envtool lock nope" in err
 
 
-def test_name_and_lock_are_exclusive(tmp_path, capsys) -> None:
-    code, _, err = _export([], capsys)
+def test_name_and_lock_are_exclusive(tmp_path, run_cli) -> None:
+    code, _, err = run_cli(["export"])
     assert code == 2 and "NAME or --lock" in err
 
 
@@ -215,12 +207,11 @@ def test_channel_name(url, name, warns) -> None:
 
 # --- the key evidence: export -> re-solve gives the lock's versions ------------------------------
 
-HARVESTED = "repodata/harvested-from-pixi-locks"
 VIRTUAL = [("__glibc", "2.28", "0"), ("__linux", "5.15", "0"), ("__unix", "0", "0"), ("__archspec", "1", "x86_64")]  # fmt: skip
 
 
-def _channel_urls(fixtures: Path, names: list[str]) -> list[str]:
-    return [(fixtures / HARVESTED / n).as_uri() for n in names if n != "nodefaults"]
+def _channel_urls(harvested: Path, names: list[str]) -> list[str]:
+    return [(harvested / n).as_uri() for n in names if n != "nodefaults"]
 
 
 async def _solve(channels: list[str], specs: list[str], cuda: str):
@@ -299,13 +290,13 @@ RESOLVE_CASES = {
 @pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(RESOLVE_CASES))
 def test_resolving_the_export_gives_the_locked_versions(
-    fixtures, tmp_path, monkeypatch, capsys, case
+    harvested, tmp_path, monkeypatch, run_cli, case
 ) -> None:
     request, channel_names, solve_specs, cuda = RESOLVE_CASES[case]
     folder = tmp_path / "environments" / "demo"
     folder.mkdir(parents=True)
     (folder / "environment.yml").write_text(request)
-    channels = _channel_urls(fixtures, channel_names)
+    channels = _channel_urls(harvested, channel_names)
 
     monkeypatch.chdir(tmp_path)
 
@@ -313,11 +304,11 @@ def test_resolving_the_export_gives_the_locked_versions(
         try:
             locked = await _solve(channels, solve_specs, cuda)
             _write_lock(folder / "conda-lock.yml", locked, channel_names)
-            code, exported_text, _ = _export(["demo"], capsys)
+            code, exported_text, _ = run_cli(["export", "demo"])
             assert code == 0
             exported = parse_environment_yml(exported_text, "export")
             resolved = await _solve(
-                _channel_urls(fixtures, exported.channels),
+                _channel_urls(harvested, exported.channels),
                 [d.render() for d in exported.dependencies],
                 cuda,
             )
@@ -325,7 +316,7 @@ def test_resolving_the_export_gives_the_locked_versions(
             naive = [
                 f"{d.name}={d.version}" for d in exported.dependencies if d.name != "cuda-version"
             ]
-            naive_resolved = await _solve(_channel_urls(fixtures, exported.channels), naive, cuda)
+            naive_resolved = await _solve(_channel_urls(harvested, exported.channels), naive, cuda)
             return locked, exported, resolved, naive_resolved
         finally:
             await asyncio.sleep(0.05)
@@ -356,20 +347,20 @@ def test_fast_lock_reader_equals_conda_locks_parser(fixtures) -> None:
     assert read_lock_model(path) == parse_conda_lock_file(path)
 
 
-def test_not_a_lock_is_usage_error(tmp_path, capsys) -> None:
+def test_not_a_lock_is_usage_error(tmp_path, run_cli) -> None:
     bad = tmp_path / "conda-lock.yml"
     bad.write_text("name: x\ndependencies: []\n")
-    code, _, err = _export(["--lock", str(bad)], capsys)
+    code, _, err = run_cli(["export", "--lock", str(bad)])
     assert code == 2 and "not a conda-lock file" in err
 
 
 def test_export_without_request_uses_the_locks_top_level_packages(
-    fixtures, tmp_path, capsys
+    fixtures, tmp_path, run_cli
 ) -> None:
     # this lock's metadata.sources are absolute CI paths that do not exist here
     lock = tmp_path / "conda-lock.yml"
     shutil.copy(fixtures / "locks" / LOCKS[5][0], lock)
-    code, out, err = _export(["--lock", str(lock)], capsys)
+    code, out, err = run_cli(["export", "--lock", str(lock)])
     assert code == 0 and "no environment.yml beside" in err
     exported = parse_environment_yml(out, "export")
     view = parse_lock_model(_read_lock(lock))

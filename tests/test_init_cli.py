@@ -12,15 +12,7 @@ import pytest
 from conftest import REPO
 
 from envtool.adapters.templates import TEMPLATES, templates_dir
-from envtool.cli import main
 from envtool.commands.init import TEMPLATE_NAMES
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 @pytest.fixture(autouse=True)
@@ -29,8 +21,8 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_writes_train_py_with_the_template_text(in_tmp: Path, capsys) -> None:
-    code, out, _ = run_cli(["init", "--template", "lm"], capsys)
+def test_writes_train_py_with_the_template_text(in_tmp: Path, run_cli) -> None:
+    code, out, _ = run_cli(["init", "--template", "lm"])
     assert code == 0
     written = in_tmp / "train.py"
     assert written.read_text() == (REPO / "templates" / "lm.py").read_text()
@@ -39,37 +31,37 @@ def test_writes_train_py_with_the_template_text(in_tmp: Path, capsys) -> None:
     assert oct(written.stat().st_mode & 0o777) == oct(0o644)
 
 
-def test_default_template_is_ddp(in_tmp: Path, capsys) -> None:
-    assert run_cli(["init"], capsys)[0] == 0
+def test_default_template_is_ddp(in_tmp: Path, run_cli) -> None:
+    assert run_cli(["init"])[0] == 0
     assert (in_tmp / "train.py").read_text() == (REPO / "templates" / "ddp.py").read_text()
 
 
-def test_directory_destination_gets_train_py_inside(in_tmp: Path, capsys) -> None:
+def test_directory_destination_gets_train_py_inside(in_tmp: Path, run_cli) -> None:
     (in_tmp / "exp").mkdir()
-    assert run_cli(["init", "exp", "-t", "fsdp"], capsys)[0] == 0
+    assert run_cli(["init", "exp", "-t", "fsdp"])[0] == 0
     assert (in_tmp / "exp" / "train.py").read_text().startswith('"""Train a GPT-style')
     # a path ending in / that does not exist yet is a directory too
-    assert run_cli(["init", "new/run1/", "-t", "ddp"], capsys)[0] == 0
+    assert run_cli(["init", "new/run1/", "-t", "ddp"])[0] == 0
     assert (in_tmp / "new" / "run1" / "train.py").is_file()
 
 
-def test_refuses_to_overwrite_without_force(in_tmp: Path, capsys) -> None:
+def test_refuses_to_overwrite_without_force(in_tmp: Path, run_cli) -> None:
     target = in_tmp / "mine.py"
     target.write_text("# my edits\n")
-    code, out, err = run_cli(["init", "mine.py"], capsys)
+    code, out, err = run_cli(["init", "mine.py"])
     assert code == 2
     assert target.read_text() == "# my edits\n"
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "mine.py" in lines[0] and "--force" in lines[0]
     assert "Traceback" not in err
 
-    code, _, _ = run_cli(["init", "mine.py", "--force", "-t", "lm"], capsys)
+    code, _, _ = run_cli(["init", "mine.py", "--force", "-t", "lm"])
     assert code == 0
     assert target.read_text() == (REPO / "templates" / "lm.py").read_text()
 
 
-def test_dry_run_writes_nothing_and_reports_the_plan(in_tmp: Path, capsys) -> None:
-    code, out, _ = run_cli(["init", "x.py", "-t", "lm", "--dry-run", "--json"], capsys)
+def test_dry_run_writes_nothing_and_reports_the_plan(in_tmp: Path, run_cli) -> None:
+    code, out, _ = run_cli(["init", "x.py", "-t", "lm", "--dry-run", "--json"])
     assert code == 0
     envelope = json.loads(out)
     assert envelope["command"] == "init" and envelope["exit_code"] == 0
@@ -78,21 +70,21 @@ def test_dry_run_writes_nothing_and_reports_the_plan(in_tmp: Path, capsys) -> No
     assert list(in_tmp.iterdir()) == []
 
 
-def test_json_error_envelope_when_the_file_exists(in_tmp: Path, capsys) -> None:
+def test_json_error_envelope_when_the_file_exists(in_tmp: Path, run_cli) -> None:
     (in_tmp / "train.py").write_text("x = 1\n")
-    code, out, _ = run_cli(["init", "--json"], capsys)
+    code, out, _ = run_cli(["init", "--json"])
     assert code == 2
     assert "--force" in json.loads(out)["error"]["hint"]
 
 
-def test_list_describes_every_template(capsys) -> None:
-    code, out, _ = run_cli(["init", "--list"], capsys)
+def test_list_describes_every_template(run_cli) -> None:
+    code, out, _ = run_cli(["init", "--list"])
     assert code == 0
     for name in ("ddp", "lm", "fsdp"):
         assert f"{name}: " in out
     assert "RESULT" in out and "tokens/s" in out
 
-    code, out, _ = run_cli(["init", "--list", "--json"], capsys)
+    code, out, _ = run_cli(["init", "--list", "--json"])
     rows = json.loads(out)["templates"]
     assert [r["name"] for r in rows] == ["ddp", "lm", "fsdp"]
     assert all(r["description"] and r["prints"] for r in rows)
@@ -104,8 +96,8 @@ def test_cli_choices_catalogue_and_files_agree() -> None:
         assert (templates_dir() / f"{name}.py").is_file()
 
 
-def test_unknown_template_is_a_usage_error(capsys) -> None:
-    code, _, err = run_cli(["init", "-t", "transformer"], capsys)
+def test_unknown_template_is_a_usage_error(run_cli) -> None:
+    code, _, err = run_cli(["init", "-t", "transformer"])
     assert code == 2 and "transformer" in err
 
 
@@ -119,9 +111,9 @@ def test_wheel_ships_the_templates_where_the_adapter_looks() -> None:
 
 
 @pytest.mark.integration
-def test_the_written_script_runs(in_tmp: Path, capsys) -> None:
+def test_the_written_script_runs(in_tmp: Path, run_cli) -> None:
     """What `envtool init` writes is a working program (the README's first example)."""
-    assert run_cli(["init", "-t", "lm"], capsys)[0] == 0
+    assert run_cli(["init", "-t", "lm"])[0] == 0
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     argv = [sys.executable, "train.py", "--cpu", "--size", "tiny", "--vocab-size", "256"]

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from envtool.cli import main
 from envtool.core.inspect import inspect_env, render_inspect_text
 from envtool.core.spec import parse_environment_yml
 
@@ -250,16 +249,9 @@ def test_unknown_cuda_version_is_a_problem() -> None:
     assert any("not a known CUDA release" in p for p in ask.problems)
 
 
-def _run(argv: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    out = capsys.readouterr()
-    return info.value.code, out.out, out.err
-
-
-def test_cli_human_sentence(fixtures, capsys) -> None:
+def test_cli_human_sentence(fixtures, run_cli) -> None:
     path = fixtures / "envs" / "facebookresearch__esm__environment.yml"
-    code, out, _ = _run(["inspect", str(path)], capsys)
+    code, out, _ = run_cli(["inspect", str(path)])
     assert code == 0
     assert out.startswith(
         "facebookresearch__esm__environment.yml asks for pytorch 1.12.* with CUDA 11.3 via "
@@ -267,9 +259,9 @@ def test_cli_human_sentence(fixtures, capsys) -> None:
     )
 
 
-def test_cli_json_keys(fixtures, capsys) -> None:
+def test_cli_json_keys(fixtures, run_cli) -> None:
     path = fixtures / "envs" / "aqlaboratory__openfold__environment.yml"
-    code, out, _ = _run(["inspect", str(path), "--json"], capsys)
+    code, out, _ = run_cli(["inspect", str(path), "--json"])
     data = json.loads(out)
     assert code == 0 and data["command"] == "inspect"
     keys = {"flavor", "cuda", "gpu_required", "min_driver", "torch", "python", "problems"}
@@ -281,23 +273,23 @@ def test_cli_json_keys(fixtures, capsys) -> None:
     )
 
 
-def test_cli_malformed_yaml_exits_2_with_file_and_line(tmp_path, capsys) -> None:
+def test_cli_malformed_yaml_exits_2_with_file_and_line(tmp_path, run_cli) -> None:
     bad = tmp_path / "environment.yml"
     bad.write_text("name: x\ndependencies:\n  - numpy\n\t- torch\n")
-    code, out, err = _run(["inspect", str(bad)], capsys)
+    code, out, err = run_cli(["inspect", str(bad)])
     assert code == 2
     assert f"{bad}:4: malformed YAML" in err
     assert "Traceback" not in err and out == ""
 
 
-def test_cli_malformed_yaml_json_envelope(tmp_path, capsys) -> None:
+def test_cli_malformed_yaml_json_envelope(tmp_path, run_cli) -> None:
     bad = tmp_path / "environment.yml"
     bad.write_text("name: x\ndependencies: numpy\n")
-    code, out, _ = _run(["inspect", str(bad), "--json"], capsys)
+    code, out, _ = run_cli(["inspect", str(bad), "--json"])
     assert code == 2
     assert json.loads(out)["error"]["message"].startswith(f"{bad}:2:")
 
 
-def test_cli_missing_file(tmp_path, capsys) -> None:
-    code, _, err = _run(["inspect", str(tmp_path / "nope.yml")], capsys)
+def test_cli_missing_file(tmp_path, run_cli) -> None:
+    code, _, err = run_cli(["inspect", str(tmp_path / "nope.yml")])
     assert code == 2 and "no such file" in err

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from envtool.adapters.uv_pip import compile_pip, parse_pylock, python_platform
-from envtool.cli import main
 from envtool.core.lockfile import SolvedPackage
 from envtool.errors import UsageError
 
@@ -128,10 +127,8 @@ wheels = [
     assert linux.sha256 == "bb" and mac.sha256 == "aa"
 
 
-def test_create_locks_pip_section_as_pip_entries(
-    fixtures, wheels, tmp_path, monkeypatch, capsys
-) -> None:
-    channel = fixtures / "repodata" / "harvested-from-pixi-locks" / "conda-forge"
+def test_create_locks_pip_section_as_pip_entries(harvested, wheels, run_cli, tmp_path) -> None:
+    channel = harvested / "conda-forge"
     env = tmp_path / "environment.yml"
     env.write_text(
         yaml.safe_dump(
@@ -146,22 +143,11 @@ def test_create_locks_pip_section_as_pip_entries(
             }
         )
     )
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as exc:
-        main(
-            [
-                "create",
-                "p",
-                "--no-install",
-                "--cuda",
-                "cpu",
-                "-f",
-                str(env),
-                "--channel",
-                str(channel),
-            ]
-        )
-    assert exc.value.code == 0, capsys.readouterr().err
+    rc, _, err = run_cli(
+        ["create", "p", "--no-install", "--cuda", "cpu", "-f", str(env), "--channel", str(channel)],
+        tmp_path,
+    )
+    assert rc == 0, err
     lock = yaml.safe_load((tmp_path / "environments" / "p" / "conda-lock.yml").read_text())
     pip = {p["name"]: p for p in lock["package"] if p["manager"] == "pip"}
     assert set(pip) == {"tinyalpha", "tinybeta"}

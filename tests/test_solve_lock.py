@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from solve_scenarios import LEGACY_CHANNELS, channel_flags, scenarios
 
-from envtool.cli import main
 from envtool.core.plan import PlatformPlan
 from envtool.core.verify_solution import verify_solution
 
@@ -26,29 +26,17 @@ LINUX_VP = (
     ("__linux", "5.10", "0"),
     ("__unix", "0", "0"),
 )
-# Plan for a GPU machine explicitly so the result does not depend on this host's driver.
-H200 = ["--driver", "580.65.06", "--gpu", "9.0"]
 
 
-@pytest.fixture(scope="module")
-def harvested(fixtures) -> Path:
-    return fixtures / "repodata" / "harvested-from-pixi-locks"
+@pytest.fixture
+def create(harvested, run_cli, tmp_path):
+    """`envtool create NAME --no-install` with a scenario's flags (solve_scenarios.py), in cwd."""
 
+    def run(name: str, scenario: str, *extra: str, cwd: Path | None = None):
+        args = ["create", name, "--no-install", *scenarios(harvested)[scenario], *extra]
+        return run_cli(args, cwd or tmp_path)
 
-def run_cli(args: list[str], cwd: Path, monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.chdir(cwd)
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out = capsys.readouterr()
-    return int(exc.value.code or 0), out.out, out.err
-
-
-def write_yml(path: Path, deps: list[str], channels: list[str] | None = None) -> Path:
-    body = {"name": "t", "dependencies": deps}
-    if channels:
-        body["channels"] = channels
-    path.write_text(yaml.safe_dump(body))
-    return path
+    return run
 
 
 def read_lock(env_dir: Path) -> dict:
@@ -82,26 +70,8 @@ def test_bare_pytorch_plus_cuda_version_silently_falls_back_to_cpu(harvested) ->
     assert "not a CUDA build" in problems[0].message
 
 
-def test_conda_forge_cuda_126_locks_a_cuda126_build(
-    harvested, tmp_path, monkeypatch, capsys
-) -> None:
-    rc, out, err = run_cli(
-        [
-            "create",
-            "gpu",
-            "--no-install",
-            "--cuda",
-            "12.6",
-            "--channel",
-            str(harvested / "conda-forge"),
-            "--profile",
-            "ddp",
-            *H200,
-        ],
-        tmp_path,
-        monkeypatch,
-        capsys,
-    )
+def test_conda_forge_cuda_126_locks_a_cuda126_build(create, tmp_path) -> None:
+    rc, out, err = create("gpu", "conda-forge-cuda12.6")
     assert rc == 0, err
     lock = read_lock(tmp_path / "environments" / "gpu")
     got = pkgs(lock)
@@ -117,23 +87,8 @@ def test_conda_forge_cuda_126_locks_a_cuda126_build(
     assert "pytorch=*=cuda126*" in yml and "cuda-version=12.6.*" in yml
 
 
-def test_conda_forge_cpu_locks_the_cpu_build(harvested, tmp_path, monkeypatch, capsys) -> None:
-    rc, _, err = run_cli(
-        [
-            "create",
-            "cpu",
-            "--no-install",
-            "--cuda",
-            "cpu",
-            "--channel",
-            str(harvested / "conda-forge"),
-            "--profile",
-            "ddp",
-        ],
-        tmp_path,
-        monkeypatch,
-        capsys,
-    )
+def test_conda_forge_cpu_locks_the_cpu_build(create, tmp_path) -> None:
+    rc, _, err = create("cpu", "conda-forge-cpu")
     assert rc == 0, err
     got = pkgs(read_lock(tmp_path / "environments" / "cpu"))
     assert got["pytorch"]["build"].startswith("cpu_")
@@ -141,7 +96,7 @@ def test_conda_forge_cpu_locks_the_cpu_build(harvested, tmp_path, monkeypatch, c
 
 
 def test_driver_470_auto_gets_cuda118_with_cudatoolkit_and_a_warning(
-    harvested, tmp_path, monkeypatch, capsys
+    harvested, run_cli, tmp_path
 ) -> None:
     rc, _, err = run_cli(
         [
@@ -152,14 +107,11 @@ def test_driver_470_auto_gets_cuda118_with_cudatoolkit_and_a_warning(
             "470.182.03",
             "--gpu",
             "8.0",
-            "--channel",
-            str(harvested / "conda-forge"),
+            *channel_flags(harvested),
             "--profile",
             "ddp",
         ],
         tmp_path,
-        monkeypatch,
-        capsys,
     )
     assert rc == 0, err
     assert "minor-version compatibility" in err
@@ -168,30 +120,8 @@ def test_driver_470_auto_gets_cuda118_with_cudatoolkit_and_a_warning(
     assert got["cudatoolkit"]["version"].startswith("11.8")
 
 
-def test_legacy_pytorch_cuda_121_locks_one_cuda_version(
-    harvested, tmp_path, monkeypatch, capsys
-) -> None:
-    chans = [
-        a for c in ("pytorch", "nvidia", "conda-forge") for a in ("--channel", str(harvested / c))
-    ]
-    rc, _, err = run_cli(
-        [
-            "create",
-            "legacy",
-            "--no-install",
-            "--flavor",
-            "pytorch",
-            "--cuda",
-            "12.1",
-            *chans,
-            "--profile",
-            "ddp",
-            *H200,
-        ],
-        tmp_path,
-        monkeypatch,
-        capsys,
-    )
+def test_legacy_pytorch_cuda_121_locks_one_cuda_version(create, tmp_path) -> None:
+    rc, _, err = create("legacy", "legacy-pytorch-cuda12.1")
     assert rc == 0, err
     got = pkgs(read_lock(tmp_path / "environments" / "legacy"))
     assert got["pytorch"]["version"] == "2.3.1" and "cuda12.1" in got["pytorch"]["build"]
@@ -211,7 +141,7 @@ def test_legacy_solve_without_envtool_pins_mixes_cuda_and_verifier_catches_it(ha
         (),
         (*LINUX_VP, ("__cuda", "12.1", "0")),
     )
-    channels = [str(harvested / c) for c in ("pytorch", "nvidia", "conda-forge")]
+    channels = [str(harvested / c) for c in LEGACY_CHANNELS]
     solved = solve_platforms(channels, [naive])["linux-64"]
     by = {p.name: p for p in solved}
     assert by["cuda-version"].version == "12.6" and by["pytorch-cuda"].version == "12.1"
@@ -220,79 +150,42 @@ def test_legacy_solve_without_envtool_pins_mixes_cuda_and_verifier_catches_it(ha
     assert "CUDA 12.1" in problems[0].message and "cuda-version 12.6" in problems[0].message
 
 
-def test_lock_is_deterministic(harvested, tmp_path, monkeypatch, capsys) -> None:
-    args = [
-        "create",
-        "det",
-        "--no-install",
-        "--cuda",
-        "12.6",
-        "--channel",
-        str(harvested / "conda-forge"),
-        "--platform",
-        "linux-64",
-        "--platform",
-        "osx-arm64",
-        "--profile",
-        "ddp",
-        *H200,
-    ]
-    assert run_cli(args, tmp_path, monkeypatch, capsys)[0] == 0
+def test_lock_is_deterministic(create, run_cli, tmp_path) -> None:
+    platforms = ("--platform", "linux-64", "--platform", "osx-arm64")
+    assert create("det", "conda-forge-cuda12.6", *platforms)[0] == 0
     lock = tmp_path / "environments" / "det" / "conda-lock.yml"
     first = lock.read_bytes()
-    assert run_cli(["lock", "det", "--force"], tmp_path, monkeypatch, capsys)[0] == 0
+    assert run_cli(["lock", "det", "--force"], tmp_path)[0] == 0
     assert lock.read_bytes() == first
     other = tmp_path / "again"
     other.mkdir()
-    assert run_cli(args, other, monkeypatch, capsys)[0] == 0
+    assert create("det", "conda-forge-cuda12.6", *platforms, cwd=other)[0] == 0
     assert (other / "environments" / "det" / "conda-lock.yml").read_bytes() == first
     data = yaml.safe_load(first)
     assert sorted(data["metadata"]["platforms"]) == ["linux-64", "osx-arm64"]
     assert pkgs(data, "osx-arm64")["pytorch"]["build"].startswith("cpu")
 
 
-def test_relock_is_a_noop_until_an_input_changes(harvested, tmp_path, monkeypatch, capsys) -> None:
-    args = [
-        "create",
-        "n",
-        "--no-install",
-        "--cuda",
-        "cpu",
-        "--channel",
-        str(harvested / "conda-forge"),
-        "--profile",
-        "ddp",
-    ]
-    assert run_cli(args, tmp_path, monkeypatch, capsys)[0] == 0
+def test_relock_is_a_noop_until_an_input_changes(create, run_cli, tmp_path) -> None:
+    assert create("n", "conda-forge-cpu")[0] == 0
     env_dir = tmp_path / "environments" / "n"
     lock = env_dir / "conda-lock.yml"
     before = lock.stat().st_mtime_ns
-    rc, out, _ = run_cli(["lock", "n"], tmp_path, monkeypatch, capsys)
+    rc, out, _ = run_cli(["lock", "n"], tmp_path)
     assert rc == 0 and "up to date" in out and lock.stat().st_mtime_ns == before
-    assert run_cli(["lock", "n", "--check"], tmp_path, monkeypatch, capsys)[0] == 0
+    assert run_cli(["lock", "n", "--check"], tmp_path)[0] == 0
     yml = env_dir / "environment.yml"
     yml.write_text(yml.read_text().replace("  - pip\n", "  - pip\n  - numpy\n", 1))
-    rc, _, err = run_cli(["lock", "n", "--check"], tmp_path, monkeypatch, capsys)
+    rc, _, err = run_cli(["lock", "n", "--check"], tmp_path)
     assert rc == 1 and "stale" in err
-    rc, out, _ = run_cli(["lock", "n"], tmp_path, monkeypatch, capsys)
+    rc, out, _ = run_cli(["lock", "n"], tmp_path)
     assert rc == 0 and "wrote" in out
     assert "numpy" in pkgs(read_lock(env_dir))
-    assert run_cli(["lock", "n", "--check"], tmp_path, monkeypatch, capsys)[0] == 0
+    assert run_cli(["lock", "n", "--check"], tmp_path)[0] == 0
 
 
-def test_noop_relock_does_not_import_the_solver(harvested, tmp_path, monkeypatch, capsys) -> None:
-    args = [
-        "create",
-        "q",
-        "--no-install",
-        "--cuda",
-        "cpu",
-        "--channel",
-        str(harvested / "conda-forge"),
-        "--profile",
-        "ddp",
-    ]
-    assert run_cli(args, tmp_path, monkeypatch, capsys)[0] == 0
+def test_noop_relock_does_not_import_the_solver(create, tmp_path) -> None:
+    assert create("q", "conda-forge-cpu")[0] == 0
     code = (
         "import sys\nfrom envtool.cli import main\n"
         "try:\n    main(['lock', 'q'])\nexcept SystemExit as e:\n    rc = e.code\n"
@@ -302,53 +195,17 @@ def test_noop_relock_does_not_import_the_solver(harvested, tmp_path, monkeypatch
     assert "HEAVY [] 0" in out.stdout, out.stdout + out.stderr
 
 
-def test_failed_solve_leaves_previous_files_untouched(
-    harvested, tmp_path, monkeypatch, capsys
-) -> None:
-    base = [
-        "create",
-        "keep",
-        "--no-install",
-        "--channel",
-        str(harvested / "conda-forge"),
-        "--profile",
-        "ddp",
-    ]
-    assert run_cli([*base, "--cuda", "cpu"], tmp_path, monkeypatch, capsys)[0] == 0
+def test_failed_solve_leaves_previous_files_untouched(create, tmp_path) -> None:
+    assert create("keep", "conda-forge-cpu")[0] == 0
     env_dir = tmp_path / "environments" / "keep"
     before = {p.name: p.read_bytes() for p in env_dir.iterdir()}
-    rc, _, err = run_cli([*base, "--cuda", "cpu", "--python", "3.5"], tmp_path, monkeypatch, capsys)
+    rc, _, err = create("keep", "conda-forge-cpu", "--python", "3.5")
     assert rc == 2 and "no solution for linux-64" in err
     assert {p.name: p.read_bytes() for p in env_dir.iterdir()} == before
 
 
-def test_lock_reads_back_with_conda_lock_render_and_rattler(
-    harvested, tmp_path, monkeypatch, capsys
-) -> None:
-    chans = [
-        a for c in ("pytorch", "nvidia", "conda-forge") for a in ("--channel", str(harvested / c))
-    ]
-    assert (
-        run_cli(
-            [
-                "create",
-                "rb",
-                "--no-install",
-                "--flavor",
-                "pytorch",
-                "--cuda",
-                "12.1",
-                *chans,
-                "--profile",
-                "ddp",
-                *H200,
-            ],
-            tmp_path,
-            monkeypatch,
-            capsys,
-        )[0]
-        == 0
-    )
+def test_lock_reads_back_with_conda_lock_render_and_rattler(create, tmp_path) -> None:
+    assert create("rb", "legacy-pytorch-cuda12.1")[0] == 0
     lock_path = tmp_path / "environments" / "rb" / "conda-lock.yml"
 
     from conda_lock.lockfile import parse_conda_lock_file
@@ -378,12 +235,7 @@ def test_lock_reads_back_with_conda_lock_render_and_rattler(
     assert any(r.name.normalized == "pytorch" and str(r.version) == "2.3.1" for r in records)
 
 
-def test_legacy_cpu_with_torch_pin_locks_the_cpu_mutex(
-    harvested, tmp_path, monkeypatch, capsys
-) -> None:
-    chans = [
-        a for c in ("pytorch", "nvidia", "conda-forge") for a in ("--channel", str(harvested / c))
-    ]
+def test_legacy_cpu_with_torch_pin_locks_the_cpu_mutex(harvested, run_cli, tmp_path) -> None:
     rc, _, err = run_cli(
         [
             "create",
@@ -397,13 +249,11 @@ def test_legacy_cpu_with_torch_pin_locks_the_cpu_mutex(
             "2.2",
             "--python",
             "3.11",
-            *chans,
+            *channel_flags(harvested, LEGACY_CHANNELS),
             "--profile",
             "ddp",
         ],
         tmp_path,
-        monkeypatch,
-        capsys,
     )
     assert rc == 0, err
     got = pkgs(read_lock(tmp_path / "environments" / "lcpu"))
@@ -413,27 +263,13 @@ def test_legacy_cpu_with_torch_pin_locks_the_cpu_mutex(
     assert not {"pytorch-cuda", "cuda-cudart", "cuda-version"} & set(got)
 
 
-def test_relock_honours_a_torch_pin_edited_into_environment_yml(
-    harvested, tmp_path, monkeypatch, capsys
-) -> None:
-    args = [
-        "create",
-        "ed",
-        "--no-install",
-        "--cuda",
-        "12.6",
-        "--channel",
-        str(harvested / "conda-forge"),
-        "--profile",
-        "ddp",
-        *H200,
-    ]
-    assert run_cli(args, tmp_path, monkeypatch, capsys)[0] == 0
+def test_relock_honours_a_torch_pin_edited_into_environment_yml(create, run_cli, tmp_path) -> None:
+    assert create("ed", "conda-forge-cuda12.6")[0] == 0
     env_dir = tmp_path / "environments" / "ed"
     assert pkgs(read_lock(env_dir))["pytorch"]["version"] == "2.7.1"
     yml = env_dir / "environment.yml"
     yml.write_text(yml.read_text().replace("pytorch=*=cuda126*", "pytorch=2.6.*=cuda126*"))
-    rc, _, err = run_cli(["lock", "ed"], tmp_path, monkeypatch, capsys)
+    rc, _, err = run_cli(["lock", "ed"], tmp_path)
     assert rc == 0, err
     lock = read_lock(env_dir)
     assert pkgs(lock)["pytorch"]["version"] == "2.6.0"
