@@ -242,13 +242,15 @@ def solve_records(channel: Path, specs: list[str], cuda: str | None = "12.6") ->
 def write_lock(
     path: Path,
     records: list,
-    channel_url: str,
+    channels: str | list[str],
     custom_metadata: dict[str, str] | None = None,
     pip: list[tuple[str, str, Path]] | None = None,
 ) -> Path:
-    """Write a conda-lock v1 file for linux-64 through conda-lock's models and writer.
+    """Write a conda-lock v1 file for linux-64 from rattler records, through conda-lock's models
+    and writer.
 
-    `pip` entries are (name, version, wheel path)."""
+    `channels` is the channel (URL or name) or channels the records were solved from; `pip`
+    entries are (name, version, wheel path)."""
     from conda_lock.lockfile import write_conda_lock_file
     from conda_lock.lockfile.v1.models import HashModel, LockMeta, TimeMeta
     from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
@@ -259,7 +261,7 @@ def write_lock(
         deps = {}
         for d in r.depends:
             name, _, rest = d.partition(" ")
-            deps[name] = rest or "*"
+            deps[name] = rest.strip() or "*"
         pkgs.append(
             LockedDependency(
                 name=r.name.normalized,
@@ -267,8 +269,9 @@ def write_lock(
                 manager="conda",
                 platform="linux-64",
                 dependencies=deps,
-                url=r.url,
-                hash=HashModel(md5=r.md5.hex(), sha256=r.sha256.hex()),
+                url=str(r.url),
+                hash=HashModel(md5=r.md5.hex(), sha256=r.sha256.hex() if r.sha256 else None),
+                build=str(r.build),
                 categories={"main"},
             )
         )
@@ -291,7 +294,10 @@ def write_lock(
             content_hash={
                 "linux-64": hashlib.sha256(repr(sorted(p.url for p in pkgs)).encode()).hexdigest()
             },
-            channels=[Channel.from_string(channel_url)],
+            channels=[
+                Channel.from_string(c)
+                for c in ([channels] if isinstance(channels, str) else channels)
+            ],
             platforms=["linux-64"],
             sources=["environment.yml"],
             time_metadata=TimeMeta(created_at="2025-06-01T00:00:00Z"),

@@ -8,6 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
+import channel_builder as cb
 import pytest
 
 from envtool.core.export import channel_name, parse_lock_model
@@ -231,44 +232,6 @@ async def _solve(channels: list[str], specs: list[str], cuda: str):
     )
 
 
-def _write_lock(path: Path, records, channels: list[str]) -> None:
-    """A conda-lock v1 file from a rattler solution, through conda-lock's own models and writer."""
-    from conda_lock.lockfile import write_conda_lock_file
-    from conda_lock.lockfile.v1.models import HashModel, LockMeta
-    from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
-    from conda_lock.models.channel import Channel
-
-    package = []
-    for r in records:
-        deps: dict[str, str] = {}
-        for d in r.depends:
-            name, _, spec = d.partition(" ")
-            deps[name] = spec.strip() or "*"
-        package.append(
-            LockedDependency(
-                name=r.name.normalized,
-                version=str(r.version),
-                manager="conda",
-                platform="linux-64",
-                dependencies=deps,
-                url=str(r.url),
-                hash=HashModel(md5=r.md5.hex(), sha256=r.sha256.hex() if r.sha256 else None),
-                build=str(r.build),
-                categories={"main"},
-            )
-        )
-    lock = Lockfile(
-        package=package,
-        metadata=LockMeta(
-            content_hash={"linux-64": "0" * 64},
-            channels=[Channel.from_string(c) for c in channels],
-            platforms=["linux-64"],
-            sources=["environment.yml"],
-        ),
-    )
-    write_conda_lock_file(lock, path, metadata_choices=None)
-
-
 # case: the request a user wrote, the specs envtool solves it with (CUDA forced), __cuda
 RESOLVE_CASES = {
     "conda-forge-cuda126": (
@@ -303,7 +266,7 @@ def test_resolving_the_export_gives_the_locked_versions(
     async def session():
         try:
             locked = await _solve(channels, solve_specs, cuda)
-            _write_lock(folder / "conda-lock.yml", locked, channel_names)
+            cb.write_lock(folder / "conda-lock.yml", locked, channel_names)
             code, exported_text, _ = run_cli(["export", "demo"])
             assert code == 0
             exported = parse_environment_yml(exported_text, "export")
