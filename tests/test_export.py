@@ -36,7 +36,7 @@ def _project(fixtures: Path, tmp_path: Path, lock: str, env: str) -> Path:
 
 
 def _read_lock(path: Path):
-    from envtool.commands.export import read_lock_model
+    from envtool.adapters.lock_io import read_lock_model
 
     return read_lock_model(path)
 
@@ -304,7 +304,7 @@ def test_resolving_the_export_gives_the_locked_versions(
 def test_fast_lock_reader_equals_conda_locks_parser(fixtures) -> None:
     from conda_lock.lockfile import parse_conda_lock_file
 
-    from envtool.commands.export import read_lock_model
+    from envtool.adapters.lock_io import read_lock_model
 
     path = fixtures / "locks" / LOCKS[5][0]
     assert read_lock_model(path) == parse_conda_lock_file(path)

@@ -123,8 +123,10 @@ def read_lock(lock_path: Path) -> LockContents:
     key = (str(lock_path.resolve()), digest)
     if key in _LOCK_CACHE:  # `install` reads the lock for its checks, then to install
         return _LOCK_CACHE[key]
+    from envtool.adapters.lock_io import load_yaml
+
     try:
-        content = _load_yaml(data)
+        content = load_yaml(data)
         if isinstance(content, dict) and content.get("version") == 1:
             parsed = parse_lock_v1(content)
         else:
@@ -142,13 +144,6 @@ def read_lock(lock_path: Path) -> LockContents:
 
 
 _LOCK_CACHE: dict[tuple[str, str], LockContents] = {}
-
-
-def _load_yaml(data: bytes) -> Any:
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader when present
-    return yaml.load(data, Loader=loader)  # noqa: S506 (a safe loader)
 
 
 def parse_lock_v1(

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import types
 from pathlib import Path
+from typing import Any
 
 from envtool.core.lockfile import PipPackage, SolvedPackage, dependency_map
 from envtool.errors import UsageError
@@ -141,16 +142,43 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def read_lock(path: Path):
-    """Parse conda-lock.yml with conda-lock (returns its v2prelim Lockfile model)."""
-    parse_conda_lock_file = _import_lockfile_module().parse_conda_lock_file
+def load_yaml(data: Any) -> Any:
+    """YAML (bytes, text or a file) with libyaml's safe loader when present, else PyYAML's
+    SafeLoader: real locks are 100k+ lines and the pure-Python loader takes seconds on them."""
+    import yaml
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(data, Loader=loader)  # noqa: S506 (a safe loader)
+
+
+def read_lock_model(path: Path) -> Any:
+    """Parse conda-lock.yml into conda-lock's own (v2prelim) Lockfile model, as
+    conda_lock.lockfile.parse_conda_lock_file does, but with libyaml's C loader when available."""
+    import yaml
+
+    lockfile = _import_lockfile_module()
     try:
-        return parse_conda_lock_file(path)
+        with path.open(encoding="utf-8") as f:
+            content = load_yaml(f)
     except FileNotFoundError:
-        raise UsageError(f"{path}: no lock file", "run `envtool create NAME` first") from None
-    except Exception as exc:
         raise UsageError(
-            f"{path}: not a conda-lock file ({exc})",
-            "re-create it with `envtool lock NAME --force`",
+            f"{path}: no such lock file", "pass the path of a conda-lock.yml"
         ) from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"{path}: cannot read the lock ({exc})", "check the file") from None
+    if not isinstance(content, dict) or content.get("version") not in (1, 2):
+        raise UsageError(
+            f"{path}: not a conda-lock file (version 1 or 2)",
+            "pass a conda-lock.yml written by envtool lock or conda-lock",
+        )
+    version = content.pop("version")
+    try:
+        if version == 1:
+            lock = lockfile.lockfile_v1_to_v2(lockfile.LockfileV1.model_validate(content))
+        else:
+            lock = lockfile.Lockfile.model_validate(content)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        first = str(exc).splitlines()[0]
+        raise UsageError(f"{path}: invalid conda-lock file ({first})", "re-lock it") from None
+    lock.toposort_inplace()
+    return lock

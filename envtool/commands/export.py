@@ -12,41 +12,6 @@ from envtool.output import note
 REQUEST_NAMES = ("environment.yml", "environment.yaml")
 
 
-def read_lock_model(path: Path):
-    """Parse conda-lock.yml into conda-lock's own (v2prelim) model, as
-    conda_lock.lockfile.parse_conda_lock_file does, but with libyaml's C loader when available:
-    real locks are 100k+ lines and the pure-Python loader takes seconds on them."""
-    import yaml
-    from conda_lock.lockfile import Lockfile, LockfileV1, lockfile_v1_to_v2
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        with path.open(encoding="utf-8") as f:
-            content = yaml.load(f, Loader=loader)  # a SafeLoader: same as yaml.safe_load
-    except FileNotFoundError:
-        raise UsageError(
-            f"{path}: no such lock file", "pass the path of a conda-lock.yml"
-        ) from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"{path}: cannot read the lock ({exc})", "check the file") from None
-    if not isinstance(content, dict) or content.get("version") not in (1, 2):
-        raise UsageError(
-            f"{path}: not a conda-lock file (version 1 or 2)",
-            "pass a conda-lock.yml written by envtool lock or conda-lock",
-        )
-    version = content.pop("version")
-    try:
-        if version == 1:
-            lock = lockfile_v1_to_v2(LockfileV1.model_validate(content))
-        else:
-            lock = Lockfile.model_validate(content)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        first = str(exc).splitlines()[0]
-        raise UsageError(f"{path}: invalid conda-lock file ({first})", "re-lock it") from None
-    lock.toposort_inplace()
-    return lock
-
-
 def read_request(lock_path: Path, sources: list[str]):
     """The request the lock was solved from: environment.yml beside the lock, else the files in
     the lock's metadata.sources (merged, as conda-lock merges them), else None."""
@@ -80,7 +45,7 @@ def run_export(
     dry_run: bool,
 ) -> str:
     """Build the export text; write it to `output` (atomically) unless dry_run. Returns the text."""
-    from envtool.adapters.lock_io import write_text_atomic
+    from envtool.adapters.lock_io import read_lock_model, write_text_atomic
     from envtool.core.export import (
         explicit_platform,
         parse_lock_model,
