@@ -133,12 +133,17 @@ def report(g: Group) -> None:
     labels = list(g.commands)
     base = statistics.median(g.times[labels[0]])
     print(f"\n#### {g.name}\n")
-    print("| command | median s | min s | max s | ratio to baseline | target | met |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| command | median s | min s | max s | ratio of medians | median paired ratio | target | met |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for label in labels:
         t = g.times[label]
         med = statistics.median(t)
         ratio = "baseline" if label == labels[0] else f"{med / base:.2f}×"
+        # each repetition's own ratio: robust to load that drifts during the run
+        paired = statistics.median(a / b for a, b in zip(t, g.times[labels[0]], strict=True))
+        pratio = "" if label == labels[0] else f"{paired:.2f}×"
         target, met = "", ""
         if label == g.subject:
             if g.ratio_target is not None:
@@ -150,7 +155,8 @@ def report(g: Group) -> None:
             else:
                 target = f"cost {med - base:+.3f} s"
         print(
-            f"| `{label}` | {med:.3f} | {min(t):.3f} | {max(t):.3f} | {ratio} | {target} | {met} |"
+            f"| `{label}` | {med:.3f} | {min(t):.3f} | {max(t):.3f} | {ratio} | {pratio} | {target} "
+            f"| {met} |"
         )
     for label in labels:
         print(f"\n<!-- {label}: {' '.join(f'{x:.3f}' for x in g.times[label])} -->", end="")

@@ -40,15 +40,46 @@ def raw_rattler_install(records: list, prefix: Path, cache: Path) -> None:
     asyncio.run(run())
 
 
-def setup_case(work: Path, size: int) -> tuple[Path, list]:
+def setup_case(work: Path, size: int, channel: Path | None = None) -> tuple[Path, list]:
+    """Lock for size 5 (the CUDA graph) or `synthetic-all` + size synthetic packages; channel:
+    an already built channel holding those packages (default: build one under work)."""
     if size == 5:
         pkgs, specs = cb.cuda_graph(), ["pytorch * cuda*", "cuda-version 12.6.*"]
     else:
         pkgs, specs = cb.synthetic_graph(size), ["synthetic-all"]
-    channel = cb.build_channel(work / f"ch{size}", pkgs)
+    if channel is None:
+        channel = cb.build_channel(work / f"ch{size}", pkgs)
     records = cb.solve_records(channel, specs)
     lock = cb.write_lock(work / f"lock{size}" / "conda-lock.yml", records, channel.as_uri(), {})
     return lock, records
+
+
+def time_case(
+    lock: Path, records: list, work: Path, size: int, reps: int, cli: bool = False
+) -> dict[str, list[float]]:
+    """Warm the caches, then alternate envtool install / raw rattler.install (/ the CLI) into
+    fresh prefixes, reps times; returns the samples (seconds) per side."""
+    from envtool.adapters.installer import install_from_lock
+
+    cache = work / f"cache{size}"
+    # warm both caches once (not timed)
+    install_from_lock(lock, work / f"warm-e{size}", "linux-64", cache_dir=cache, progress=False)
+    raw_rattler_install(records, work / f"warm-r{size}", cache / "raw")
+    times: dict[str, list[float]] = {"envtool": [], "rattler": [], "cli": []}
+    for i in range(reps):
+        t = time.perf_counter()
+        install_from_lock(lock, work / f"e{size}-{i}", "linux-64", cache_dir=cache, progress=False)
+        times["envtool"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        raw_rattler_install(records, work / f"r{size}-{i}", cache / "raw")
+        times["rattler"].append(time.perf_counter() - t)
+        if cli:
+            env = dict(os.environ, ENVTOOL_CACHE_DIR=str(cache), ENVTOOL_ENVS_DIR=str(work / "cli"))
+            argv = [sys.executable, "-m", "envtool", "install", f"c{size}-{i}", "--lock", str(lock)]
+            t = time.perf_counter()
+            subprocess.run([*argv, "--force", "--json"], env=env, check=True, capture_output=True)
+            times["cli"].append(time.perf_counter() - t)
+    return times
 
 
 def main() -> None:
@@ -58,49 +89,12 @@ def main() -> None:
     ap.add_argument("--cli", action="store_true")
     args = ap.parse_args()
 
-    from envtool.adapters.installer import install_from_lock
-
     work = Path(tempfile.mkdtemp(prefix="envtool-bench-"))
     rows = []
     try:
         for size in [int(s) for s in args.sizes.split(",")]:
             lock, records = setup_case(work, size)
-            cache = work / f"cache{size}"
-            # warm both caches once (not timed)
-            install_from_lock(lock, work / "warm-e", "linux-64", cache_dir=cache, progress=False)
-            raw_rattler_install(records, work / "warm-r", cache / "raw")
-            times: dict[str, list[float]] = {"envtool": [], "rattler": [], "cli": []}
-            for i in range(args.reps):
-                t = time.perf_counter()
-                install_from_lock(
-                    lock, work / f"e{size}-{i}", "linux-64", cache_dir=cache, progress=False
-                )
-                times["envtool"].append(time.perf_counter() - t)
-                t = time.perf_counter()
-                raw_rattler_install(records, work / f"r{size}-{i}", cache / "raw")
-                times["rattler"].append(time.perf_counter() - t)
-                if args.cli:
-                    env = dict(
-                        os.environ, ENVTOOL_CACHE_DIR=str(cache), ENVTOOL_ENVS_DIR=str(work / "cli")
-                    )
-                    t = time.perf_counter()
-                    subprocess.run(
-                        [
-                            sys.executable,
-                            "-m",
-                            "envtool",
-                            "install",
-                            f"c{size}-{i}",
-                            "--lock",
-                            str(lock),
-                            "--force",
-                            "--json",
-                        ],
-                        env=env,
-                        check=True,
-                        capture_output=True,
-                    )
-                    times["cli"].append(time.perf_counter() - t)
+            times = time_case(lock, records, work, size, args.reps, args.cli)
             med = {k: statistics.median(v) for k, v in times.items() if v}
             rows.append((size, med, times))
     finally:
