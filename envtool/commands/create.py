@@ -358,6 +358,16 @@ def stored_lock_options(lock_path: Path) -> tuple[str | None, dict[str, Any] | N
     return parse_lock_stamp(text), parse_lock_options(text)
 
 
+# `create` and `lock` find environments/NAME under the same project folder
+project_dir_option = click.option(
+    "--dir",
+    "directory",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Project folder holding environments/ (default: .).",
+)
+
+
 @click.command("create")
 @click.argument("name")
 @click.option("--cuda", default=None, help="X.Y, auto (default: what this host runs) or cpu.")
@@ -406,13 +416,7 @@ def stored_lock_options(lock_path: Path) -> tuple[str | None, dict[str, Any] | N
     hidden=True,
     help="Override a virtual package: __glibc=2.17.",
 )
-@click.option(
-    "--dir",
-    "directory",
-    default=None,
-    type=click.Path(file_okay=False),
-    help="Project folder holding environments/ (default: .).",
-)
+@project_dir_option
 @click.option("--prefix", default=None, help="Install prefix (default: <conda root>/envs/NAME).")
 @click.option("--no-install", is_flag=True, help="Solve and lock only.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and solution summary; write nothing.")

@@ -45,6 +45,7 @@ def run_export(
     dry_run: bool,
 ) -> str:
     """Build the export text; write it to `output` (atomically) unless dry_run. Returns the text."""
+    from envtool.adapters.locate import project_lock_path
     from envtool.adapters.lock_io import read_lock_model, write_text_atomic
     from envtool.core.export import (
         explicit_platform,
@@ -58,7 +59,7 @@ def run_export(
     if (name is None) == (lock_file is None):
         raise UsageError("give NAME or --lock FILE (one of them)", "e.g. `envtool export myenv`")
     if lock_file is None:
-        lock_file = Path.cwd() / "environments" / str(name) / "conda-lock.yml"
+        lock_file = project_lock_path(str(name))
         if not lock_file.is_file():
             raise UsageError(
                 f"{lock_file}: no lock for environment {name!r}",

@@ -16,6 +16,7 @@ from envtool.commands.create import (
     LockOutcome,
     env_paths,
     lock_environment,
+    project_dir_option,
     request_from_yml,
     stored_lock_options,
     summarize,
@@ -40,13 +41,7 @@ def current_input_hash(yml_text: str, stored: dict[str, Any]) -> str:
 
 @click.command("lock")
 @click.argument("name")
-@click.option(
-    "--dir",
-    "directory",
-    default=None,
-    type=click.Path(file_okay=False),
-    help="Project folder holding environments/ (default: .).",
-)
+@project_dir_option
 @click.option(
     "--check", is_flag=True, help="Exit 1 if the lock is stale, 0 if fresh; write nothing."
 )
