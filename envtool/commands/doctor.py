@@ -279,10 +279,18 @@ def _deep_gpu_count(host: HostFacts, env: EnvFacts) -> int:
 @click.option("--deep", is_flag=True, help="Run GPU matmuls and an NCCL all-reduce in the env.")
 @click.option("--deep-cpu", is_flag=True, hidden=True, help="--deep on CPU (gloo), for tests.")
 @click.option(
-    "--record", "record_dir", type=click.Path(path_type=Path), help="Save raw probe outputs to DIR."
+    "--record",
+    "record_dir",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Save raw probe outputs to DIR.",
 )
 @click.option(
-    "--replay", "replay_dir", type=click.Path(path_type=Path), help="Check a recorded DIR offline."
+    "--replay",
+    "replay_dir",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Check a recorded DIR offline.",
 )
 @click.option(
     "--driver", help="Pretend the driver is this version (what-if; CONDA_OVERRIDE-style)."

@@ -38,7 +38,13 @@ from envtool.output import Result, emit, note
 @click.option(
     "--local-addr", default=None, help="Address other nodes reach this node by (multi-NIC)."
 )
-@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Worker-group restarts torchrun allows before the run fails.",
+)
 @click.option("--all-ranks", is_flag=True, help="Show every rank on the console, not rank 0.")
 @click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
 @click.option("--skip-checks", is_flag=True, help="Skip the doctor's pre-flight checks.")

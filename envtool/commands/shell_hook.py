@@ -14,6 +14,7 @@ import click
     type=click.Choice(["bash", "zsh", "fish"]),
     default="bash",
     show_default=True,
+    help="The shell whose syntax to print.",
 )
 def cmd(name: str | None, prefix: str | None, shell: str) -> None:
     """Print the script that activates NAME in SHELL (PATH, CONDA_PREFIX, activate.d scripts)."""
