@@ -32,6 +32,7 @@ def conda_forge(harvested) -> str:
         ),
         (["--cuda", "12.7"], "--cuda 12.7: not a known CUDA version — use auto, cpu or one of"),
         (["--gpu", "eight"], "--gpu eight: not a compute capability"),
+        (["--gpu", "sm_xx"], "--gpu sm_xx: not a compute capability"),
         (["--virtual-package", "glibc"], "--virtual-package glibc: expected NAME=VER"),
         (
             ["--profile", "nope"],

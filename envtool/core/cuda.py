@@ -167,6 +167,8 @@ def capability_to_arch(capability: str | tuple[int, int]) -> str:
     if isinstance(capability, tuple):
         return f"sm_{capability[0]}{capability[1]}"
     if capability.startswith("sm_"):
+        if not _ARCH.match(capability):
+            raise ValueError(f"not a GPU architecture: {capability!r}")
         return capability
     major, _, minor = capability.partition(".")
     return f"sm_{int(major)}{int(minor or 0)}"
