@@ -168,7 +168,17 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--groups", default="help,fast,host,doctor")
     ap.add_argument("--python", default=str(REPO / ".venv" / "bin" / "python"))
+    ap.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="skip byte-compiling envtool first (this sandbox sets PYTHONDONTWRITEBYTECODE=1, so "
+        "edited modules would be compiled from source on every run; pip compiles on install)",
+    )
     args = ap.parse_args()
+    if not args.no_compile:
+        import compileall
+
+        compileall.compile_dir(str(REPO / "envtool"), quiet=1)
     all_groups = groups(args.python)
     chosen = [all_groups[n] for n in args.groups.split(",")]
 
@@ -181,7 +191,8 @@ def main() -> None:
         f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {platform.machine()}, "
         f"{os.cpu_count()} cores, {platform.platform()}; python {platform.python_version()}; "
         f"envtool {version('envtool')}; click {version('click')}; torch {version('torch')}; "
-        f"reps: {args.reps} (medians, subprocess wall time)"
+        f"reps: {args.reps} (medians, subprocess wall time); envtool byte-compiled first: "
+        f"{'no' if args.no_compile else 'yes'}"
     )
     print(
         f"load average (1/5/15 min): start {start_load}, end {loadavg()}; "
