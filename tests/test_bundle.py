@@ -90,3 +90,18 @@ def test_tampered_bundle_is_refused(private_lock: Path, tmp_path: Path) -> None:
     assert inst.returncode == 1
     assert "cuda-version 12.6" in inst.stderr and "hash mismatch" in inst.stderr
     assert not list((tmp_path / "envs-offline/demo/conda-meta").glob("*.json"))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["install", "--force", "--dry-run"],
+        ["bundle", "-o", "out", "--dry-run"],
+        ["bundle", "-o", "out"],
+    ],
+)
+def test_a_platform_the_lock_lacks_is_a_usage_error(command, fixtures, run_cli, tmp_path) -> None:
+    lock = fixtures / "locks" / "konstantinjdobler__nlp-research-template__conda-lock.yml"
+    rc, out, err = run_cli([*command, "--lock", str(lock), "--platform", "bogus"], tmp_path)
+    assert rc == 2 and "the lock has no bogus solution (it has linux-64, osx-arm64, win-64)" in err
+    assert out == "" and not (tmp_path / "out").exists()

@@ -164,9 +164,11 @@ def test_replay_of_a_failing_host_json_recording_exits_1(tmp_path: Path):
         (["--replay", "{tmp}", "--record", "{tmp}/x"], "exclude each other"),
         (["--driver", "banana", "--fast"], "not a driver version"),
         (["--prefix", "/nonexistent/env"], "no such directory"),
+        (["--record", "{tmp}/a-file", "--fast"], "cannot write the recording (Not a directory)"),
     ],
 )
 def test_bad_usage_is_one_line_exit_2(args, needle, tmp_path: Path):
+    (tmp_path / "a-file").touch()
     proc = envtool("doctor", *[a.format(tmp=tmp_path) for a in args])
     assert proc.returncode == 2, proc.stdout + proc.stderr
     err = proc.stderr.strip().splitlines()

@@ -141,6 +141,19 @@ def test_slurm_without_gpus_per_node_is_exit_2(tmp_path: Path) -> None:
     assert "--gpus-per-node" in proc.stderr
 
 
+def test_a_run_dir_that_is_a_file_is_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "runs").touch()
+    proc = subprocess.run(
+        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--nodes", "1"]
+        + ["--gpus-per-node", "1", "--run-dir", "runs"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "cannot create the run folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
 # --- a real Slurm -------------------------------------------------------------------------------
 
 

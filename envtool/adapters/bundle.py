@@ -15,6 +15,7 @@ from typing import Any
 
 from envtool.adapters.installer import (
     InstallReport,
+    LockContents,
     default_cache_dir,
     fetch_verified,
     read_lock,
@@ -23,6 +24,14 @@ from envtool.output import note
 
 LOCK_NAME = "conda-lock.yml"
 CHANNEL_NAME = "channel"
+
+
+def bundle_platforms(lock: LockContents, platforms: list[str] | None) -> list[str]:
+    """The platforms asked for (default: all the lock holds), each one the lock has solved."""
+    plats = platforms or lock.platforms
+    for plat in plats:
+        lock.require_platform(plat, "pick --platform from the lock's platforms, or re-lock")
+    return plats
 
 
 def write_bundle(
@@ -38,7 +47,7 @@ def write_bundle(
     from rattler.index import index_fs
 
     lock = read_lock(lock_path)
-    plats = platforms or lock.platforms
+    plats = bundle_platforms(lock, platforms)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     out_dir = Path(out_dir)
     channel = out_dir / CHANNEL_NAME

@@ -74,6 +74,15 @@ class LockContents:
     def for_platform(self, platform: str) -> list[LockedPackage]:
         return [p for p in self.packages if p.platform == platform]
 
+    def require_platform(self, platform: str, hint: str) -> None:
+        """Refuse a platform the lock holds no solution for (instead of doing nothing for it)."""
+        if platform not in self.platforms:
+            raise UsageError(
+                f"{self.path}: the lock has no {platform} solution "
+                f"(it has {', '.join(self.platforms)})",
+                hint,
+            )
+
 
 @dataclass
 class InstallReport:
@@ -336,6 +345,10 @@ def fetch_verified(pkg: LockedPackage, url: str, archive_dir: Path, report: Inst
     return dest
 
 
+def _install_hint(lock: LockContents, platform: str) -> str:
+    return f"re-lock with `--platform {platform}` or install on a {lock.platforms[0]} host"
+
+
 def plan_install(
     lock: LockContents,
     prefix: Path,
@@ -344,6 +357,7 @@ def plan_install(
     cache_dir: Path,
 ) -> dict[str, Any]:
     """What an install would do (for --dry-run): no file is written."""
+    lock.require_platform(platform, _install_hint(lock, platform))
     pkgs = lock.for_platform(platform)
     archive_dir = cache_dir / "archives"
     rows = []
@@ -389,11 +403,7 @@ def install_from_lock(
     lock = read_lock(Path(lock_path))
     prefix = Path(prefix).expanduser().absolute()
     platform = platform or current_platform()
-    if platform not in lock.platforms:
-        raise UsageError(
-            f"{lock.path}: the lock has no {platform} solution (it has {', '.join(lock.platforms)})",
-            f"re-lock with `--platform {platform}` or install on a {lock.platforms[0]} host",
-        )
+    lock.require_platform(platform, _install_hint(lock, platform))
     from envtool.adapters.locate import looks_like_env
 
     if prefix.exists() and any(prefix.iterdir()) and not looks_like_env(prefix):

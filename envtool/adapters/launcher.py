@@ -31,6 +31,7 @@ from envtool.core.launch_plan import (
     parse_last_exception,
     parse_root_cause,
 )
+from envtool.errors import UsageError
 
 GRACE_SECONDS = 20.0  # after a forwarded Ctrl-C/SIGTERM: time for ranks to checkpoint and exit
 
@@ -114,6 +115,17 @@ def probe_git_commit(script: Path, run: Runner = run_capture) -> str | None:
     return res.stdout.strip() if res.ok and res.stdout.strip() else None
 
 
+def make_run_dir(path: Path) -> None:
+    """The run's folder, parents included; one that cannot be made is the user's to fix."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the run folder {path} ({exc.strerror})",
+            "pass a writable folder with --run-dir",
+        ) from None
+
+
 def write_manifest(path: Path, data: dict[str, Any]) -> None:
     """Whole file or nothing: write beside, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,7 +150,7 @@ def apply_launch(
     `on_started` runs once torchrun is on its way (manifest facts are gathered there, off the
     path to the ranks' first step); signals are already being forwarded by then."""
     run_dir = Path(plan.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_run_dir(run_dir)
     console = console if console is not None else sys.stderr.buffer
     env = {**environ, **plan.env_add}
     received: list[int] = []

@@ -47,10 +47,11 @@ def cmd(
             f"-o {out_dir}: directory exists and is not a bundle", "pick a new directory"
         )
     if dry_run:
+        from envtool.adapters.bundle import bundle_platforms
         from envtool.adapters.installer import read_lock
 
         contents = read_lock(lock)
-        plats = list(platforms) or contents.platforms
+        plats = bundle_platforms(contents, list(platforms) or None)
         files = sorted({p.file_name for pl in plats for p in contents.for_platform(pl)})
         emit(
             Result(

@@ -334,7 +334,13 @@ def cmd(
         record: dict[str, str] | None = {} if record_dir else None
         host, env = probe_facts(target, fast, driver, record)
         if record_dir is not None:
-            write_record(record_dir, record or {}, host, env)
+            try:
+                write_record(record_dir, record or {}, host, env)
+            except OSError as exc:
+                raise UsageError(
+                    f"--record {record_dir}: cannot write the recording ({exc.strerror})",
+                    "pass a new or writable directory",
+                ) from None
         if deep or deep_cpu:
             from envtool.adapters.deep import probe_deep
             from envtool.output import note

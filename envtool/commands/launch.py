@@ -349,7 +349,9 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     data: dict[str, Any] = {"run_id": run_id, "sbatch_path": str(path), "job_id": None}
     if opts["dry_run"]:
         return Result("launch", data={**data, "dry_run": True, "script": text}, text=[text])
-    run_dir.mkdir(parents=True, exist_ok=True)
+    from envtool.adapters.launcher import make_run_dir
+
+    make_run_dir(run_dir)
     path.write_text(text)
     lines = [f"wrote {path}"]
     if opts["submit"]:
