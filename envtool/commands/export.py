@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from envtool.errors import UsageError
 from envtool.output import note
 
+if TYPE_CHECKING:
+    from envtool.core.spec import EnvSpec
+
 REQUEST_NAMES = ("environment.yml", "environment.yaml")
 
 
-def read_request(lock_path: Path, sources: list[str]):
+def read_request(lock_path: Path, sources: list[str]) -> EnvSpec | None:
     """The request the lock was solved from: environment.yml beside the lock, else the files in
     the lock's metadata.sources (merged, as conda-lock merges them), else None."""
     from envtool.core.spec import parse_environment_yml
