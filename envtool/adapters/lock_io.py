@@ -147,8 +147,7 @@ def load_yaml(data: Any) -> Any:
     SafeLoader: real locks are 100k+ lines and the pure-Python loader takes seconds on them."""
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(data, Loader=loader)  # noqa: S506 (a safe loader)
+    return yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
 
 
 def read_lock_model(path: Path) -> Any:
