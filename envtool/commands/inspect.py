@@ -36,7 +36,7 @@ def run_inspect(path: Path) -> Result:
 
 @click.command("inspect")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 def cmd(file: Path, as_json: bool) -> None:
     """Report what CUDA an environment file asks for, the driver it needs, and its problems.
 

@@ -49,7 +49,7 @@ from envtool.output import Result, emit, note
 @click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
 @click.option("--skip-checks", is_flag=True, help="Skip the doctor's pre-flight checks.")
 @click.option("--dry-run", is_flag=True, help="Print the command and environment; run nothing.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON envelope on stdout.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 @click.option("--slurm", is_flag=True, help="Write a Slurm batch script instead of running.")
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Slurm: nodes.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="Slurm: GPUs.")
