@@ -39,6 +39,11 @@ def create(harvested, run_cli, tmp_path):
     return run
 
 
+def naive_plan(cuda: str, *specs: str) -> PlatformPlan:
+    """A linux-64 GPU request as a plain solver sees it: the specs, none of envtool's pins."""
+    return PlatformPlan("linux-64", cuda, specs, (), (*LINUX_VP, ("__cuda", cuda, "0")))
+
+
 def read_lock(env_dir: Path) -> dict:
     return yaml.safe_load((env_dir / "conda-lock.yml").read_text())
 
@@ -55,13 +60,7 @@ def test_bare_pytorch_plus_cuda_version_silently_falls_back_to_cpu(harvested) ->
     """The solver trap envtool exists to avoid, reproduced on real metadata — and caught."""
     from envtool.adapters.rattler_solve import solve_platforms
 
-    naive = PlatformPlan(
-        "linux-64",
-        "12.6",
-        ("pytorch", "cuda-version 12.6.*"),
-        (),
-        (*LINUX_VP, ("__cuda", "12.6", "0")),
-    )
+    naive = naive_plan("12.6", "pytorch", "cuda-version 12.6.*")
     solved = solve_platforms([str(harvested / "conda-forge")], [naive])["linux-64"]
     torch = next(p for p in solved if p.name == "pytorch")
     assert torch.version == "2.10.0" and torch.build.startswith("cpu_")
@@ -134,13 +133,7 @@ def test_legacy_pytorch_cuda_121_locks_one_cuda_version(create, tmp_path) -> Non
 def test_legacy_solve_without_envtool_pins_mixes_cuda_and_verifier_catches_it(harvested) -> None:
     from envtool.adapters.rattler_solve import solve_platforms
 
-    naive = PlatformPlan(
-        "linux-64",
-        "12.1",
-        ("pytorch", "pytorch-cuda 12.1.*"),
-        (),
-        (*LINUX_VP, ("__cuda", "12.1", "0")),
-    )
+    naive = naive_plan("12.1", "pytorch", "pytorch-cuda 12.1.*")
     channels = [str(harvested / c) for c in LEGACY_CHANNELS]
     solved = solve_platforms(channels, [naive])["linux-64"]
     by = {p.name: p for p in solved}
