@@ -21,6 +21,12 @@ class UsageError(EnvtoolError):
     """Bad input: a file, a value or a flag. Exit 2."""
 
 
+def cannot_write(path: object, exc: OSError) -> UsageError:
+    """A file envtool cannot write where the user asked: a file in the way, no permission, a full
+    disk."""
+    return UsageError(f"cannot write {path} ({exc.strerror or exc})", "pick a writable path")
+
+
 class DiagnosedFailure(EnvtoolError):
     """envtool worked and found a problem (doctor fail, stale lock, drift, failed job). Exit 1."""
 

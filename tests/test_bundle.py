@@ -105,3 +105,10 @@ def test_a_platform_the_lock_lacks_is_a_usage_error(command, fixtures, run_cli, 
     rc, out, err = run_cli([*command, "--lock", str(lock), "--platform", "bogus"], tmp_path)
     assert rc == 2 and "the lock has no bogus solution (it has linux-64, osx-arm64, win-64)" in err
     assert out == "" and not (tmp_path / "out").exists()
+
+
+def test_an_output_that_is_a_file_is_a_usage_error(fixtures, run_cli, tmp_path) -> None:
+    lock = fixtures / "locks" / "konstantinjdobler__nlp-research-template__conda-lock.yml"
+    (tmp_path / "out").touch()
+    rc, _, err = run_cli(["bundle", "--lock", str(lock), "-o", "out"], tmp_path)
+    assert rc == 2 and "-o out: not a directory" in err

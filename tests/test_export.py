@@ -179,6 +179,16 @@ def test_output_file_is_written_atomically_and_dry_run_writes_nothing(
     assert target.read_text() == first  # deterministic
 
 
+def test_unwritable_output_is_usage_error(fixtures, tmp_path, run_cli) -> None:
+    folder = _project(fixtures, tmp_path, *LOCKS[2])
+    (tmp_path / "a-file").touch()
+    target = tmp_path / "a-file" / "environment.yml"
+    code, out, err = run_cli(
+        ["export", "--lock", str(folder / "conda-lock.yml"), "-o", str(target)]
+    )
+    assert code == 2 and f"cannot write {target}" in err and out == ""
+
+
 def test_missing_project_lock_is_usage_error(tmp_path, monkeypatch, run_cli) -> None:
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(["export", "nope"])

@@ -45,6 +45,12 @@ def test_directory_destination_gets_train_py_inside(in_tmp: Path, run_cli) -> No
     assert (in_tmp / "new" / "run1" / "train.py").is_file()
 
 
+def test_a_destination_under_a_file_is_a_usage_error(in_tmp: Path, run_cli) -> None:
+    (in_tmp / "a-file").touch()
+    code, _, err = run_cli(["init", "a-file/train.py"])
+    assert code == 2 and "cannot write a-file/train.py" in err and "Traceback" not in err
+
+
 def test_refuses_to_overwrite_without_force(in_tmp: Path, run_cli) -> None:
     target = in_tmp / "mine.py"
     target.write_text("# my edits\n")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from envtool.core.lockfile import PipPackage, SolvedPackage, dependency_map
-from envtool.errors import UsageError
+from envtool.errors import UsageError, cannot_write
 
 _preload: threading.Thread | None = None
 
@@ -131,14 +131,19 @@ def write_lock(
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write beside the target, then os.replace: readers see the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(path, exc) from None
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w") as f:  # plain open: the user's umask decides the mode
             f.write(text)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise cannot_write(path, exc) from None
         raise
 
 

@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from envtool.errors import UsageError
+from envtool.errors import UsageError, cannot_write
 
 DEFAULT_FILENAME = "train.py"
 
@@ -104,10 +104,13 @@ def plan_init(name: str, dest: str | os.PathLike[str] | None, force: bool) -> In
 def apply_init(plan: InitPlan) -> int:
     """Write the template to plan.target atomically; returns the number of bytes written."""
     data = plan.source.read_bytes()
-    plan.target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        dir=plan.target.parent, prefix=f".{plan.target.name}.", suffix=".tmp"
-    )
+    try:
+        plan.target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(
+            dir=plan.target.parent, prefix=f".{plan.target.name}.", suffix=".tmp"
+        )
+    except OSError as exc:
+        raise cannot_write(plan.target, exc) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

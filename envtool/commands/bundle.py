@@ -42,6 +42,8 @@ def cmd(
     else:
         raise UsageError("give NAME or --lock FILE", "e.g. `envtool bundle myenv -o myenv-bundle`")
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o {out_dir}: not a directory", "pick a new directory")
     if out.exists() and any(out.iterdir()) and not (out / "conda-lock.yml").exists():
         raise UsageError(
             f"-o {out_dir}: directory exists and is not a bundle", "pick a new directory"
