@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO
@@ -116,14 +117,14 @@ def test_parse_job_id() -> None:
     assert parse_job_id("sbatch: error: invalid partition") is None
 
 
+def launch_slurm(cwd: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess:
+    """`envtool launch RANK_FILE --slurm ARGS` in a fresh process, in cwd."""
+    argv = [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", *args]
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, **kw)
+
+
 def test_slurm_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--nodes", "2"]
-        + ["--gpus-per-node", "4", "--dry-run", "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    proc = launch_slurm(tmp_path, "--nodes", "2", "--gpus-per-node", "4", "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert "#SBATCH --gpus-per-node=4" in data["script"]
@@ -131,25 +132,14 @@ def test_slurm_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> N
 
 
 def test_slurm_without_gpus_per_node_is_exit_2(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--nodes", "2"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    proc = launch_slurm(tmp_path, "--nodes", "2")
     assert proc.returncode == 2
     assert "--gpus-per-node" in proc.stderr
 
 
 def test_a_run_dir_that_is_a_file_is_exit_2(tmp_path: Path) -> None:
     (tmp_path / "runs").touch()
-    proc = subprocess.run(
-        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--nodes", "1"]
-        + ["--gpus-per-node", "1", "--run-dir", "runs"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    proc = launch_slurm(tmp_path, "--nodes", "1", "--gpus-per-node", "1", "--run-dir", "runs")
     assert proc.returncode == 2
     assert "cannot create the run folder" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -312,13 +302,18 @@ def test_a_cpu_job_runs_to_completion_on_a_real_slurm(
     slurm_cluster: dict[str, str], tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--cpu", "--nodes", "1"]
-        + ["--submit", "--json", "--", str(out), "--steps", "2"],
-        cwd=tmp_path,
+    proc = launch_slurm(
+        tmp_path,
+        "--cpu",
+        "--nodes",
+        "1",
+        "--submit",
+        "--json",
+        "--",
+        str(out),
+        "--steps",
+        "2",
         env={**slurm_cluster, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -337,12 +332,8 @@ def test_a_cpu_job_runs_to_completion_on_a_real_slurm(
 
 
 def test_gpus_reads_as_gpus_per_node_for_slurm(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--nodes", "2"]
-        + ["--gpus", "8", "--time", "01:00:00", "--partition", "gpu"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
+    proc = launch_slurm(
+        tmp_path, "--nodes", "2", "--gpus", "8", "--time", "01:00:00", "--partition", "gpu"
     )
     assert proc.returncode == 0, proc.stderr
     sbatch = next((tmp_path / "runs").glob("*/job.sbatch")).read_text()
@@ -361,12 +352,8 @@ def test_conda_activation_runs_its_hooks_before_strict_mode(tmp_path: Path) -> N
     (hooks / "cuda.sh").write_text(
         'export CUDA_LIKE_HOME="$CONDA_PREFIX/cuda"; : "$NOT_SET_ANYWHERE"\n'
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "envtool", "launch", RANK_FILE, "--slurm", "--cpu", "--nodes", "1"]
-        + ["--prefix", str(prefix), "--dry-run", "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
+    proc = launch_slurm(
+        tmp_path, "--cpu", "--nodes", "1", "--prefix", str(prefix), "--dry-run", "--json"
     )
     assert proc.returncode == 0, proc.stderr
     script = json.loads(proc.stdout)["script"]
