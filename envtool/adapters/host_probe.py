@@ -18,6 +18,7 @@ import glob
 import json
 import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,16 @@ def collect_host_raw(
     errors: list[str] = []
     raw[ENV_JSON] = json.dumps({k: env[k] for k in ENV_VARS if k in env}, indent=1, sort_keys=True)
 
+    # nvcc needs nothing from the driver probes: run it alongside them (doctor --fast latency).
+    cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if not cuda_home and os.path.isdir("/usr/local/cuda"):
+        cuda_home = "/usr/local/cuda"
+    nvcc = str(Path(cuda_home) / "bin" / "nvcc") if cuda_home else "nvcc"
+    if cuda_home and not os.path.exists(nvcc):
+        nvcc = "nvcc"
+    pool = ThreadPoolExecutor(max_workers=2)
+    nvcc_future = pool.submit(runner, [nvcc, "--version"], timeout=20.0, env=env)
+
     if nvml is _LOAD_PYNVML:
         nvml = _import_pynvml(errors)
     nvml_ok = False
@@ -129,13 +140,8 @@ def collect_host_raw(
         if res.ok:
             raw[TOPOLOGY] = res.stdout
 
-    cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
-    if not cuda_home and os.path.isdir("/usr/local/cuda"):
-        cuda_home = "/usr/local/cuda"
-    nvcc = str(Path(cuda_home) / "bin" / "nvcc") if cuda_home else "nvcc"
-    if cuda_home and not os.path.exists(nvcc):
-        nvcc = "nvcc"
-    res = runner([nvcc, "--version"], timeout=20.0, env=env)
+    res = nvcc_future.result()
+    pool.shutdown()
     if res.ok:
         raw[NVCC_VERSION] = res.stdout
 
