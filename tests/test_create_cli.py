@@ -10,8 +10,8 @@ import pytest
 from solve_scenarios import H200
 
 from envtool.adapters.rattler_solve import resolve_channel
-from envtool.commands.create import profiles_dir
 from envtool.core.spec import parse_environment_yml
+from envtool.locking import profiles_dir
 
 
 @pytest.fixture(scope="module")

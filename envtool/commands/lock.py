@@ -12,16 +12,16 @@ from typing import Any
 import click
 
 from envtool import __version__
-from envtool.commands.create import (
+from envtool.commands.create import project_dir_option
+from envtool.errors import DiagnosedFailure, UsageError
+from envtool.locking import (
     LockOutcome,
     env_paths,
     lock_environment,
-    project_dir_option,
     request_from_yml,
     stored_lock_options,
     summarize,
 )
-from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result, emit
 
 

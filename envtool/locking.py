@@ -1,0 +1,355 @@
+"""Lock an environment: request → plan → solve (py-rattler) → verify → conda-lock.yml.
+
+The work `envtool create` and `envtool lock` share; the two command modules only parse flags
+and render. Writes nothing unless the solution verifies (then atomically).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from envtool import __version__
+from envtool.core.facts import HostFacts
+from envtool.core.lockfile import compute_input_hash, parse_lock_stamp, plan_custom_metadata
+from envtool.core.plan import (
+    DEFAULT_CHANNELS,
+    NO_CUDA_PLATFORMS,
+    Plan,
+    Request,
+    render_plan,
+)
+from envtool.errors import DiagnosedFailure, UsageError
+from envtool.output import Result, note
+
+DEFAULT_PROFILE = "pytorch"
+_PLAIN_VERSION = re.compile(r"^(==?)?(\d+(?:\.\d+)*)(\.\*)?$")
+
+
+@dataclass
+class LockOutcome:
+    env_dir: Path
+    plan: Plan | None
+    input_hash: str
+    changed: bool  # False: inputs unchanged, nothing solved or written
+    written: bool
+    packages: dict[str, int]  # platform -> conda package count
+    pip: dict[str, int]
+
+
+def env_paths(name: str, directory: str | None) -> tuple[Path, Path, Path]:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise UsageError(f"{name!r}: not a valid environment name", "use letters, digits, . _ -")
+    env_dir = Path(directory or ".") / "environments" / name
+    return env_dir, env_dir / "environment.yml", env_dir / "conda-lock.yml"
+
+
+def profiles_dir() -> Path:
+    """Shipped profiles: envtool/_data/environments in a wheel, else the repo's environments/."""
+    from importlib import resources
+
+    packaged = resources.files("envtool").joinpath("_data", "environments")
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "environments"
+
+
+def read_profile(name: str) -> tuple[str, str]:
+    base = profiles_dir()
+    path = base / name / "environment.yml"
+    if not path.is_file():
+        known = (
+            sorted(p.name for p in base.iterdir() if (p / "environment.yml").is_file())
+            if base.is_dir()
+            else []
+        )
+        raise UsageError(
+            f"--profile {name}: no such profile",
+            f"use one of {', '.join(known) or '(none shipped)'}",
+        )
+    return path.read_text(), str(path)
+
+
+def infer_from_specs(specs: list[str]) -> dict[str, str]:
+    """What an environment file already asks for: torch version, CUDA, python (plain pins only)."""
+    from envtool.core.spec import parse_conda_spec
+    from envtool.core.versions import cuda_from_build_tag, major_minor
+
+    out: dict[str, str] = {}
+    for text in specs:
+        try:
+            s = parse_conda_spec(text)
+        except ValueError:
+            continue
+        m = _PLAIN_VERSION.match(s.version or "")
+        if s.name == "pytorch":
+            if m:
+                out["torch"] = m.group(2)
+            if s.build and "cpu" in s.build:
+                out["cuda"] = "cpu"
+            elif s.build and cuda_from_build_tag(s.build):
+                out["cuda"] = cuda_from_build_tag(s.build) or ""
+        elif s.name in ("cuda-version", "pytorch-cuda", "cudatoolkit") and m:
+            out["cuda"] = major_minor(m.group(2))
+            if s.name == "pytorch-cuda":
+                out.setdefault("flavor", "pytorch")
+        elif s.name == "python" and m:
+            out["python"] = major_minor(m.group(2))
+        elif s.name == "cpuonly" or (s.name == "pytorch-mutex" and s.build == "cpu"):
+            out["cuda"] = "cpu"
+    return out
+
+
+def probe_host_facts(request: Request) -> HostFacts | None:
+    """This host's driver and GPUs, unless --driver or --cuda cpu make them irrelevant."""
+    if request.cuda == "cpu" or (request.driver and request.gpus):
+        return None
+    try:
+        from envtool.adapters.host_probe import probe_host
+    except ImportError:
+        return HostFacts(no_driver_reason="host probe unavailable")
+    return probe_host()
+
+
+def lock_environment(
+    name: str,
+    env_yml_text: str,
+    source: str,
+    request: Request,
+    directory: str | None,
+    *,
+    write_yml: bool = True,
+    probe: bool = True,
+    dry_run: bool = False,
+    cache_dir: Path | None = None,
+) -> LockOutcome:
+    """Plan -> discover/solve -> verify -> pip -> write environment.yml + conda-lock.yml (atomically).
+
+    `request.conda_specs`/`pip_specs` come from `env_yml_text`; a failed solve or check writes nothing.
+    """
+    from envtool.adapters.rattler_solve import discover_plan_solve, read_channel_identity
+    from envtool.core.plan import check_request, plan_environment
+    from envtool.core.verify_solution import verify_solution
+
+    env_dir, yml_path, lock_path = env_paths(name, directory)
+    # re-locking a stored plan targets the stored CUDA, not whatever host runs the re-lock
+    host = probe_host_facts(request) if probe or request.cuda == "auto" else None
+    check_request(request, host)  # refuse impossible requests before touching a channel
+    channels = list(request.channels or DEFAULT_CHANNELS[request.flavor])
+    # the channel's own torch builds decide which CUDA versions exist (not a table)
+    discover = (
+        [p for p in request.platforms if p not in NO_CUDA_PLATFORMS] or None
+        if request.cuda != "cpu"
+        else None
+    )
+    if not dry_run:
+        from envtool.adapters.lock_io import preload_lock_writer
+
+        preload_lock_writer()
+    note(f"solving {name} for {', '.join(request.platforms)} …")
+    plan, solved = discover_plan_solve(
+        channels, discover, lambda builds: plan_environment(request, host, builds), cache_dir
+    )
+    for w in plan.warnings:
+        note(f"warning: {w}")
+    for n in plan.notes:
+        note(f"note: {n}")
+    problems = [p for pp in plan.platforms for p in verify_solution(pp, solved[pp.platform])]
+    if problems:
+        raise DiagnosedFailure(
+            "the solution is not what the plan asked for, nothing written: "
+            + "; ".join(f"{p.platform}: {p.message}" for p in problems),
+            "pin the CUDA runtime packages (cuda-version=X.Y), or pick another --cuda/--torch",
+        )
+    resolved = resolved_request(request, plan)
+    # create writes the request file; lock leaves the user's file (and its comments) alone
+    yml_text = (
+        render_request_yml(name, env_yml_text, source, plan, resolved)
+        if write_yml
+        else env_yml_text
+    )
+    pip_locked: dict[str, list[Any]] = {}
+    if plan.pip_specs:
+        from envtool.adapters.uv_pip import compile_pip
+
+        for pp in plan.platforms:
+            glibc = next((v for n, v, _ in pp.virtual_packages if n == "__glibc"), "2.28")
+            pip_locked[pp.platform] = compile_pip(
+                list(plan.pip_specs), solved[pp.platform], pp.platform, plan.python, glibc
+            )
+    options = resolved.options()
+    identity = read_channel_identity(list(plan.channels), list(request.platforms))
+    input_hash = compute_input_hash(yml_text, options, identity, __version__)
+    outcome = LockOutcome(
+        env_dir,
+        plan,
+        input_hash,
+        True,
+        False,
+        {p: len(v) for p, v in solved.items()},
+        {p: len(v) for p, v in pip_locked.items()},
+    )
+    if dry_run:
+        return outcome
+    from filelock import FileLock
+
+    from envtool.adapters.lock_io import write_lock, write_text_atomic
+
+    env_dir.mkdir(parents=True, exist_ok=True)
+    # two envtool processes on one environment write one after the other, never interleaved
+    with FileLock(write_lock_path(env_dir)):
+        write_lock(
+            lock_path,
+            solved,
+            pip_locked,
+            [resolve_for_lock(c) for c in plan.channels],
+            {pp.platform: input_hash for pp in plan.platforms},
+            plan_custom_metadata(plan, options, input_hash, __version__, solved_torch(solved)),
+            ["environment.yml"],
+        )
+        if not (yml_path.exists() and yml_path.read_text() == yml_text):
+            write_text_atomic(yml_path, yml_text)  # unchanged request: keep file and mtime
+    outcome.written = True
+    return outcome
+
+
+def write_lock_path(env_dir: Path) -> str:
+    """A lock file outside the project (so users never commit it), one per environment folder."""
+    import hashlib
+    import tempfile
+
+    key = hashlib.sha256(str(env_dir.resolve()).encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / f"envtool-write-{key}.lock")
+
+
+def solved_torch(solved: dict[str, list[Any]]) -> str:
+    """The pytorch version(s) the solve chose, e.g. '2.7.1' (or '2.7.1 linux-64, 2.7.0 win-64')."""
+    found = {
+        p: next((r.version for r in recs if r.name == "pytorch"), "") for p, recs in solved.items()
+    }
+    versions = sorted(set(found.values()))
+    if len(versions) == 1:
+        return versions[0]
+    return ", ".join(f"{v} {p}" for p, v in sorted(found.items()))
+
+
+def absolute_channel(channel: str) -> str:
+    """A local channel folder given relative to the current directory -> an absolute path, so the
+    stored request still points at it when `envtool lock` runs from elsewhere."""
+    if "://" not in channel and (
+        channel.startswith((".", "~")) or Path(channel).expanduser().is_dir()
+    ):
+        return str(Path(channel).expanduser().resolve())
+    return channel
+
+
+def resolve_for_lock(channel: str) -> str:
+    from envtool.adapters.rattler_solve import resolve_channel
+
+    return resolve_channel(channel)
+
+
+def resolved_request(request: Request, plan: Plan) -> Request:
+    """The request as re-locked later: `auto` replaced by the CUDA it resolved to on this host, so
+    `envtool lock` on another machine (or no GPU) re-solves the same target."""
+    any_cuda = any(p.cuda for p in plan.platforms)
+    return replace(
+        request, cuda=plan.cuda if any_cuda and plan.cuda else "cpu", channels=tuple(plan.channels)
+    )
+
+
+def render_request_yml(name: str, text: str, source: str, plan: Plan, request: Request) -> str:
+    """environment.yml for environments/NAME: the user's specs plus the plan's CUDA-forcing specs
+    (of the first CUDA platform), so plain `conda env create -f` asks for the same build."""
+    from envtool.core.spec import parse_conda_spec, parse_environment_yml, render_environment_yml
+
+    spec = parse_environment_yml(text, source)
+    primary = next((p for p in plan.platforms if p.cuda), plan.platforms[0])
+    spec.name = name
+    spec.channels = list(plan.channels)
+    spec.dependencies = [parse_conda_spec(s) for s in primary.specs]
+    spec.prefix = None
+    spec.platforms = list(request.platforms) if list(request.platforms) != ["linux-64"] else []
+    return render_environment_yml(spec)
+
+
+def request_from_yml(
+    text: str, source: str, flags: dict[str, Any], stored: dict[str, Any] | None = None
+) -> Request:
+    """Merge: explicit flags > what the file asks for > options stored in the previous lock > defaults."""
+    from envtool.core.spec import parse_environment_yml
+
+    spec = parse_environment_yml(text, source)
+    conda = [d.render() for d in spec.dependencies]
+    inferred = infer_from_specs(conda)
+    stored = stored or {}
+    merged: dict[str, Any] = {}
+    for key in ("cuda", "torch", "python", "flavor"):
+        merged[key] = flags.get(key) or inferred.get(key) or stored.get(key)
+    platforms = flags.get("platforms") or spec.platforms or stored.get("platforms") or ["linux-64"]
+    channels = flags.get("channels") or spec.channels or stored.get("channels") or []
+    return Request(
+        conda_specs=tuple(conda),
+        pip_specs=tuple(spec.pip),
+        cuda=merged["cuda"] or "auto",
+        torch=merged["torch"],
+        python=merged["python"],
+        flavor=merged["flavor"] or "conda-forge",
+        platforms=tuple(dict.fromkeys(platforms)),
+        channels=tuple(channels),
+        driver=flags.get("driver") or stored.get("driver"),
+        gpus=tuple(flags.get("gpus") or stored.get("gpus") or ()),
+        virtual_overrides=tuple(
+            tuple(p)
+            for p in (flags.get("virtual_overrides") or stored.get("virtual_overrides") or ())
+        ),
+    )
+
+
+def parse_virtual_overrides(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    out = []
+    for v in values:
+        name, sep, ver = v.partition("=")
+        if not sep or not name.startswith("__") or not ver:
+            raise UsageError(
+                f"--virtual-package {v}: expected NAME=VER", "e.g. --virtual-package __glibc=2.17"
+            )
+        out.append((name, ver))
+    return out
+
+
+def summarize(outcome: LockOutcome, name: str, command: str, dry_run: bool) -> Result:
+    plan = outcome.plan
+    data: dict[str, Any] = {
+        "name": name,
+        "env_dir": str(outcome.env_dir),
+        "changed": outcome.changed,
+        "written": outcome.written,
+        "dry_run": dry_run,
+        "input_hash": outcome.input_hash,
+        "packages": outcome.packages,
+        "pip_packages": outcome.pip,
+        "plan": plan.to_dict() if plan else None,
+    }
+    text = render_plan(plan) if plan else []
+    if not outcome.changed:
+        text.append(f"{name}: lock is up to date ({outcome.env_dir / 'conda-lock.yml'})")
+    elif outcome.written:
+        counts = ", ".join(f"{p}: {n} packages" for p, n in outcome.packages.items())
+        text.append(f"wrote {outcome.env_dir / 'environment.yml'} and conda-lock.yml ({counts})")
+    else:
+        text.append("dry run: nothing written")
+    return Result(command, data, text)
+
+
+def stored_lock_options(lock_path: Path) -> tuple[str | None, dict[str, Any] | None]:
+    """(input hash, stored plan options) from a lock, found without a YAML parser (fast no-op)."""
+    from envtool.core.lockfile import parse_lock_options
+
+    try:
+        text = lock_path.read_text()
+    except OSError:
+        return None, None
+    return parse_lock_stamp(text), parse_lock_options(text)
