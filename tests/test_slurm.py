@@ -367,3 +367,18 @@ def test_conda_activation_runs_its_hooks_before_strict_mode(tmp_path: Path) -> N
     )
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.strip() == f"{prefix}/cuda|{prefix}/bin"
+
+
+@pytest.mark.parametrize("value", ["30", "30:00", "02:00:00", "1-12", "1-12:00", "1-12:00:00"])
+def test_slurm_time_accepts_sbatch_formats(value: str) -> None:
+    from envtool.core.slurm import parse_slurm_time
+
+    assert parse_slurm_time(value) == value
+
+
+@pytest.mark.parametrize("value", ["abc", "2h", "1:2:3:4", "-5"])
+def test_slurm_time_rejects_what_sbatch_would(value: str) -> None:
+    from envtool.core.slurm import parse_slurm_time
+
+    with pytest.raises(ValueError, match="Slurm time limit"):
+        parse_slurm_time(value)

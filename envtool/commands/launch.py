@@ -328,7 +328,7 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         gpus_per_node=opts["gpus_per_node"],
         cpu=opts["cpu"],
         nproc=opts["nproc"],
-        time=opts["time_limit"],
+        time=_slurm_time(opts["time_limit"]),
         partition=opts["partition"],
         account=opts["account"],
         job_name=opts["job_name"] or script.stem,
@@ -371,3 +371,14 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     else:
         lines.append(f"submit with: sbatch {path}")
     return Result("launch", data=data, text=lines)
+
+
+def _slurm_time(value: str | None) -> str | None:
+    from envtool.core.slurm import parse_slurm_time
+
+    if value is None:
+        return None
+    try:
+        return parse_slurm_time(value)
+    except ValueError as exc:
+        raise UsageError(str(exc), "e.g. --time 02:00:00 or --time 1-12:00:00") from None

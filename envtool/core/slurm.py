@@ -51,6 +51,20 @@ def plan_nproc_per_node(req: SlurmRequest) -> int:
     return req.nproc or req.gpus_per_node or 1
 
 
+# sbatch --time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (and "infinite")
+_SLURM_TIME = re.compile(r"^(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2}|infinite|unlimited)$")
+
+
+def parse_slurm_time(text: str) -> str:
+    """Validate an sbatch --time value here, not minutes later when sbatch rejects the job."""
+    value = text.strip()
+    if not _SLURM_TIME.match(value):
+        raise ValueError(
+            f"--time {text!r} is not a Slurm time limit: use MM, HH:MM:SS or D-HH:MM:SS"
+        )
+    return value
+
+
 def render_sbatch(req: SlurmRequest) -> str:
     """The whole job script: #SBATCH header, activation, head-node discovery, one srun."""
     q = shlex.quote
