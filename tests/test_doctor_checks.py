@@ -328,6 +328,23 @@ def test_deep_matmul_catches_wrong_results_and_crashes():
     assert c.status == "fail" and "timed out" in c.summary
 
 
+def test_deep_matmul_reports_a_gpu_whose_matmul_raised():
+    """deep_script records a GPU whose matmul raised as {device, dtype, ok: False, error} with no
+    rel_error: the check must report it, not crash formatting the missing number."""
+    rows = [
+        {"device": "cuda:0", "dtype": "bfloat16", "rel_error": 1e-3, "ok": True, "tflops": 700.0},
+        {
+            "device": "cuda:1",
+            "dtype": "bfloat16",
+            "ok": False,
+            "error": "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+        },
+    ]
+    c = check_deep_matmul({"matmul": {"results": rows}})
+    assert c.status == "fail" and "cuda:1" in c.summary and "ECC" in c.summary
+    assert any("cuda:1 bfloat16: RuntimeError" in line for line in c.evidence)
+
+
 def test_deep_skips_without_gpus():
     checks = run_deep_checks(
         {"matmul": None, "allreduce": None, "skipped": "no GPU visible to torch"}

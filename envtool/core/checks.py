@@ -867,8 +867,9 @@ def check_deep_matmul(deep: dict[str, Any]) -> Check:
         return Check(cid, SKIP, "no matmul results", [])
     ev = []
     for r in rows:
-        line = f"{r.get('device')} {r.get('name', '')} {r.get('dtype')}: rel error {r.get('rel_error', '?'):.2e}"
-        if "rel_error" not in r:
+        if "rel_error" in r:
+            line = f"{r.get('device')} {r.get('name', '')} {r.get('dtype')}: rel error {r['rel_error']:.2e}"
+        else:  # the matmul itself raised on this GPU: the row carries only the error
             line = f"{r.get('device')} {r.get('dtype')}: {r.get('error', 'no result')}"
         if r.get("tflops") is not None:
             line += f", {r['tflops']} TFLOP/s"
