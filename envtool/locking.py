@@ -21,7 +21,7 @@ from envtool.core.plan import (
     Request,
     render_plan,
 )
-from envtool.errors import DiagnosedFailure, UsageError
+from envtool.errors import DiagnosedFailure, UsageError, cannot_write
 from envtool.output import Result, note
 
 DEFAULT_PROFILE = "pytorch"
@@ -197,7 +197,10 @@ def lock_environment(
 
     from envtool.adapters.lock_io import write_lock, write_text_atomic
 
-    env_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        env_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(env_dir, exc) from None
     # two envtool processes on one environment write one after the other, never interleaved
     with FileLock(write_lock_path(env_dir)):
         write_lock(

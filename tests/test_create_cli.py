@@ -49,6 +49,14 @@ def test_impossible_or_bad_requests_exit_2_with_one_line(args, message, run_cli,
     assert not (tmp_path / "environments").exists()
 
 
+def test_binary_file_given_to_f_is_a_usage_error(run_cli, tmp_path) -> None:
+    (tmp_path / "env.yml").write_bytes(b"\xff\xfe\x00binary")
+    rc, _, err = run_cli(["create", "x", "--no-install", "-f", "env.yml"], tmp_path)
+    assert rc == 2
+    assert "-f env.yml: not a UTF-8 text file" in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.integration
 def test_pair_never_built_lists_real_builds(conda_forge, run_cli, tmp_path) -> None:
     rc, _, err = run_cli(
@@ -90,6 +98,18 @@ def test_dry_run_prints_the_plan_and_writes_nothing(conda_forge, run_cli, tmp_pa
     assert rc == 0, err
     assert "CUDA 12.6" in out and "pytorch * cuda126*" in out and "nothing written" in out
     assert not (tmp_path / "environments").exists()
+
+
+@pytest.mark.integration
+def test_unwritable_project_folder_is_a_usage_error(conda_forge, run_cli, tmp_path) -> None:
+    (tmp_path / "environments").write_text("a file where the folder should be\n")
+    rc, _, err = run_cli(
+        ["create", "x", "--no-install", "--cuda", "12.6", "--channel", conda_forge, *H200],
+        tmp_path,
+    )
+    assert rc == 2
+    assert "cannot write environments/x" in err and "pick a writable path" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.integration

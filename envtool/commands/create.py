@@ -110,10 +110,15 @@ def cmd(
         raise UsageError("give -f FILE or --profile, not both", "pick one starting point")
     if file_:
         try:
-            text, source = Path(file_).read_text(), file_
+            text, source = Path(file_).read_text(encoding="utf-8"), file_
         except OSError as exc:
             raise UsageError(
                 f"-f {file_}: cannot read ({exc.strerror})", "pass an existing environment.yml"
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(
+                f"-f {file_}: not a UTF-8 text file ({exc.reason} at byte {exc.start})",
+                "pass an environment.yml (YAML text)",
             ) from None
     else:
         text, source = read_profile(profile or DEFAULT_PROFILE)
