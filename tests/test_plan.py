@@ -118,6 +118,16 @@ def test_unknown_cuda_version_lists_known_ones() -> None:
     assert "12.7" in err.value.message and "12.6, 12.8" in (err.value.hint or "")
 
 
+@pytest.mark.parametrize(
+    ("field", "flag", "example"), [("driver", "--driver", "535.54.03"), ("torch", "--torch", "2.5")]
+)
+def test_bad_driver_or_torch_version_hint_names_a_value_of_that_kind(field, flag, example) -> None:
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(cuda="12.6", **{field: "abc"}), None)
+    assert err.value.message == f"{flag} abc: not a version"
+    assert err.value.hint == f"e.g. {flag} {example}"
+
+
 def test_conda_forge_cuda_plan_forces_a_cuda_build() -> None:
     plan = plan_environment(Request(cuda="12.6", torch="2.7"), None, None)
     specs = plan.platforms[0].specs

@@ -273,12 +273,17 @@ def check_request(request: Request, host: HostFacts | None = None) -> None:
                 f"--cuda {request.cuda}: not a known CUDA version",
                 f"use auto, cpu or one of {known}",
             )
-    for value, flag in ((request.driver, "--driver"), (request.torch, "--torch")):
+    for value, flag, example in (
+        (request.driver, "--driver", "535.54.03"),
+        (request.torch, "--torch", "2.5"),
+    ):
         if value is not None:
             try:
                 parse_version(value)
             except ValueError:
-                raise UsageError(f"{flag} {value}: not a version", f"e.g. {flag} 2.5") from None
+                raise UsageError(
+                    f"{flag} {value}: not a version", f"e.g. {flag} {example}"
+                ) from None
     for g in request.gpus:
         try:
             cu.capability_to_arch(g)
