@@ -356,6 +356,22 @@ def test_replay_t4_driver_515_with_cu121_torch(fixtures, tmp_path):
     assert failing(checks) == ["driver-vs-torch-cuda"]
 
 
+@pytest.mark.parametrize(
+    ("env_json", "host_json"),
+    [("[]", "{}"), ('{"torch": "2.1.0"}', "{}"), ("{}", "[]"), ("{}", '{"gpus": ["H100"]}')],
+)
+def test_replay_of_json_that_is_not_facts_is_a_usage_error(tmp_path, env_json, host_json):
+    """env.json/host.json holding valid JSON of the wrong shape: exit 2 naming the file."""
+    from envtool.commands.doctor import read_replay
+    from envtool.errors import UsageError
+
+    (tmp_path / "env.json").write_text(env_json)
+    (tmp_path / "host.json").write_text(host_json)
+    with pytest.raises(UsageError) as err:
+        read_replay(tmp_path)
+    assert "--replay" in err.value.message and "re-record" in (err.value.hint or "")
+
+
 def test_replay_mig_h100_warns_about_mig(fixtures, tmp_path):
     # nvidia-smi/extracted/linux-x86_64__nvidia-h100-mig__590.48.01/idle__q.txt: MIG on, 4 instances
     from envtool.commands.doctor import read_replay

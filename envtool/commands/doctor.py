@@ -128,7 +128,7 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
         )
     try:
         env = EnvFacts.from_dict(json.loads(env_path.read_text()))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, AttributeError) as exc:  # AttributeError: not a JSON object
         raise UsageError(
             f"--replay {env_path}: not valid EnvFacts JSON ({exc})",
             "re-record with `envtool doctor --record DIR`",
@@ -141,7 +141,7 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
     else:
         try:
             host = HostFacts.from_dict(json.loads((directory / "host.json").read_text()))
-        except (ValueError, TypeError, OSError) as exc:
+        except (ValueError, TypeError, AttributeError, OSError) as exc:
             raise UsageError(
                 f"--replay {directory}/host.json: unreadable ({exc})",
                 "re-record with `envtool doctor --record DIR`",
