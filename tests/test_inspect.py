@@ -191,6 +191,15 @@ def test_pytorch_channel_pair_never_built() -> None:
     ]
 
 
+def test_pytorch_channel_given_as_a_url_is_the_pytorch_channel() -> None:
+    specs = ["cudatoolkit=11.3", "pytorch=1.13.1"]
+    by_name = _ask(_env(specs, channels=("pytorch", "defaults")))
+    by_url = _ask(_env(specs, channels=("https://conda.anaconda.org/pytorch/", "defaults")))
+    assert by_url.via == by_name.via == "cudatoolkit (pytorch channel)"
+    assert by_url.problems == by_name.problems
+    assert any("selects CUDA with pytorch-cuda" in p for p in by_url.problems)
+
+
 def test_cpuonly_with_cuda_ask() -> None:
     ask = _ask(
         _env(["pytorch=2.1", "cpuonly", "pytorch-cuda=11.8"], channels=("pytorch", "nvidia"))

@@ -113,7 +113,7 @@ def _torch_channel(env: EnvSpec, torch: CondaSpec | None) -> str | None:
     channel that publishes pytorch (channel priority puts it ahead of later ones)."""
     if torch is not None and torch.channel:
         return torch.channel
-    for name in env.channels:
+    for name in _channel_names(env):  # https://conda.anaconda.org/pytorch counts as pytorch
         if name in (*_PYTORCH_CHANNELS, "conda-forge", "defaults", "anaconda", "main"):
             return name
     return None
