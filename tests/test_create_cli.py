@@ -210,6 +210,19 @@ def test_lock_check_without_lock_is_stale(run_cli, tmp_path) -> None:
     assert rc == 1 and "missing" in err
 
 
+def test_lock_of_a_non_utf8_environment_yml_is_a_usage_error(run_cli, tmp_path) -> None:
+    env = tmp_path / "environments" / "latin1"
+    env.mkdir(parents=True)
+    (env / "environment.yml").write_bytes(
+        "# caf\u00e9\ndependencies:\n  - pytorch\n".encode("latin-1")
+    )
+    for extra in ([], ["--check"]):
+        rc, _, err = run_cli(["lock", "latin1", *extra], tmp_path)
+        assert rc == 2
+        assert "environment.yml: not a UTF-8 text file" in err
+        assert "Traceback" not in err
+
+
 def test_shipped_profiles_parse_and_ask_for_pytorch() -> None:
     names = sorted(p.name for p in profiles_dir().iterdir() if (p / "environment.yml").is_file())
     assert names == ["ddp", "fsdp", "lm", "pytorch"]

@@ -58,11 +58,16 @@ def cmd(
     """Re-lock environments/NAME from its environment.yml (no-op when nothing changed)."""
     env_dir, yml_path, lock_path = env_paths(name, directory)
     try:
-        yml_text = yml_path.read_text()
+        yml_text = yml_path.read_text(encoding="utf-8")
     except OSError:
         raise UsageError(
             f"{yml_path}: no environment.yml",
             f"create it with `envtool create {name} --no-install`",
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{yml_path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})",
+            "save it as UTF-8",
         ) from None
     stamp, stored = stored_lock_options(lock_path)
     fresh = False
