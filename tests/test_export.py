@@ -91,6 +91,19 @@ def test_export_pins_pangeo_cuda129_lock(fixtures, tmp_path, monkeypatch, run_cl
     assert exported.channels == ["conda-forge", "nodefaults"]
 
 
+def test_non_utf8_request_beside_the_lock_is_a_usage_error(
+    fixtures, tmp_path, monkeypatch, run_cli
+) -> None:
+    folder = _project(fixtures, tmp_path, *LOCKS[2])
+    (folder / "environment.yml").write_bytes(
+        "# caf\u00e9\ndependencies: [pytorch]\n".encode("latin-1")
+    )
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["export", "demo"])
+    assert code == 2
+    assert "environment.yml: not a UTF-8 text file" in err and "Traceback" not in err
+
+
 def test_export_drops_platform_specific_packages_and_warns(
     fixtures, tmp_path, monkeypatch, run_cli
 ) -> None:

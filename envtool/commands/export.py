@@ -28,7 +28,7 @@ def read_request(lock_path: Path, sources: list[str]) -> EnvSpec | None:
         note(f"warning: the lock was solved from more files than are here; missing: {missing}")
     if not found:
         found = [p for p in (lock_path.parent / n for n in REQUEST_NAMES) if p.is_file()][:1]
-    specs = [parse_environment_yml(p.read_text(encoding="utf-8"), str(p)) for p in found]
+    specs = [parse_environment_yml(_read_text(p), str(p)) for p in found]
     if not specs:
         return None
     merged = specs[0]
@@ -38,6 +38,15 @@ def read_request(lock_path: Path, sources: list[str]) -> EnvSpec | None:
         merged.channels += [c for c in extra.channels if c not in merged.channels]
         merged.pip += [p for p in extra.pip if p not in merged.pip]
     return merged
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})", "save it as UTF-8"
+        ) from None
 
 
 def run_export(
