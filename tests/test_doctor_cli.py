@@ -4,6 +4,7 @@ through the real torchrun path, and exit codes 0/1/2."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -283,6 +284,36 @@ def test_interrupted_install_is_a_failure(tmp_path: Path):
     assert checks["install-state"]["fix"] == "envtool install NAME"
     assert checks["torch-present"]["summary"] == "torch is not installed in this environment"
     assert json.loads(proc.stdout)["checks"][0]["id"] == "install-state"  # the headline cause
+
+
+def test_hung_torchrun_is_killed_with_workers_in_their_own_sessions(tmp_path: Path):
+    """torchrun starts each worker with start_new_session=True: out of reach of the group kill,
+    and holding the output pipes, so the time-out must find and kill them too (not wait)."""
+    import os
+    import time
+
+    pidfile = tmp_path / "worker.pid"
+    code = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen(['sleep', '30'], start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(120)\n"
+    )
+    started = time.monotonic()
+    res = deep_adapter.run_group([sys.executable, "-c", code], timeout=3)
+    elapsed = time.monotonic() - started
+    worker = int(pidfile.read_text())
+    try:
+        assert res.timed_out and res.returncode is None
+        assert elapsed < 20, f"run_group waited {elapsed:.0f}s for the orphaned worker"
+        try:
+            with open(f"/proc/{worker}/stat") as f:
+                assert f.read().split()[2] == "Z", "the worker outlived the timed-out launcher"
+        except FileNotFoundError:
+            pass
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, 9)
 
 
 def test_hung_torchrun_is_killed_with_its_workers(tmp_path: Path):

@@ -13,11 +13,13 @@ import os
 import signal
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from envtool.adapters.proc import ProcResult, Runner
+from envtool.core.launch_plan import RUN_MARKER_VAR
 
 DEEP_SCRIPT = Path(__file__).with_name("deep_script.py")
 
@@ -61,7 +63,15 @@ def run_group(
     argv: list[str], timeout: float = 300.0, env: Mapping[str, str] | None = None
 ) -> ProcResult:
     """run_capture for torchrun: its own process group, so a hung all-reduce is ended with all
-    its worker processes (killing torchrun alone would orphan workers that hold the GPUs)."""
+    its worker processes (killing torchrun alone would orphan workers that hold the GPUs).
+    torchrun starts each worker in a session of its own, out of the group's reach, so every
+    process also carries a marker in its environment and a time-out kills those found by it
+    (they hold our output pipes too: left alive, reading the output would wait on them)."""
+    from envtool.adapters.launcher import kill_marked
+
+    run_id = f"deep-{os.getpid()}-{uuid.uuid4().hex}"
+    child_env = dict(os.environ if env is None else env)
+    child_env[RUN_MARKER_VAR] = run_id
     try:
         proc = subprocess.Popen(
             argv,
@@ -69,7 +79,7 @@ def run_group(
             stderr=subprocess.PIPE,
             text=True,
             errors="replace",
-            env=dict(env) if env is not None else None,
+            env=child_env,
             start_new_session=True,
         )
     except (FileNotFoundError, PermissionError) as exc:
@@ -79,6 +89,7 @@ def run_group(
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        kill_marked(run_id)  # workers in sessions of their own
         out, err = proc.communicate()
         return ProcResult(tuple(argv), None, out, err, timed_out=True)
     return ProcResult(tuple(argv), proc.returncode, out, err)
