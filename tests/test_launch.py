@@ -5,6 +5,7 @@ The torchrun test pattern: every rank writes a file named after its RANK; assert
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -486,3 +487,48 @@ def test_a_conda_prefix_is_activated_for_every_rank(tmp_path: Path) -> None:
     assert manifest["env_prefix"] == str(prefix)
     assert manifest["torch_version"].startswith("2.13")
     assert manifest["python"] == str(prefix / "bin" / "python")
+
+
+def test_a_failing_on_started_leaves_no_process_running(tmp_path: Path) -> None:
+    """If gathering the manifest facts fails while the run is starting, the error propagates
+    and torchrun and its workers (in sessions of their own) are stopped, not left unwatched."""
+    from envtool.adapters.launcher import apply_launch
+    from envtool.core.launch_plan import LaunchPlan
+
+    run_id = "test-" + uuid.uuid4().hex
+    pidfile = tmp_path / "worker.pid"
+    code = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(60)\n"
+    )
+    plan = LaunchPlan(
+        argv=[sys.executable, "-c", code],
+        env_add={"ENVTOOL_RUN_ID": run_id},
+        run_id=run_id,
+        run_dir=str(tmp_path / "run"),
+        log_dir=str(tmp_path / "run" / "logs"),
+        backend="gloo",
+        nproc_per_node=1,
+        nnodes=1,
+        node_rank=None,
+        rendezvous={},
+    )
+
+    def failing() -> None:
+        deadline = time.monotonic() + 20
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise OSError(28, "No space left on device")
+
+    try:
+        with pytest.raises(OSError):
+            apply_launch(plan, dict(os.environ), console=io.BytesIO(), on_started=failing)
+        deadline = time.monotonic() + 10
+        while pids_with_environ(f"ENVTOOL_RUN_ID={run_id}".encode()):
+            assert time.monotonic() < deadline, "the run kept going after apply_launch failed"
+            time.sleep(0.1)
+    finally:
+        kill_marked(run_id)

@@ -173,16 +173,22 @@ def apply_launch(
             start_new_session=True,  # the terminal's Ctrl-C reaches envtool only; we forward it
         )
         pid.append(proc.pid)
-        if received:  # a signal that came while torchrun was being started
-            _signal_group(proc.pid, received[0])
-        launcher_log = run_dir / "launcher.log"
-        copier = threading.Thread(
-            target=_copy_stream, args=(proc.stderr, console, launcher_log), daemon=True
-        )
-        copier.start()
-        if on_started is not None:
-            on_started()
-        code = _wait(proc, received, grace)
+        try:
+            if received:  # a signal that came while torchrun was being started
+                _signal_group(proc.pid, received[0])
+            launcher_log = run_dir / "launcher.log"
+            copier = threading.Thread(
+                target=_copy_stream, args=(proc.stderr, console, launcher_log), daemon=True
+            )
+            copier.start()
+            if on_started is not None:
+                on_started()
+            code = _wait(proc, received, grace)
+        except BaseException:  # e.g. on_started failed: never leave the run going unwatched
+            _signal_group(proc.pid, signal.SIGKILL)
+            kill_marked(plan.run_id)
+            proc.wait()
+            raise
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
