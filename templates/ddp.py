@@ -199,6 +199,21 @@ def load_checkpoint(path: Path, model, optimizer, use_cuda: bool) -> dict:
     return {k: ckpt[k] for k in ("step", "epoch", "batch_in_epoch")}
 
 
+def check_resume_agrees(resuming: bool, path: Path, world_size: int, group) -> None:
+    """Every rank must start from the same step: a checkpoint only some ranks can see (rank 0
+    wrote it to a node-local --out-dir) would have them run different numbers of steps, and
+    then wait forever in a collective the others skip. Stop all of them with the reason."""
+    if world_size == 1:
+        return
+    seen = torch.tensor([1 if resuming else 0])
+    dist.all_reduce(seen, group=group)
+    if 0 < int(seen.item()) < world_size:
+        raise SystemExit(
+            f"{path} exists for {int(seen.item())} of {world_size} ranks only: put --out-dir "
+            "(or --resume) on a filesystem every node shares"
+        )
+
+
 # --- SIGNALS ---
 STOP = {"signal": None}
 
@@ -266,7 +281,9 @@ def main(argv: list[str] | None = None) -> None:
         if cfg.resume not in ("auto", "never") and not resume_path.is_file():
             raise SystemExit(f"--resume {cfg.resume}: no such checkpoint")
         train_state = {"step": 0, "epoch": 0, "batch_in_epoch": 0}
-        if cfg.resume != "never" and resume_path.is_file():
+        resuming = cfg.resume != "never" and resume_path.is_file()
+        check_resume_agrees(resuming, resume_path, world_size, flag_group)
+        if resuming:
             train_state = load_checkpoint(resume_path, raw_model, optimizer, use_cuda)
             if master:
                 print(f"resumed from {resume_path} at step {train_state['step']}", flush=True)

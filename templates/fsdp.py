@@ -353,6 +353,21 @@ def load_checkpoint(step_dir: Path, model, optimizer, use_cuda: bool) -> dict:
     return {k: extra[k] for k in ("step", "epoch", "batch_in_epoch")}
 
 
+def check_resume_agrees(resuming: bool, path: Path, world_size: int, group) -> None:
+    """Every rank must start from the same step: a checkpoint only some ranks can see (a
+    node-local --out-dir) would have them load and run different steps, and then wait forever
+    in a collective the others skip. Stop all of them with the reason."""
+    if world_size == 1:
+        return
+    seen = torch.tensor([1 if resuming else 0])
+    dist.all_reduce(seen, group=group)
+    if 0 < int(seen.item()) < world_size:
+        raise SystemExit(
+            f"{path} exists for {int(seen.item())} of {world_size} ranks only: put --out-dir "
+            "(or --resume) on a filesystem every node shares"
+        )
+
+
 # --- SIGNALS ---
 STOP = {"signal": None}
 
@@ -435,6 +450,9 @@ def main(argv: list[str] | None = None) -> None:
         out_dir = Path(cfg.out_dir)
         train_state = {"step": 0, "epoch": 0, "batch_in_epoch": 0}
         step_dir = find_checkpoint(cfg)
+        check_resume_agrees(
+            step_dir is not None, step_dir or out_dir / "latest", world_size, flag_group
+        )
         if step_dir is not None:
             train_state = load_checkpoint(step_dir, model, optimizer, use_cuda)
             if master:

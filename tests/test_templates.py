@@ -4,6 +4,7 @@ SIGTERM (Slurm preemption) and single-process runs. Tiny models, OMP_NUM_THREADS
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import re
@@ -247,3 +248,52 @@ def test_lm_trains_on_a_text_file_as_bytes(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2  # a usage error naming the file, not a traceback
     assert "missing.txt" in proc.stderr and "Traceback" not in proc.stderr
+
+
+HIDE_FROM_RANK_1 = """\
+import os, pathlib, runpy, sys
+hide, script = sys.argv.pop(1), sys.argv.pop(1)
+if os.environ.get("RANK") == "1":  # a node that cannot see the checkpoint rank 0 wrote
+    is_file = pathlib.Path.is_file
+    pathlib.Path.is_file = lambda self, *a, **k: self.name != hide and is_file(self, *a, **k)
+sys.argv[0] = script
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_a_checkpoint_only_some_ranks_see_stops_every_rank_instead_of_hanging(
+    name: str, tmp_path: Path
+) -> None:
+    """rank 0 wrote --out-dir on a node-local disk: on restart only its node finds the
+    checkpoint. Ranks resuming at different steps would hang in a collective the others skip;
+    all of them must stop with the reason instead."""
+    from envtool.adapters.launcher import pids_with_environ
+
+    first = torchrun(name, ["--max-steps", "2"], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    wrapper = tmp_path / "hide.py"
+    wrapper.write_text(HIDE_FROM_RANK_1)
+    hide = "latest" if name == "fsdp" else "ckpt.pt"
+    marker = f"ENVTOOL_TEST_MARKER=resume-{os.getpid()}-{name}"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    argv += [str(wrapper), hide, str(template(name)), *TINY[name], *COMMON, "--max-steps", "4"]
+    env = {**child_env(), marker.split("=")[0]: marker.split("=")[1]}
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the ranks hung: one resumed, the other started from step 0")
+    finally:
+        for pid in pids_with_environ(marker.encode()):  # workers live in their own sessions
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0, out
+    assert "of 2 ranks only" in err, err[-3000:]
+    assert "RESULT " not in out
