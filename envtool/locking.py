@@ -103,7 +103,7 @@ def infer_from_specs(specs: list[str]) -> dict[str, str]:
 
 
 def probe_host_facts(request: Request) -> HostFacts | None:
-    """This host's driver and GPUs, unless --driver or --cuda cpu make them irrelevant."""
+    """This host's driver and GPUs, unless --cuda cpu or --driver with --gpu make them irrelevant."""
     if request.cuda == "cpu" or (request.driver and request.gpus):
         return None
     try:

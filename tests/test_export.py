@@ -354,3 +354,11 @@ def test_export_without_request_uses_the_locks_top_level_packages(
     names = [d.name for d in exported.dependencies]
     assert "pytorch" in names and not any(n in needed and n != "pytorch" for n in names)
     assert exported.find("pytorch")[0].render() == "pytorch=1.13.1=*cuda112*"
+
+
+def test_a_lock_that_is_not_text_is_a_usage_error(tmp_path, run_cli) -> None:
+    lock = tmp_path / "conda-lock.yml"
+    lock.write_bytes(b"version: 1\n\xff\xfe\x00garbage")
+    code, _, err = run_cli(["export", "--lock", str(lock)])
+    assert code == 2
+    assert "cannot read the lock" in err and "Traceback" not in err

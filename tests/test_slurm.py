@@ -382,3 +382,10 @@ def test_slurm_time_rejects_what_sbatch_would(value: str) -> None:
 
     with pytest.raises(ValueError, match="Slurm time limit"):
         parse_slurm_time(value)
+
+
+def test_output_path_with_spaces_is_quoted_plain_one_unchanged() -> None:
+    plain = render_sbatch(slurm_req())
+    assert "#SBATCH --output=/proj/runs/r1/slurm-%j.out\n" in plain
+    spaced = render_sbatch(slurm_req(run_dir="/proj/my runs/r1"))
+    assert "#SBATCH --output='/proj/my runs/r1/slurm-%j.out'\n" in spaced

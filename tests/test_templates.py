@@ -206,7 +206,7 @@ def test_sigterm_under_torchrun_all_ranks_stop_and_save_a_sharded_checkpoint(
 ) -> None:
     """Slurm preemption of an FSDP job: torchrun forwards SIGTERM to both ranks, they agree
     (all-reduced flag), write a DCP checkpoint and exit 0. torchrun itself then exits non-zero:
-    it reports that it was signalled (documented in docs/readme/templates.md)."""
+    it reports that it was signalled (documented in README.md)."""
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     argv += [str(template("fsdp")), *TINY["fsdp"], *COMMON, "--max-steps", "100000"]
     _code, out = run_until_step_then_sigterm(argv, tmp_path)

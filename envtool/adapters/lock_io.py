@@ -168,7 +168,7 @@ def read_lock_model(path: Path) -> Any:
         raise UsageError(
             f"{path}: no such lock file", "pass the path of a conda-lock.yml"
         ) from None
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UsageError(f"{path}: cannot read the lock ({exc})", "check the file") from None
     if not isinstance(content, dict) or content.get("version") not in (1, 2):
         raise UsageError(

@@ -17,8 +17,8 @@ REQUEST_NAMES = ("environment.yml", "environment.yaml")
 
 
 def read_request(lock_path: Path, sources: list[str]) -> EnvSpec | None:
-    """The request the lock was solved from: environment.yml beside the lock, else the files in
-    the lock's metadata.sources (merged, as conda-lock merges them), else None."""
+    """The request the lock was solved from: the files in the lock's metadata.sources (merged, as
+    conda-lock merges them), else environment.yml beside the lock, else None."""
     from envtool.core.spec import parse_environment_yml
 
     listed = [lock_path.parent / s for s in sources]

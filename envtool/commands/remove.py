@@ -17,7 +17,7 @@ from envtool.output import Result, emit, note
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json: bool) -> None:
     """Remove an environment. Refuses directories that are not conda environments."""
-    from envtool.adapters.install_state import env_lock_path, hold_env_lock
+    from envtool.adapters.install_state import hold_env_lock
     from envtool.adapters.locate import env_prefix, looks_like_env
     from envtool.errors import UsageError
 
@@ -37,6 +37,7 @@ def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json:
         raise UsageError("not removed", "pass --yes to remove without asking")
     with hold_env_lock(target, target.name, on_wait=note):
         shutil.rmtree(target)
-    env_lock_path(target).unlink(missing_ok=True)
+    # The lock file stays: deleting it would let a process already waiting on the old file and a
+    # newcomer on a fresh one both "hold" the lock (filelock's documented pitfall).
     data["removed"] = True
     emit(Result("remove", data, [f"removed {target}"]), as_json)

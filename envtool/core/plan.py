@@ -2,7 +2,7 @@
 virtual packages per platform. Pure: no I/O, no rattler. An impossible request is refused here,
 before anything is solved.
 
-Rule for `--cuda auto` (stated in docs/readme/create-lock.md):
+Rule for `--cuda auto` (stated in README.md):
   no driver (and no --driver) -> CPU, with a note.
   otherwise, among the CUDA versions torch was built for (conda-forge: discovered from the
   channel's repodata; pytorch flavor: PyTorch's official table), drop those the driver cannot run

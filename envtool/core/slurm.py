@@ -1,6 +1,6 @@
 """Render a Slurm batch script that runs one torchrun launcher per node. Pure: text in, text out.
 
-Choices (documented in docs/readme/launch.md):
+Choices (documented in README.md):
 - `--ntasks-per-node=1`: one torchrun per node; torchrun starts the node's ranks.
 - c10d rendezvous on the first node of the allocation, run id = $SLURM_JOB_ID, so nodes join in
   any order and --max-restarts can re-form the group. The port is derived from the job id, so
@@ -88,7 +88,7 @@ def render_sbatch(req: SlurmRequest) -> str:
         lines.append(f"#SBATCH --account={req.account}")
     lines += [
         f"#SBATCH --signal=TERM@{SIGNAL_LEAD_SECONDS}",
-        f"#SBATCH --output={req.run_dir}/slurm-%j.out",
+        f"#SBATCH --output={shlex.quote(req.run_dir + '/slurm-%j.out')}",
         "",
         "# the environment, as `conda activate` / a venv's activate would set it",
         "# (before `set -u`: activation scripts of CUDA packages read unset variables)",
