@@ -106,10 +106,8 @@ def probe_host_facts(request: Request) -> HostFacts | None:
     """This host's driver and GPUs, unless --cuda cpu or --driver with --gpu make them irrelevant."""
     if request.cuda == "cpu" or (request.driver and request.gpus):
         return None
-    try:
-        from envtool.adapters.host_probe import probe_host
-    except ImportError:
-        return HostFacts(no_driver_reason="host probe unavailable")
+    from envtool.adapters.host_probe import probe_host
+
     return probe_host()
 
 

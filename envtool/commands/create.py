@@ -137,11 +137,9 @@ def cmd(
     outcome = lock_environment(name, text, source, request, directory, dry_run=dry_run)
     result = summarize(outcome, name, "create", dry_run)
     if not dry_run and not no_install:
-        try:
-            from envtool.adapters.installer import install_from_lock
-            from envtool.adapters.locate import envs_dir
-        except ImportError:
-            raise UsageError("install is not available yet", "use --no-install") from None
+        from envtool.adapters.installer import install_from_lock
+        from envtool.adapters.locate import envs_dir
+
         target = Path(prefix) if prefix else envs_dir() / name
         report = install_from_lock(outcome.env_dir / "conda-lock.yml", target)
         result.data["install"] = report.to_dict()

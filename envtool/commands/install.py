@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from envtool.errors import UsageError
-from envtool.output import Result, emit, note
+from envtool.output import Result, emit
 
 
 def plan_host_check(meta: dict[str, str], platform: str, host: Any) -> list[tuple[str, str]]:
@@ -68,12 +68,9 @@ def _locked_cuda(meta: dict[str, str], platform: str) -> str | None:
 
 
 def check_host(meta: dict[str, str], platform: str) -> None:
-    """Probe the host (another helper's adapter; skipped with a note if it is absent)."""
-    try:
-        from envtool.adapters.host_probe import probe_host
-    except ImportError:
-        note("note: host probe not available; skipping the driver/GPU check")
-        return
+    """Probe the host; a driver or GPU that cannot run the locked build is a UsageError."""
+    from envtool.adapters.host_probe import probe_host
+
     problems = plan_host_check(meta, platform, probe_host())
     if problems:
         problem, fix = problems[0]

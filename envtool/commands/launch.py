@@ -241,26 +241,14 @@ def preflight_torch(target: Any) -> str | None:
 
 def probe_host_summary() -> dict[str, Any]:
     """Driver, GPU names and how many GPUs ranks can see (after CUDA_VISIBLE_DEVICES)."""
-    gpus: list[str] = []
-    driver = None
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    try:
-        from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.host_probe import probe_host
 
-        host = probe_host()
-        driver = host.driver_version
-        gpus = [g.name for g in host.gpus]
-        cvd = host.cuda_visible_devices if host.cuda_visible_devices is not None else cvd
-    except ImportError:  # host probe not built yet: nvidia-smi -L is enough to count
-        from envtool.adapters.proc import run_capture
-
-        res = run_capture(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], timeout=10.0
-        )
-        if res.ok:
-            rows = [r.split(",") for r in res.stdout.strip().splitlines() if r.strip()]
-            gpus = [r[0].strip() for r in rows]
-            driver = rows[0][1].strip() if rows and len(rows[0]) > 1 else None
+    host = probe_host()
+    driver = host.driver_version
+    gpus = [g.name for g in host.gpus]
+    cvd = host.cuda_visible_devices
+    if cvd is None:
+        cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible = len(gpus)
     if cvd is not None:
         entries = [e for e in cvd.split(",") if e.strip() and e.strip() != "-1"]
@@ -270,14 +258,11 @@ def probe_host_summary() -> dict[str, Any]:
 
 def preflight_doctor(target: Any) -> None:
     """The doctor's fast checks (no python run) must pass before GPUs are claimed."""
-    try:
-        from envtool.adapters.env_probe import read_installed, read_torch_static
-        from envtool.adapters.host_probe import probe_host
-        from envtool.core.checks import run_checks
-        from envtool.core.facts import EnvFacts
-    except ImportError:
-        note("envtool: doctor checks not available in this build; pre-flight check skipped")
-        return
+    from envtool.adapters.env_probe import read_installed, read_torch_static
+    from envtool.adapters.host_probe import probe_host
+    from envtool.core.checks import run_checks
+    from envtool.core.facts import EnvFacts
+
     env = EnvFacts(
         python_exe=str(target.python),
         prefix=str(target.prefix) if target.prefix else None,
@@ -338,12 +323,10 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         workdir=str(Path.cwd()),
     )
     if req.is_conda:
-        try:  # the exact script `conda activate` runs, activate.d hooks included
-            from envtool.adapters.activation import render_activation_script
+        from envtool.adapters.activation import render_activation_script
 
-            req.activation = render_activation_script(Path(req.prefix or ""), "bash")
-        except ImportError:
-            pass  # fall back to PATH + CONDA_PREFIX + activate.d in the renderer
+        # the exact script `conda activate` runs, activate.d hooks included
+        req.activation = render_activation_script(Path(req.prefix or ""), "bash")
     text = render_sbatch(req)
     path = run_dir / "job.sbatch"
     data: dict[str, Any] = {"run_id": run_id, "sbatch_path": str(path), "job_id": None}
