@@ -60,16 +60,11 @@ def read_activated_environ(prefix: Path | None, environ: Mapping[str, str]) -> d
     if prefix is None:
         return env
     if (prefix / "conda-meta").is_dir():
-        try:
-            from envtool.adapters.activation import activated_environ
-        except ImportError:
-            activated_environ = None  # install helper not there yet: fall back to PATH below
-        if activated_environ is not None:
-            return dict(activated_environ(prefix, environ))
-        env["CONDA_PREFIX"] = str(prefix)
-    else:
-        env["VIRTUAL_ENV"] = str(prefix)
-        env.pop("PYTHONHOME", None)
+        from envtool.adapters.activation import activated_environ
+
+        return activated_environ(prefix, environ)
+    env["VIRTUAL_ENV"] = str(prefix)
+    env.pop("PYTHONHOME", None)
     env["PATH"] = os.pathsep.join([str(prefix / "bin"), env.get("PATH", "")]).rstrip(os.pathsep)
     return env
 
