@@ -531,3 +531,14 @@ def test_a_failing_on_started_leaves_no_process_running(tmp_path: Path) -> None:
             time.sleep(0.1)
     finally:
         kill_marked(run_id)
+
+
+def test_preflight_reads_torch_version_from_the_env_without_importing_it(tmp_path: Path) -> None:
+    from envtool.adapters.launcher import read_torch_version
+
+    assert read_torch_version(None) is None
+    assert read_torch_version(tmp_path) is None  # no torch installed
+    version_py = tmp_path / "lib" / "python3.12" / "site-packages" / "torch" / "version.py"
+    version_py.parent.mkdir(parents=True)
+    version_py.write_text("__version__: str = '2.7.1+cu126'\ncuda: Optional[str] = '12.6'\n")
+    assert read_torch_version(tmp_path) == "2.7.1+cu126"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -71,17 +70,10 @@ def read_activated_environ(prefix: Path | None, environ: Mapping[str, str]) -> d
 
 def read_torch_version(prefix: Path | None) -> str | None:
     """torch's version from its site-packages, without importing torch (pre-flight stays fast)."""
-    if prefix is None:
-        return None
-    for version_py in sorted(prefix.glob("lib/python3*/site-packages/torch/version.py")):
-        m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", version_py.read_text(), re.M)
-        if m:
-            return m.group(1)
-    for version_py in sorted(prefix.glob("Lib/site-packages/torch/version.py")):  # Windows
-        m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", version_py.read_text(), re.M)
-        if m:
-            return m.group(1)
-    return None
+    from envtool.adapters.env_probe import read_torch_static
+
+    facts = read_torch_static(prefix) if prefix is not None else None
+    return facts.version if facts is not None else None
 
 
 def read_lock_hash(prefix: Path | None) -> str | None:
