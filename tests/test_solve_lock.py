@@ -125,9 +125,11 @@ def test_legacy_pytorch_cuda_121_locks_one_cuda_version(create, tmp_path) -> Non
     got = pkgs(read_lock(tmp_path / "environments" / "legacy"))
     assert got["pytorch"]["version"] == "2.3.1" and "cuda12.1" in got["pytorch"]["build"]
     assert got["pytorch-cuda"]["version"] == "12.1"
-    for name in ("cuda-version", "cuda-cudart", "cuda-runtime", "cuda-nvrtc"):
-        if name in got:
-            assert got[name]["version"].startswith("12.1"), (name, got[name]["version"])
+    names = ("cuda-version", "cuda-cudart", "cuda-runtime", "cuda-nvrtc")
+    cuda_parts = {name: got[name]["version"] for name in names if name in got}
+    assert cuda_parts, "the lock holds none of the CUDA runtime packages"
+    for name, version in cuda_parts.items():
+        assert version.startswith("12.1"), (name, version)
 
 
 def test_legacy_solve_without_envtool_pins_mixes_cuda_and_verifier_catches_it(harvested) -> None:
