@@ -77,23 +77,12 @@ def read_torch_version(prefix: Path | None) -> str | None:
 
 
 def read_lock_hash(prefix: Path | None) -> str | None:
-    """The sha256 of the lock an installed env came from (the installer's state record,
-    `conda-meta/envtool/state.json`; older layout `conda-meta/envtool-state.json`), if any."""
-    if prefix is None:
-        return None
-    for state in (
-        prefix / "conda-meta" / "envtool" / "state.json",
-        prefix / "conda-meta" / "envtool-state.json",
-    ):
-        try:
-            data = json.loads(state.read_text())
-        except (OSError, ValueError):
-            continue
-        for key in ("lock_sha256", "lock_hash"):
-            value = data.get(key) if isinstance(data, dict) else None
-            if isinstance(value, str):
-                return value
-    return None
+    """The sha256 of the lock an installed env came from (the installer's state record), if any."""
+    from envtool.adapters.install_state import read_state_record
+
+    record = read_state_record(prefix) if prefix is not None else None
+    value = record.get("lock_sha256") if isinstance(record, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def probe_git_commit(script: Path, run: Runner = run_capture) -> str | None:
