@@ -25,13 +25,13 @@ from envtool.adapters.locate import Target
 VENV_PY = REPO / ".venv" / "bin" / "python"
 
 
-def wrapper(tmp_path: Path, name: str, body: str) -> Path:
-    """An executable 'python' for the probe to run: a #! script around the real interpreter."""
+def wrapper(tmp_path: Path, name: str, body: str) -> Target:
+    """An env whose 'python' is a #! script around the real interpreter, for the probe to run."""
     exe = tmp_path / name / "bin" / "python"
     exe.parent.mkdir(parents=True)
     exe.write_text(f"#!/bin/sh\n{body}\n")
     exe.chmod(0o755)
-    return exe
+    return Target(exe, exe.parent.parent)
 
 
 # ---------------------------------------------------------------- real interpreters
@@ -135,20 +135,20 @@ def test_probe_script_drops_its_own_folder_from_sys_path(tmp_path: Path) -> None
 
 
 def test_a_hanging_interpreter_times_out(tmp_path: Path) -> None:
-    exe = wrapper(tmp_path, "hang", f"exec {sys.executable} -c 'import time; time.sleep(60)'")
-    facts = probe_env(Target(exe, exe.parent.parent), timeout=1)
+    target = wrapper(tmp_path, "hang", f"exec {sys.executable} -c 'import time; time.sleep(60)'")
+    facts = probe_env(target, timeout=1)
     assert facts.status == "timeout"
     assert "1s" in (facts.error or "")
     assert facts.torch is None
 
 
 def test_an_aborting_interpreter_is_reported_as_crashed_with_its_stderr(tmp_path: Path) -> None:
-    exe = wrapper(
+    target = wrapper(
         tmp_path,
         "abort",
         f"exec {sys.executable} -c 'import os, sys; sys.stderr.write(\"Illegal instruction in libtorch_cpu\\n\"); sys.stderr.flush(); os.abort()'",
     )
-    facts = probe_env(Target(exe, exe.parent.parent))
+    facts = probe_env(target)
     assert facts.status == "crashed"
     assert "SIGABRT" in (facts.error or "") and "Illegal instruction in libtorch_cpu" in (
         facts.error or ""
@@ -157,12 +157,12 @@ def test_an_aborting_interpreter_is_reported_as_crashed_with_its_stderr(tmp_path
 
 @pytest.mark.integration
 def test_json_then_a_crash_at_exit_keeps_the_facts_and_notes_the_exit(tmp_path: Path) -> None:
-    exe = wrapper(
+    target = wrapper(
         tmp_path,
         "exitcrash",
         f'{sys.executable} -s "$@"\necho "free(): invalid pointer" >&2\nexit 134',
     )
-    facts = probe_env(Target(exe, exe.parent.parent))
+    facts = probe_env(target)
     assert facts.status == "ok"
     assert facts.python_version is not None
     assert "code 134" in (facts.error or "") and "invalid pointer" in (facts.error or "")
@@ -176,12 +176,12 @@ def test_missing_python_is_no_python(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_host_and_env_probes_can_run_concurrently(tmp_path: Path) -> None:
     """doctor runs both at once; neither keeps global state."""
-    exe = wrapper(tmp_path, "plain", f'exec {sys.executable} -s "$@"')
+    target = wrapper(tmp_path, "plain", f'exec {sys.executable} -s "$@"')
     barrier = threading.Barrier(2)
 
     def env_job():
         barrier.wait()
-        return probe_env(Target(exe, exe.parent.parent))
+        return probe_env(target)
 
     def host_job():
         barrier.wait()
