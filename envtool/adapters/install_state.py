@@ -33,22 +33,19 @@ def lock_sha256(lock_path: Path) -> str:
 
 
 def write_incomplete_marker(prefix: Path, lock_hash: str, lock_path: Path) -> None:
-    meta = envtool_meta_dir(prefix)
-    meta.mkdir(parents=True, exist_ok=True)
     payload = {
         "lock_sha256": lock_hash,
         "lock_path": str(lock_path),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "pid": os.getpid(),
     }
-    _write_json_atomic(meta / INCOMPLETE, payload)
+    _write_json_atomic(envtool_meta_dir(prefix) / INCOMPLETE, payload)
 
 
 def write_complete_state(prefix: Path, state: dict[str, Any]) -> None:
     """Record the finished install, then drop the marker (in that order: a crash between the
     two still reads as incomplete)."""
     meta = envtool_meta_dir(prefix)
-    meta.mkdir(parents=True, exist_ok=True)
     _write_json_atomic(meta / STATE, state)
     (meta / INCOMPLETE).unlink(missing_ok=True)
 
@@ -110,6 +107,6 @@ def hold_env_lock(
 
 
 def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    from envtool.adapters.lock_io import write_text_atomic
+
+    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
