@@ -11,7 +11,6 @@ the marker behind, and every reader (list, info, doctor) reports `incomplete` un
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import time
@@ -26,10 +25,6 @@ STATE = "state.json"
 
 def envtool_meta_dir(prefix: Path | str) -> Path:
     return Path(prefix) / "conda-meta" / META_DIR
-
-
-def lock_sha256(lock_path: Path) -> str:
-    return hashlib.sha256(Path(lock_path).read_bytes()).hexdigest()
 
 
 def write_incomplete_marker(prefix: Path, lock_hash: str, lock_path: Path) -> None:
