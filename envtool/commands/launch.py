@@ -11,12 +11,15 @@ import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result, emit, note
+
+if TYPE_CHECKING:
+    from envtool.core.facts import HostFacts
 
 
 @click.command(
@@ -95,11 +98,13 @@ def new_run_id() -> str:
 
 def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -> int:
     from envtool.adapters import launcher
+    from envtool.adapters.host_probe import probe_host
     from envtool.core.launch_plan import LaunchRequest, plan_launch, render_dry_run
 
     torch_version = preflight_torch(target)
     # --cpu needs no GPU count up front: the host is probed for the manifest after the start
-    host = None if opts["cpu"] else probe_host_summary()
+    host_facts = None if opts["cpu"] else probe_host()
+    host = None if host_facts is None else summarize_host(host_facts)
     nnodes = opts["nnodes"] or 1
     free_port = None
     if nnodes == 1 and not opts["rdzv_endpoint"]:
@@ -146,7 +151,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         )
         return 0
     if plan.backend == "nccl" and not opts["skip_checks"]:
-        preflight_doctor(target)
+        preflight_doctor(target, host_facts or probe_host())
     for line in plan.notes:
         note(f"envtool: {line}")
     manifest: dict[str, Any] = {
@@ -181,7 +186,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
 
     def record_facts() -> None:
         """While the ranks start: the facts only the manifest needs, then write it."""
-        facts = host or probe_host_summary()
+        facts = host or summarize_host(probe_host())
         manifest.update(
             lock_hash=launcher.read_lock_hash(target.prefix),
             git_commit=launcher.probe_git_commit(script),
@@ -239,11 +244,8 @@ def preflight_torch(target: Any) -> str | None:
     )
 
 
-def probe_host_summary() -> dict[str, Any]:
+def summarize_host(host: HostFacts) -> dict[str, Any]:
     """Driver, GPU names and how many GPUs ranks can see (after CUDA_VISIBLE_DEVICES)."""
-    from envtool.adapters.host_probe import probe_host
-
-    host = probe_host()
     driver = host.driver_version
     gpus = [g.name for g in host.gpus]
     cvd = host.cuda_visible_devices
@@ -256,10 +258,10 @@ def probe_host_summary() -> dict[str, Any]:
     return {"driver": driver, "gpus": gpus, "visible_gpus": visible}
 
 
-def preflight_doctor(target: Any) -> None:
-    """The doctor's fast checks (no python run) must pass before GPUs are claimed."""
+def preflight_doctor(target: Any, host: HostFacts) -> None:
+    """The doctor's fast checks (no python run) over the already probed host must pass before
+    GPUs are claimed."""
     from envtool.adapters.env_probe import read_installed, read_torch_static
-    from envtool.adapters.host_probe import probe_host
     from envtool.core.checks import run_checks
     from envtool.core.facts import EnvFacts
 
@@ -271,7 +273,7 @@ def preflight_doctor(target: Any) -> None:
     if target.prefix is not None:
         env.conda_packages, env.pip_torch = read_installed(target.prefix)
         env.torch = read_torch_static(target.prefix)
-    failed = [r for r in _as_list(run_checks(probe_host(), env)) if _get(r, "status") == "fail"]
+    failed = [r for r in _as_list(run_checks(host, env)) if _get(r, "status") == "fail"]
     if failed:
         lines = [f"{_get(r, 'id')}: {_get(r, 'summary')}" for r in failed]
         fixes = [str(_get(r, "fix")) for r in failed if _get(r, "fix")]
