@@ -262,7 +262,7 @@ def preflight_doctor(target: Any, host: HostFacts) -> None:
     """The doctor's fast checks (no python run) over the already probed host must pass before
     GPUs are claimed."""
     from envtool.adapters.env_probe import read_installed, read_torch_static
-    from envtool.core.checks import run_checks
+    from envtool.core.checks import FAIL, run_checks
     from envtool.core.facts import EnvFacts
 
     env = EnvFacts(
@@ -273,24 +273,14 @@ def preflight_doctor(target: Any, host: HostFacts) -> None:
     if target.prefix is not None:
         env.conda_packages, env.pip_torch = read_installed(target.prefix)
         env.torch = read_torch_static(target.prefix)
-    failed = [r for r in _as_list(run_checks(host, env)) if _get(r, "status") == "fail"]
+    failed = [c for c in run_checks(host, env) if c.status == FAIL]
     if failed:
-        lines = [f"{_get(r, 'id')}: {_get(r, 'summary')}" for r in failed]
-        fixes = [str(_get(r, "fix")) for r in failed if _get(r, "fix")]
+        lines = [f"{c.id}: {c.summary}" for c in failed]
+        fixes = [c.fix for c in failed if c.fix]
         raise DiagnosedFailure(
             "pre-flight doctor checks failed: " + "; ".join(lines),
             ("; ".join(fixes) or "run `envtool doctor` for details") + " (or pass --skip-checks)",
         )
-
-
-def _as_list(results: Any) -> list[Any]:
-    if isinstance(results, dict):
-        return list(results.get("checks", results.values()))
-    return list(getattr(results, "checks", results))
-
-
-def _get(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
 def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -> Result:
