@@ -37,15 +37,33 @@ def launch_env(marker: str) -> dict[str, str]:
 
 
 def envtool(
-    args: list[str], cwd: Path, marker: str = "", timeout: float = 90
+    args: list[str],
+    cwd: Path,
+    marker: str = "",
+    timeout: float = 90,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "envtool", *args],
         cwd=cwd,
-        env=launch_env(marker or uuid.uuid4().hex),
+        env=env or launch_env(marker or uuid.uuid4().hex),
         capture_output=True,
         text=True,
         timeout=timeout,
+    )
+
+
+def start_envtool(
+    args: list[str], cwd: Path, marker: str, stderr: int = subprocess.PIPE
+) -> subprocess.Popen[str]:
+    """`envtool ARGS` left running, its stdout piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "envtool", *args],
+        cwd=cwd,
+        env=launch_env(marker),
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
     )
 
 
@@ -128,14 +146,7 @@ def test_ctrl_c_stops_every_rank_and_leaves_no_process(tmp_path: Path, deaf: boo
     ready = tmp_path / "ready"
     args = [str(tmp_path / "out"), "--steps", "2000", "--sleep", "0.05", "--ready-dir", str(ready)]
     args += ["--ignore-signals"] if deaf else []
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envtool", "launch", str(RANK_FILE), "--cpu", "--", *args],
-        cwd=tmp_path,
-        env=launch_env(marker),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_envtool(["launch", str(RANK_FILE), "--cpu", "--", *args], tmp_path, marker)
     try:
         deadline = time.monotonic() + 60
         while not (ready / "rank-1").exists() or not (ready / "rank-0").exists():
@@ -271,14 +282,7 @@ def h200_host(tmp_path: Path, fixtures: Path) -> dict[str, str]:
 
 
 def run_on(env: dict[str, str], args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "envtool", "launch", str(RANK_FILE), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return envtool(["launch", str(RANK_FILE), *args], cwd, timeout=60, env=env)
 
 
 def test_gpu_host_plan_uses_nccl_on_every_gpu_with_multicast_off(
@@ -334,13 +338,8 @@ def test_sigterm_checkpoints_the_ddp_template_and_a_relaunch_resumes_at_that_ste
     marker = uuid.uuid4().hex
     out = tmp_path / "ckpt"
     args = ["launch", str(template), "--cpu", "--", *TEMPLATE_ARGS, "--out-dir", str(out)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envtool", *args, "--max-steps", "100000"],
-        cwd=tmp_path,
-        env=launch_env(marker),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+    proc = start_envtool(
+        [*args, "--max-steps", "100000"], tmp_path, marker, stderr=subprocess.DEVNULL
     )
     try:
         assert proc.stdout is not None
