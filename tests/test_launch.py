@@ -522,7 +522,7 @@ def test_a_failing_on_started_leaves_no_process_running(tmp_path: Path) -> None:
         raise OSError(28, "No space left on device")
 
     try:
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="No space left on device"):
             apply_launch(plan, dict(os.environ), console=io.BytesIO(), on_started=failing)
         deadline = time.monotonic() + 10
         while pids_with_environ(f"ENVTOOL_RUN_ID={run_id}".encode()):
