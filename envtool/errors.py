@@ -27,6 +27,11 @@ def cannot_write(path: object, exc: OSError) -> UsageError:
     return UsageError(f"cannot write {path} ({exc.strerror or exc})", "pick a writable path")
 
 
+def not_utf8(path: object, exc: UnicodeDecodeError, hint: str = "save it as UTF-8") -> UsageError:
+    """A text file envtool must read that is not UTF-8: where the first bad byte is."""
+    return UsageError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})", hint)
+
+
 class DiagnosedFailure(EnvtoolError):
     """envtool worked and found a problem (doctor fail, stale lock, drift, failed job). Exit 1."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from envtool.core.plan import PLATFORMS
-from envtool.errors import UsageError
+from envtool.errors import UsageError, not_utf8
 from envtool.locking import (
     DEFAULT_PROFILE,
     absolute_channel,
@@ -116,10 +116,7 @@ def cmd(
                 f"-f {file_}: cannot read ({exc.strerror})", "pass an existing environment.yml"
             ) from None
         except UnicodeDecodeError as exc:
-            raise UsageError(
-                f"-f {file_}: not a UTF-8 text file ({exc.reason} at byte {exc.start})",
-                "pass an environment.yml (YAML text)",
-            ) from None
+            raise not_utf8(f"-f {file_}", exc, "pass an environment.yml (YAML text)") from None
     else:
         text, source = read_profile(profile or DEFAULT_PROFILE)
     flags = {

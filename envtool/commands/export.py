@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from envtool.errors import UsageError
+from envtool.errors import UsageError, not_utf8
 from envtool.output import note
 
 if TYPE_CHECKING:
@@ -44,9 +44,7 @@ def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})", "save it as UTF-8"
-        ) from None
+        raise not_utf8(path, exc) from None
 
 
 def run_export(

@@ -13,7 +13,7 @@ import click
 
 from envtool import __version__
 from envtool.commands.create import project_dir_option
-from envtool.errors import DiagnosedFailure, UsageError
+from envtool.errors import DiagnosedFailure, UsageError, not_utf8
 from envtool.locking import (
     LockOutcome,
     env_paths,
@@ -65,10 +65,7 @@ def cmd(
             f"create it with `envtool create {name} --no-install`",
         ) from None
     except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"{yml_path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})",
-            "save it as UTF-8",
-        ) from None
+        raise not_utf8(yml_path, exc) from None
     stamp, stored = stored_lock_options(lock_path)
     fresh = False
     if stamp is not None and stored is not None:
