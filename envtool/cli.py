@@ -51,14 +51,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _exists(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(COMMANDS[name][0]) is not None
-
-
 def _command_rows() -> list[tuple[str, str]]:
-    return [(name, COMMANDS[name][1]) for name in sorted(COMMANDS) if _exists(name)]
+    return [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
 
 
 def _terminal_columns() -> int:
@@ -89,9 +83,7 @@ def fast_help(width: int | None = None) -> str | None:
     options = [("--version", VERSION_HELP), ("--debug", DEBUG_HELP), ("-h, --help", HELP_HELP)]
     lines = ["Usage: envtool [OPTIONS] COMMAND [ARGS]...", "", f"  {GROUP_HELP}", ""]
     lines += ["Options:", *_dl(options)]
-    rows = _command_rows()
-    if rows:
-        lines += ["", "Commands:", *_dl(rows)]
+    lines += ["", "Commands:", *_dl(_command_rows())]
     if any(len(line) > width for line in lines):
         return None
     return "\n".join(lines) + "\n"
@@ -114,20 +106,11 @@ def _click_cli():  # -> click.Group
         def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
             if name not in COMMANDS:
                 return None
-            module_name, _ = COMMANDS[name]
-            try:
-                module = importlib.import_module(module_name)
-            except ModuleNotFoundError as exc:
-                if exc.name == module_name:
-                    return None  # not built yet
-                raise
-            return module.cmd
+            return importlib.import_module(COMMANDS[name][0]).cmd
 
         def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-            rows = _command_rows()
-            if rows:
-                with formatter.section("Commands"):
-                    formatter.write_dl(rows)
+            with formatter.section("Commands"):
+                formatter.write_dl(_command_rows())
 
     @click.group(
         cls=LazyGroup, help=GROUP_HELP, context_settings={"help_option_names": ["-h", "--help"]}
