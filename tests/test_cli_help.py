@@ -32,10 +32,13 @@ def test_fast_help_matches_click(width: int) -> None:
 
 
 def test_help_does_not_import_click() -> None:
+    """`envtool --help` must stay fast: no click, rattler, conda-lock, yaml or pynvml."""
     code = (
         "import sys\nfrom envtool.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit as e:\n    print('RC', e.code)\n"
         "print('CLICK', 'click' in sys.modules)\n"
+        "heavy = [m for m in ('rattler', 'conda_lock', 'yaml', 'pynvml') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -45,6 +48,7 @@ def test_help_does_not_import_click() -> None:
         env={"COLUMNS": "100", "PATH": ""},
     ).stdout
     assert "RC 0" in out and "CLICK False" in out, out
+    assert "HEAVY []" in out, out
     assert out.startswith("Usage: envtool [OPTIONS] COMMAND [ARGS]...\n")
 
 
