@@ -104,10 +104,9 @@ def make_run_dir(path: Path) -> None:
 
 def write_manifest(path: Path, data: dict[str, Any]) -> None:
     """Whole file or nothing: write beside, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    tmp.replace(path)
+    from envtool.adapters.lock_io import write_text_atomic
+
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 # --- running ---------------------------------------------------------------------------------
