@@ -567,6 +567,8 @@ def _channel_of(url: str) -> str:
 def _restore_locked_urls(prefix: Path, pkgs: list[LockedPackage]) -> None:
     """rattler linked these from verified local copies; conda-meta should name where the lock
     says each package comes from, like any conda-installed env."""
+    from envtool.adapters.lock_io import write_text_atomic
+
     by_file = {p.file_name: p for p in pkgs}
     if not by_file:
         return
@@ -580,9 +582,7 @@ def _restore_locked_urls(prefix: Path, pkgs: list[LockedPackage]) -> None:
             continue
         data["url"] = p.url
         data["channel"] = _channel_of(p.url)
-        tmp = meta.with_name(meta.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2))
-        os.replace(tmp, meta)
+        write_text_atomic(meta, json.dumps(data, indent=2))
 
 
 def _install_pip(
