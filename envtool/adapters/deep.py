@@ -7,10 +7,8 @@ the JSON each step writes. Failures come back as data ({"error": ...}); nothing 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import tempfile
 import uuid
@@ -67,7 +65,7 @@ def run_group(
     torchrun starts each worker in a session of its own, out of the group's reach, so every
     process also carries a marker in its environment and a time-out kills those found by it
     (they hold our output pipes too: left alive, reading the output would wait on them)."""
-    from envtool.adapters.launcher import kill_marked
+    from envtool.adapters.launcher import kill_run
 
     run_id = f"deep-{os.getpid()}-{uuid.uuid4().hex}"
     child_env = dict(os.environ if env is None else env)
@@ -87,9 +85,7 @@ def run_group(
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        kill_marked(run_id)  # workers in sessions of their own
+        kill_run(proc.pid, run_id)
         out, err = proc.communicate()
         return ProcResult(tuple(argv), None, out, err, timed_out=True)
     return ProcResult(tuple(argv), proc.returncode, out, err)

@@ -160,8 +160,7 @@ def apply_launch(
                 on_started()
             code = _wait(proc, received, grace)
         except BaseException:  # e.g. on_started failed: never leave the run going unwatched
-            _signal_group(proc.pid, signal.SIGKILL)
-            kill_marked(plan.run_id)
+            kill_run(proc.pid, plan.run_id)
             proc.wait()
             raise
     finally:
@@ -221,6 +220,14 @@ def _copy_stream(src: IO[bytes] | None, console: IO[bytes], log_path: Path) -> N
                 console.flush()
             except (OSError, ValueError):
                 pass  # console closed: keep logging
+
+
+def kill_run(pid: int, run_id: str) -> int:
+    """SIGKILL a run started with start_new_session: its process group (torchrun), then the
+    workers in sessions of their own, found by their ENVTOOL_RUN_ID marker; returns how many
+    of those were found."""
+    _signal_group(pid, signal.SIGKILL)
+    return kill_marked(run_id)
 
 
 def kill_marked(run_id: str, proc_root: Path = Path("/proc")) -> int:
