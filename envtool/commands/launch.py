@@ -261,19 +261,10 @@ def summarize_host(host: HostFacts) -> dict[str, Any]:
 def preflight_doctor(target: Any, host: HostFacts) -> None:
     """The doctor's fast checks (no python run) over the already probed host must pass before
     GPUs are claimed."""
-    from envtool.adapters.env_probe import read_installed, read_torch_static
+    from envtool.commands.doctor import probe_env_fast
     from envtool.core.checks import FAIL, run_checks
-    from envtool.core.facts import EnvFacts
 
-    env = EnvFacts(
-        python_exe=str(target.python),
-        prefix=str(target.prefix) if target.prefix else None,
-        status="not-probed",
-    )
-    if target.prefix is not None:
-        env.conda_packages, env.pip_torch = read_installed(target.prefix)
-        env.torch = read_torch_static(target.prefix)
-    failed = [c for c in run_checks(host, env) if c.status == FAIL]
+    failed = [c for c in run_checks(host, probe_env_fast(target)) if c.status == FAIL]
     if failed:
         lines = [f"{c.id}: {c.summary}" for c in failed]
         fixes = [c.fix for c in failed if c.fix]
