@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import REPO
 
-from envtool.core.slurm import SlurmRequest, parse_job_id, render_sbatch
+from envtool.core.slurm import SlurmRequest, parse_job_id, parse_slurm_time, render_sbatch
 
 RANK_FILE = str(REPO / "tests" / "scripts" / "rank_file.py")
 
@@ -371,15 +371,11 @@ def test_conda_activation_runs_its_hooks_before_strict_mode(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("value", ["30", "30:00", "02:00:00", "1-12", "1-12:00", "1-12:00:00"])
 def test_slurm_time_accepts_sbatch_formats(value: str) -> None:
-    from envtool.core.slurm import parse_slurm_time
-
     assert parse_slurm_time(value) == value
 
 
 @pytest.mark.parametrize("value", ["abc", "2h", "1:2:3:4", "-5"])
 def test_slurm_time_rejects_what_sbatch_would(value: str) -> None:
-    from envtool.core.slurm import parse_slurm_time
-
     with pytest.raises(ValueError, match="Slurm time limit"):
         parse_slurm_time(value)
 
