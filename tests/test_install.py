@@ -269,14 +269,14 @@ def test_verify_sees_a_pip_package_added_behind_the_locks_back(
 ) -> None:
     import subprocess
 
-    from envtool.adapters.installer import _uv_bin
+    from envtool.adapters.uv_pip import uv_binary
 
     prefix = tmp_path / "envs" / "demo"
     install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
     stray = cb.build_wheel(tmp_path / "w", name="stray_pkg", version="9.9")
     subprocess.run(
         [
-            _uv_bin(),
+            uv_binary(),
             "pip",
             "install",
             "--python",

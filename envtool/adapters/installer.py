@@ -590,6 +590,7 @@ def _install_pip(
 ) -> None:
     from envtool.adapters.locate import python_in
     from envtool.adapters.proc import run_capture
+    from envtool.adapters.uv_pip import uv_binary
 
     python = python_in(prefix)
     if not python.exists():
@@ -609,7 +610,7 @@ def _install_pip(
     req.write_text("\n".join(lines) + "\n")
     offline = all(urls[p.file_name].startswith("file://") for p in pkgs)
     argv = [
-        _uv_bin(),
+        uv_binary(),
         "pip",
         "install",
         "--python",
@@ -632,18 +633,6 @@ def _install_pip(
             f"pip part of the install failed: {' | '.join(tail)}",
             "the environment is marked incomplete; fix the cause and run the install again",
         )
-
-
-def _uv_bin() -> str:
-    try:
-        from uv import find_uv_bin
-
-        return find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        found = shutil.which("uv")
-        if not found:
-            raise DiagnosedFailure("uv not found", "pip install uv") from None
-        return found
 
 
 def _pause_hook(point: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -30,14 +29,16 @@ _PASS_OPTIONS = ("--index-url", "--extra-index-url", "--find-links")
 
 
 def uv_binary() -> str:
-    """The `uv` from the `uv` PyPI package, next to this interpreter, else on PATH."""
-    local = Path(sys.executable).parent / "uv"
-    if local.exists():
-        return str(local)
-    found = shutil.which("uv")
-    if not found:
-        raise UsageError("uv not found", "install it: pip install uv")
-    return found
+    """The `uv` of the `uv` PyPI package (a dependency of envtool), else the one on PATH."""
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if not found:
+            raise UsageError("uv not found", "install it: pip install uv") from None
+        return found
 
 
 def python_platform(platform: str, glibc: str = "2.28") -> str:
