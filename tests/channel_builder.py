@@ -309,14 +309,21 @@ def write_lock(
     return path
 
 
-def build_wheel(dest_dir: Path, name: str = "envtool_demo", version: str = "0.1.0") -> Path:
-    """A minimal pure-python wheel (what a `pip:` section of a lock points to)."""
+def build_wheel(
+    dest_dir: Path,
+    name: str = "envtool_demo",
+    version: str = "0.1.0",
+    requires: tuple[str, ...] = (),
+) -> Path:
+    """A minimal pure-python wheel (what a `pip:` section of a lock points to); `requires`
+    become its Requires-Dist lines."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     wheel = dest_dir / f"{name}-{version}-py3-none-any.whl"
     dist = f"{name}-{version}.dist-info"
     files = {
         f"{name}/__init__.py": f"VERSION = {version!r}\n",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: envtool-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record_lines = []

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
+from channel_builder import build_wheel
 
 from envtool.adapters.uv_pip import compile_pip, parse_pylock, python_platform
 from envtool.core.lockfile import SolvedPackage
@@ -22,27 +21,6 @@ CONDA = [
     SolvedPackage("pytorch", "2.7.1", "cpu_mkl_0", "linux-64", "https://x/pytorch.conda"),
     SolvedPackage("numpy", "1.26.4", "py311_0", "linux-64", "https://x/numpy.conda"),
 ]
-
-
-def build_wheel(directory: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
-    """A minimal valid pure-python wheel (what `pip wheel` would produce for an empty package)."""
-    dist = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": f"__version__ = {version!r}\n",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-        + "".join(f"Requires-Dist: {r}\n" for r in requires),
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
-    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
-    wheel = directory / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
-    return wheel
 
 
 @pytest.fixture
