@@ -7,6 +7,7 @@ from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
 
+from envtool.adapters.env_probe import site_packages_dirs
 from envtool.core.drift import PackageId, diff_packages
 
 
@@ -35,11 +36,7 @@ def read_pip_dists(
     records = read_conda_meta(prefix) if conda_records is None else conda_records
     owned = {f for r in records for f in r.get("files", [])}
     out = []
-    for site in sorted(prefix.glob("lib/python*/site-packages")) + [
-        prefix / "Lib" / "site-packages"
-    ]:
-        if not site.is_dir():
-            continue
+    for site in site_packages_dirs(prefix):
         for dist in sorted(site.glob("*.dist-info")):
             metadata = dist / "METADATA"
             if not metadata.is_file():
