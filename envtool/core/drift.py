@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
+
+from envtool.core.spec import normalize_pip_name
 
 
 @dataclass(frozen=True)
@@ -22,9 +23,7 @@ class PackageId:
 
 def normalize_name(name: str, manager: str) -> str:
     """pip names compare PEP 503-normalized (Foo_Bar == foo-bar); conda names are lower-case already."""
-    if manager == "pip":
-        return re.sub(r"[-_.]+", "-", name).lower()
-    return name.lower()
+    return normalize_pip_name(name) if manager == "pip" else name.lower()
 
 
 def diff_packages(installed: list[PackageId], locked: list[PackageId]) -> dict[str, Any]:
