@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from envtool.errors import UsageError
 from envtool.output import Result, emit
 
+if TYPE_CHECKING:
+    from envtool.core.facts import HostFacts
 
-def plan_host_check(meta: dict[str, str], platform: str, host: Any) -> list[tuple[str, str]]:
+
+def plan_host_check(meta: dict[str, str], platform: str, host: HostFacts) -> list[tuple[str, str]]:
     """Can this host run the locked build? [(problem, fix)]; empty when it can. Pure.
 
     Reads envtool's custom_metadata (envtool_cuda / envtool_platforms_cuda, envtool_min_driver,
@@ -23,8 +26,8 @@ def plan_host_check(meta: dict[str, str], platform: str, host: Any) -> list[tupl
     if not cuda or cuda == "cpu":
         return []
     problems: list[tuple[str, str]] = []
-    if not getattr(host, "has_driver", False):
-        reason = getattr(host, "no_driver_reason", None) or "no NVIDIA driver found"
+    if not host.has_driver:
+        reason = host.no_driver_reason or "no NVIDIA driver found"
         return [
             (
                 f"the lock is a CUDA {cuda} build but this host has no usable NVIDIA driver ({reason})",
@@ -47,7 +50,7 @@ def plan_host_check(meta: dict[str, str], platform: str, host: Any) -> list[tupl
             archs = parse_arch_list(archs_text)
         except ValueError:
             archs = ()
-        for gpu in getattr(host, "gpus", []):
+        for gpu in host.gpus:
             if gpu.capability and archs and not arch_covered(gpu.capability, archs):
                 problems.append(
                     (
