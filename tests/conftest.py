@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import channel_builder as cb
 import pytest
 from solve_scenarios import HARVESTED
 
@@ -28,6 +29,12 @@ def fixtures() -> Path:
 def harvested(fixtures: Path) -> Path:
     """Real conda-forge, pytorch and nvidia repodata harvested from pixi locks (solve-only)."""
     return fixtures / HARVESTED
+
+
+@pytest.fixture(scope="session")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> cb.CudaSetup:
+    """A built CUDA-like channel, a wheel and a lock over both (channel_builder.cuda_setup)."""
+    return cb.cuda_setup(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture

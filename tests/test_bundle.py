@@ -23,12 +23,11 @@ def envtool(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def private_lock(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Path:
+def private_lock(setup: cb.CudaSetup, tmp_path: Path) -> Path:
     """A lock over a channel this test owns (it deletes the channel to prove offline installs)."""
-    shared = cb.cuda_setup(tmp_path_factory.getbasetemp())
     channel = tmp_path / "origin" / "channel"
-    shutil.copytree(shared.channel, channel)
-    wheel = shutil.copy(shared.wheel, tmp_path / "origin" / shared.wheel.name)
+    shutil.copytree(setup.channel, channel)
+    wheel = shutil.copy(setup.wheel, tmp_path / "origin" / setup.wheel.name)
     records = cb.solve_records(channel, ["pytorch * cuda*", "cuda-version 12.6.*"])
     return cb.write_lock(
         tmp_path / "project" / "conda-lock.yml",

@@ -243,11 +243,8 @@ def test_channel_resolution(tmp_path) -> None:
 
 
 @pytest.mark.integration
-def test_create_installs_the_lock_it_wrote(tmp_path_factory, run_cli, tmp_path) -> None:
+def test_create_installs_the_lock_it_wrote(setup, run_cli, tmp_path) -> None:
     """Without --no-install: plan -> solve -> lock -> the installer, over a real installable channel."""
-    import channel_builder as cb
-
-    setup = cb.cuda_setup(tmp_path_factory.getbasetemp())
     (tmp_path / "env.yml").write_text("name: e2e\ndependencies:\n  - python\n  - pytorch\n")
     prefix = tmp_path / "prefix"
     rc, out, err = run_cli(

@@ -21,11 +21,6 @@ from envtool.core.facts import GpuFacts, HostFacts
 from envtool.errors import DiagnosedFailure, UsageError
 
 
-@pytest.fixture(scope="session")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> cb.CudaSetup:
-    return cb.cuda_setup(tmp_path_factory.getbasetemp())
-
-
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "cache"))

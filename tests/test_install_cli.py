@@ -20,11 +20,6 @@ ENVTOOL = [sys.executable, "-m", "envtool"]
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="session")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> cb.CudaSetup:
-    return cb.cuda_setup(tmp_path_factory.getbasetemp())
-
-
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     e = dict(os.environ)
