@@ -123,11 +123,13 @@ def project_lock_path(name: str, cwd: Path | None = None) -> Path:
 
 def looks_like_env(prefix: Path) -> bool:
     """A conda prefix has conda-meta/ (with `history` or package records): the guard for remove."""
+    from envtool.adapters.install_state import read_install_state
+
     meta = Path(prefix) / "conda-meta"
     return meta.is_dir() and (
         (meta / "history").exists()
         or any(meta.glob("*.json"))
-        or (meta / "envtool" / "incomplete.json").exists()
+        or read_install_state(prefix) == "incomplete"
     )
 
 
