@@ -56,7 +56,7 @@ def read_install_state(prefix: Path | str) -> str | None:
 
 
 def read_state_record(prefix: Path | str) -> dict[str, Any] | None:
-    """The envtool-state.json of a finished install (lock hash, lock path, plan, time)."""
+    """conda-meta/envtool/state.json of a finished install (lock hash, lock path, plan, time)."""
     path = envtool_meta_dir(prefix) / STATE
     try:
         return json.loads(path.read_text())
