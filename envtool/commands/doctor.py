@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from envtool.core.checks import Check, headline, overall, run_checks, run_deep_checks
+from envtool.core.checks import (
+    Check,
+    check_by_id,
+    headline,
+    overall,
+    run_checks,
+    run_deep_checks,
+)
 from envtool.core.facts import EnvFacts, HostFacts
 from envtool.errors import UsageError
 
@@ -240,7 +247,7 @@ def render_human(
 
 
 def render_deep(checks: list[Check]) -> list[str]:
-    ar = next((c for c in checks if c.id == "deep-allreduce"), None)
+    ar = check_by_id(checks, "deep-allreduce")
     if ar is None or not isinstance(ar.evidence, dict) or not ar.evidence.get("busbw_gbps"):
         return []
     ev = ar.evidence

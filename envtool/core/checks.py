@@ -836,7 +836,7 @@ def headline(checks: list[Check]) -> str:
         for c in checks:
             if c.status == status:
                 return c.summary
-    driver = next((c for c in checks if c.id == "nvidia-driver"), None)
+    driver = check_by_id(checks, "nvidia-driver")
     if driver and driver.summary.startswith("no NVIDIA driver"):
         return driver.summary
     return "no problems found"
