@@ -437,15 +437,8 @@ def _check_explicit_cuda(
 ) -> tuple[str, str]:
     cuda = major_minor(request.cuda)
     mode = "target"
-    if driver is not None:
+    if driver is not None:  # check_request already refused a driver too old for this CUDA
         verdict = cu.driver_supports(driver, cuda)
-        if verdict.mode == "no":
-            native = cu.newest_cuda_native(driver) or "none"
-            raise UsageError(
-                f"--cuda {cuda} needs driver ≥ {verdict.min_driver}; this driver ({driver}) "
-                f"runs CUDA ≤ {native}",
-                f"pass --cuda {native} or --cuda auto, or update the NVIDIA driver",
-            )
         mode = verdict.mode
         if mode == "compat":
             warnings.append(
