@@ -105,6 +105,10 @@ class PlatformPlan:
     constraints: tuple[str, ...]
     virtual_packages: tuple[tuple[str, str, str], ...]  # (name, version, build)
 
+    def virtual_specs(self) -> list[str]:
+        """'__cuda=12.4', '__glibc=2.28' ('=BUILD' only when the build is not '0')."""
+        return [f"{n}={v}" + (f"={b}" if b != "0" else "") for n, v, b in self.virtual_packages]
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -141,9 +145,7 @@ class Plan:
                     "cuda": p.cuda,
                     "specs": list(p.specs),
                     "constraints": list(p.constraints),
-                    "virtual_packages": [
-                        f"{n}={v}" + (f"={b}" if b != "0" else "") for n, v, b in p.virtual_packages
-                    ],
+                    "virtual_packages": p.virtual_specs(),
                 }
                 for p in self.platforms
             ],
@@ -540,10 +542,7 @@ def render_plan(plan: Plan) -> list[str]:
         lines.append(f"  {p.platform}: {'  '.join(p.specs)}")
         if p.constraints:
             lines.append(f"    constraints: {'  '.join(p.constraints)}")
-        lines.append(
-            "    virtual: "
-            + " ".join(f"{n}={v}" + (f"={b}" if b != "0" else "") for n, v, b in p.virtual_packages)
-        )
+        lines.append("    virtual: " + " ".join(p.virtual_specs()))
     if plan.pip_specs:
         lines.append(f"  pip: {'  '.join(plan.pip_specs)}")
     lines += [f"  warning: {w}" for w in plan.warnings]
