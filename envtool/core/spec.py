@@ -49,9 +49,6 @@ class CondaSpec:
             return f"{head} {version} {self.build}"
         return f"{head}={version}={self.build}"
 
-    def with_version(self, version: str | None, build: str | None = None) -> CondaSpec:
-        return CondaSpec(self.name, version, build, self.channel, self.raw)
-
 
 def parse_conda_spec(text: str) -> CondaSpec:
     """Split a conda spec string into (channel, name, version, build).
