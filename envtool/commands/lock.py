@@ -71,18 +71,19 @@ def cmd(
     if stamp is not None and stored is not None:
         fresh = current_input_hash(yml_text, stored) == stamp
     if check:
-        state = "fresh" if fresh else ("missing" if stamp is None else "stale")
-        result = Result(
-            "lock",
-            {"name": name, "state": state, "lock": str(lock_path)},
-            [f"{name}: lock is {state} ({lock_path})"],
-            exit_code=0 if fresh else 1,
-        )
         if not fresh:  # the CLI prints the error (and, with --json, its envelope)
+            state = "missing" if stamp is None else "stale"
             raise DiagnosedFailure(
                 f"{lock_path}: lock is {state}", f"run `envtool lock {name}` to update it"
             )
-        emit(result, as_json)
+        emit(
+            Result(
+                "lock",
+                {"name": name, "state": "fresh", "lock": str(lock_path)},
+                [f"{name}: lock is fresh ({lock_path})"],
+            ),
+            as_json,
+        )
         return
     if fresh and not force:
         outcome = LockOutcome(env_dir, None, stamp or "", False, False, {}, {})
