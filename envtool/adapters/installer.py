@@ -203,14 +203,14 @@ def _parse_with_conda_lock(
     content: Any,
 ) -> tuple[list[str], list[str], dict[str, str], list[LockedPackage]]:
     """conda-lock's own models (v2 and future versions it knows)."""
-    from conda_lock.lockfile import Lockfile
+    from envtool.adapters.lock_io import validate_lock_v2
 
     if not isinstance(content, dict):
         raise ValueError("not a YAML mapping")
     version = content.pop("version", None)
     if version != 2:
         raise ValueError(f"unsupported lock version {version!r}")
-    lock = Lockfile.model_validate(content)
+    lock = validate_lock_v2(content)
     packages = [
         _locked_package(
             {

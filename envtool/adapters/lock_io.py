@@ -155,6 +155,12 @@ def load_yaml(data: Any) -> Any:
     return yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
 
 
+def validate_lock_v2(content: dict[str, Any]) -> Any:
+    """A parsed `version: 2` lock (the version key removed) as conda-lock's Lockfile model,
+    without importing conda-lock's CLI. Raises pydantic's ValidationError (a ValueError)."""
+    return _import_lockfile_module().Lockfile.model_validate(content)
+
+
 def read_lock_model(path: Path) -> Any:
     """Parse conda-lock.yml into conda-lock's own (v2prelim) Lockfile model, as
     conda_lock.lockfile.parse_conda_lock_file does, but with libyaml's C loader when available."""
@@ -180,7 +186,7 @@ def read_lock_model(path: Path) -> Any:
         if version == 1:
             lock = lockfile.lockfile_v1_to_v2(lockfile.LockfileV1.model_validate(content))
         else:
-            lock = lockfile.Lockfile.model_validate(content)
+            lock = validate_lock_v2(content)
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         first = str(exc).splitlines()[0]
         raise UsageError(f"{path}: invalid conda-lock file ({first})", "re-lock it") from None
