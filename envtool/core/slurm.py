@@ -18,7 +18,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from envtool.core.launch_plan import CPU_DEFAULT_NPROC, GPU_ENV_DEFAULTS
+from envtool.core.launch_plan import CPU_DEFAULT_NPROC, GPU_ENV_DEFAULTS, RUN_MARKER_VAR
 
 SIGNAL_LEAD_SECONDS = 120
 
@@ -110,7 +110,7 @@ def render_sbatch(req: SlurmRequest) -> str:
     lines += ["", "set -euo pipefail"]
     if req.workdir:
         lines.append(f"cd {q(req.workdir)}")
-    lines.append(f"export ENVTOOL_RUN_ID={q(req.job_name)}-$SLURM_JOB_ID")
+    lines.append(f"export {RUN_MARKER_VAR}={q(req.job_name)}-$SLURM_JOB_ID")
     if req.cpu:
         lines += ['export CUDA_VISIBLE_DEVICES=""', "export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}"]
     else:
