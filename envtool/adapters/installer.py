@@ -54,7 +54,7 @@ class LockedPackage:
 
     @property
     def file_name(self) -> str:
-        return urllib.parse.unquote(self.url.rsplit("/", 1)[-1].split("#", 1)[0])
+        return file_name_of(self.url)
 
     @property
     def subdir(self) -> str:
@@ -100,6 +100,11 @@ class InstallReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def file_name_of(url: str) -> str:
+    """'https://…/linux-64/x-1.0-h0_0.conda#md5' -> 'x-1.0-h0_0.conda'."""
+    return urllib.parse.unquote(url.rsplit("/", 1)[-1].split("#", 1)[0])
 
 
 def parse_build_from_file_name(file_name: str, name: str, version: str) -> str | None:
@@ -185,8 +190,7 @@ def _locked_package(dep: dict[str, Any]) -> LockedPackage:
     hashes = dep.get("hash") or {}
     build = None
     if manager == "conda":
-        fname = urllib.parse.unquote(url.rsplit("/", 1)[-1])
-        build = dep.get("build") or parse_build_from_file_name(fname, name, version)
+        build = dep.get("build") or parse_build_from_file_name(file_name_of(url), name, version)
     return LockedPackage(
         name=name,
         version=version,
