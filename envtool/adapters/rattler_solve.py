@@ -127,7 +127,7 @@ def _raise_channel_error(exc: Exception, platform: str) -> None:
         "InvalidChannelError",
     ):
         raise UsageError(
-            f"cannot read channel repodata for {platform}: {_short(str(exc), 300)}",
+            f"cannot read channel repodata for {platform}: {one_line(str(exc), 300)}",
             "check --channel (name, URL or a folder with <subdir>/repodata.json); offline, "
             "point --channel at a local channel",
         ) from None
@@ -159,7 +159,7 @@ async def _solve_one(gateway, channel_urls: list[str], pp: PlatformPlan) -> list
         )
     except SolverError as exc:
         raise UsageError(
-            f"no solution for {pp.platform}: {_short(str(exc))}",
+            f"no solution for {pp.platform}: {one_line(str(exc))}",
             "relax a pin, pick another --cuda/--torch/--python, or add a channel",
         ) from None
     except Exception as exc:  # missing channel, unreadable repodata
@@ -183,7 +183,8 @@ def _to_solved(record, platform: str) -> SolvedPackage:
     )
 
 
-def _short(text: str, limit: int = 600) -> str:
+def one_line(text: str, limit: int = 600) -> str:
+    """A tool's multi-line error as one line of at most `limit` characters."""
     text = " ".join(line.strip() for line in text.splitlines() if line.strip())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

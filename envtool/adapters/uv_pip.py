@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from envtool.adapters.proc import run_capture
+from envtool.adapters.rattler_solve import one_line
 from envtool.core.lockfile import PipPackage, SolvedPackage
 from envtool.errors import UsageError
 
@@ -105,11 +106,11 @@ def compile_pip(
             if pulled:
                 raise UsageError(
                     f"the pip section pulls {', '.join(pulled)}, which would replace the conda "
-                    f"build ({_short(err)})",
+                    f"build ({one_line(err, 300)})",
                     "drop the pip package that depends on torch, or install it with --no-deps later",
                 )
             raise UsageError(
-                f"uv pip compile failed for {platform}: {_short(err)}",
+                f"uv pip compile failed for {platform}: {one_line(err, 300)}",
                 "fix the pip section of environment.yml (names, pins, --index-url/--find-links)",
             )
         packages = parse_pylock(out.read_text(), platform)
@@ -173,8 +174,3 @@ def _conda_python(conda: list[SolvedPackage]) -> str:
     raise UsageError(
         "the environment has a pip section but no python", "add python to the dependencies"
     )
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
