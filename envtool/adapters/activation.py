@@ -20,10 +20,10 @@ SHELLS = ("bash", "zsh", "fish")
 
 def render_activation_script(prefix: Path, shell: str = "bash") -> str:
     """The script for `eval "$(envtool shell-hook NAME)"`; PATH keeps the caller's entries."""
-    from rattler.shell import ActivationVariables, Shell, activate
-
     if shell not in SHELLS:
         raise UsageError(f"--shell {shell}: not supported", f"use one of {', '.join(SHELLS)}")
+    from rattler.shell import ActivationVariables, Shell, activate
+
     result = activate(Path(prefix), ActivationVariables(None, []), getattr(Shell, shell))
     # rattler 0.28 bakes this process's PATH in front of the shell's own `${PATH}`; drop the
     # baked copy so the script prepends the env's bin/ to whatever PATH it is evaluated under.
