@@ -161,3 +161,16 @@ def test_version_helpers() -> None:
     assert cuda_from_build_tag("cu92") == "9.2"
     assert cuda_from_build_tag("cpu_mkl_py312") is None
     assert parse_version("2.3.1+cu121") == (2, 3, 1)
+
+
+def test_build_tag_globs_name_no_single_cuda() -> None:
+    assert cuda_from_build_tag("*cuda12*") is None
+    assert cuda_from_build_tag("cuda*") is None
+    assert cuda_from_build_tag("*cuda118*") == "11.8"
+
+
+def test_create_reads_no_cuda_from_a_major_only_build_glob() -> None:
+    from envtool.locking import infer_from_specs
+
+    assert "cuda" not in infer_from_specs(["pytorch=2.5=*cuda12*"])
+    assert infer_from_specs(["pytorch=2.5=*cuda124*"])["cuda"] == "12.4"

@@ -84,11 +84,7 @@ def cuda_of_build(build: str) -> str | None:
     """CUDA X.Y named by a pytorch build string: 'py3.11_cuda12.1_cudnn8.9.2_0' -> 12.1,
     'cuda126_mkl_py312_h1_300' / '*cuda118*' -> 12.6 / 11.8; 'cuda12*' or '*cuda*' -> None
     (a glob that names no single CUDA)."""
-    m = re.search(r"cuda(\d+)\.(\d+)", build)
-    if m:
-        return f"{int(m.group(1))}.{int(m.group(2))}"
-    m = re.search(r"cuda(\d{3}|9\d)(?!\d)", build)
-    return cuda_from_build_tag(m.group(0)) if m else None
+    return cuda_from_build_tag(build)
 
 
 def torch_series_of(version: str | None) -> str | None:

@@ -32,7 +32,8 @@ def cuda_from_build_tag(tag: str) -> str | None:
     m = re.search(r"cu(?:da)?(\d+)\.(\d+)", tag)
     if m:
         return f"{int(m.group(1))}.{int(m.group(2))}"
-    m = re.search(r"cu(?:da)?(\d{2,3})(?!\d)", tag)
+    # Three digits, or two for the CUDA 8/9 era (cu92); "cuda12*" is a glob naming no single CUDA.
+    m = re.search(r"cu(?:da)?(\d{3}|[89]\d)(?!\d)", tag)
     if not m:
         return None
     digits = m.group(1)
