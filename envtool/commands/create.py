@@ -135,10 +135,10 @@ def cmd(
     result = summarize(outcome, name, "create", dry_run)
     if not dry_run and not no_install:
         from envtool.adapters.installer import install_from_lock
-        from envtool.adapters.locate import envs_dir
+        from envtool.adapters.locate import env_prefix
 
-        target = Path(prefix) if prefix else envs_dir() / name
-        report = install_from_lock(outcome.env_dir / "conda-lock.yml", target)
+        target = env_prefix(name, prefix)
+        report = install_from_lock(outcome.env_dir / "conda-lock.yml", target, progress=not as_json)
         result.data["install"] = report.to_dict()
         result.text.append(f"installed {name} into {target}")
     emit(result, as_json)
