@@ -351,3 +351,21 @@ def test_host_check_on_this_gpu_host() -> None:
     assert plan_host_check(misses, "linux-64", host)
     too_new = {"envtool_cuda": "99.0"}
     assert plan_host_check(too_new, "linux-64", host) == []  # unknown CUDA: not judged
+
+
+def test_atomic_text_write_is_utf8_whatever_the_locale(tmp_path) -> None:
+    """Locks and markers hold non-ASCII (paths, channel names); an ASCII locale must not break them."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "state.json"
+    code = (
+        "import sys; from pathlib import Path; from envtool.adapters.lock_io import write_text_atomic; "
+        'write_text_atomic(Path(sys.argv[1]), \'{"prefix": "/home/zo\\u00eb/envs"}\')'
+    )
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(target)], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert target.read_bytes().decode("utf-8") == '{"prefix": "/home/zo\u00eb/envs"}'

@@ -137,7 +137,7 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise cannot_write(path, exc) from None
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w") as f:  # plain open: the user's umask decides the mode
+        with open(tmp, "w", encoding="utf-8") as f:  # plain open: the user's umask decides the mode
             f.write(text)
         os.replace(tmp, path)
     except BaseException as exc:
