@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -258,6 +259,28 @@ def test_kill_marked_finds_processes_in_other_sessions(tmp_path: Path) -> None:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_a_process_caught_inside_execve_is_still_found(tmp_path: Path) -> None:
+    """Between the kernel releasing Popen and writing the new environment, /proc shows an
+    empty environ; the scan re-reads such a process instead of missing it (seen once in CI)."""
+    proc = tmp_path / "proc"
+    execing, kthread = proc / "4242", proc / "2"
+    for entry, flags in ((execing, 0x400000), (kthread, 0x208040)):
+        entry.mkdir(parents=True)
+        (entry / "environ").write_bytes(b"")
+        (entry / "cmdline").write_bytes(b"")
+        (entry / "stat").write_text(f"{entry.name} (py thon)) S 1 1 1 0 -1 {flags} 0 0\n")
+    timer = threading.Timer(0.05, (execing / "environ").write_bytes, [b"A=1\0ENVTOOL_RUN_ID=r1\0"])
+    timer.start()
+    try:
+        assert pids_with_environ(b"ENVTOOL_RUN_ID=r1", proc) == [4242]
+    finally:
+        timer.cancel()
+    # a kernel thread and a zombie have an empty environ for good: not waited on, not found
+    (execing / "stat").write_text("4242 (python) Z 1 1 1 0 -1 4194304 0 0\n")
+    (execing / "environ").write_bytes(b"")
+    assert pids_with_environ(b"ENVTOOL_RUN_ID=r1", proc) == []
 
 
 @pytest.fixture

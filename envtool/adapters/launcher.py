@@ -244,19 +244,65 @@ def kill_marked(run_id: str, proc_root: Path = Path("/proc")) -> int:
 
 
 def pids_with_environ(needle: bytes, proc_root: Path = Path("/proc")) -> list[int]:
-    """Processes whose environment holds exactly `needle` (a VAR=value entry)."""
-    found = []
+    """Processes whose environment holds exactly `needle` (a VAR=value entry).
+
+    A process caught inside execve() shows an empty environ: the kernel releases the parent
+    (Popen returns) before it has written the new environment's bounds. Such processes are
+    re-read for a short while, so one started just now is not missed."""
     me = os.getpid()
-    for entry in proc_root.iterdir() if proc_root.is_dir() else []:
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+    entries = [
+        e
+        for e in (proc_root.iterdir() if proc_root.is_dir() else [])
+        if e.name.isdigit() and int(e.name) != me
+    ]
+    found: list[int] = []
+    deadline = time.monotonic() + EXEC_SETTLE_SECONDS
+    while entries:
+        unsettled = []
+        for entry in entries:
+            environ = _read_environ(entry)
+            if environ is None:
+                continue
+            if needle in environ.split(b"\0"):
+                found.append(int(entry.name))
+            elif not environ and _may_be_in_exec(entry):
+                unsettled.append(entry)
+        if time.monotonic() > deadline:
+            break
+        entries = unsettled
+        if entries:
+            time.sleep(0.01)
+    return sorted(found)
+
+
+EXEC_SETTLE_SECONDS = 0.5  # an execve() finishes in microseconds; this bounds a stuck one
+_PF_KTHREAD = 0x00200000  # include/linux/sched.h: kernel threads never have an environ
+
+
+def _read_environ(entry: Path) -> bytes | None:
+    try:
+        return (entry / "environ").read_bytes()
+    except OSError:
+        return None  # gone, or not ours to read
+
+
+def _may_be_in_exec(entry: Path) -> bool:
+    """An empty environ that may still fill in: the argv is empty too (both are set at the
+    end of execve; `env -i prog` has an argv), and it is not a kernel thread or a zombie."""
+    try:
+        if (entry / "cmdline").read_bytes():
+            return False
+        stat = (entry / "stat").read_text()
+    except OSError:
+        return False
+    # pid (comm) state ppid pgrp session tty tpgid flags ...; comm may hold spaces and ")"
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if len(fields) < 7 or fields[0] in ("Z", "X", "x"):
+        return False
+    try:
+        return not int(fields[6]) & _PF_KTHREAD
+    except ValueError:
+        return False
 
 
 # --- after the run -----------------------------------------------------------------------------
