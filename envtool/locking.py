@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from envtool import __version__
+from envtool.adapters.locate import project_env_paths
 from envtool.core.facts import HostFacts
 from envtool.core.lockfile import compute_input_hash, parse_lock_stamp, plan_custom_metadata
 from envtool.core.plan import (
@@ -37,13 +38,6 @@ class LockOutcome:
     written: bool
     packages: dict[str, int]  # platform -> conda package count
     pip: dict[str, int]
-
-
-def env_paths(name: str, directory: str | None) -> tuple[Path, Path, Path]:
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-        raise UsageError(f"{name!r}: not a valid environment name", "use letters, digits, . _ -")
-    env_dir = Path(directory or ".") / "environments" / name
-    return env_dir, env_dir / "environment.yml", env_dir / "conda-lock.yml"
 
 
 def profiles_dir() -> Path:
@@ -131,7 +125,7 @@ def lock_environment(
     from envtool.core.plan import check_request, plan_environment
     from envtool.core.verify_solution import verify_solution
 
-    env_dir, yml_path, lock_path = env_paths(name, directory)
+    env_dir, yml_path, lock_path = project_env_paths(name, directory)
     # re-locking a stored plan targets the stored CUDA, not whatever host runs the re-lock
     host = probe_host_facts(request) if probe or request.cuda == "auto" else None
     check_request(request, host)  # refuse impossible requests before touching a channel

@@ -129,6 +129,40 @@ def test_remove_refuses_a_directory_that_is_not_an_env(env: dict[str, str], tmp_
     assert (victim / "precious.txt").exists()
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["verify", "ghost"],
+        ["info", "ghost"],
+        ["run", "-n", "ghost", "--", "true"],
+        ["shell-hook", "ghost"],
+    ],
+)
+def test_commands_on_a_missing_env_say_where_they_looked(
+    args: list[str], env: dict[str, str], tmp_path: Path
+) -> None:
+    out = envtool(*args, env=env, cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        f"envtool: error: no environment at {tmp_path / 'envs' / 'ghost'}"
+        " — see `envtool list`, or pass --prefix PATH"
+    ]
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["install", "../etc"], ["lock", "a/b"], ["bundle", "..", "-o", "x"]]
+)
+def test_an_env_name_that_is_a_path_is_refused(
+    args: list[str], env: dict[str, str], tmp_path: Path
+) -> None:
+    """NAME becomes environments/NAME/ in the project: a name with a slash would write elsewhere."""
+    out = envtool(*args, env=env, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert "not a valid environment name" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def _start_paused(
     setup: cb.CudaSetup, env: dict[str, str], point: str, seconds: str = "60"
 ) -> subprocess.Popen:

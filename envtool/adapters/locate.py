@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,9 +117,26 @@ def env_prefix(name: str | None, prefix: str | None = None) -> Path:
     return envs_dir() / name
 
 
-def project_lock_path(name: str, cwd: Path | None = None) -> Path:
-    """environments/NAME/conda-lock.yml of the project in cwd (what `envtool create` writes)."""
-    return (cwd or Path.cwd()) / "environments" / name / "conda-lock.yml"
+def project_env_paths(name: str, directory: str | None = None) -> tuple[Path, Path, Path]:
+    """environments/NAME/, its environment.yml and conda-lock.yml in the project at `directory`
+    (default: cwd), as `envtool create` writes them. NAME becomes a path, so it is checked."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise UsageError(f"{name!r}: not a valid environment name", "use letters, digits, . _ -")
+    env_dir = Path(directory or ".") / "environments" / name
+    return env_dir, env_dir / "environment.yml", env_dir / "conda-lock.yml"
+
+
+def project_lock_path(name: str) -> Path:
+    """The project's lock for NAME, absolute: it is recorded in the install state."""
+    return project_env_paths(name)[2].absolute()
+
+
+def existing_env(name: str | None, prefix: str | None = None) -> Path:
+    """The prefix of an environment that must already exist (verify, info, run, shell-hook)."""
+    target = env_prefix(name, prefix)
+    if not looks_like_env(target):
+        raise UsageError(f"no environment at {target}", "see `envtool list`, or pass --prefix PATH")
+    return target
 
 
 def looks_like_env(prefix: Path) -> bool:

@@ -15,12 +15,9 @@ def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
     """Show where NAME lives, what it was installed from, and whether the install finished."""
     from envtool.adapters.install_state import read_state_record
     from envtool.adapters.installed import describe_env
-    from envtool.adapters.locate import env_prefix, looks_like_env
-    from envtool.errors import UsageError
+    from envtool.adapters.locate import existing_env
 
-    target = env_prefix(name, prefix)
-    if not looks_like_env(target):
-        raise UsageError(f"no environment at {target}", "see `envtool list`, or pass --prefix PATH")
+    target = existing_env(name, prefix)
     row = describe_env(target)
     plan = (read_state_record(target) or {}).get("plan") or {}
     row["plan"] = plan

@@ -12,11 +12,11 @@ from typing import Any
 import click
 
 from envtool import __version__
+from envtool.adapters.locate import project_env_paths
 from envtool.commands.create import project_dir_option
 from envtool.errors import DiagnosedFailure, UsageError, not_utf8
 from envtool.locking import (
     LockOutcome,
-    env_paths,
     lock_environment,
     request_from_yml,
     stored_lock_options,
@@ -56,7 +56,7 @@ def cmd(
     name: str, directory: str | None, check: bool, force: bool, dry_run: bool, as_json: bool
 ) -> None:
     """Re-lock environments/NAME from its environment.yml (no-op when nothing changed)."""
-    env_dir, yml_path, lock_path = env_paths(name, directory)
+    env_dir, yml_path, lock_path = project_env_paths(name, directory)
     try:
         yml_text = yml_path.read_text(encoding="utf-8")
     except OSError:

@@ -18,13 +18,11 @@ def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
     """Activate the environment (activate.d scripts included) and exec COMMAND; its exit code is ours."""
     from envtool.adapters.activation import activated_environ
     from envtool.adapters.install_state import read_install_state
-    from envtool.adapters.locate import env_prefix, looks_like_env
+    from envtool.adapters.locate import existing_env
     from envtool.errors import UsageError
     from envtool.output import note
 
-    target = env_prefix(name, prefix)
-    if not looks_like_env(target):
-        raise UsageError(f"no environment at {target}", "see `envtool list`, or pass --prefix PATH")
+    target = existing_env(name, prefix)
     if read_install_state(target) == "incomplete":
         note(
             f"warning: {target.name} is incomplete (an install was interrupted); run `envtool install`"

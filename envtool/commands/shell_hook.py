@@ -19,10 +19,7 @@ import click
 def cmd(name: str | None, prefix: str | None, shell: str) -> None:
     """Print the script that activates NAME in SHELL (PATH, CONDA_PREFIX, activate.d scripts)."""
     from envtool.adapters.activation import render_activation_script
-    from envtool.adapters.locate import env_prefix, looks_like_env
-    from envtool.errors import UsageError
+    from envtool.adapters.locate import existing_env
 
-    target = env_prefix(name, prefix)
-    if not looks_like_env(target):
-        raise UsageError(f"no environment at {target}", "see `envtool list`, or pass --prefix PATH")
+    target = existing_env(name, prefix)
     click.echo(render_activation_script(target, shell), nl=False)

@@ -20,13 +20,11 @@ def cmd(name: str | None, prefix: str | None, lock_file: str | None, as_json: bo
     """Compare an installed environment with its lock; exit 1 when they differ."""
     from envtool.adapters.install_state import read_install_state, read_state_record
     from envtool.adapters.installed import compute_drift
-    from envtool.adapters.locate import env_prefix, looks_like_env, project_lock_path
+    from envtool.adapters.locate import existing_env, project_lock_path
     from envtool.core.drift import render_drift
     from envtool.errors import UsageError
 
-    target = env_prefix(name, prefix)
-    if not looks_like_env(target):
-        raise UsageError(f"no environment at {target}", "see `envtool list`, or pass --prefix PATH")
+    target = existing_env(name, prefix)
     lock = Path(lock_file) if lock_file else None
     if lock is None:
         recorded = (read_state_record(target) or {}).get("lock_path")
