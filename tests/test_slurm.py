@@ -341,6 +341,24 @@ def test_gpus_reads_as_gpus_per_node_for_slurm(tmp_path: Path) -> None:
     assert "submit with: sbatch " in proc.stdout
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--gpus", "all"], "--slurm --gpus all"),
+        (["--gpus", "0"], "--gpus '0' is not a count"),
+        (["--gpus", "eight"], "--gpus 'eight' is not a count"),
+        (["--gpus", "4", "--gpus-per-node", "8"], "--gpus 4 and --gpus-per-node 8 disagree"),
+    ],
+)
+def test_slurm_gpus_that_cannot_be_a_per_node_count_are_refused(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    proc = launch_slurm(tmp_path, "--nodes", "2", *args, "--dry-run")
+    assert proc.returncode == 2
+    assert said in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_conda_activation_runs_its_hooks_before_strict_mode(tmp_path: Path) -> None:
     """The batch script activates a conda prefix the way `conda activate` does (rattler's
     script, activate.d hooks included) — before `set -u`, which such hooks often trip."""

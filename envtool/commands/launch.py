@@ -275,12 +275,24 @@ def preflight_doctor(target: Any, host: HostFacts) -> None:
 
 
 def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -> Result:
+    from envtool.core.launch_plan import parse_gpus
     from envtool.core.slurm import SlurmRequest, parse_job_id, render_sbatch
 
     if not opts["nodes"]:
         raise UsageError("--slurm needs --nodes N", "e.g. --slurm --nodes 2 --gpus-per-node 8")
-    if not opts["gpus_per_node"] and opts["gpus"] and opts["gpus"].isdigit():
-        opts["gpus_per_node"] = int(opts["gpus"])  # --slurm --gpus 8 reads as 8 per node
+    gpus = parse_gpus(opts["gpus"])
+    if gpus == "all":  # this machine (a login node) cannot see the compute nodes' GPUs
+        raise UsageError(
+            "--slurm --gpus all: the GPU count of the compute nodes is not known here",
+            "pass the count, e.g. --slurm --nodes 2 --gpus-per-node 8",
+        )
+    if isinstance(gpus, int):  # --slurm --gpus 8 reads as 8 per node
+        if opts["gpus_per_node"] and opts["gpus_per_node"] != gpus:
+            raise UsageError(
+                f"--gpus {gpus} and --gpus-per-node {opts['gpus_per_node']} disagree",
+                "with --slurm, pass only --gpus-per-node G (GPUs on each node)",
+            )
+        opts["gpus_per_node"] = gpus
     if not opts["cpu"] and not opts["gpus_per_node"]:
         raise UsageError(
             "--slurm needs --gpus-per-node G (or --cpu)", "e.g. --nodes 2 --gpus-per-node 8"
