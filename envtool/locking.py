@@ -86,7 +86,8 @@ def infer_from_specs(specs: list[str]) -> dict[str, str]:
             elif s.build and cuda_from_build_tag(s.build):
                 out["cuda"] = cuda_from_build_tag(s.build) or ""
         elif s.name in ("cuda-version", "pytorch-cuda", "cudatoolkit") and m:
-            out["cuda"] = major_minor(m.group(2))
+            # `=12` is conda's 12.*: a major to pick within, not a 12.0 pin
+            out["cuda"] = major_minor(m.group(2)) if "." in m.group(2) else m.group(2)
             if s.name == "pytorch-cuda":
                 out.setdefault("flavor", "pytorch")
         elif s.name == "python" and m:
@@ -127,7 +128,8 @@ def lock_environment(
 
     env_dir, yml_path, lock_path = project_env_paths(name, directory)
     # re-locking a stored plan targets the stored CUDA, not whatever host runs the re-lock
-    host = probe_host_facts(request) if probe or request.cuda == "auto" else None
+    picks = request.cuda == "auto" or request.cuda.isdigit()  # picked from this host's driver
+    host = probe_host_facts(request) if probe or picks else None
     check_request(request, host)  # refuse impossible requests before touching a channel
     channels = list(request.channels or DEFAULT_CHANNELS[request.flavor])
     # the channel's own torch builds decide which CUDA versions exist (not a table)

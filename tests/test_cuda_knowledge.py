@@ -174,3 +174,13 @@ def test_create_reads_no_cuda_from_a_major_only_build_glob() -> None:
 
     assert "cuda" not in infer_from_specs(["pytorch=2.5=*cuda12*"])
     assert infer_from_specs(["pytorch=2.5=*cuda124*"])["cuda"] == "12.4"
+
+
+def test_create_reads_a_major_only_cuda_pin_as_that_major_not_x_0() -> None:
+    """conda reads `cuda-version=12` as 12.*: the plan picks within 12, it does not pin 12.0."""
+    from envtool.locking import infer_from_specs
+
+    assert infer_from_specs(["cuda-version=12"])["cuda"] == "12"
+    assert infer_from_specs(["pytorch-cuda=11"])["cuda"] == "11"
+    assert infer_from_specs(["cuda-version=12.6"])["cuda"] == "12.6"
+    assert infer_from_specs(["cudatoolkit==11.8.0"])["cuda"] == "11.8"

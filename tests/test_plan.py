@@ -83,6 +83,30 @@ def test_auto_uses_host_driver_and_skips_builds_that_miss_the_gpu_arch() -> None
     assert plan_environment(Request(), h200, builds).cuda == "13.0"
 
 
+def test_a_cuda_major_alone_picks_the_newest_of_that_major_the_driver_runs() -> None:
+    """`--cuda 12` (or `cuda-version=12` in a file, conda's 12.*) on a driver that runs 13.0."""
+    builds = parse_cuda_builds(
+        [
+            ("2.9.0", "cuda130_mkl_py312_h0", []),
+            ("2.8.0", "cuda129_mkl_py312_h0", []),
+            ("2.7.1", "cuda126_mkl_py312_h0", []),
+            ("2.0.0", "cuda118_py311_h0", []),
+        ]
+    )
+    h200 = HostFacts(driver_version="580.65.06", gpus=[GpuFacts(0, "H200", "9.0")])
+    plan = plan_environment(Request(cuda="12"), h200, builds)
+    assert plan.cuda == "12.9" and plan.cuda_mode == "native"
+    assert plan_environment(Request(cuda="11"), h200, builds).cuda == "11.8"
+    # a driver that runs no CUDA 13: same answer, and no "needs driver" refusal for the major
+    assert plan_environment(Request(cuda="12", driver="550.54.14"), None, builds).cuda == "12.9"
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(cuda="10"), h200, builds)
+    assert "for CUDA 10.x" in err.value.message
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(cuda="99"), h200, builds)
+    assert "no CUDA 99.x is known" in err.value.message and "12, 13" in (err.value.hint or "")
+
+
 def test_explicit_cuda_too_new_for_driver_is_refused_with_the_way_out() -> None:
     with pytest.raises(UsageError) as err:
         plan_environment(Request(cuda="12.4", driver="470.182.03"), None, [])

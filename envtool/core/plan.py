@@ -10,6 +10,8 @@ Rule for `--cuda auto` (stated in README.md):
   A pick that needs minor-version compatibility (driver older than the toolkit's own driver but
   at least the major's compatibility floor) is allowed with a warning that names the newest
   natively supported alternative.
+  A major alone (`--cuda 12`, or `cuda-version=12` in a file, which conda reads as 12.*) applies
+  the same rule to that major's versions only.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class Request:
 
     conda_specs: tuple[str, ...] = ("python", "pytorch", "torchvision", "pip")
     pip_specs: tuple[str, ...] = ()
-    cuda: str = "auto"  # "auto" | "cpu" | "X.Y"
+    cuda: str = "auto"  # "auto" | "cpu" | "X.Y" | "X" (auto within major X)
     torch: str | None = None
     python: str | None = None
     flavor: str = "conda-forge"
@@ -207,7 +209,7 @@ def plan_environment(
     want = request.cuda.lower()
     if want == "cpu":
         cuda, mode = None, "cpu"
-    elif want == "auto":
+    elif want == "auto" or want.isdigit():
         if not cuda_platforms:
             cuda, mode = None, "cpu"
             notes.append("no CUDA platform requested: planning CPU builds")
@@ -264,7 +266,14 @@ def check_request(request: Request, host: HostFacts | None = None) -> None:
         if p not in PLATFORMS:
             raise UsageError(f"--platform {p}: not supported", f"use one of {', '.join(PLATFORMS)}")
     want = request.cuda.lower()
-    if want not in ("auto", "cpu"):
+    if re.fullmatch(r"\d+", want):
+        majors = sorted({v.split(".")[0] for v in cu.known_cuda_versions()}, key=int)
+        if want not in majors:
+            raise UsageError(
+                f"--cuda {request.cuda}: no CUDA {want}.x is known",
+                f"use auto, cpu, a major ({', '.join(majors)}) or X.Y",
+            )
+    elif want not in ("auto", "cpu"):
         try:
             mm = major_minor(want)
         except ValueError:
@@ -300,7 +309,7 @@ def check_request(request: Request, host: HostFacts | None = None) -> None:
             "use --flavor conda-forge (the default), or --torch " + last,
         )
     driver = request.driver or (host.driver_version if host and host.has_driver else None)
-    if want not in ("auto", "cpu") and driver is not None:
+    if want not in ("auto", "cpu") and not want.isdigit() and driver is not None:
         verdict = cu.driver_supports(driver, want)
         if verdict.mode == "no":
             native = cu.newest_cuda_native(driver) or "none"
@@ -391,8 +400,12 @@ def _pick_cuda(
     warnings: list[str],
 ) -> tuple[str, str]:
     candidates = _candidates(request, torch_series, builds)
+    if request.cuda.isdigit():  # a major alone: its X.Y versions only
+        candidates = [c for c in candidates if c.split(".")[0] == request.cuda]
     if not candidates:
         what = f"torch {request.torch}" if request.torch else "torch"
+        if request.cuda.isdigit():
+            what += f" for CUDA {request.cuda}.x"
         cuda_platforms = [p for p in request.platforms if p not in NO_CUDA_PLATFORMS]
         where = f" for all of {', '.join(cuda_platforms)}" if len(cuda_platforms) > 1 else ""
         chans = ", ".join(request.channels or DEFAULT_CHANNELS[request.flavor])
