@@ -35,7 +35,11 @@ project_dir_option = click.option(
 
 @click.command("create")
 @click.argument("name")
-@click.option("--cuda", default=None, help="X.Y, auto (default: what this host runs) or cpu.")
+@click.option(
+    "--cuda",
+    default=None,
+    help="X.Y, a major X (newest X.* that runs), auto (default: what this host runs) or cpu.",
+)
 @click.option("--torch", "torch_version", default=None, help="PyTorch version, e.g. 2.7.")
 @click.option("--python", "python_version", default=None, help="Python version, e.g. 3.11.")
 @click.option(
