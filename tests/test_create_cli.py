@@ -210,6 +210,21 @@ def test_lock_check_without_lock_is_stale(run_cli, tmp_path) -> None:
     assert rc == 1 and "missing" in err
 
 
+def test_lock_check_of_a_conda_lock_made_lock_says_it_cannot_tell(
+    run_cli, tmp_path, fixtures
+) -> None:
+    """A lock conda-lock wrote (a real one from GitHub) has no envtool input hash: not "missing"."""
+    src = fixtures / "locks" / "konstantinjdobler__nlp-research-template__conda-lock.yml"
+    env = tmp_path / "environments" / "theirs"
+    env.mkdir(parents=True)
+    (env / "environment.yml").write_text("dependencies:\n  - pytorch\n")
+    (env / "conda-lock.yml").write_bytes(src.read_bytes())
+    rc, _, err = run_cli(["lock", "theirs", "--check"], tmp_path)
+    assert rc == 1
+    assert "lock is not envtool's" in err and "missing" not in err
+    assert "envtool lock theirs" in err
+
+
 def test_lock_of_a_non_utf8_environment_yml_is_a_usage_error(run_cli, tmp_path) -> None:
     env = tmp_path / "environments" / "latin1"
     env.mkdir(parents=True)

@@ -72,7 +72,12 @@ def cmd(
         fresh = current_input_hash(yml_text, stored) == stamp
     if check:
         if not fresh:  # the CLI prints the error (and, with --json, its envelope)
-            state = "missing" if stamp is None else "stale"
+            if not lock_path.is_file():
+                state = "missing"
+            elif stamp is None:  # conda-lock's own, or hand-edited: no way to tell if it is fresh
+                state = "not envtool's (it records no input hash, so freshness is unknown)"
+            else:
+                state = "stale"
             raise DiagnosedFailure(
                 f"{lock_path}: lock is {state}", f"run `envtool lock {name}` to update it"
             )
