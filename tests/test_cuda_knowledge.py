@@ -49,6 +49,32 @@ TORCH_CUDA = {
     "2.11": ("12.6", "12.8", "13.0"),
 }
 
+# CUDA of the linux-64 wheel a plain `pip install torch==X.Y.*` gets from PyPI (cuda_data.json
+# "pypi_default_cuda"; 2.9-2.11 from PyTorch's CUDA RFCs/build matrix and PyPI wheel deps).
+PYPI_DEFAULT = {
+    "1.5": "10.2",
+    "1.6": "10.2",
+    "1.7": "10.2",
+    "1.8": "10.2",
+    "1.9": "10.2",
+    "1.10": "10.2",
+    "1.11": "10.2",
+    "1.12": "10.2",
+    "1.13": "11.7",
+    "2.0": "11.7",
+    "2.1": "12.1",
+    "2.2": "12.1",
+    "2.3": "12.1",
+    "2.4": "12.1",
+    "2.5": "12.4",
+    "2.6": "12.4",
+    "2.7": "12.6",
+    "2.8": "12.8",
+    "2.9": "12.8",
+    "2.10": "12.8",
+    "2.11": "13.0",
+}
+
 
 @pytest.mark.parametrize("cuda_version,driver", sorted(MIN_DRIVER.items()))
 def test_min_driver_row(cuda_version: str, driver: str) -> None:
@@ -92,6 +118,22 @@ def test_torch_cuda_row(torch_version: str, cudas: tuple[str, ...]) -> None:
     assert cuda.official_cuda_builds(torch_version + ".1+cu999") == cudas
     for c in cudas:
         assert torch_version in cuda.official_torch_for_cuda(c)
+
+
+@pytest.mark.parametrize("torch_version,cuda_version", sorted(PYPI_DEFAULT.items()))
+def test_pypi_default_cuda_row(torch_version: str, cuda_version: str) -> None:
+    assert cuda.pypi_default_cuda(torch_version) == cuda_version
+    assert cuda.pypi_default_cuda(torch_version + ".1") == cuda_version
+    assert cuda.min_driver(cuda_version) is not None
+    # PyPI only carries a build PyTorch made: the default is one of that release's official CUDAs
+    builds = cuda.official_cuda_builds(torch_version)
+    assert builds is None or cuda_version in builds
+
+
+def test_pypi_default_table_is_exactly_the_known_rows() -> None:
+    assert cuda.pypi_default_series() == sorted(PYPI_DEFAULT, key=parse_version)
+    assert cuda.pypi_default_cuda("2.99.0") is None
+    assert cuda.pypi_default_cuda("1.4.0") is None
 
 
 def test_pytorch_channel_end() -> None:
@@ -147,7 +189,8 @@ def test_every_row_has_a_known_source() -> None:
     from importlib import resources
 
     raw = json.loads(resources.files("envtool.core").joinpath("cuda_data.json").read_text())
-    for table in ("min_driver", "minor_compat_floor", "torch_cuda", "cuda_archs"):
+    tables = ("min_driver", "minor_compat_floor", "torch_cuda", "pypi_default_cuda", "cuda_archs")
+    for table in tables:
         for row in raw[table]:
             assert row["source"] in raw["sources"], row
 

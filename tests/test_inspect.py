@@ -119,6 +119,60 @@ def test_pip_local_version_tag() -> None:
     assert ask.torch == "torch==2.1.0+cu121" and ask.problems == []
 
 
+def _plain_pip_torch_cli(tmp_path, run_cli, pin: str) -> tuple[str, dict]:
+    """`envtool inspect` text and --json for an environment.yml whose pip section pins torch
+    with no index and no +cuXYZ (pip then fetches PyPI's default linux-64 wheel)."""
+    env = tmp_path / "environment.yml"
+    env.write_text(_env(["python=3.12", "pip"], [f"torch=={pin}"]))
+    code, text, _ = run_cli(["inspect", str(env)])
+    assert code == 0
+    code, out, _ = run_cli(["inspect", str(env), "--json"])
+    assert code == 0
+    data = json.loads(out)
+    return text, data
+
+
+@pytest.mark.parametrize(
+    ("pin", "cuda", "driver"),
+    [("2.9.1", "12.8", "570.26"), ("2.10.0", "12.8", "570.26"), ("2.11.0", "13.0", "580.65.06")],
+)
+def test_cli_plain_pypi_torch_after_2_8(tmp_path, run_cli, pin, cuda, driver) -> None:
+    text, data = _plain_pip_torch_cli(tmp_path, run_cli, pin)
+    assert text.startswith(
+        f"environment.yml asks for torch {pin} with CUDA {cuda} via PyPI's default linux-64 "
+        f"wheel; needs NVIDIA driver ≥ {driver}."
+    )
+    asked = (data["flavor"], data["cuda"], data["gpu_required"], data["min_driver"])
+    assert asked == ("pip-wheel", cuda, True, driver)
+    assert data["problems"] == []
+
+
+def test_cli_plain_pypi_torch_newer_than_the_table_is_cuda_of_unknown_version(
+    tmp_path, run_cli
+) -> None:
+    text, data = _plain_pip_torch_cli(tmp_path, run_cli, "2.99.0")
+    asked = (data["flavor"], data["cuda"], data["gpu_required"], data["min_driver"])
+    assert asked == ("pip-wheel", None, True, None)
+    [problem] = data["problems"]
+    assert problem.startswith(
+        "torch==2.99.0: PyPI's default linux-64 wheel of torch 2.99 is a CUDA"
+    )
+    assert "stops at torch 2.11" in problem
+    assert "--index-url https://download.pytorch.org/whl/cuXYZ" in problem
+    assert "`+cuXYZ` local version" in problem
+    assert text.startswith(
+        "environment.yml asks for torch 2.99.0 with CUDA (version unknown to envtool) via "
+        "PyPI's default linux-64 wheel.\nProblems:\n  - torch==2.99.0: "
+    )
+    assert "CPU" not in text and "no CUDA request" not in text
+
+
+def test_plain_pypi_torch_older_than_the_table_is_cuda_of_unknown_version() -> None:
+    ask = _ask(_env(["pip"], ["torch==1.4.0"]))
+    assert (ask.flavor, ask.cuda, ask.gpu_required) == ("pip-wheel", None, True)
+    assert len(ask.problems) == 1 and "starts at torch 1.5" in ask.problems[0]
+
+
 def test_pip_extra_index_url_selects_cuda() -> None:
     ask = _ask(
         _env(["pip"], ["--extra-index-url https://download.pytorch.org/whl/cu118", "torch==2.3.1"])

@@ -19,6 +19,7 @@ class CudaData:
     min_driver: dict[str, str]
     compat_floor: dict[int, str]
     torch_cuda: dict[str, tuple[str, ...]]
+    pypi_default_cuda: dict[str, str]  # torch X.Y -> CUDA of PyPI's linux-64 wheel
     cuda_archs: dict[str, tuple[str, ...]]
     pytorch_channel_last: str
     sources: dict[str, str]
@@ -31,6 +32,7 @@ def load_cuda_data() -> CudaData:
         min_driver={r["cuda"]: r["driver"] for r in raw["min_driver"]},
         compat_floor={int(r["major"]): r["driver"] for r in raw["minor_compat_floor"]},
         torch_cuda={r["torch"]: tuple(r["cuda"]) for r in raw["torch_cuda"]},
+        pypi_default_cuda={r["torch"]: r["cuda"] for r in raw["pypi_default_cuda"]},
         cuda_archs={r["cuda"]: tuple(r["archs"]) for r in raw["cuda_archs"]},
         pytorch_channel_last=raw["pytorch_channel_last"]["torch"],
         sources=raw["sources"],
@@ -121,6 +123,17 @@ def official_torch_for_cuda(cuda: str) -> list[str]:
     cuda = major_minor(cuda)
     data = load_cuda_data().torch_cuda
     return sorted((t for t, cs in data.items() if cuda in cs), key=parse_version)
+
+
+def pypi_default_cuda(torch_version: str) -> str | None:
+    """CUDA of the linux-64 wheel a plain `pip install torch==X.Y.*` (no index) fetches from PyPI
+    (None: release not in the table)."""
+    return load_cuda_data().pypi_default_cuda.get(torch_series(torch_version))
+
+
+def pypi_default_series() -> list[str]:
+    """Torch series whose PyPI default CUDA is known, oldest first."""
+    return sorted(load_cuda_data().pypi_default_cuda, key=parse_version)
 
 
 def pytorch_channel_has(torch_version: str) -> bool:

@@ -3,7 +3,8 @@
 Precedence when a file carries several signals (first match wins; the rest only add problems):
 1. a pip `torch` requirement — pip runs after conda and replaces any conda torch. CUDA comes
    from the wheel's local tag (`+cu121`), else the download.pytorch.org index (`/whl/cu118`),
-   else PyPI's default linux-64 build for that release. `+cpu` / `/whl/cpu` -> cpu;
+   else PyPI's default linux-64 build for that release (cuda_data.json "pypi_default_cuda"; a
+   release outside that table is a CUDA build of unknown version). `+cpu` / `/whl/cpu` -> cpu;
    ROCm (`+rocm5.6`, `/whl/rocm5.6`) -> pip-wheel with cuda null (it is an AMD build).
 2. an explicit CPU ask: `cpuonly`, `pytorch-cpu`, or a pytorch build string with `cpu`.
 3. `pytorch-cuda=X.Y` -> the legacy pytorch channel.
@@ -27,15 +28,6 @@ from envtool.core.spec import CondaSpec, EnvSpec, PipLine
 from envtool.core.versions import cuda_from_build_tag, parse_version
 
 FLAVORS = ("conda-forge", "pytorch-channel", "cudatoolkit", "pip-wheel", "cpu", "unspecified")
-
-# CUDA of the torch wheel `pip install torch==X.Y.*` fetches from PyPI on linux-64 (no index
-# given). Source: PyTorch RELEASE.md "Release Compatibility Matrix" (stable CUDA column) and the
-# wheel METADATA of each release's manylinux wheel on PyPI (nvidia-*-cuXX requirements).
-PYPI_DEFAULT_CUDA = {
-    "1.5": "10.2", "1.6": "10.2", "1.7": "10.2", "1.8": "10.2", "1.9": "10.2", "1.10": "10.2",
-    "1.11": "10.2", "1.12": "10.2", "1.13": "11.7", "2.0": "11.7", "2.1": "12.1", "2.2": "12.1",
-    "2.3": "12.1", "2.4": "12.1", "2.5": "12.4", "2.6": "12.4", "2.7": "12.6", "2.8": "12.8",
-}  # fmt: skip
 
 # NVIDIA channel packages that are the CUDA toolkit itself (they do not pick a torch build).
 _TOOLKIT_NAMES = ("cuda", "cuda-toolkit", "cuda-nvcc", "cuda-runtime")
@@ -303,10 +295,34 @@ def _pip_ask(ask: CudaAsk, pip_torch: PipLine, lines: list[PipLine], problems: l
         ask.gpu_required = ask.cuda is not None
         ask.via = f"a +{tag} wheel" if local else f"the download.pytorch.org/whl/{tag} index"
     else:
-        series = torch_series_of(pinned) if pinned else None
-        ask.cuda = PYPI_DEFAULT_CUDA.get(series or "")
-        ask.gpu_required = ask.cuda is not None
         ask.via = "PyPI's default linux-64 wheel"
+        series = torch_series_of(pinned) if pinned else None
+        if series is None:
+            return
+        ask.cuda = cuda_knowledge.pypi_default_cuda(series)
+        # PyPI's linux-64 torch wheels are CUDA builds: a release missing from the table still is.
+        ask.gpu_required = True
+        if ask.cuda is None:
+            problems.append(_unknown_pypi_default(pip_torch, series))
+
+
+def _unknown_pypi_default(pip_torch: PipLine, series: str) -> str:
+    known = cuda_knowledge.pypi_default_series()
+    oldest, newest = known[0], known[-1]
+    if parse_version(series) > parse_version(newest):
+        edge = f"stops at torch {newest}"
+    elif parse_version(series) < parse_version(oldest):
+        edge = f"starts at torch {oldest}"
+    else:
+        edge = f"has no row for torch {series}"
+    builds = cuda_knowledge.official_cuda_builds(series)
+    built = f" (torch {series} builds: CUDA {', '.join(builds)})" if builds else ""
+    return (
+        f"{pip_torch.raw.strip()}: PyPI's default linux-64 wheel of torch {series} is a CUDA build "
+        f"of a version envtool does not know (its table of PyPI defaults {edge}); make the CUDA "
+        "explicit with `--index-url https://download.pytorch.org/whl/cuXYZ` or a `+cuXYZ` local "
+        f"version{built}"
+    )
 
 
 def _check_pytorch_channel_release(torch: CondaSpec | None, problems: list[str]) -> None:
@@ -387,6 +403,9 @@ def render_inspect_text(ask: CudaAsk, source: str) -> list[str]:
         head = f"{source} asks for {torch} as {ask.via} (AMD GPUs, not CUDA)"
     elif ask.cuda:
         head = f"{source} asks for {torch} with CUDA {ask.cuda} via {ask.via}"
+    elif ask.gpu_required and ask.flavor == "pip-wheel":
+        # a PyPI wheel of a release outside envtool's table: CUDA, but which one is unknown
+        head = f"{source} asks for {torch} with CUDA (version unknown to envtool) via {ask.via}"
     elif ask.gpu_required:
         head = f"{source} asks for {torch} with CUDA (version not pinned) via {ask.via}"
     else:
