@@ -356,3 +356,14 @@ def test_cli_malformed_yaml_json_envelope(tmp_path, run_cli) -> None:
 def test_cli_missing_file(tmp_path, run_cli) -> None:
     code, _, err = run_cli(["inspect", str(tmp_path / "nope.yml")])
     assert code == 2 and "no such file" in err
+
+
+@pytest.mark.parametrize("line", ["torch", "torch>=2.0"])
+def test_unpinned_pypi_torch_is_a_cuda_build_that_changes_with_the_install_day(line: str) -> None:
+    """pip takes the newest release, a CUDA wheel: not "no CUDA request" (a GPU-less reading)."""
+    ask = _ask(_env(["pip"], [line]))
+    assert (ask.flavor, ask.cuda, ask.gpu_required) == ("pip-wheel", None, True)
+    [problem] = ask.problems
+    assert problem.startswith(f"{line}: torch is not pinned")
+    assert "(torch 2.11: CUDA 13.0, which needs driver ≥ 580.65.06)" in problem
+    assert "pin torch==X.Y.Z" in problem

@@ -297,13 +297,26 @@ def _pip_ask(ask: CudaAsk, pip_torch: PipLine, lines: list[PipLine], problems: l
     else:
         ask.via = "PyPI's default linux-64 wheel"
         series = torch_series_of(pinned) if pinned else None
+        # PyPI's linux-64 torch wheels are CUDA builds, pinned or not.
+        ask.gpu_required = True
         if series is None:
+            problems.append(_unpinned_pypi_torch(pip_torch))
             return
         ask.cuda = cuda_knowledge.pypi_default_cuda(series)
-        # PyPI's linux-64 torch wheels are CUDA builds: a release missing from the table still is.
-        ask.gpu_required = True
-        if ask.cuda is None:
+        if ask.cuda is None:  # a release missing from the table is still a CUDA build
             problems.append(_unknown_pypi_default(pip_torch, series))
+
+
+def _unpinned_pypi_torch(pip_torch: PipLine) -> str:
+    newest = cuda_knowledge.pypi_default_series()[-1]
+    cuda = cuda_knowledge.pypi_default_cuda(newest)
+    floor = cuda_knowledge.min_driver(cuda) if cuda else None
+    needs = f", which needs driver ≥ {floor}" if floor else ""
+    return (
+        f"{pip_torch.raw.strip()}: torch is not pinned, so the CUDA of PyPI's wheel is whatever the "
+        f"newest release ships on install day (torch {newest}: CUDA {cuda}{needs}); pin "
+        "torch==X.Y.Z or pick the CUDA with `--index-url https://download.pytorch.org/whl/cuXYZ`"
+    )
 
 
 def _unknown_pypi_default(pip_torch: PipLine, series: str) -> str:
