@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from envtool.adapters.proc import ProcResult, Runner
-from envtool.core.launch_plan import RUN_MARKER_VAR
+from envtool.core.launch_plan import GPU_ENV_DEFAULTS, RUN_MARKER_VAR
 
 DEEP_SCRIPT = Path(__file__).with_name("deep_script.py")
 
-# NVLink SHARP (NVLS) and symmetric-memory multicast need fabric features many hosts (VMs, some
-# containers) lack and then hang or fail at init; the check measures plain NCCL, so both are off.
-CHILD_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+# The launch defaults (NVLS and multicast off), forced here rather than defaulted: the check
+# measures plain NCCL whatever the user's shell sets.
+CHILD_ENV = dict(GPU_ENV_DEFAULTS)
 
 
 def child_environ(base: Mapping[str, str], cpu: bool) -> dict[str, str]:
