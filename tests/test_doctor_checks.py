@@ -19,6 +19,7 @@ from envtool.core.checks import (
     check_mig,
     check_minor_version_compat,
     check_nvcc_vs_torch,
+    check_nvidia_driver,
     check_torch_present,
     headline,
     overall,
@@ -239,6 +240,40 @@ def test_cuda_unavailable_explained_by_hidden_gpus_is_not_a_second_failure():
     checks = run_checks(host, env)
     assert [c.id for c in checks if c.status == "fail"] == ["cuda-visible-devices"]
     assert headline(checks).startswith('CUDA_VISIBLE_DEVICES=""')
+
+
+def test_hung_driver_is_the_verdict_with_the_fix_and_the_torch_time_out_is_its_symptom():
+    # What the probe records when NVML never answers: /proc named the version, nvidia-smi skipped.
+    host = HostFacts(
+        driver_version="580.159.04",
+        driver_cuda="13.0",
+        source="proc",
+        driver_hung=True,
+        probe_errors=[
+            "NVML: no answer in 10 s — the driver looks hung",
+            "nvidia-smi: not run (it would block on the same hung driver)",
+        ],
+    )
+    # torch's CUDA init blocks on the same driver, so the env probe times out too.
+    env = EnvFacts(
+        python_exe="/envs/x/bin/python",
+        prefix="/envs/x",
+        status="timeout",
+        error="/envs/x/bin/python did not finish the probe in 120s",
+    )
+    checks = run_checks(host, env)
+    assert [c.id for c in checks if c.status == "fail"] == ["nvidia-driver"]
+    assert headline(checks) == check_by_id(checks, "nvidia-driver").summary
+    driver = check_nvidia_driver(host, env)
+    assert "not answering" in driver.summary
+    assert "NVML: no answer in 10 s — the driver looks hung" in driver.evidence
+    assert "dmesg | grep -i xid" in driver.fix and "nvidia-smi -r" in driver.fix
+    assert "reboot" in driver.fix
+    assert check_by_id(checks, "torch-present").status == "skip"
+    # The same driver answering: the time-out is torch-present's own failure, as before.
+    healthy = HostFacts(driver_version="580.159.04", driver_cuda="13.0", source="nvml")
+    assert check_nvidia_driver(healthy, env).status == "ok"
+    assert check_torch_present(healthy, env).status == "fail"
 
 
 # ----------------------------------------------------------------- run_checks / overall

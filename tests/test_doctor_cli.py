@@ -136,6 +136,47 @@ def test_replay_with_an_old_driver_fails_with_the_fix(h200_record: Path):
     assert any("fix:" in x and "--cuda 11.8" in x for x in lines)
 
 
+def test_replay_of_a_host_whose_driver_hung_fails_with_the_fix(tmp_path: Path):
+    # Record a live probe whose NVML never answers (a wedged driver), then replay it through the CLI.
+    from envtool.adapters.host_probe import probe_host
+
+    release = threading.Event()
+
+    class Wedged:
+        def nvmlInit(self) -> None:
+            release.wait()
+            raise RuntimeError("released after the probe gave up")
+
+    proc_root = tmp_path / "proc"
+    (proc_root / "driver" / "nvidia").mkdir(parents=True)
+    (proc_root / "driver" / "nvidia" / "version").write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Release Build\n"
+    )
+    record: dict[str, str] = {}
+    try:
+        probe_host(
+            {},
+            runner=lambda argv, **_: ProcResult(tuple(argv), None, missing=True),
+            nvml=Wedged(),
+            record=record,
+            proc_root=proc_root,
+            nvml_timeout=0.2,
+        )
+    finally:
+        release.set()
+    rec = tmp_path / "rec"
+    (rec / "host").mkdir(parents=True)
+    for name, text in record.items():
+        (rec / "host" / name).write_text(text)
+    torch = TorchFacts(version="2.11.0+cu130", cuda="13.0")  # as --fast reads it
+    write_env(rec, EnvFacts(python_exe="/usr/bin/python3", prefix="/usr", torch=torch))
+    proc = envtool("doctor", "--replay", str(rec))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("envtool doctor: FAIL — the NVIDIA driver is not answering")
+    assert any("fix:" in x and "dmesg | grep -i xid" in x and "nvidia-smi -r" in x for x in lines)
+
+
 def test_replay_of_a_failing_host_json_recording_exits_1(tmp_path: Path):
     # fixtures/collect_env/08: a CUDA 11.0 wheel on a host without a driver, recorded as host.json
     rec = tmp_path / "rec"

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import threading
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,8 @@ import pytest
 from envtool.adapters import host_probe, nvidia_smi
 from envtool.adapters.host_probe import apply_overrides, facts_from_record, probe_host
 from envtool.adapters.proc import ProcResult
+from envtool.core.checks import check_nvidia_driver
+from envtool.core.facts import EnvFacts, HostFacts
 from envtool.errors import UsageError
 
 # ---------------------------------------------------------------- helpers over the real captures
@@ -478,6 +484,7 @@ def test_probe_prefers_nvml_and_runs_nvidia_smi_only_for_topology(
     assert facts.nvlink is True
     assert [c for c in runner.calls if c[0] == "nvidia-smi"] == [("nvidia-smi", "topo", "-m")]
     assert nvml.shutdown == 1
+    assert facts.driver_hung is False
 
 
 def test_nvml_reports_mig_devices(fixtures: Path, tmp_path: Path) -> None:
@@ -513,6 +520,139 @@ def test_nvml_failure_falls_back_to_nvidia_smi(fixtures: Path, tmp_path: Path) -
     facts = probe_host(NO_ENV, runner=h200_runner(fixtures), nvml=nvml, proc_root=tmp_path)
     assert facts.source == "nvidia-smi-xml" and facts.driver_version == "580.159.04"
     assert any(e.startswith("NVML:") and "Driver Not Loaded" in e for e in facts.probe_errors)
+
+
+# ---------------------------------------------------------------- a wedged driver (NVML hangs)
+
+PROC_580 = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
+    "(dvs-builder@U16-I1-N07-12-3)\n"
+)
+
+
+def write_proc_version(proc_root: Path, text: str = PROC_580) -> None:
+    (proc_root / "driver" / "nvidia").mkdir(parents=True)
+    (proc_root / "driver" / "nvidia" / "version").write_text(text)
+
+
+def wedge(nvml: FakeNvml, method: str, release: threading.Event) -> None:
+    """Make one NVML call block until `release` is set, as a call into a hung driver does."""
+    original = getattr(nvml, method)
+
+    def blocked(*args: object) -> object:
+        release.wait()
+        return original(*args)
+
+    setattr(nvml, method, blocked)
+
+
+def returns(fn: Callable[[], HostFacts]) -> HostFacts:
+    """fn() from a helper thread: a probe that hangs fails the test instead of hanging the suite
+    (a guard for a regression, not a speed limit)."""
+    out: dict[str, object] = {}
+
+    def call() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            out["error"] = exc
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(60)
+    if "error" in out:
+        raise out["error"]  # type: ignore[misc]
+    assert "value" in out, "probe_host never returned: NVML's wait is not bounded"
+    return out["value"]  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("hang_at", ["nvmlInit", "nvmlDeviceGetName"])
+def test_hung_nvml_gives_the_proc_driver_no_nvidia_smi_and_a_failing_verdict(
+    fixtures: Path, tmp_path: Path, hang_at: str
+) -> None:
+    release = threading.Event()
+    nvml = nvml_from_h200_capture(fixtures)
+    wedge(nvml, hang_at, release)
+    write_proc_version(tmp_path)
+    # This nvidia-smi would answer: only skipping it leaves it unasked.
+    runner = h200_runner(fixtures)
+    record: dict[str, str] = {}
+    try:
+        facts = returns(
+            lambda: probe_host(
+                NO_ENV,
+                runner=runner,
+                nvml=nvml,
+                record=record,
+                proc_root=tmp_path,
+                nvml_timeout=0.2,
+            )
+        )
+    finally:
+        release.set()  # lets the NVML thread finish
+    assert (facts.driver_version, facts.driver_cuda, facts.source) == ("580.159.04", "13.0", "proc")
+    assert facts.driver_hung is True and facts.gpus == []
+    assert "NVML: no answer in 0.2 s — the driver looks hung" in facts.probe_errors
+    # nvidia-smi uses the same driver: not one call, so no 30 s time-outs (nor topology).
+    assert [c for c in runner.calls if c[0] == "nvidia-smi"] == []
+    verdict = check_nvidia_driver(facts, EnvFacts())
+    assert verdict.status == "fail" and "not answering" in verdict.summary
+    assert "dmesg | grep -i xid" in (verdict.fix or "") and "nvidia-smi -r" in (verdict.fix or "")
+    # --record / --replay: the raw files say "hung", the replay says so too, and so does host.json.
+    assert set(record) <= set(host_probe.RECORD_FILES)
+    assert facts_from_record(record) == facts
+    assert HostFacts.from_dict(json.loads(json.dumps(facts.to_dict()))) == facts
+
+
+def test_nvml_time_out_comes_from_the_environment_and_a_bad_value_is_a_usage_error(
+    fixtures: Path, tmp_path: Path
+) -> None:
+    release = threading.Event()
+    nvml = nvml_from_h200_capture(fixtures)
+    wedge(nvml, "nvmlInit", release)
+    try:
+        facts = returns(
+            lambda: probe_host(
+                {"ENVTOOL_NVML_TIMEOUT": "0.2"},
+                runner=FakeRunner({}),
+                nvml=nvml,
+                proc_root=tmp_path,
+            )
+        )
+    finally:
+        release.set()
+    assert facts.driver_hung is True and facts.driver_version is None
+    assert "NVML: no answer in 0.2 s — the driver looks hung" in facts.probe_errors
+    for bad in ("soon", "0", "-5", "nan", "inf"):
+        with pytest.raises(UsageError, match="ENVTOOL_NVML_TIMEOUT"):
+            probe_host({"ENVTOOL_NVML_TIMEOUT": bad}, runner=FakeRunner({}), nvml=None)
+
+
+def test_a_thread_stuck_in_nvml_does_not_keep_the_process_alive_at_exit(tmp_path: Path) -> None:
+    # An NVML call that never returns (the Event is never set), then a normal interpreter exit.
+    code = """
+import pathlib, sys, threading
+from envtool.adapters.host_probe import probe_host
+from envtool.adapters.proc import ProcResult
+
+class Wedged:
+    def nvmlInit(self):
+        threading.Event().wait()
+
+def runner(argv, **_):
+    return ProcResult(tuple(argv), None, missing=True)
+
+f = probe_host({}, runner=runner, nvml=Wedged(), proc_root=pathlib.Path(sys.argv[1]), nvml_timeout=0.2)
+print("hung" if f.driver_hung else "answered")
+"""
+    try:
+        res = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the process did not exit: the NVML thread holds it (not a daemon thread?)")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "hung"
 
 
 def test_proc_alone_gives_the_driver_and_a_table_cuda(tmp_path: Path) -> None:

@@ -9,6 +9,10 @@ broken driver: that is a fact (`driver_version is None`, `no_driver_reason`), no
 Source order: NVML (nvidia-ml-py, the same library nvidia-smi uses, no text parsing) ->
 /proc/driver/nvidia/version + `nvidia-smi -q -x` -> `nvidia-smi -q` -> plain `nvidia-smi` +
 `nvidia-smi --query-gpu=... --format=csv`.
+
+A wedged driver (a GPU fallen off the bus, Xid 79) blocks NVML calls for minutes or for good, and
+nvidia-smi with them: NVML gets a bounded wait, and when it does not answer the probe reads only
+/proc and records `driver_hung`, so `doctor` gives a verdict instead of hanging.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import math
 import os
+import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -68,6 +74,13 @@ LIB_PATTERNS = ("libcudart.so*", "libnccl.so*", "libcuda.so*", "libcublas.so*")
 
 _LOAD_PYNVML: Any = object()  # sentinel: import the real pynvml lazily
 
+# NVML answers in tens of milliseconds on a healthy host; without persistence mode nvmlInit brings
+# up every GPU first, which can take seconds on a multi-GPU node. A wedged driver blocks for
+# minutes or forever, so 10 s separates the two with room to spare. ENVTOOL_NVML_TIMEOUT (seconds)
+# lengthens it for a node that is only slow.
+NVML_TIMEOUT_S = 10.0
+NVML_TIMEOUT_VAR = "ENVTOOL_NVML_TIMEOUT"
+
 
 def probe_host(
     environ: Mapping[str, str] | None = None,
@@ -77,13 +90,23 @@ def probe_host(
     *,
     proc_root: Path = Path("/proc"),
     shm_path: str = "/dev/shm",
+    nvml_timeout: float | None = None,
 ) -> HostFacts:
     """Probe this host. `environ` (default os.environ) is what the probe reads and what its
-    commands run with; `nvml=None` skips NVML; `record` receives every raw output.
+    commands run with; `nvml=None` skips NVML; `record` receives every raw output;
+    `nvml_timeout` (default ENVTOOL_NVML_TIMEOUT, else NVML_TIMEOUT_S) bounds the wait for NVML.
 
-    Raises UsageError only for a malformed CONDA_OVERRIDE_CUDA / ENVTOOL_DRIVER_VERSION value.
+    Raises UsageError only for a malformed CONDA_OVERRIDE_CUDA / ENVTOOL_DRIVER_VERSION /
+    ENVTOOL_NVML_TIMEOUT value.
     """
-    raw = collect_host_raw(environ, runner, nvml, proc_root=proc_root, shm_path=shm_path)
+    raw = collect_host_raw(
+        environ,
+        runner,
+        nvml,
+        proc_root=proc_root,
+        shm_path=shm_path,
+        nvml_timeout=nvml_timeout,
+    )
     if record is not None:
         record.update(raw)
     return facts_from_record(raw)
@@ -99,9 +122,12 @@ def collect_host_raw(
     *,
     proc_root: Path = Path("/proc"),
     shm_path: str = "/dev/shm",
+    nvml_timeout: float | None = None,
 ) -> dict[str, str]:
     """Gather raw outputs, stopping at the first source that names the driver and its GPUs."""
     env = dict(os.environ if environ is None else environ)
+    if nvml_timeout is None:
+        nvml_timeout = _nvml_timeout_from_env(env)
     raw: dict[str, str] = {}
     errors: list[str] = []
     raw[ENV_JSON] = json.dumps({k: env[k] for k in ENV_VARS if k in env}, indent=1, sort_keys=True)
@@ -118,22 +144,29 @@ def collect_host_raw(
 
     if nvml is _LOAD_PYNVML:
         nvml = _import_pynvml(errors)
-    nvml_ok = False
+    nvml_ok = nvml_hung = False
     if nvml is not None:
-        data = read_nvml(nvml)
+        data = read_nvml_bounded(nvml, nvml_timeout)
         raw[NVML_JSON] = json.dumps(data, indent=1)
         nvml_ok = data.get("error") is None
+        nvml_hung = bool(data.get("hung"))
         if not nvml_ok:
             errors.append(f"NVML: {data['error']}")
 
     gpu_count = len(json.loads(raw[NVML_JSON]).get("devices", [])) if nvml_ok else 0
     if not nvml_ok:
         proc_file = proc_root / "driver" / "nvidia" / "version"
-        try:
+        try:  # a plain file read: answers even when the driver does not
             raw[PROC_VERSION] = proc_file.read_text(errors="replace")
         except OSError:
             errors.append(f"{proc_file}: absent")
-        gpu_count = _collect_smi(raw, errors, runner, env)
+        if nvml_hung:
+            # nvidia-smi is a client of the same libnvidia-ml, so it blocks on the same driver
+            # call; a process stuck in the driver cannot even be killed, so a time-out on it would
+            # not come back either. Skip it (and topology with it).
+            errors.append("nvidia-smi: not run (it would block on the same hung driver)")
+        else:
+            gpu_count = _collect_smi(raw, errors, runner, env)
 
     if gpu_count >= 2:  # topology only means something between GPUs
         res = runner(["nvidia-smi", "topo", "-m"], timeout=20.0, env=env)
@@ -190,6 +223,22 @@ def _collect_smi(raw: dict[str, str], errors: list[str], runner: Runner, env: di
     return len(smi.parse_smi_table(raw[SMI_TABLE]).gpus)
 
 
+def _nvml_timeout_from_env(env: Mapping[str, str]) -> float:
+    value = env.get(NVML_TIMEOUT_VAR)
+    if value is None or not value.strip():
+        return NVML_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise UsageError(
+            f"{NVML_TIMEOUT_VAR}={value!r} is not a number of seconds",
+            f"set it to a positive number like 30, or unset it (default {NVML_TIMEOUT_S:g})",
+        )
+    return seconds
+
+
 def _why(res: Any) -> str:
     if res.timed_out:
         return "timed out"
@@ -208,6 +257,30 @@ def _import_pynvml(errors: list[str]) -> object | None:
 
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def read_nvml_bounded(nvml: Any, timeout: float = NVML_TIMEOUT_S) -> dict[str, Any]:
+    """`read_nvml`, waiting at most `timeout` seconds. On time-out: {"error": ..., "hung": True}.
+
+    NVML calls are C calls that cannot be interrupted, so the reader runs in a daemon thread that
+    may outlive the probe (a daemon thread does not hold the process at exit; a
+    ThreadPoolExecutor's exit hook would join it and hang).
+    """
+    box: dict[str, dict[str, Any]] = {}
+
+    def work() -> None:
+        box["data"] = read_nvml(nvml)
+
+    reader = threading.Thread(target=work, name="envtool-nvml", daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():
+        return {
+            "error": f"no answer in {timeout:g} s — the driver looks hung",
+            "hung": True,
+            "timeout_s": timeout,
+        }
+    return box.get("data") or {"error": "the NVML reader stopped without an answer"}
 
 
 def read_nvml(nvml: Any) -> dict[str, Any]:
@@ -315,6 +388,8 @@ def facts_from_record(raw: Mapping[str, str]) -> HostFacts:
             facts.driver_cuda = report[0].driver_cuda
             facts.gpus = report[0].gpus
             facts.source = report[1]
+        # NVML did not answer in time: the /proc version stands, the driver is not healthy.
+        facts.driver_hung = bool(nvml.get("hung"))
         proc_driver = smi.parse_proc_driver_version(raw.get(PROC_VERSION, ""))
         if proc_driver and not facts.driver_version:
             facts.driver_version, facts.source = proc_driver, "proc"

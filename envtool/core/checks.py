@@ -157,6 +157,15 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
     ev: list[str] = []
     if env.python_exe:
         ev.append(f"python: {env.python_exe}")
+    if env.status == "timeout" and host.driver_hung:
+        # torch's CUDA init blocks on the same wedged driver: a symptom, not a second failure.
+        ev.extend([env.error] if env.error else [])
+        return Check(
+            "torch-present",
+            SKIP,
+            "the environment's python timed out: explained by nvidia-driver (driver not answering)",
+            ev,
+        )
     if env.status in ("timeout", "crashed", "no-python"):
         summary = {
             "timeout": "the environment's python timed out importing torch",
@@ -200,6 +209,19 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
 
 def check_nvidia_driver(host: HostFacts, env: EnvFacts) -> Check:
     ev: list[str] = []
+    if host.driver_hung:  # NVML never answered; /proc may still name the version
+        ev.extend(host.probe_errors)
+        if host.driver_version:
+            ev.append(f"driver {host.driver_version} (source: {host.source or '?'})")
+        return Check(
+            "nvidia-driver",
+            FAIL,
+            "the NVIDIA driver is not answering (NVML hung): a GPU may have fallen off the bus",
+            ev,
+            "check `dmesg | grep -i xid` (Xid 79: a GPU fell off the bus); reset the GPU "
+            "(`nvidia-smi -r`) or reboot the node. A node that is only slow to start its GPUs "
+            "(no persistence mode): raise ENVTOOL_NVML_TIMEOUT",
+        )
     if host.has_driver:
         ev.append(f"driver {host.driver_version} (source: {host.source or '?'})")
         if host.driver_cuda:

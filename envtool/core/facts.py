@@ -46,6 +46,7 @@ class HostFacts:
         default_factory=dict
     )  # CONDA_OVERRIDE_CUDA, ENVTOOL_DRIVER_VERSION
     probe_errors: list[str] = field(default_factory=list)
+    driver_hung: bool = False  # NVML gave no answer in time: a wedged driver (Xid 79, ...)
 
     @property
     def has_driver(self) -> bool:
