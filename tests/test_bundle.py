@@ -12,7 +12,7 @@ from pathlib import Path
 import channel_builder as cb
 import pytest
 
-from envtool.adapters.installer import read_lock
+from envtool.adapters.lock_io import read_lock
 
 ENVTOOL = [sys.executable, "-m", "envtool"]
 pytestmark = pytest.mark.integration

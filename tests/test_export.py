@@ -11,7 +11,8 @@ from pathlib import Path
 import channel_builder as cb
 import pytest
 
-from envtool.core.export import channel_name, parse_lock_model
+from envtool.adapters.lock_io import read_lock
+from envtool.core.export import channel_name
 from envtool.core.spec import parse_environment_yml
 
 # (lock, the environment.yml it was solved from) in fixtures/locks
@@ -35,10 +36,11 @@ def _project(fixtures: Path, tmp_path: Path, lock: str, env: str) -> Path:
     return folder
 
 
-def _read_lock(path: Path):
-    from envtool.adapters.lock_io import read_lock_model
+def _conda_lock_model(path: Path):
+    """conda-lock's own parser: the authority the exports are compared with."""
+    from conda_lock.lockfile import parse_conda_lock_file
 
-    return read_lock_model(path)
+    return parse_conda_lock_file(path)
 
 
 @pytest.mark.parametrize(
@@ -47,7 +49,7 @@ def _read_lock(path: Path):
 def test_export_real_lock_is_portable(fixtures, tmp_path, monkeypatch, run_cli, lock, env) -> None:
     folder = _project(fixtures, tmp_path, lock, env)
     monkeypatch.chdir(tmp_path)
-    view = parse_lock_model(_read_lock(folder / "conda-lock.yml"))
+    view = read_lock(folder / "conda-lock.yml")
     request = parse_environment_yml((folder / "environment.yml").read_text(), "environment.yml")
     for platform in [None, *view.platforms]:
         code, out, _ = run_cli(["export", "demo"] + (["--platform", platform] if platform else []))
@@ -137,7 +139,7 @@ def test_explicit_matches_conda_lock_render(fixtures, tmp_path, run_cli, lock, e
     from conda_lock.conda_lock import render_lockfile_for_platform
 
     folder = _project(fixtures, tmp_path, lock, env)
-    model = _read_lock(folder / "conda-lock.yml")
+    model = _conda_lock_model(folder / "conda-lock.yml")
     for platform in model.metadata.platforms:
         code, out, _ = run_cli(
             [
@@ -152,7 +154,7 @@ def test_explicit_matches_conda_lock_render(fixtures, tmp_path, run_cli, lock, e
         )
         assert code == 0
         theirs = render_lockfile_for_platform(
-            lockfile=_read_lock(folder / "conda-lock.yml"),
+            lockfile=_conda_lock_model(folder / "conda-lock.yml"),
             include_dev_dependencies=True,
             extras={c for p in model.package for c in p.categories},
             kind="explicit",
@@ -324,15 +326,6 @@ def test_resolving_the_export_gives_the_locked_versions(
         assert naive["pytorch"][1].startswith("cuda129") and naive["cuda-version"][0] == "12.9"
 
 
-def test_fast_lock_reader_equals_conda_locks_parser(fixtures) -> None:
-    from conda_lock.lockfile import parse_conda_lock_file
-
-    from envtool.adapters.lock_io import read_lock_model
-
-    path = fixtures / "locks" / LOCKS[5][0]
-    assert read_lock_model(path) == parse_conda_lock_file(path)
-
-
 def test_not_a_lock_is_usage_error(tmp_path, run_cli) -> None:
     bad = tmp_path / "conda-lock.yml"
     bad.write_text("name: x\ndependencies: []\n")
@@ -349,7 +342,7 @@ def test_export_without_request_uses_the_locks_top_level_packages(
     code, out, err = run_cli(["export", "--lock", str(lock)])
     assert code == 0 and "no environment.yml beside" in err
     exported = parse_environment_yml(out, "export")
-    view = parse_lock_model(_read_lock(lock))
+    view = read_lock(lock)
     needed = {d for p in view.packages for d in p.dependencies}
     names = [d.name for d in exported.dependencies]
     assert "pytorch" in names and not any(n in needed and n != "pytorch" for n in names)
@@ -362,3 +355,66 @@ def test_a_lock_that_is_not_text_is_a_usage_error(tmp_path, run_cli) -> None:
     code, _, err = run_cli(["export", "--lock", str(lock)])
     assert code == 2
     assert "cannot read the lock" in err and "Traceback" not in err
+
+
+def test_export_of_a_v1_lock_does_not_load_conda_lock(fixtures, tmp_path) -> None:
+    """export reads v1 with envtool's own reader, like install: importing conda-lock costs more
+    than the whole export."""
+    import subprocess
+    import sys
+
+    lock = tmp_path / "conda-lock.yml"
+    shutil.copy(fixtures / "locks" / LOCKS[2][0], lock)
+    code = (
+        "import sys; from pathlib import Path; from envtool.commands.export import run_export; "
+        f"text = run_export(None, Path({str(lock)!r}), 'linux-64', 'explicit', None, False); "
+        "assert text.count('https://') > 100; "
+        "assert not [m for m in sys.modules if m.startswith('conda_lock')], 'conda_lock loaded'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+DEV_LOCK = """\
+version: 1
+metadata:
+  content_hash: {linux-64: 'c0'}
+  channels: [{url: conda-forge, used_env_vars: []}]
+  platforms: [linux-64]
+  sources: [environment.yml]
+package:
+- {name: zlib, version: 1.3.1, manager: conda, platform: linux-64, dependencies: {},
+   url: 'https://conda.anaconda.org/conda-forge/linux-64/zlib-1.3.1-hb9d3cd8_2.conda',
+   hash: {md5: 'a3', sha256: 'b3'}, category: main, optional: false}
+- {name: pytest, version: 8.3.2, manager: conda, platform: linux-64, dependencies: {python: '*'},
+   url: 'https://conda.anaconda.org/conda-forge/noarch/pytest-8.3.2-pyhd8ed1ab_0.conda',
+   hash: {md5: 'a2', sha256: 'b2'}, category: dev, optional: true}
+- {name: python, version: 3.11.9, manager: conda, platform: linux-64, dependencies: {zlib: '>=1'},
+   url: 'https://conda.anaconda.org/conda-forge/linux-64/python-3.11.9-h1_0_cpython.conda',
+   hash: {md5: 'a1', sha256: 'b1'}, category: main, optional: false}
+"""
+
+
+def test_install_leaves_dev_packages_out_and_export_keeps_them(tmp_path, run_cli) -> None:
+    """One reader, two uses: install leaves optional (dev/extra) packages out, as `conda-lock
+    install` does; export keeps every category, as conda-lock's parser returns them, in
+    conda-lock's order (the dependency order, not the file's)."""
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    lock = tmp_path / "conda-lock.yml"
+    lock.write_text(DEV_LOCK)
+    ours, theirs = read_lock(lock), parse_conda_lock_file(lock)
+    assert [p.name for p in ours.for_platform("linux-64")] == ["zlib", "python"]
+    assert {p.name: p.optional for p in ours.packages} == {
+        d.name: "main" not in d.categories for d in theirs.package
+    }
+    code, out, _ = run_cli(["export", "--lock", str(lock), "--format", "explicit"])
+    assert code == 0
+    assert [ln.rsplit("/", 1)[-1] for ln in out.splitlines() if ln.startswith("https://")] == [
+        "zlib-1.3.1-hb9d3cd8_2.conda#a3",
+        "python-3.11.9-h1_0_cpython.conda#a1",
+        "pytest-8.3.2-pyhd8ed1ab_0.conda#a2",
+    ]
+    code, out, _ = run_cli(["export", "--lock", str(lock)])
+    rendered = [d.render() for d in parse_environment_yml(out, "x").dependencies]
+    assert code == 0 and rendered == ["pytest=8.3.2"]  # the one package nothing depends on

@@ -11,13 +11,11 @@ import pytest
 
 from envtool.adapters import install_state
 from envtool.adapters.installed import compute_drift, describe_env, read_conda_meta
-from envtool.adapters.installer import (
-    install_from_lock,
-    parse_build_from_file_name,
-    read_lock,
-)
+from envtool.adapters.installer import install_from_lock
+from envtool.adapters.lock_io import read_lock
 from envtool.core.drift import PackageId, diff_packages
 from envtool.core.facts import GpuFacts, HostFacts
+from envtool.core.lock_model import parse_build_from_file_name
 from envtool.errors import DiagnosedFailure, UsageError
 
 
@@ -92,26 +90,48 @@ def test_host_check_refuses_a_driver_too_old_for_the_locked_cuda(fixtures: Path)
 
 
 def test_lock_reader_agrees_with_conda_lock_on_real_locks(fixtures: Path) -> None:
-    """envtool reads v1 itself (fast); conda-lock's own parser is the authority on the format."""
+    """The one reader (install, bundle, verify and export) reads v1 itself, fast; conda-lock's own
+    parser is the authority on the format: same packages, field for field (dependencies and
+    builds included: export's top-level specs and CUDA globs come from them), same metadata."""
     from conda_lock.lockfile import parse_conda_lock_file
+
+    from envtool.core.lock_model import toposorted
 
     locks = sorted((fixtures / "locks").rglob("*conda-lock*.yml"))
     assert len(locks) >= 4
     for path in locks:
         ours = read_lock(path)
-        theirs = parse_conda_lock_file(path)
-        want = {
-            (d.manager, d.name, d.version, d.platform, d.url, d.hash.sha256, d.hash.md5)
+        theirs = parse_conda_lock_file(path)  # toposorted, every category
+        want = [
+            (
+                d.manager,
+                d.name,
+                d.version,
+                d.platform,
+                d.url,
+                d.build
+                or (parse_build_from_file_name(d.url.rsplit("/", 1)[-1], d.name, d.version) or ""),
+                d.hash.md5 or None,
+                d.hash.sha256 or None,
+                tuple(sorted(d.dependencies)),
+                "main" not in d.categories,
+            )
             for d in theirs.package
-            if "main" in d.categories
-        }
-        got = {
-            (p.manager, p.name, p.version, p.platform, p.url, p.sha256, p.md5)
-            for p in ours.packages
-        }
-        assert got == want, path.name
-        assert ours.platforms == list(theirs.metadata.platforms)
+        ]
+        got = [
+            (p.manager, p.name, p.version, p.platform, p.url, p.build, p.md5, p.sha256)
+            + (p.dependencies, p.optional)
+            for p in toposorted(ours.packages)
+        ]
+        assert got == want, path.name  # same entries, and the same (topological) order
+        assert any(p.dependencies for p in ours.packages), path.name
         assert all(p.build for p in ours.packages if p.manager == "conda"), path.name
+        meta = theirs.metadata
+        assert ours.platforms == list(meta.platforms)
+        assert ours.channels == [c.url for c in meta.channels]
+        assert ours.sources == list(meta.sources)
+        assert ours.content_hash == dict(meta.content_hash)
+        assert ours.custom_metadata == dict(meta.custom_metadata or {})
 
 
 def test_a_version_2_lock_reads_like_its_version_1_original(fixtures: Path, tmp_path: Path) -> None:
@@ -134,7 +154,7 @@ def test_a_version_2_lock_reads_like_its_version_1_original(fixtures: Path, tmp_
         ours.custom_metadata,
     )
     code = (
-        "import sys; from envtool.adapters.installer import read_lock; "
+        "import sys; from envtool.adapters.lock_io import read_lock; "
         f"assert read_lock({str(v2)!r}).packages; "
         "assert 'conda_lock.conda_lock' not in sys.modules"
     )

@@ -13,20 +13,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters.installer import (
-    InstallReport,
-    LockContents,
-    default_cache_dir,
-    fetch_verified,
-    read_lock,
-)
+from envtool.adapters.installer import InstallReport, default_cache_dir, fetch_verified
+from envtool.adapters.lock_io import read_lock
+from envtool.core.lock_model import Lock
 from envtool.output import note
 
 LOCK_NAME = "conda-lock.yml"
 CHANNEL_NAME = "channel"
 
 
-def bundle_platforms(lock: LockContents, platforms: list[str] | None) -> list[str]:
+def bundle_platforms(lock: Lock, platforms: list[str] | None) -> list[str]:
     """The platforms asked for (default: all the lock holds), each one the lock has solved."""
     plats = platforms or lock.platforms
     for plat in plats:

@@ -71,12 +71,13 @@ def compute_drift(
     prefix: Path | str, lock_path: Path | str, platform: str | None = None
 ) -> dict[str, Any]:
     """Installed vs locked: {clean, missing, extra, changed} (doctor and `envtool verify`)."""
-    from envtool.adapters.installer import current_platform, read_lock
+    from envtool.adapters.installer import current_platform
+    from envtool.adapters.lock_io import read_lock
 
     lock = read_lock(Path(lock_path))
     plat = platform or current_platform()
     locked = [
-        PackageId(p.name, p.version, p.manager, p.build if p.manager == "conda" else None)
+        PackageId(p.name, p.version, p.manager, p.build or None)  # None: not compared
         for p in lock.for_platform(plat)
     ]
     drift = diff_packages(read_installed_ids(Path(prefix)), locked)

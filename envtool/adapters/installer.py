@@ -1,8 +1,7 @@
 """Install a conda-lock.yml (v1) into a prefix with py-rattler: no conda executable needed.
 
 Order of work, chosen so nothing is ever half-done or unverified:
-  1. read the lock (v1 by envtool's reader, checked against conda-lock's parser in tests),
-     pick the platform's packages;
+  1. read the lock (lock_io.read_lock, the one reader), pick the platform's packages;
   2. take the per-environment file lock, write the `incomplete` marker;
   3. fetch every archive into envtool's archive cache and check its sha256/md5 against the
      lock — the lock is the authority: a bad cached copy is discarded and fetched again, a bad
@@ -35,53 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from envtool.adapters import install_state
+from envtool.adapters.lock_io import _LOCK_CACHE, read_lock  # noqa: F401 (bench clears the cache)
+from envtool.core.lock_model import Lock, LockedPackage
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import note
-
-ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
-
-
-@dataclass(frozen=True)
-class LockedPackage:
-    name: str
-    version: str
-    manager: str  # conda | pip
-    platform: str
-    url: str
-    sha256: str | None
-    md5: str | None
-    build: str | None = None  # conda only; parsed from the file name
-
-    @property
-    def file_name(self) -> str:
-        return file_name_of(self.url)
-
-    @property
-    def subdir(self) -> str:
-        parts = self.url.split("#", 1)[0].rstrip("/").split("/")
-        return parts[-2] if len(parts) >= 2 else self.platform
-
-
-@dataclass
-class LockContents:
-    path: Path
-    sha256: str
-    platforms: list[str]
-    channels: list[str]
-    custom_metadata: dict[str, str]
-    packages: list[LockedPackage]
-
-    def for_platform(self, platform: str) -> list[LockedPackage]:
-        return [p for p in self.packages if p.platform == platform]
-
-    def require_platform(self, platform: str, hint: str) -> None:
-        """Refuse a platform the lock holds no solution for (instead of doing nothing for it)."""
-        if platform not in self.platforms:
-            raise UsageError(
-                f"{self.path}: the lock has no {platform} solution "
-                f"(it has {', '.join(self.platforms)})",
-                hint,
-            )
 
 
 @dataclass
@@ -100,143 +56,6 @@ class InstallReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def file_name_of(url: str) -> str:
-    """'https://…/linux-64/x-1.0-h0_0.conda#md5' -> 'x-1.0-h0_0.conda'."""
-    return urllib.parse.unquote(url.rsplit("/", 1)[-1].split("#", 1)[0])
-
-
-def parse_build_from_file_name(file_name: str, name: str, version: str) -> str | None:
-    """'pytorch-2.7.1-cuda126_mkl_py311_h30b5a27_300.conda' -> 'cuda126_mkl_py311_h30b5a27_300'."""
-    stem = file_name
-    for suffix in ARCHIVE_SUFFIXES:
-        if stem.endswith(suffix):
-            stem = stem[: -len(suffix)]
-            break
-    else:
-        return None
-    head = f"{name}-{version}-"
-    if stem.startswith(head):
-        return stem[len(head) :]
-    return stem.rsplit("-", 1)[-1] if stem.count("-") >= 2 else None
-
-
-def read_lock(lock_path: Path) -> LockContents:
-    """Read a conda-lock.yml into plain records: v1 with envtool's own reader (importing the
-    conda_lock package costs ~1.5 s per command); v2 and anything unusual through conda-lock's
-    parser. tests/test_install.py checks both agree on real locks."""
-    lock_path = Path(lock_path)
-    if not lock_path.is_file():
-        raise UsageError(
-            f"{lock_path}: no such lock file",
-            "run `envtool lock NAME` (or `envtool create NAME`) first, or pass --lock FILE",
-        )
-    data = lock_path.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    key = (str(lock_path.resolve()), digest)
-    if key in _LOCK_CACHE:  # `install` reads the lock for its checks, then to install
-        return _LOCK_CACHE[key]
-    from envtool.adapters.lock_io import load_yaml
-
-    try:
-        content = load_yaml(data)
-        if isinstance(content, dict) and content.get("version") == 1:
-            parsed = parse_lock_v1(content)
-        else:
-            parsed = _parse_with_conda_lock(content)
-    except Exception as exc:  # yaml, pydantic, key or version errors: "not a usable lock"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(
-            f"{lock_path}: not a readable conda-lock file ({first})",
-            "regenerate it with `envtool lock NAME`",
-        ) from exc
-    platforms, channels, custom, packages = parsed
-    contents = LockContents(lock_path, digest, platforms, channels, custom, packages)
-    _LOCK_CACHE[key] = contents
-    return contents
-
-
-_LOCK_CACHE: dict[tuple[str, str], LockContents] = {}
-
-
-def parse_lock_v1(
-    content: dict[str, Any],
-) -> tuple[list[str], list[str], dict[str, str], list[LockedPackage]]:
-    """conda-lock v1 (`version: 1`, metadata + package list) → platforms, channels, custom
-    metadata, packages. Optional (dev/extra category) entries are skipped, like `conda-lock
-    install` does by default; an entry repeated per category is kept once."""
-    meta = content["metadata"]
-    channels = [c["url"] if isinstance(c, dict) else str(c) for c in meta.get("channels", [])]
-    packages: list[LockedPackage] = []
-    seen: set[tuple[str, str, str]] = set()
-    for dep in content["package"]:
-        if dep.get("optional") and dep.get("category", "main") != "main":
-            continue
-        ident = (dep["manager"], dep["name"], dep["platform"])
-        if ident in seen:
-            continue
-        seen.add(ident)
-        packages.append(_locked_package(dep))
-    custom = {str(k): str(v) for k, v in (meta.get("custom_metadata") or {}).items()}
-    return [str(p) for p in meta["platforms"]], channels, custom, packages
-
-
-def _locked_package(dep: dict[str, Any]) -> LockedPackage:
-    name, version, manager = str(dep["name"]), str(dep["version"]), dep["manager"]
-    if manager not in ("conda", "pip"):
-        raise ValueError(f"package {name}: unknown manager {manager!r}")
-    url = str(dep["url"])
-    hashes = dep.get("hash") or {}
-    build = None
-    if manager == "conda":
-        build = dep.get("build") or parse_build_from_file_name(file_name_of(url), name, version)
-    return LockedPackage(
-        name=name,
-        version=version,
-        manager=manager,
-        platform=str(dep["platform"]),
-        url=url,
-        sha256=hashes.get("sha256"),
-        md5=hashes.get("md5"),
-        build=build,
-    )
-
-
-def _parse_with_conda_lock(
-    content: Any,
-) -> tuple[list[str], list[str], dict[str, str], list[LockedPackage]]:
-    """conda-lock's own models (v2 and future versions it knows)."""
-    from envtool.adapters.lock_io import validate_lock_v2
-
-    if not isinstance(content, dict):
-        raise ValueError("not a YAML mapping")
-    version = content.pop("version", None)
-    if version != 2:
-        raise ValueError(f"unsupported lock version {version!r}")
-    lock = validate_lock_v2(content)
-    packages = [
-        _locked_package(
-            {
-                "name": d.name,
-                "version": d.version,
-                "manager": d.manager,
-                "platform": d.platform,
-                "url": d.url,
-                "hash": {"sha256": d.hash.sha256, "md5": d.hash.md5},
-                "build": d.build,
-            }
-        )
-        for d in lock.package
-        if "main" in d.categories
-    ]
-    meta = lock.metadata
-    return (
-        list(meta.platforms),
-        [c.url for c in meta.channels],
-        dict(meta.custom_metadata or {}),
-        packages,
-    )
 
 
 def current_platform() -> str:
@@ -349,12 +168,12 @@ def fetch_verified(pkg: LockedPackage, url: str, archive_dir: Path, report: Inst
     return dest
 
 
-def _install_hint(lock: LockContents, platform: str) -> str:
+def _install_hint(lock: Lock, platform: str) -> str:
     return f"re-lock with `--platform {platform}` or install on a {lock.platforms[0]} host"
 
 
 def plan_install(
-    lock: LockContents,
+    lock: Lock,
     prefix: Path,
     platform: str,
     channels_override: list[str] | None,
@@ -372,7 +191,7 @@ def plan_install(
             {
                 "name": p.name,
                 "version": p.version,
-                "build": p.build,
+                "build": p.build or None,  # null: pip, or a build the lock does not name
                 "manager": p.manager,
                 "url": url,
                 "cached": cached,

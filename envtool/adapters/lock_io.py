@@ -1,4 +1,5 @@
-"""conda-lock.yml (version 1) on disk, through conda-lock's own models and writer.
+"""conda-lock.yml on disk: written (version 1) through conda-lock's own models and writer; read
+back into envtool's lock model (core/lock_model.py) by `read_lock`, the one reader.
 
 Written atomically: the file is rendered into a private temp folder beside the target (under the
 same name, so conda-lock's header names the real file) and moved into place with os.replace.
@@ -6,6 +7,7 @@ same name, so conda-lock's header names the real file) and moved into place with
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -15,6 +17,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from envtool.core.lock_model import Lock, LockedPackage, file_name_of, parse_build_from_file_name
 from envtool.core.lockfile import PipPackage, SolvedPackage, dependency_map
 from envtool.errors import UsageError, cannot_write
 
@@ -161,34 +164,137 @@ def validate_lock_v2(content: dict[str, Any]) -> Any:
     return _import_lockfile_module().Lockfile.model_validate(content)
 
 
-def read_lock_model(path: Path) -> Any:
-    """Parse conda-lock.yml into conda-lock's own (v2prelim) Lockfile model, as
-    conda_lock.lockfile.parse_conda_lock_file does, but with libyaml's C loader when available."""
+def read_lock(lock_path: Path | str) -> Lock:
+    """Read a conda-lock.yml into envtool's lock model: v1 with envtool's own reader (importing
+    conda-lock costs ~1.5 s per command), v2 through conda-lock's models. The one reader of
+    install, bundle, verify/drift and export; tests check it agrees with conda-lock's parser."""
+    lock_path = Path(lock_path)
+    if not lock_path.is_file():
+        raise UsageError(
+            f"{lock_path}: no such lock file",
+            "run `envtool lock NAME` (or `envtool create NAME`) first, or pass --lock FILE",
+        )
+    try:
+        data = lock_path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{lock_path}: cannot read the lock ({exc})", "check the file") from None
+    digest = hashlib.sha256(data).hexdigest()
+    key = (str(lock_path.resolve()), digest)
+    if key in _LOCK_CACHE:  # `install` reads the lock for its checks, then to install
+        return _LOCK_CACHE[key]
     import yaml
 
-    lockfile = _import_lockfile_module()
     try:
-        with path.open(encoding="utf-8") as f:
-            content = load_yaml(f)
-    except FileNotFoundError:
+        content = load_yaml(data)
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: bytes that are not UTF-8
         raise UsageError(
-            f"{path}: no such lock file", "pass the path of a conda-lock.yml"
+            f"{lock_path}: cannot read the lock ({_first_line(exc)})",
+            "check the file, or regenerate it with `envtool lock NAME`",
         ) from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise UsageError(f"{path}: cannot read the lock ({exc})", "check the file") from None
     if not isinstance(content, dict) or content.get("version") not in (1, 2):
         raise UsageError(
-            f"{path}: not a conda-lock file (version 1 or 2)",
-            "pass a conda-lock.yml written by envtool lock or conda-lock",
+            f"{lock_path}: not a conda-lock file (version 1 or 2)",
+            "pass a conda-lock.yml written by `envtool lock` or conda-lock",
         )
-    version = content.pop("version")
     try:
-        if version == 1:
-            lock = lockfile.lockfile_v1_to_v2(lockfile.LockfileV1.model_validate(content))
-        else:
-            lock = validate_lock_v2(content)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        first = str(exc).splitlines()[0]
-        raise UsageError(f"{path}: invalid conda-lock file ({first})", "re-lock it") from None
-    lock.toposort_inplace()
+        lock = _lock_v1(content) if content["version"] == 1 else _lock_v2(content)
+    except Exception as exc:  # missing keys, wrong types, pydantic: "not a usable lock"
+        raise UsageError(
+            f"{lock_path}: invalid conda-lock file ({_first_line(exc)})",
+            "regenerate it with `envtool lock NAME`",
+        ) from exc
+    lock.path, lock.sha256 = lock_path, digest
+    _LOCK_CACHE[key] = lock
     return lock
+
+
+_LOCK_CACHE: dict[tuple[str, str], Lock] = {}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, KeyError):
+        return f"missing key {text}"
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _lock_v1(content: dict[str, Any]) -> Lock:
+    """conda-lock v1: one package entry per category of a package. Entries of the same
+    manager+name+platform are merged, as conda-lock's parser merges them; the package is
+    optional when every entry is (`optional: true` outside `main`)."""
+    entries: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for dep in content["package"]:
+        entries.setdefault((dep["manager"], dep["name"], dep["platform"]), []).append(dep)
+    packages = [
+        _locked_package(
+            deps[0], all(d.get("optional") and d.get("category", "main") != "main" for d in deps)
+        )
+        for deps in entries.values()
+    ]
+    meta = content["metadata"]
+    return Lock(
+        packages=packages,
+        platforms=[str(p) for p in meta["platforms"]],
+        channels=[c["url"] if isinstance(c, dict) else str(c) for c in meta.get("channels", [])],
+        sources=[str(s) for s in meta.get("sources") or []],
+        content_hash=_str_map(meta.get("content_hash")),
+        custom_metadata=_str_map(meta.get("custom_metadata")),
+    )
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (value or {}).items()}
+
+
+def _lock_v2(content: dict[str, Any]) -> Lock:
+    """conda-lock v2 (and what conda-lock may add to it) through conda-lock's own models."""
+    lock = validate_lock_v2({k: v for k, v in content.items() if k != "version"})
+    packages = [
+        _locked_package(
+            {
+                "name": d.name,
+                "version": d.version,
+                "manager": d.manager,
+                "platform": d.platform,
+                "url": d.url,
+                "hash": {"sha256": d.hash.sha256, "md5": d.hash.md5},
+                "build": d.build,
+                "dependencies": d.dependencies,
+            },
+            "main" not in d.categories,
+        )
+        for d in lock.package
+    ]
+    meta = lock.metadata
+    return Lock(
+        packages=packages,
+        platforms=list(meta.platforms),
+        channels=[c.url for c in meta.channels],
+        sources=list(meta.sources or []),
+        content_hash=dict(meta.content_hash or {}),
+        custom_metadata=dict(meta.custom_metadata or {}),
+    )
+
+
+def _locked_package(dep: dict[str, Any], optional: bool) -> LockedPackage:
+    """One package entry (a v1 mapping, or a v2 model's fields) in plain types; hashes "" -> None."""
+    name, version, manager = str(dep["name"]), str(dep["version"]), dep["manager"]
+    if manager not in ("conda", "pip"):
+        raise ValueError(f"package {name}: unknown manager {manager!r}")
+    url = str(dep["url"])
+    hashes = dep.get("hash") or {}
+    build = ""
+    if manager == "conda":  # old locks have no `build:`; the archive's name holds it
+        build = dep.get("build") or parse_build_from_file_name(file_name_of(url), name, version)
+    return LockedPackage(
+        name=name,
+        version=version,
+        manager=manager,
+        platform=str(dep["platform"]),
+        url=url,
+        build=build or "",
+        md5=str(hashes["md5"]) if hashes.get("md5") else None,
+        sha256=str(hashes["sha256"]) if hashes.get("sha256") else None,
+        dependencies=tuple(sorted(dep.get("dependencies") or {})),
+        optional=optional,
+    )

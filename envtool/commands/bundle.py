@@ -50,7 +50,7 @@ def cmd(
         )
     if dry_run:
         from envtool.adapters.bundle import bundle_platforms
-        from envtool.adapters.installer import read_lock
+        from envtool.adapters.lock_io import read_lock
 
         contents = read_lock(lock)
         plats = bundle_platforms(contents, list(platforms) or None)

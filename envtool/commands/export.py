@@ -57,10 +57,9 @@ def run_export(
 ) -> str:
     """Build the export text; write it to `output` (atomically) unless dry_run. Returns the text."""
     from envtool.adapters.locate import project_lock_path
-    from envtool.adapters.lock_io import read_lock_model, write_text_atomic
+    from envtool.adapters.lock_io import read_lock, write_text_atomic
     from envtool.core.export import (
         explicit_platform,
-        parse_lock_model,
         plan_export,
         render_explicit,
         render_export_env,
@@ -76,7 +75,7 @@ def run_export(
                 f"{lock_file}: no lock for environment {name!r}",
                 f"run `envtool lock {name}` (or `envtool create {name}`) first, or pass --lock FILE",
             )
-    lock = parse_lock_model(read_lock_model(lock_file))
+    lock = read_lock(lock_file)
     if fmt == "explicit":
         text = render_explicit(lock, explicit_platform(lock, platform))
     else:

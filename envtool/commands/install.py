@@ -153,11 +153,12 @@ def cmd(
 ) -> None:
     """Install an environment from its lock: hash-verified, resumable, offline-capable."""
     from envtool.adapters import installer
+    from envtool.adapters.lock_io import read_lock
 
     lock_path, target, override, label = resolve_install_args(
         name, lock_file, prefix, from_dir, channels
     )
-    lock = installer.read_lock(lock_path)
+    lock = read_lock(lock_path)
     plat = platform or installer.current_platform()
     if not force:
         check_host(lock.custom_metadata, plat)

@@ -1,5 +1,5 @@
-"""Export a lock as a portable environment.yml or a conda @EXPLICIT file. Pure: lock model and
-request in, text out.
+"""Export a lock as a portable environment.yml or a conda @EXPLICIT file. Pure: lock model
+(core/lock_model.py, every category, as conda-lock's parser sees the lock) and request in, text out.
 
 Portable means: channel names (not URLs), the user's top-level specs pinned to the locked
 versions without build strings, the pip section kept, no prefix, no virtual packages, and only
@@ -13,80 +13,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
+from envtool.core.lock_model import Lock, LockedPackage, toposorted
 from envtool.core.spec import CondaSpec, EnvSpec, parse_pip_line, render_environment_yml
 from envtool.errors import UsageError
 
-_ARCHIVE = re.compile(r"\.(conda|tar\.bz2)$")
 # The CUDA part of a build string: conda-forge `cuda126_mkl_…`, pytorch channel `py3.11_cuda12.1_…`
 _CUDA_TAG = re.compile(r"cuda\d+(?:\.\d+)?")
-
-
-@dataclass(frozen=True)
-class LockedPackage:
-    """One entry of a conda-lock file, in plain types."""
-
-    name: str
-    version: str
-    manager: str  # "conda" | "pip"
-    platform: str
-    url: str
-    build: str = ""
-    md5: str | None = None
-    sha256: str | None = None
-    dependencies: tuple[str, ...] = ()
-
-
-@dataclass
-class LockView:
-    """What export needs from a conda-lock file (packages in the file's topological order)."""
-
-    packages: list[LockedPackage]
-    channels: list[str]
-    platforms: list[str]
-    sources: list[str] = field(default_factory=list)
-    content_hash: dict[str, str] = field(default_factory=dict)
-
-    def conda(self, platform: str) -> dict[str, LockedPackage]:
-        return {p.name: p for p in self.packages if p.manager == "conda" and p.platform == platform}
-
-    def pip(self, platform: str) -> dict[str, LockedPackage]:
-        return {p.name: p for p in self.packages if p.manager == "pip" and p.platform == platform}
-
-
-def build_from_url(url: str) -> str:
-    """'…/pytorch-2.3.1-py3.10_cuda11.8_cudnn8.7.0_0.tar.bz2' -> 'py3.10_cuda11.8_cudnn8.7.0_0'."""
-    stem = _ARCHIVE.sub("", url.rsplit("/", 1)[-1])
-    return stem.rsplit("-", 1)[-1] if stem.count("-") >= 2 else ""
-
-
-def parse_lock_model(lockfile: Any) -> LockView:
-    """conda-lock's parsed Lockfile (conda_lock.lockfile.parse_conda_lock_file) -> LockView.
-
-    Duck-typed on the model's attributes so this module never imports conda-lock."""
-    packages = [
-        LockedPackage(
-            name=p.name,
-            version=str(p.version),
-            manager=p.manager,
-            platform=p.platform,
-            url=p.url,
-            build=(p.build or build_from_url(p.url)) if p.manager == "conda" else "",
-            md5=p.hash.md5 or None,
-            sha256=p.hash.sha256 or None,
-            dependencies=tuple(p.dependencies),
-        )
-        for p in lockfile.package
-    ]
-    meta = lockfile.metadata
-    return LockView(
-        packages=packages,
-        channels=[c.url for c in meta.channels],
-        platforms=list(meta.platforms),
-        sources=list(meta.sources or []),
-        content_hash=dict(meta.content_hash or {}),
-    )
 
 
 def channel_name(channel: str) -> tuple[str, str | None]:
@@ -113,7 +46,7 @@ class ExportPlan:
     warnings: list[str] = field(default_factory=list)
 
 
-def select_platforms(lock: LockView, platform: str | None) -> list[str]:
+def select_platforms(lock: Lock, platform: str | None) -> list[str]:
     if platform is None:
         return sorted(lock.platforms)
     if platform not in lock.platforms:
@@ -124,7 +57,7 @@ def select_platforms(lock: LockView, platform: str | None) -> list[str]:
     return [platform]
 
 
-def explicit_platform(lock: LockView, platform: str | None) -> str:
+def explicit_platform(lock: Lock, platform: str | None) -> str:
     """--format explicit is per platform: the one asked for, linux-64, or the lock's only one."""
     if platform is not None:
         return select_platforms(lock, platform)[0]
@@ -138,7 +71,7 @@ def explicit_platform(lock: LockView, platform: str | None) -> str:
     )
 
 
-def _root_specs(lock: LockView, platforms: list[str]) -> list[CondaSpec]:
+def _root_specs(lock: Lock, platforms: list[str]) -> list[CondaSpec]:
     """Without an environment.yml: the locked packages nothing else depends on (plus pytorch)."""
     needed: set[str] = set()
     names: set[str] = set()
@@ -179,7 +112,7 @@ def _warn_cpu_torch(
 
 
 def plan_export(
-    lock: LockView, request: EnvSpec | None, platforms: list[str], name: str | None
+    lock: Lock, request: EnvSpec | None, platforms: list[str], name: str | None
 ) -> ExportPlan:
     """Which specs, channels and pip lines a portable environment.yml of this lock holds."""
     warnings: list[str] = []
@@ -251,7 +184,7 @@ def plan_export(
 
 
 def _export_pip(
-    lock: LockView, request: EnvSpec | None, platforms: list[str], warnings: list[str]
+    lock: Lock, request: EnvSpec | None, platforms: list[str], warnings: list[str]
 ) -> list[str]:
     """pip lines: the request's index options, the locked pip packages pinned `name==version`,
     then the request's other lines (`-e .`, git URLs) that a lock cannot pin."""
@@ -281,22 +214,21 @@ def render_export_env(plan: ExportPlan, lock_name: str) -> str:
     return header + render_environment_yml(plan.env)
 
 
-def render_explicit(lock: LockView, platform: str) -> str:
+def render_explicit(lock: Lock, platform: str) -> str:
     """conda's @EXPLICIT format, as `conda-lock render -k explicit` writes it: conda packages in
-    the lock's (topological) order as `URL#md5`, pip packages as `# pip name @ URL#sha256=…`."""
+    topological order (conda-lock's) as `URL#md5`, pip packages as `# pip name @ URL#sha256=…`."""
     lines = [
         "# Generated by envtool export.",
         f"# platform: {platform}",
         f"# input_hash: {lock.content_hash.get(platform)}",
         "@EXPLICIT",
     ]
-    for p in lock.packages:
-        if p.platform != platform or p.name.startswith("__"):
-            continue
-        if p.manager == "conda":
+    ordered = toposorted([p for p in lock.packages if p.platform == platform])
+    for p in ordered:
+        if p.manager == "conda" and not p.name.startswith("__"):
             lines.append(f"{p.url}#{p.md5}" if p.md5 else p.url)
-    for p in lock.packages:
-        if p.platform == platform and p.manager == "pip":
+    for p in ordered:
+        if p.manager == "pip":
             suffix = f"#sha256={p.sha256}" if p.sha256 else ""
             lines.append(f"# pip {p.name} @ {p.url}{suffix}")
     return "\n".join(lines) + "\n"

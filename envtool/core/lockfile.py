@@ -2,6 +2,7 @@
 `envtool lock` a no-op when nothing changed, and the plan recorded in `metadata.custom_metadata`.
 
 Pure: the adapter (adapters/lock_io.py) turns these into conda-lock models and writes the file.
+The file as read back is core/lock_model.py.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envtool.core.plan import Plan
+if TYPE_CHECKING:  # an annotation only: importing core.plan costs every lock reader ~25 ms
+    from envtool.core.plan import Plan
 
 # custom_metadata keys envtool writes (conda-lock wants str -> str).
 KEY_HASH = "envtool_input_hash"

@@ -1,0 +1,134 @@
+"""A conda-lock.yml as read back: the one model that install, bundle, verify/drift and export share.
+
+Pure: adapters/lock_io.read_lock fills it (v1 with envtool's own reader, v2 through conda-lock's
+models); nothing here imports conda-lock or touches the disk. The write side (a solution before
+conda-lock's writer sees it) is core/lockfile.py.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envtool.errors import UsageError
+
+ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
+
+
+def file_name_of(url: str) -> str:
+    """'https://…/linux-64/x-1.0-h0_0.conda#md5' -> 'x-1.0-h0_0.conda'."""
+    return urllib.parse.unquote(url.rsplit("/", 1)[-1].split("#", 1)[0])
+
+
+def parse_build_from_file_name(file_name: str, name: str, version: str) -> str | None:
+    """'pytorch-2.7.1-cuda126_mkl_py311_h30b5a27_300.conda' -> 'cuda126_mkl_py311_h30b5a27_300'.
+
+    The head is `name-version-` (so a build string holding '-' survives); a file name that does
+    not start with it falls back to the part after the last '-'; not a conda archive -> None."""
+    stem = file_name
+    for suffix in ARCHIVE_SUFFIXES:
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    else:
+        return None
+    head = f"{name}-{version}-"
+    if stem.startswith(head):
+        return stem[len(head) :]
+    return stem.rsplit("-", 1)[-1] if stem.count("-") >= 2 else None
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    """One package entry of a conda-lock file, in plain types (one per manager+name+platform)."""
+
+    name: str
+    version: str
+    manager: str  # "conda" | "pip"
+    platform: str
+    url: str
+    build: str = ""  # conda: the lock's build, else parsed from the file name; "" = none/unknown
+    md5: str | None = None
+    sha256: str | None = None
+    dependencies: tuple[str, ...] = ()  # names only, sorted (their order means nothing)
+    # only in dev/extra categories: `conda-lock install` leaves it out by default, export keeps it
+    optional: bool = False
+
+    @property
+    def file_name(self) -> str:
+        return file_name_of(self.url)
+
+    @property
+    def subdir(self) -> str:
+        parts = self.url.split("#", 1)[0].rstrip("/").split("/")
+        return parts[-2] if len(parts) >= 2 else self.platform
+
+
+@dataclass
+class Lock:
+    """A whole conda-lock file: packages in file order, every category."""
+
+    packages: list[LockedPackage]
+    platforms: list[str]
+    channels: list[str]
+    sources: list[str] = field(default_factory=list)
+    content_hash: dict[str, str] = field(default_factory=dict)
+    custom_metadata: dict[str, str] = field(default_factory=dict)
+    path: Path | None = None  # where it was read from, and the sha256 of those bytes
+    sha256: str = ""
+
+    def for_platform(self, platform: str) -> list[LockedPackage]:
+        """What gets installed for the platform: optional (dev/extra) entries left out."""
+        return [p for p in self.packages if p.platform == platform and not p.optional]
+
+    def conda(self, platform: str) -> dict[str, LockedPackage]:
+        """Every conda package of the platform by name, optional ones too (as conda-lock's
+        parser returns them: export and render see the whole lock)."""
+        return {p.name: p for p in self.packages if p.manager == "conda" and p.platform == platform}
+
+    def pip(self, platform: str) -> dict[str, LockedPackage]:
+        return {p.name: p for p in self.packages if p.manager == "pip" and p.platform == platform}
+
+    def require_platform(self, platform: str, hint: str) -> None:
+        """Refuse a platform the lock holds no solution for (instead of doing nothing for it)."""
+        if platform not in self.platforms:
+            raise UsageError(
+                f"{self.path}: the lock has no {platform} solution "
+                f"(it has {', '.join(self.platforms)})",
+                hint,
+            )
+
+
+def toposorted(packages: list[LockedPackage]) -> list[LockedPackage]:
+    """The order conda-lock's parser gives (Lockfile.toposort_inplace): per platform (sorted),
+    conda packages then pip packages, each topologically by dependency names."""
+    out: list[LockedPackage] = []
+    for platform in sorted({p.platform for p in packages}):
+        for manager in ("conda", "pip"):
+            pkgs = {p.name: p for p in packages if p.platform == platform and p.manager == manager}
+            order = _toposort_names({n: set(p.dependencies) for n, p in pkgs.items()})
+            out += [pkgs[n] for n in order if n in pkgs]
+    return out
+
+
+def _toposort_names(graph: dict[str, set[str]]) -> list[str]:
+    """conda's toposort (safe mode): layers of ready names, each sorted; on a cycle the name with
+    the fewest open dependencies (then the first by name) goes next. pip -> python is dropped so
+    python comes before pip."""
+    data = {k: set(v) - {k} for k, v in graph.items()}
+    if "python" in data:
+        data["python"].discard("pip")
+    for extra in set().union(*data.values()) - set(data):
+        data[extra] = set()  # a dependency outside the graph (virtual, other manager)
+    order: list[str] = []
+    while data:
+        ready = sorted(k for k, v in data.items() if not v)
+        if not ready:  # a cycle: break it where conda does
+            ready = [min(data.items(), key=lambda kv: (len(kv[1]), kv[0]))[0]]
+        order += ready
+        for name in ready:
+            del data[name]
+        for deps in data.values():
+            deps.difference_update(ready)
+    return order
