@@ -25,8 +25,9 @@ os.replace once every rank has finished writing). Why DCP and not one full state
 on rank 0: every rank writes only its own shard, in parallel, so nothing the size of the whole
 model (weights + two Adam moments: 16 bytes per parameter) ever passes through one rank's
 memory, and a checkpoint loads into a different number of GPUs (DCP reshards on load).
-Written every --ckpt-every steps, at the end and on SIGTERM (Slurm preemption); a new run
-resumes from `latest` (--resume auto).
+Written every --ckpt-every steps, at the end and on SIGTERM (Slurm preemption) or a first
+SIGINT (Ctrl-C; a second one aborts at once, no checkpoint); a new run resumes from `latest`
+(--resume auto).
 """
 
 import argparse
@@ -339,32 +340,50 @@ def find_checkpoint(cfg: Config) -> Path | None:
     return Path(cfg.out_dir) / latest.read_text().strip() if latest.is_file() else None
 
 
-def load_checkpoint(step_dir: Path, model, optimizer, use_cuda: bool) -> dict:
-    """Load into the sharded model: DCP reads each rank's slice (any world size)."""
+def read_train_state(step_dir: Path) -> dict:
+    """Step, data position and RNG states (small, no collective): known before dcp.load."""
+    return torch.load(step_dir / "train_state.pt", map_location="cpu", weights_only=True)
+
+
+def load_checkpoint(step_dir: Path, extra: dict, model, optimizer, use_cuda: bool) -> dict:
+    """Load into the sharded model: DCP reads each rank's slice (any world size). Collective:
+    every rank must load the same step (check_resume_agrees first). extra: read_train_state."""
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optimizer": optim_sd}
     dcp.load(state, checkpoint_id=step_dir)
     set_state_dict(
         model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
     )
-    extra = torch.load(step_dir / "train_state.pt", map_location="cpu", weights_only=True)
     if len(extra["rng"]) == dist.get_world_size():  # same world size: continue each stream
         set_rng_state(extra["rng"][dist.get_rank()], use_cuda)
     return {k: extra[k] for k in ("step", "epoch", "batch_in_epoch")}
 
 
-def check_resume_agrees(resuming: bool, path: Path, world_size: int, group) -> None:
-    """Every rank must start from the same step: a checkpoint only some ranks can see (a
-    node-local --out-dir) would have them load and run different steps, and then wait forever
-    in a collective the others skip. Stop all of them with the reason."""
+def check_resume_agrees(resume_step: int | None, path: Path, world_size: int, group) -> None:
+    """Every rank must start from the same step (resume_step; None: no checkpoint). A
+    checkpoint only some ranks can see (a node-local --out-dir), or one at another step (a
+    stale one from an older run on a node's own disk), would have them load and run different
+    steps, and then wait forever in a collective the others skip. Stop all of them with the
+    reason. Call it before dcp.load, which is itself collective."""
     if world_size == 1:
         return
-    seen = torch.tensor([1 if resuming else 0])
-    dist.all_reduce(seen, group=group)
-    if 0 < int(seen.item()) < world_size:
+    # One round: every rank's step (-1: not resuming) gives both the count and the steps.
+    mine = torch.tensor([-1 if resume_step is None else resume_step], dtype=torch.long)
+    steps = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(steps, mine, group=group)
+    found = [int(t) for t in steps if int(t) >= 0]
+    if 0 < len(found) < world_size:
         raise SystemExit(
-            f"{path} exists for {int(seen.item())} of {world_size} ranks only: put --out-dir "
+            f"{path} exists for {len(found)} of {world_size} ranks only: put --out-dir "
             "(or --resume) on a filesystem every node shares"
+        )
+    distinct = sorted(set(found))
+    if len(distinct) > 1:
+        listed = ", ".join(map(str, distinct[:-1])) + f" and {distinct[-1]}"
+        raise SystemExit(
+            f"ranks would resume at steps {listed}: {path} differs between nodes (a stale "
+            "checkpoint on a node-local disk?): put --out-dir (or --resume) on a filesystem "
+            "every node shares, or delete the stale checkpoint"
         )
 
 
@@ -372,14 +391,23 @@ def check_resume_agrees(resuming: bool, path: Path, world_size: int, group) -> N
 STOP = {"signal": None}
 
 
-def on_sigterm(signum, frame):
+def on_stop_signal(signum, frame):
     # Only set a flag: the loop finishes the step, checkpoints and exits cleanly.
-    STOP["signal"] = signal.Signals(signum).name
+    STOP["signal"] = STOP["signal"] or signal.Signals(signum).name
+    if signum == signal.SIGINT:
+        # A second Ctrl-C means "now": the default handler raises KeyboardInterrupt.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if os.environ.get("RANK", "0") == "0":  # os.write: print is not reentrant-safe here
+            os.write(2, b"SIGINT: stopping after this step (a second SIGINT aborts)\n")
 
 
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(argv)
-    signal.signal(signal.SIGTERM, on_sigterm)
+    # SIGTERM: Slurm preemption. SIGINT: Ctrl-C, which torchrun passes on to every rank as
+    # SIGINT (torch/distributed/elastic/agent/server/api.py: _shutdown(e.sigval); envtool
+    # launch forwards Ctrl-C to torchrun).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_stop_signal)
 
     # --- DISTRIBUTED SETUP ---
     # torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; without them this is one process, world size 1.
@@ -450,11 +478,13 @@ def main(argv: list[str] | None = None) -> None:
         out_dir = Path(cfg.out_dir)
         train_state = {"step": 0, "epoch": 0, "batch_in_epoch": 0}
         step_dir = find_checkpoint(cfg)
+        extra = read_train_state(step_dir) if step_dir is not None else None
+        # Before dcp.load: it is collective, so ranks about to load different steps stop here.
         check_resume_agrees(
-            step_dir is not None, step_dir or out_dir / "latest", world_size, flag_group
+            extra["step"] if extra else None, step_dir or out_dir / "latest", world_size, flag_group
         )
         if step_dir is not None:
-            train_state = load_checkpoint(step_dir, model, optimizer, use_cuda)
+            train_state = load_checkpoint(step_dir, extra, model, optimizer, use_cuda)
             if master:
                 print(f"resumed from {step_dir} at step {train_state['step']}", flush=True)
         start_step = train_state["step"]
@@ -502,8 +532,8 @@ def main(argv: list[str] | None = None) -> None:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-            # All ranks must agree to stop (one got SIGTERM -> all checkpoint and exit). The flag
-            # travels on a CPU (gloo) group so this never waits for the GPU.
+            # All ranks must agree to stop (one got SIGTERM or SIGINT -> all checkpoint and exit).
+            # The flag travels on a CPU (gloo) group so this never waits for the GPU.
             stop = torch.tensor([1 if STOP["signal"] else 0])
             if world_size > 1:
                 dist.all_reduce(stop, op=dist.ReduceOp.MAX, group=flag_group)

@@ -25,7 +25,8 @@ Accumulation (no_sync) is what hides the gradient all-reduce; --grad-compress bf
 on NVLink (measured -4.7%); it may across nodes.
 
 Checkpoints: --out-dir/ckpt.pt, written atomically by rank 0 every --ckpt-every steps, at the
-end and on SIGTERM (Slurm preemption); a new run resumes from it (--resume auto).
+end and on SIGTERM (Slurm preemption) or a first SIGINT (Ctrl-C; a second one aborts at once,
+no checkpoint); a new run resumes from it (--resume auto).
 """
 
 import argparse
@@ -331,18 +332,31 @@ def load_checkpoint(path: Path, model, optimizer, use_cuda: bool) -> dict:
     return {k: ckpt[k] for k in ("step", "epoch", "batch_in_epoch")}
 
 
-def check_resume_agrees(resuming: bool, path: Path, world_size: int, group) -> None:
-    """Every rank must start from the same step: a checkpoint only some ranks can see (rank 0
-    wrote it to a node-local --out-dir) would have them run different numbers of steps, and
-    then wait forever in a collective the others skip. Stop all of them with the reason."""
+def check_resume_agrees(resume_step: int | None, path: Path, world_size: int, group) -> None:
+    """Every rank must start from the same step (resume_step; None: no checkpoint). A
+    checkpoint only some ranks can see (rank 0 wrote it to a node-local --out-dir), or one at
+    another step (a stale one from an older run on a node's own disk), would have them run
+    different numbers of steps and then wait forever in a collective the others skip. Stop all
+    of them with the reason."""
     if world_size == 1:
         return
-    seen = torch.tensor([1 if resuming else 0])
-    dist.all_reduce(seen, group=group)
-    if 0 < int(seen.item()) < world_size:
+    # One round: every rank's step (-1: not resuming) gives both the count and the steps.
+    mine = torch.tensor([-1 if resume_step is None else resume_step], dtype=torch.long)
+    steps = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(steps, mine, group=group)
+    found = [int(t) for t in steps if int(t) >= 0]
+    if 0 < len(found) < world_size:
         raise SystemExit(
-            f"{path} exists for {int(seen.item())} of {world_size} ranks only: put --out-dir "
+            f"{path} exists for {len(found)} of {world_size} ranks only: put --out-dir "
             "(or --resume) on a filesystem every node shares"
+        )
+    distinct = sorted(set(found))
+    if len(distinct) > 1:
+        listed = ", ".join(map(str, distinct[:-1])) + f" and {distinct[-1]}"
+        raise SystemExit(
+            f"ranks would resume at steps {listed}: {path} differs between nodes (a stale "
+            "checkpoint on a node-local disk?): put --out-dir (or --resume) on a filesystem "
+            "every node shares, or delete the stale checkpoint"
         )
 
 
@@ -350,14 +364,23 @@ def check_resume_agrees(resuming: bool, path: Path, world_size: int, group) -> N
 STOP = {"signal": None}
 
 
-def on_sigterm(signum, frame):
+def on_stop_signal(signum, frame):
     # Only set a flag: the loop finishes the step, checkpoints and exits cleanly.
-    STOP["signal"] = signal.Signals(signum).name
+    STOP["signal"] = STOP["signal"] or signal.Signals(signum).name
+    if signum == signal.SIGINT:
+        # A second Ctrl-C means "now": the default handler raises KeyboardInterrupt.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if os.environ.get("RANK", "0") == "0":  # os.write: print is not reentrant-safe here
+            os.write(2, b"SIGINT: stopping after this step (a second SIGINT aborts)\n")
 
 
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(argv)
-    signal.signal(signal.SIGTERM, on_sigterm)
+    # SIGTERM: Slurm preemption. SIGINT: Ctrl-C, which torchrun passes on to every rank as
+    # SIGINT (torch/distributed/elastic/agent/server/api.py: _shutdown(e.sigval); envtool
+    # launch forwards Ctrl-C to torchrun).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_stop_signal)
 
     # --- DISTRIBUTED SETUP ---
     # torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; without them this is one process, world size 1.
@@ -418,11 +441,12 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--resume {cfg.resume}: no such checkpoint")
         train_state = {"step": 0, "epoch": 0, "batch_in_epoch": 0}
         resuming = cfg.resume != "never" and resume_path.is_file()
-        check_resume_agrees(resuming, resume_path, world_size, flag_group)
-        if resuming:
+        if resuming:  # local reads only, no collective: every rank knows its step for the check
             train_state = load_checkpoint(resume_path, raw_model, optimizer, use_cuda)
-            if master:
-                print(f"resumed from {resume_path} at step {train_state['step']}", flush=True)
+        resume_step = train_state["step"] if resuming else None
+        check_resume_agrees(resume_step, resume_path, world_size, flag_group)
+        if resuming and master:
+            print(f"resumed from {resume_path} at step {resume_step}", flush=True)
         start_step = train_state["step"]
 
         # --- WRAP FOR DATA PARALLEL ---
@@ -501,8 +525,8 @@ def main(argv: list[str] | None = None) -> None:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-            # All ranks must agree to stop (one got SIGTERM -> all checkpoint and exit). The flag
-            # travels on a CPU (gloo) group so this never waits for the GPU.
+            # All ranks must agree to stop (one got SIGTERM or SIGINT -> all checkpoint and exit).
+            # The flag travels on a CPU (gloo) group so this never waits for the GPU.
             stop = torch.tensor([1 if STOP["signal"] else 0])
             if world_size > 1:
                 dist.all_reduce(stop, op=dist.ReduceOp.MAX, group=flag_group)

@@ -1,5 +1,6 @@
 """The training-script templates run for real: torchrun with 2 CPU processes (gloo), resume,
-SIGTERM (Slurm preemption) and single-process runs. Tiny models, OMP_NUM_THREADS=1."""
+SIGTERM (Slurm preemption) / SIGINT (Ctrl-C) and single-process runs. Tiny models,
+OMP_NUM_THREADS=1."""
 
 from __future__ import annotations
 
@@ -45,6 +46,14 @@ def torchrun(name: str, args: list[str], cwd: Path) -> subprocess.CompletedProce
     argv += [str(template(name)), *TINY[name], *COMMON, *args]
     return subprocess.run(
         argv, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=120
+    )
+
+
+def single_process(name: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The template as a plain script: no torchrun, world size 1."""
+    argv = [sys.executable, str(template(name)), *TINY[name], *COMMON, *args]
+    return subprocess.run(
+        argv, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=60
     )
 
 
@@ -153,9 +162,23 @@ def test_resume_continues_at_the_checkpointed_step_with_identical_losses(
 # --- preemption ---
 
 
-def run_until_step_then_sigterm(argv: list[str], cwd: Path, step: int = 2) -> tuple[int, str]:
+STOP_SIGNALS = [signal.SIGTERM, signal.SIGINT]  # Slurm preemption, Ctrl-C
+
+
+def run_until_step_then_signal(
+    argv: list[str],
+    cwd: Path,
+    sig: signal.Signals,
+    step: int = 2,
+    stderr: int = subprocess.DEVNULL,
+) -> tuple[int, str]:
     proc = subprocess.Popen(
-        argv, cwd=cwd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        argv,
+        cwd=cwd,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
     )
     guard = threading.Timer(90, proc.kill)  # a hung run fails the test instead of hanging it
     guard.start()
@@ -164,7 +187,7 @@ def run_until_step_then_sigterm(argv: list[str], cwd: Path, step: int = 2) -> tu
         for line in proc.stdout:
             seen.append(line)
             if line.startswith(f"step {step} "):
-                proc.send_signal(signal.SIGTERM)
+                proc.send_signal(sig)
                 break
         rest, _ = proc.communicate(timeout=60)
         return proc.returncode, "".join(seen) + rest
@@ -176,13 +199,17 @@ def run_until_step_then_sigterm(argv: list[str], cwd: Path, step: int = 2) -> tu
 
 
 @pytest.mark.integration
-def test_sigterm_single_process_checkpoints_exits_zero_and_resumes(tmp_path: Path) -> None:
-    """No torchrun (RANK unset): world size 1. SIGTERM -> finish the step, save, exit 0."""
+@pytest.mark.parametrize("sig", STOP_SIGNALS, ids=lambda s: s.name)
+def test_stop_signal_single_process_checkpoints_exits_zero_and_resumes(
+    sig: signal.Signals, tmp_path: Path
+) -> None:
+    """No torchrun (RANK unset): world size 1. SIGTERM or Ctrl-C (SIGINT) -> finish the step,
+    save, exit 0."""
     argv = [sys.executable, str(template("lm")), *TINY["lm"], *COMMON, "--max-steps", "100000"]
-    code, out = run_until_step_then_sigterm(argv, tmp_path)
+    code, out = run_until_step_then_signal(argv, tmp_path, sig)
     assert code == 0, out
     result = result_of(out)
-    assert result["stopped"] == "SIGTERM" and result["world_size"] == 1
+    assert result["stopped"] == sig.name and result["world_size"] == 1
     assert (tmp_path / "out" / "ckpt.pt").is_file()
     assert not list((tmp_path / "out").glob("*.tmp"))  # atomic write left no temp file
 
@@ -201,17 +228,18 @@ def test_sigterm_single_process_checkpoints_exits_zero_and_resumes(tmp_path: Pat
 
 
 @pytest.mark.integration
-def test_sigterm_under_torchrun_all_ranks_stop_and_save_a_sharded_checkpoint(
-    tmp_path: Path,
+@pytest.mark.parametrize("sig", STOP_SIGNALS, ids=lambda s: s.name)
+def test_stop_signal_under_torchrun_all_ranks_stop_and_save_a_sharded_checkpoint(
+    sig: signal.Signals, tmp_path: Path
 ) -> None:
-    """Slurm preemption of an FSDP job: torchrun forwards SIGTERM to both ranks, they agree
-    (all-reduced flag), write a DCP checkpoint and exit 0. torchrun itself then exits non-zero:
-    it reports that it was signalled (documented in README.md)."""
+    """Slurm preemption (SIGTERM) or Ctrl-C (SIGINT) of an FSDP job: torchrun forwards the
+    signal to both ranks, they agree (all-reduced flag), write a DCP checkpoint and exit 0.
+    torchrun itself then exits non-zero: it reports that it was signalled (README.md)."""
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     argv += [str(template("fsdp")), *TINY["fsdp"], *COMMON, "--max-steps", "100000"]
-    _code, out = run_until_step_then_sigterm(argv, tmp_path)
+    _code, out = run_until_step_then_signal(argv, tmp_path, sig)
     result = result_of(out)
-    assert result["stopped"] == "SIGTERM"
+    assert result["stopped"] == sig.name
     latest = (tmp_path / "out" / "latest").read_text().strip()
     assert latest == f"step-{result['step']:08d}"
     step_dir = tmp_path / "out" / latest
@@ -219,12 +247,41 @@ def test_sigterm_under_torchrun_all_ranks_stop_and_save_a_sharded_checkpoint(
     assert len(list(step_dir.glob("*.distcp"))) == 2  # one shard file per rank
 
 
+# The second SIGINT is raised from inside the checkpoint write the first one started: no race
+# between "the first handler ran" and "the run already finished".
+SECOND_SIGINT_WHILE_SAVING = """\
+import os, runpy, signal, sys
+import torch
+script = sys.argv.pop(1)
+save = torch.save
+def impatient_save(*args, **kwargs):
+    os.write(1, b"saving after the first SIGINT\\n")
+    signal.raise_signal(signal.SIGINT)  # the user presses Ctrl-C again
+    return save(*args, **kwargs)
+torch.save = impatient_save
+sys.argv[0] = script
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_a_second_sigint_aborts_at_once(name: str, tmp_path: Path) -> None:
+    """The first Ctrl-C stops after the step and checkpoints; a second one, while that is
+    under way, raises KeyboardInterrupt at once: non-zero exit, no RESULT line."""
+    wrapper = tmp_path / "impatient.py"
+    wrapper.write_text(SECOND_SIGINT_WHILE_SAVING)
+    argv = [sys.executable, str(wrapper), str(template(name)), *TINY[name], *COMMON]
+    argv += ["--max-steps", "100000"]
+    code, out = run_until_step_then_signal(argv, tmp_path, signal.SIGINT, stderr=subprocess.STDOUT)
+    assert "saving after the first SIGINT" in out  # the first one did not abort
+    assert code != 0 and "KeyboardInterrupt" in out, out[-3000:]
+    assert "RESULT " not in out
+
+
 @pytest.mark.integration
 def test_ddp_template_runs_as_a_plain_python_script(tmp_path: Path) -> None:
-    argv = [sys.executable, str(template("ddp")), *TINY["ddp"], *COMMON, "--max-steps", "3"]
-    proc = subprocess.run(
-        argv, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=60
-    )
+    proc = single_process("ddp", ["--max-steps", "3"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = result_of(proc.stdout)
     assert result["world_size"] == 1 and result["step"] == 3
@@ -261,6 +318,36 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
+def torchrun_through_wrapper(
+    name: str, wrapper: str, wrapper_args: list[str], args: list[str], cwd: Path
+) -> tuple[int, str, str]:
+    """torchrun, 2 ranks, each running the template through `wrapper` (which plays a node with
+    a different view of --out-dir); a hang fails the test and leaves no worker behind."""
+    from envtool.adapters.launcher import pids_with_environ
+
+    script = cwd / "wrapper.py"
+    script.write_text(wrapper)
+    marker = f"ENVTOOL_TEST_MARKER=resume-{os.getpid()}-{name}-{cwd.name}"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    argv += [str(script), *wrapper_args, str(template(name)), *TINY[name], *COMMON, *args]
+    env = {**child_env(), marker.split("=")[0]: marker.split("=")[1]}
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the ranks hung: they started from different steps")
+    finally:
+        for pid in pids_with_environ(marker.encode()):  # workers live in their own sessions
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_a_checkpoint_only_some_ranks_see_stops_every_rank_instead_of_hanging(
@@ -269,31 +356,41 @@ def test_a_checkpoint_only_some_ranks_see_stops_every_rank_instead_of_hanging(
     """rank 0 wrote --out-dir on a node-local disk: on restart only its node finds the
     checkpoint. Ranks resuming at different steps would hang in a collective the others skip;
     all of them must stop with the reason instead."""
-    from envtool.adapters.launcher import pids_with_environ
-
     first = torchrun(name, ["--max-steps", "2"], tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    wrapper = tmp_path / "hide.py"
-    wrapper.write_text(HIDE_FROM_RANK_1)
     hide = "latest" if name == "fsdp" else "ckpt.pt"
-    marker = f"ENVTOOL_TEST_MARKER=resume-{os.getpid()}-{name}"
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    argv += [str(wrapper), hide, str(template(name)), *TINY[name], *COMMON, "--max-steps", "4"]
-    env = {**child_env(), marker.split("=")[0]: marker.split("=")[1]}
-    proc = subprocess.Popen(
-        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    code, out, err = torchrun_through_wrapper(
+        name, HIDE_FROM_RANK_1, [hide], ["--max-steps", "4"], tmp_path
     )
-    try:
-        out, err = proc.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the ranks hung: one resumed, the other started from step 0")
-    finally:
-        for pid in pids_with_environ(marker.encode()):  # workers live in their own sessions
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0, out
+    assert code != 0, out
     assert "of 2 ranks only" in err, err[-3000:]
+    assert "RESULT " not in out
+
+
+STALE_ON_RANK_1 = """\
+import os, runpy, sys
+stale, script = sys.argv.pop(1), sys.argv.pop(1)
+if os.environ.get("RANK") == "1":  # its node-local --out-dir holds an older run's checkpoint
+    sys.argv += ["--out-dir", stale]
+sys.argv[0] = script
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_checkpoints_at_different_steps_stop_every_rank_instead_of_hanging(
+    name: str, tmp_path: Path
+) -> None:
+    """Every node finds a checkpoint in its node-local --out-dir, but rank 1's is a stale one
+    from a shorter run: resuming at steps 4 and 2 they would run different numbers of steps
+    and hang. All of them must stop with the steps named instead."""
+    for out_dir, steps in (("out", "4"), ("stale", "2")):  # single-process runs: cheaper
+        made = single_process(name, ["--max-steps", steps, "--out-dir", out_dir], tmp_path)
+        assert made.returncode == 0, made.stderr[-3000:]
+    code, out, err = torchrun_through_wrapper(
+        name, STALE_ON_RANK_1, ["stale"], ["--max-steps", "6"], tmp_path
+    )
+    assert code != 0, out
+    assert "ranks would resume at steps 2 and 4" in err, err[-3000:]
     assert "RESULT " not in out
