@@ -374,6 +374,13 @@ def on_stop_signal(signum, frame):
             os.write(2, b"SIGINT: stopping after this step (a second SIGINT aborts)\n")
 
 
+def spare_loader_worker(_worker_id: int) -> None:
+    # torchrun (os.killpg) and a terminal signal the rank's whole process group, DataLoader
+    # workers included. torch's workers already ignore SIGINT; a SIGTERM would kill them mid-step
+    # and crash the rank it is meant to stop cleanly. The rank shuts its workers down itself.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(argv)
     # SIGTERM: Slurm preemption. SIGINT: Ctrl-C, which torchrun passes on to every rank as
@@ -483,6 +490,7 @@ def main(argv: list[str] | None = None) -> None:
                     sampler=order,
                     drop_last=True,
                     num_workers=cfg.num_workers,
+                    worker_init_fn=spare_loader_worker,
                     pin_memory=use_cuda,
                 )
                 for i, (x, y) in enumerate(loader, start=skip):

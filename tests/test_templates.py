@@ -171,7 +171,9 @@ def run_until_step_then_signal(
     sig: signal.Signals,
     step: int = 2,
     stderr: int = subprocess.DEVNULL,
+    group: bool = False,
 ) -> tuple[int, str]:
+    """group: signal the whole process group, as torchrun (os.killpg) and a terminal's Ctrl-C do."""
     proc = subprocess.Popen(
         argv,
         cwd=cwd,
@@ -179,6 +181,7 @@ def run_until_step_then_signal(
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,
+        start_new_session=group,
     )
     guard = threading.Timer(90, proc.kill)  # a hung run fails the test instead of hanging it
     guard.start()
@@ -187,7 +190,10 @@ def run_until_step_then_signal(
         for line in proc.stdout:
             seen.append(line)
             if line.startswith(f"step {step} "):
-                proc.send_signal(sig)
+                if group:
+                    os.killpg(proc.pid, sig)
+                else:
+                    proc.send_signal(sig)
                 break
         rest, _ = proc.communicate(timeout=60)
         return proc.returncode, "".join(seen) + rest
@@ -196,6 +202,21 @@ def run_until_step_then_signal(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["ddp", "lm", "fsdp"])
+@pytest.mark.parametrize("sig", STOP_SIGNALS, ids=lambda s: s.name)
+def test_a_stop_signal_to_the_process_group_spares_the_loader_workers(
+    name: str, sig: signal.Signals, tmp_path: Path
+) -> None:
+    """torchrun and a terminal signal the rank's whole process group, DataLoader workers
+    included: a worker that dies of it would crash the step the rank is finishing."""
+    argv = [sys.executable, str(template(name)), *TINY[name], *COMMON, "--max-steps", "100000"]
+    argv += ["--num-workers", "2"]
+    code, out = run_until_step_then_signal(argv, tmp_path, sig, group=True, stderr=subprocess.PIPE)
+    assert code == 0, out[-3000:]
+    assert result_of(out)["stopped"] == sig.name
 
 
 @pytest.mark.integration
