@@ -237,7 +237,7 @@ def test_host_and_env_probes_overlap(monkeypatch: pytest.MonkeyPatch):
     env_started = threading.Event()
     seen_overlap: list[bool] = []
 
-    def fake_env(target, timeout=120.0):
+    def fake_env(target, timeout=120.0, cancel=None):
         env_started.set()
         return EnvFacts(python_exe=str(target.python))
 

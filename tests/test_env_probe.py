@@ -144,6 +144,40 @@ def test_a_hanging_interpreter_times_out(tmp_path: Path) -> None:
     assert facts.torch is None
 
 
+@pytest.mark.integration
+def test_doctor_stops_waiting_for_the_env_once_the_host_probe_finds_the_driver_hung(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a wedged driver torch's CUDA init blocks like NVML does: once the host probe says so,
+    doctor stops waiting for the env's python (it would wait out the 120 s time-out) and the
+    verdict stays the driver's."""
+    from envtool.adapters import host_probe
+    from envtool.commands.doctor import probe_facts
+    from envtool.core.checks import SKIP, check_torch_present
+    from envtool.core.facts import HostFacts
+
+    target = wrapper(tmp_path, "hang", f"exec {sys.executable} -c 'import time; time.sleep(600)'")
+    hung = HostFacts(driver_version="580.159.04", driver_hung=True)
+    monkeypatch.setattr(host_probe, "probe_host", lambda record=None: hung)
+    host, env = probe_facts(target, fast=False, driver=None, record=None)
+    assert env.status == "timeout"
+    assert "stopped waiting" in (env.error or "") and "not answering" in (env.error or "")
+    assert check_torch_present(host, env).status == SKIP
+
+
+def test_run_capture_stops_a_command_when_cancelled_and_keeps_feeding_stdin() -> None:
+    from envtool.adapters.proc import run_capture
+
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    res = run_capture([sys.executable, "-c", "import time; time.sleep(600)"], cancel=cancel)
+    assert res.timed_out and res.returncode is None
+    fed = run_capture([sys.executable, "-c", "print(input()[::-1])"], stdin="abc\n")
+    assert (fed.returncode, fed.stdout) == (0, "cba\n")
+    late = run_capture([sys.executable, "-c", "import time; time.sleep(600)"], timeout=0.3)
+    assert late.timed_out
+
+
 def test_an_aborting_interpreter_is_reported_as_crashed_with_its_stderr(tmp_path: Path) -> None:
     target = wrapper(
         tmp_path,

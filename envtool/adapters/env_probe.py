@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,12 @@ RELEVANT_CONDA = frozenset(
 _TORCH_DIST = re.compile(r"^torch-([^-]+)\.(dist-info|egg-info)$")
 
 
-def probe_env(target: Target, timeout: float = 120.0, runner: Runner = run_capture) -> EnvFacts:
+def probe_env(
+    target: Target,
+    timeout: float = 120.0,
+    runner: Runner = run_capture,
+    cancel: threading.Event | None = None,
+) -> EnvFacts:
     """Run the probe script with the target's python and merge what the files say.
 
     status: ok (JSON came back; `error` is set if python then died at exit), timeout, crashed
@@ -62,13 +68,17 @@ def probe_env(target: Target, timeout: float = 120.0, runner: Runner = run_captu
     # No -I / -E / -s: PYTHONPATH and the user site stay, so the probe imports the torch a user's
     # `python train.py` imports (a torch in ~/.local shadowing the env's is a finding, and
     # torch.__file__ shows it). The script drops its own folder from sys.path itself.
-    res = runner([str(target.python), str(SCRIPT)], timeout=timeout)
+    extra = {"cancel": cancel} if cancel is not None else {}
+    res = runner([str(target.python), str(SCRIPT)], timeout=timeout, **extra)
     if res.missing:
         facts.status, facts.error = "no-python", f"{target.python}: {res.stderr.strip()}"
         return facts
     if res.timed_out:
         facts.status = "timeout"
-        facts.error = f"{target.python} did not finish the probe in {timeout:g}s (hung, most often in `import torch` or CUDA initialization)"
+        if cancel is not None and cancel.is_set():
+            facts.error = f"{target.python}: stopped waiting for the probe (the NVIDIA driver it initializes CUDA through is not answering)"
+        else:
+            facts.error = f"{target.python} did not finish the probe in {timeout:g}s (hung, most often in `import torch` or CUDA initialization)"
         return facts
 
     data = _parse_output(res.stdout)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -34,36 +36,47 @@ def run_capture(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     stdin: str | None = None,
+    cancel: threading.Event | None = None,
 ) -> ProcResult:
-    """Run argv, capture text output. Never raises for a missing program, a crash or a time-out."""
+    """Run argv, capture text output. Never raises for a missing program, a crash or a time-out.
+
+    `cancel` set while it runs stops it like a time-out (doctor: the driver it would block on
+    turned out to be hung). A process that does not die when killed (stuck in the kernel, as on
+    a wedged GPU driver) is left behind after a short wait rather than waited for forever."""
     try:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             argv,
-            capture_output=True,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
             env=dict(env) if env is not None else None,
             cwd=cwd,
-            input=stdin,
             errors="replace",
         )
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, PermissionError) as exc:
         return ProcResult(tuple(argv), None, "", str(exc), missing=True)
-    except PermissionError as exc:
-        return ProcResult(tuple(argv), None, "", str(exc), missing=True)
-    except subprocess.TimeoutExpired as exc:
-        out = (
-            exc.stdout.decode(errors="replace")
-            if isinstance(exc.stdout, bytes)
-            else (exc.stdout or "")
-        )
-        err = (
-            exc.stderr.decode(errors="replace")
-            if isinstance(exc.stderr, bytes)
-            else (exc.stderr or "")
-        )
-        return ProcResult(tuple(argv), None, out, err, timed_out=True)
-    return ProcResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+    deadline = time.monotonic() + timeout
+    feed = stdin
+    while True:
+        step = deadline - time.monotonic()
+        if cancel is not None:
+            step = min(step, 0.1)
+        try:
+            out, err = proc.communicate(feed, timeout=max(step, 0.0))
+            return ProcResult(tuple(argv), proc.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            feed = None  # communicate() keeps feeding what it started with
+        if time.monotonic() >= deadline or (cancel is not None and cancel.is_set()):
+            proc.kill()
+            try:
+                out, err = proc.communicate(timeout=KILL_WAIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                out, err = "", ""  # unkillable for now: leave it, the OS reaps it later
+            return ProcResult(tuple(argv), None, out or "", err or "", timed_out=True)
+
+
+KILL_WAIT_SECONDS = 5.0
 
 
 def current_environ() -> dict[str, str]:

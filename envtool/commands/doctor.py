@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,12 +68,14 @@ def probe_facts(
         facts = host_probe.probe_host(record=record)
         return host_probe.apply_overrides(facts, driver=driver) if driver else facts
 
+    hung = threading.Event()  # set when the host probe finds the driver hung
+
     def env() -> EnvFacts:
         if fast:
             return probe_env_fast(target)
         from envtool.adapters.env_probe import probe_env
 
-        return probe_env(target)
+        return probe_env(target, cancel=hung)
 
     def env_with_install_facts() -> EnvFacts:
         facts = env()
@@ -83,7 +86,10 @@ def probe_facts(
     with ThreadPoolExecutor(max_workers=2) as pool:
         fut_env = pool.submit(env_with_install_facts)
         fut_host = pool.submit(host)
-        return fut_host.result(), fut_env.result()
+        host_facts = fut_host.result()
+        if host_facts.driver_hung:  # torch's CUDA init would block on it for the whole time-out
+            hung.set()
+        return host_facts, fut_env.result()
 
 
 def read_install_facts(env: EnvFacts, prefix: Path, with_drift: bool) -> None:
