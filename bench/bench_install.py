@@ -59,7 +59,7 @@ def time_case(
 ) -> dict[str, list[float]]:
     """Warm the caches, then alternate envtool install / raw rattler.install (/ the CLI) into
     fresh prefixes, reps times; returns the samples (seconds) per side."""
-    from envtool.adapters import installer
+    from envtool.adapters import lock_io
     from envtool.adapters.installer import install_from_lock
 
     cache = work / f"cache{size}"
@@ -68,7 +68,7 @@ def time_case(
     raw_rattler_install(records, work / f"warm-r{size}", cache / "raw")
     times: dict[str, list[float]] = {"envtool": [], "rattler": [], "cli": []}
     for i in range(reps):
-        installer._LOCK_CACHE.clear()  # a user's `envtool install` parses the lock every time
+        lock_io._LOCK_CACHE.clear()  # a user's `envtool install` parses the lock every time
         t = time.perf_counter()
         install_from_lock(lock, work / f"e{size}-{i}", "linux-64", cache_dir=cache, progress=False)
         times["envtool"].append(time.perf_counter() - t)
