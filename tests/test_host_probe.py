@@ -628,6 +628,20 @@ def test_nvml_time_out_comes_from_the_environment_and_a_bad_value_is_a_usage_err
             probe_host({"ENVTOOL_NVML_TIMEOUT": bad}, runner=FakeRunner({}), nvml=None)
 
 
+def test_a_huge_nvml_time_out_means_wait_long_not_a_traceback(
+    fixtures: Path, tmp_path: Path
+) -> None:
+    # 1e10 s is past what a thread wait accepts (threading.TIMEOUT_MAX): it used to raise
+    # OverflowError out of the probe; it is a user saying "wait as long as it takes".
+    facts = probe_host(
+        {"ENVTOOL_NVML_TIMEOUT": "1e10"},
+        runner=h200_runner(fixtures),
+        nvml=nvml_from_h200_capture(fixtures),
+        proc_root=tmp_path,
+    )
+    assert (facts.driver_version, facts.source, facts.driver_hung) == ("580.159.04", "nvml", False)
+
+
 def test_a_thread_stuck_in_nvml_does_not_keep_the_process_alive_at_exit(tmp_path: Path) -> None:
     # An NVML call that never returns (the Event is never set), then a normal interpreter exit.
     code = """

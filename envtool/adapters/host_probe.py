@@ -236,7 +236,7 @@ def _nvml_timeout_from_env(env: Mapping[str, str]) -> float:
             f"{NVML_TIMEOUT_VAR}={value!r} is not a number of seconds",
             f"set it to a positive number like 30, or unset it (default {NVML_TIMEOUT_S:g})",
         )
-    return seconds
+    return min(seconds, threading.TIMEOUT_MAX)  # a thread wait refuses longer (OverflowError)
 
 
 def _why(res: Any) -> str:
