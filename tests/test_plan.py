@@ -107,6 +107,29 @@ def test_a_cuda_major_alone_picks_the_newest_of_that_major_the_driver_runs() -> 
     assert "no CUDA 99.x is known" in err.value.message and "12, 13" in (err.value.hint or "")
 
 
+def test_a_cuda_major_alone_without_a_driver_is_still_a_cuda_build() -> None:
+    """A login node (no driver): `--cuda 12`, or `cuda-version=12` in a file, asked for CUDA; the
+    plan is the newest 12.x build for the target, as `--cuda 12.9` would be, never the CPU build."""
+    builds = parse_cuda_builds(
+        [
+            ("2.9.0", "cuda130_mkl_py312_h0", []),
+            ("2.8.0", "cuda129_mkl_py312_h0", []),
+            ("2.7.1", "cuda126_mkl_py312_h0", []),
+        ]
+    )
+    no_driver = HostFacts(no_driver_reason="no NVIDIA driver loaded")
+    plan = plan_environment(Request(cuda="12"), no_driver, builds)
+    assert (plan.cuda, plan.cuda_mode) == ("12.9", "target")
+    assert "cuda129*" in " ".join(plan.platforms[0].specs)
+    assert any("planning CUDA 12.9" in n for n in plan.notes)
+    # a V100 (sm_70): CUDA 12.8+ builds carry no sm_70, so the newest 12.x that covers it
+    assert plan_environment(Request(cuda="12", gpus=("7.0",)), None, builds).cuda == "12.6"
+    with pytest.raises(UsageError) as err:  # CUDA 13 builds carry no sm_70
+        plan_environment(Request(cuda="13", gpus=("7.0",)), None, builds)
+    assert "no CUDA 13.x build of torch" in err.value.message
+    assert plan_environment(Request(cuda="auto"), no_driver, builds).cuda is None  # auto: CPU
+
+
 def test_explicit_cuda_too_new_for_driver_is_refused_with_the_way_out() -> None:
     with pytest.raises(UsageError) as err:
         plan_environment(Request(cuda="12.4", driver="470.182.03"), None, [])

@@ -213,7 +213,7 @@ def plan_environment(
         if not cuda_platforms:
             cuda, mode = None, "cpu"
             notes.append("no CUDA platform requested: planning CPU builds")
-        elif driver is None:
+        elif driver is None and want == "auto":
             cuda, mode = None, "cpu"
             why = host.no_driver_reason if host and host.no_driver_reason else "no NVIDIA driver"
             notes.append(
@@ -221,6 +221,11 @@ def plan_environment(
             )
         else:
             cuda, mode = _pick_cuda(request, driver, gpus, torch_series, builds, warnings)
+            if driver is None:  # a major: still a CUDA build (the file or flag asked for one)
+                notes.append(
+                    f"no NVIDIA driver: planning CUDA {cuda}, the newest {want}.x build "
+                    "(pass --driver VER to check it against the machine that will run it)"
+                )
     else:
         cuda, mode = _check_explicit_cuda(request, driver, gpus, torch_series, builds, warnings)
 
@@ -393,7 +398,7 @@ def _arch_problem(cuda: str, gpus: tuple[str, ...]) -> str | None:
 
 def _pick_cuda(
     request: Request,
-    driver: str,
+    driver: str | None,
     gpus: tuple[str, ...],
     torch_series: str | None,
     builds: list[CudaBuild] | None,
@@ -415,20 +420,24 @@ def _pick_cuda(
     runnable: list[tuple[str, str]] = []
     rejected: list[str] = []
     for c in candidates:
-        verdict = cu.driver_supports(driver, c)
-        if verdict.mode in ("no", "unknown"):
+        # no driver (a major asked on a login node): the build is for a target, not this host
+        verdict = cu.driver_supports(driver, c) if driver else None
+        if verdict and verdict.mode in ("no", "unknown"):
             rejected.append(f"CUDA {c} needs driver ≥ {verdict.min_driver}")
             continue
         problem = _arch_problem(c, gpus)
         if problem:
             rejected.append(problem)
             continue
-        runnable.append((c, verdict.mode))
+        runnable.append((c, verdict.mode if verdict else "target"))
     if not runnable:
-        native = cu.newest_cuda_native(driver) or "none"
+        if driver:
+            native = cu.newest_cuda_native(driver) or "none"
+            head = f"no CUDA build of torch runs on driver {driver} (runs CUDA ≤ {native})"
+        else:
+            head = f"no CUDA {request.cuda}.x build of torch"
         raise UsageError(
-            f"no CUDA build of torch runs on driver {driver} (runs CUDA ≤ {native}) with these GPUs: "
-            + "; ".join(rejected),
+            f"{head} with these GPUs: " + "; ".join(rejected),
             "update the driver, pick --cuda cpu, or plan for another machine with --driver/--gpu",
         )
     cuda, mode = runnable[-1]
