@@ -163,6 +163,22 @@ def test_an_env_name_that_is_a_path_is_refused(
     assert "Traceback" not in out.stderr
 
 
+def test_verify_of_a_conda_named_env_outside_the_project_asks_for_its_lock(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """`_scratch` is a name conda accepts (envs made by conda, or with --prefix); verify must say
+    which lock to pass, not refuse the name as if it were a project folder."""
+    meta = tmp_path / "envs" / "_scratch" / "conda-meta"
+    meta.mkdir(parents=True)
+    (meta / "history").write_text("")
+    out = envtool("verify", "_scratch", env=env, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines() == [
+        f"envtool: error: no lock known for {tmp_path / 'envs' / '_scratch'}"
+        " — pass --lock environments/NAME/conda-lock.yml"
+    ]
+
+
 def _start_paused(
     setup: cb.CudaSetup, env: dict[str, str], point: str, seconds: str = "60"
 ) -> subprocess.Popen:

@@ -28,10 +28,14 @@ def cmd(name: str | None, prefix: str | None, lock_file: str | None, as_json: bo
     lock = Path(lock_file) if lock_file else None
     if lock is None:
         recorded = (read_state_record(target) or {}).get("lock_path")
+        try:
+            project = project_lock_path(name) if name else None
+        except UsageError:  # a conda env name no project folder can have (e.g. _scratch)
+            project = None
         if recorded and Path(recorded).is_file():
             lock = Path(recorded)
-        elif name and project_lock_path(name).is_file():
-            lock = project_lock_path(name)
+        elif project and project.is_file():
+            lock = project
         else:
             raise UsageError(
                 f"no lock known for {target}", "pass --lock environments/NAME/conda-lock.yml"
