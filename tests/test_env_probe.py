@@ -178,6 +178,40 @@ def test_run_capture_stops_a_command_when_cancelled_and_keeps_feeding_stdin() ->
     assert late.timed_out
 
 
+def test_run_capture_keeps_the_output_of_a_stopped_command_whose_pipes_stay_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that started a grandchild (which holds the output pipes) and is then stopped: the
+    output read so far comes back, as subprocess.run gave it, not empty."""
+    from envtool.adapters import proc
+
+    monkeypatch.setattr(proc, "KILL_WAIT_SECONDS", 0.2)
+    printed, release = tmp_path / "printed", tmp_path / "release"
+    holder = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.02)"
+    code = (
+        "import pathlib, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {holder!r}])\n"
+        "print('partial out', flush=True)\n"
+        "print('partial err', file=sys.stderr, flush=True)\n"
+        f"pathlib.Path({str(printed)!r}).touch()\n"
+        "time.sleep(600)\n"
+    )
+    cancel = threading.Event()
+
+    def stop_once_printed() -> None:
+        while not printed.exists():
+            threading.Event().wait(0.02)
+        cancel.set()
+
+    threading.Thread(target=stop_once_printed, daemon=True).start()
+    try:
+        res = proc.run_capture([sys.executable, "-c", code], cancel=cancel)
+    finally:
+        release.touch()  # the grandchild exits
+    assert res.timed_out
+    assert (res.stdout, res.stderr) == ("partial out\n", "partial err\n")
+
+
 def test_an_aborting_interpreter_is_reported_as_crashed_with_its_stderr(tmp_path: Path) -> None:
     target = wrapper(
         tmp_path,

@@ -71,12 +71,18 @@ def run_capture(
             proc.kill()
             try:
                 out, err = proc.communicate(timeout=KILL_WAIT_SECONDS)
-            except subprocess.TimeoutExpired:
-                out, err = "", ""  # unkillable for now: leave it, the OS reaps it later
+            except subprocess.TimeoutExpired as exc:
+                # unkillable for now, or a grandchild holds the pipes: leave it, keep what it said
+                out, err = _decoded(exc.stdout), _decoded(exc.stderr)
             return ProcResult(tuple(argv), None, out or "", err or "", timed_out=True)
 
 
 KILL_WAIT_SECONDS = 5.0
+
+
+def _decoded(data: bytes | str | None) -> str:
+    # TimeoutExpired carries the raw bytes read so far, even for a text-mode Popen
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
 def current_environ() -> dict[str, str]:
