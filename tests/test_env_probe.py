@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -210,6 +211,56 @@ def test_run_capture_keeps_the_output_of_a_stopped_command_whose_pipes_stay_open
         release.touch()  # the grandchild exits
     assert res.timed_out
     assert (res.stdout, res.stderr) == ("partial out\n", "partial err\n")
+
+
+def test_run_capture_interrupted_leaves_no_command_running(tmp_path: Path) -> None:
+    """A signal that stops envtool while it waits (SIGINT sent to envtool alone, not to its
+    terminal's process group) kills the command, as subprocess.run did: an install step must not
+    keep changing the environment after envtool has given up."""
+    from envtool.adapters.proc import run_capture
+
+    pid_file = tmp_path / "pid"
+    code = (
+        "import os, pathlib, time\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\n"
+        "time.sleep(600)\n"
+    )
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    def interrupt_once_started() -> None:
+        while not (pid_file.exists() and pid_file.read_text()):
+            threading.Event().wait(0.02)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    old = signal.signal(signal.SIGUSR1, interrupt)
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    try:
+        with pytest.raises(Interrupted):
+            run_capture([sys.executable, "-c", code])
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    pid = int(pid_file.read_text())
+
+    def running() -> bool:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False  # reaped
+        return stat[stat.rfind(")") + 2] not in "ZX"
+
+    for _ in range(500):  # a SIGKILL lands within moments; this only bounds the wait
+        if not running():
+            break
+        threading.Event().wait(0.02)
+    still = running()
+    if still:
+        os.kill(pid, signal.SIGKILL)
+    assert not still, "the command kept running after run_capture was interrupted"
 
 
 def test_an_aborting_interpreter_is_reported_as_crashed_with_its_stderr(tmp_path: Path) -> None:

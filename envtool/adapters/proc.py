@@ -67,6 +67,9 @@ def run_capture(
             return ProcResult(tuple(argv), proc.returncode, out, err)
         except subprocess.TimeoutExpired:
             feed = None  # communicate() keeps feeding what it started with
+        except BaseException:  # e.g. Ctrl-C: as subprocess.run, leave no command running
+            proc.kill()
+            raise
         if time.monotonic() >= deadline or (cancel is not None and cancel.is_set()):
             proc.kill()
             try:
