@@ -179,6 +179,26 @@ def test_verify_of_a_conda_named_env_outside_the_project_asks_for_its_lock(
     ]
 
 
+@pytest.mark.parametrize(
+    "args", [["remove", "..", "--yes"], ["install", "../root", "--lock", "x.yml"], ["info", ".."]]
+)
+def test_a_name_that_leaves_the_envs_dir_is_refused(
+    args: list[str], env: dict[str, str], tmp_path: Path
+) -> None:
+    """NAME is <envs dir>/NAME: `..` is the conda root itself (a conda env too), which `remove ..
+    --yes` deleted whole; conda refuses env names with a slash, so does envtool."""
+    root = tmp_path / "root"
+    (root / "conda-meta").mkdir(parents=True)
+    (root / "conda-meta" / "history").write_text("")
+    (root / "envs").mkdir()
+    (tmp_path / "x.yml").write_text("version: 1\n")
+    env = {**env, "ENVTOOL_ENVS_DIR": str(root / "envs")}
+    out = envtool(*args, env=env, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert "is an environment name, not a path" in out.stderr and "Traceback" not in out.stderr
+    assert (root / "conda-meta" / "history").exists()
+
+
 def _start_paused(
     setup: cb.CudaSetup, env: dict[str, str], point: str, seconds: str = "60"
 ) -> subprocess.Popen:

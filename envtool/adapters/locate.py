@@ -114,6 +114,9 @@ def env_prefix(name: str | None, prefix: str | None = None) -> Path:
         return Path(prefix).expanduser().absolute()
     if not name:
         raise UsageError("no environment given", "pass NAME or --prefix PATH")
+    # `..` would be the conda root (itself a conda env: `remove ..` deleted it); conda refuses '/'
+    if name in (".", "..") or "/" in name or os.sep in name:
+        raise UsageError(f"{name!r} is an environment name, not a path", "pass --prefix PATH")
     return envs_dir() / name
 
 
