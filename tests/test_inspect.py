@@ -367,3 +367,16 @@ def test_unpinned_pypi_torch_is_a_cuda_build_that_changes_with_the_install_day(l
     assert problem.startswith(f"{line}: torch is not pinned")
     assert "(torch 2.11: CUDA 13.0, which needs driver ≥ 580.65.06)" in problem
     assert "pin torch==X.Y.Z" in problem
+
+
+@pytest.mark.parametrize("line", ["torch<2.5", "torch>=2,<2.5", "torch~=2.4.0", "torch<=2.4.1"])
+def test_upper_bounded_pypi_torch_is_not_read_as_the_newest_release(line: str) -> None:
+    """pip takes the newest release under the bound (2.4, CUDA 12.1 here), so the newest release's
+    CUDA (2.11: 13.0, driver ≥ 580) would send the user after the wrong driver."""
+    ask = _ask(_env(["pip"], [line]))
+    assert (ask.flavor, ask.cuda, ask.gpu_required) == ("pip-wheel", None, True)
+    [problem] = ask.problems
+    assert problem.startswith(f"{line}: torch is not pinned")
+    assert "2.11" not in problem and "13.0" not in problem and "580" not in problem
+    assert "newest release the range allows" in problem
+    assert "pin torch==X.Y.Z" in problem

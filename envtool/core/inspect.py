@@ -308,14 +308,17 @@ def _pip_ask(ask: CudaAsk, pip_torch: PipLine, lines: list[PipLine], problems: l
 
 
 def _unpinned_pypi_torch(pip_torch: PipLine) -> str:
+    head = f"{pip_torch.raw.strip()}: torch is not pinned, so the CUDA of PyPI's wheel is"
+    fix = "pin torch==X.Y.Z or pick the CUDA with `--index-url https://download.pytorch.org/whl/cuXYZ`"
+    if re.search(r"<|~=", pip_torch.specifier or ""):  # pip takes the newest release under it
+        return f"{head} that of the newest release the range allows on install day; {fix}"
     newest = cuda_knowledge.pypi_default_series()[-1]
     cuda = cuda_knowledge.pypi_default_cuda(newest)
     floor = cuda_knowledge.min_driver(cuda) if cuda else None
     needs = f", which needs driver ≥ {floor}" if floor else ""
     return (
-        f"{pip_torch.raw.strip()}: torch is not pinned, so the CUDA of PyPI's wheel is whatever the "
-        f"newest release ships on install day (torch {newest}: CUDA {cuda}{needs}); pin "
-        "torch==X.Y.Z or pick the CUDA with `--index-url https://download.pytorch.org/whl/cuXYZ`"
+        f"{head} whatever the newest release ships on install day (torch {newest}: CUDA "
+        f"{cuda}{needs}); {fix}"
     )
 
 
