@@ -186,7 +186,7 @@ def test_a_name_that_leaves_the_envs_dir_is_refused(
     args: list[str], env: dict[str, str], tmp_path: Path
 ) -> None:
     """NAME is <envs dir>/NAME: `..` is the conda root itself (a conda env too), which `remove ..
-    --yes` deleted whole; conda refuses env names with a slash, so does envtool."""
+    --yes` deleted whole. A path belongs in --prefix."""
     root = tmp_path / "root"
     (root / "conda-meta").mkdir(parents=True)
     (root / "conda-meta" / "history").write_text("")
@@ -195,8 +195,18 @@ def test_a_name_that_leaves_the_envs_dir_is_refused(
     env = {**env, "ENVTOOL_ENVS_DIR": str(root / "envs")}
     out = envtool(*args, env=env, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
-    assert "is an environment name, not a path" in out.stderr and "Traceback" not in out.stderr
+    assert "not an environment name (it leaves" in out.stderr and "Traceback" not in out.stderr
     assert (root / "conda-meta" / "history").exists()
+
+
+def test_an_absolute_path_as_name_still_names_that_env(env: dict[str, str], tmp_path: Path) -> None:
+    """`envtool info /path/to/env` (an env made with --prefix) worked before names were checked."""
+    meta = tmp_path / "elsewhere" / "conda-meta"
+    meta.mkdir(parents=True)
+    (meta / "history").write_text("")
+    out = envtool("info", str(tmp_path / "elsewhere"), "--json", env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["prefix"] == str(tmp_path / "elsewhere")
 
 
 def _start_paused(

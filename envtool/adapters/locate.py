@@ -114,9 +114,12 @@ def env_prefix(name: str | None, prefix: str | None = None) -> Path:
         return Path(prefix).expanduser().absolute()
     if not name:
         raise UsageError("no environment given", "pass NAME or --prefix PATH")
-    # `..` would be the conda root (itself a conda env: `remove ..` deleted it); conda refuses '/'
-    if name in (".", "..") or "/" in name or os.sep in name:
-        raise UsageError(f"{name!r} is an environment name, not a path", "pass --prefix PATH")
+    # `..` is the conda root, itself a conda env (`remove ..` deleted it); an absolute path, as
+    # before, is taken as given
+    if name == "." or ".." in Path(name).parts:
+        raise UsageError(
+            f"{name!r}: not an environment name (it leaves {envs_dir()})", "pass --prefix PATH"
+        )
     return envs_dir() / name
 
 
