@@ -341,6 +341,24 @@ def test_doctor_preflight_refuses_a_cpu_torch_on_a_gpu_host(
     assert not (tmp_path / "runs").exists()  # nothing was started
 
 
+def test_a_gpu_host_whose_driver_hangs_is_refused_not_run_on_cpu(tmp_path: Path) -> None:
+    """NVML never answering (a wedged driver) hides the GPUs: that is not a CPU-only host, and a
+    plan would quietly fall back to 2 gloo processes with CUDA_VISIBLE_DEVICES=""."""
+    fake = tmp_path / "fake_nvml"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(
+        "import threading\n\ndef nvmlInit():\n    threading.Event().wait()\n"
+    )
+    env = launch_env(uuid.uuid4().hex)
+    env.update(PYTHONPATH=str(fake), ENVTOOL_NVML_TIMEOUT="0.3")
+    for extra in (["--dry-run", "--json"], []):
+        proc = run_on(env, extra, tmp_path)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "nvidia-driver: the NVIDIA driver is not answering" in proc.stderr
+        assert "dmesg | grep -i xid" in proc.stderr and "gloo" not in proc.stdout
+        assert not (tmp_path / "runs").exists()
+
+
 TEMPLATE_ARGS = [
     "--cpu", "--hidden", "32", "--depth", "1", "--batch-size", "8", "--log-every", "1",
     "--ckpt-every", "0", "--dataset-size", "4000", "--warmup-steps", "1",

@@ -104,6 +104,9 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     torch_version = preflight_torch(target)
     # --cpu needs no GPU count up front: the host is probed for the manifest after the start
     host_facts = None if opts["cpu"] else probe_host()
+    if host_facts is not None and host_facts.driver_hung and not opts["skip_checks"]:
+        # its GPUs are unseen, not absent: planning on would fall back to CPU without a word
+        preflight_doctor(target, host_facts)
     host = None if host_facts is None else summarize_host(host_facts)
     nnodes = opts["nnodes"] or 1
     free_port = None
