@@ -285,6 +285,11 @@ def request_from_yml(
     merged: dict[str, Any] = {}
     for key in ("cuda", "torch", "python", "flavor"):
         merged[key] = flags.get(key) or inferred.get(key) or stored.get(key)
+    # a major in the file (`cuda-version=12`) was resolved by the last lock: keep that X.Y, as for
+    # auto, so a re-lock on another host (a login node) keeps the target
+    asked, kept = inferred.get("cuda", ""), str(stored.get("cuda") or "")
+    if not flags.get("cuda") and asked.isdigit() and kept.startswith(asked + "."):
+        merged["cuda"] = kept
     platforms = flags.get("platforms") or spec.platforms or stored.get("platforms") or ["linux-64"]
     channels = flags.get("channels") or spec.channels or stored.get("channels") or []
     return Request(
