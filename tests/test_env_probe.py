@@ -179,6 +179,16 @@ def test_run_capture_stops_a_command_when_cancelled_and_keeps_feeding_stdin() ->
     assert late.timed_out
 
 
+def test_run_capture_with_a_cancel_event_feeds_stdin_to_a_slow_reader() -> None:
+    # With `cancel`, the wait is a series of short ones: the input must survive them (a second
+    # communicate() given the input again raises ValueError).
+    from envtool.adapters.proc import run_capture
+
+    code = "import time; time.sleep(0.5); print(input()[::-1])"
+    res = run_capture([sys.executable, "-c", code], stdin="abc\n", cancel=threading.Event())
+    assert (res.returncode, res.stdout) == (0, "cba\n")
+
+
 def test_run_capture_keeps_the_output_of_a_stopped_command_whose_pipes_stay_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
