@@ -162,8 +162,8 @@ def collect_host_raw(
             errors.append(f"{proc_file}: absent")
         if nvml_hung:
             # nvidia-smi is a client of the same libnvidia-ml, so it blocks on the same driver
-            # call; a process stuck in the driver cannot even be killed, so a time-out on it would
-            # not come back either. Skip it (and topology with it).
+            # call; each of its tries would wait out its 30 s time-out and leave behind a process
+            # the kill cannot end (stuck in the driver). Skip it (and topology with it).
             errors.append("nvidia-smi: not run (it would block on the same hung driver)")
         else:
             gpu_count = _collect_smi(raw, errors, runner, env)
