@@ -46,3 +46,16 @@ def test_envtool_writes_the_bytes_of_conda_locks_pure_writer(
     lock = Path("environments") / "w" / "conda-lock.yml"
     assert (fast / lock).read_bytes() == (pure / lock).read_bytes()
     assert yaml.dump is dump  # the swap is undone after writing
+
+
+def test_a_document_with_non_ascii_text_is_left_to_conda_locks_own_emitter() -> None:
+    """libyaml folds long escaped non-ASCII scalars elsewhere than PyYAML does: a lock naming
+    /home/josé/… would differ by machine (PyYAML with or without libyaml), so it is not swapped."""
+    from envtool.adapters.lock_io import _libyaml_emitter
+
+    path = "/home/jos\u00e9/" + "projekt-\u00fcbersicht/" * 8 + "environment.yml"
+    doc = {"metadata": {"sources": [path]}, "package": [{"name": "x", "version": "1"}]}
+    pure = yaml.dump(doc, sort_keys=False)
+    assert yaml.dump(doc, sort_keys=False, Dumper=yaml.CDumper) != pure  # why the guard exists
+    with _libyaml_emitter():
+        assert yaml.dump(doc, sort_keys=False) == pure

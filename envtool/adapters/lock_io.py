@@ -140,6 +140,8 @@ def _libyaml_emitter() -> Iterator[None]:
     """conda-lock's writer calls `yaml.dump` with PyYAML's pure-Python emitter: ~3/4 of `envtool
     lock` at 1000 packages. For the length of the write, that call uses libyaml's emitter (same
     representer, same bytes: tests/test_lock_writer.py compares them on real locks), 4-7x faster.
+    Not for a document with non-ASCII text (a source path like /home/josé/…): there the two
+    emitters fold long escaped scalars at different places, so conda-lock's own emitter writes it.
     A CLI process is single-threaded here (the preload thread was joined above)."""
     import yaml
 
@@ -149,6 +151,8 @@ def _libyaml_emitter() -> Iterator[None]:
         return
 
     def dump(data: Any, stream: Any = None, Dumper: Any = cdumper, **kwds: Any) -> Any:  # noqa: N803
+        if not _all_ascii(data):  # the emitters fold long escaped non-ASCII scalars differently
+            Dumper = yaml.Dumper  # noqa: N806
         return original(data, stream, Dumper=Dumper, **kwds)
 
     yaml.dump = dump
@@ -156,6 +160,17 @@ def _libyaml_emitter() -> Iterator[None]:
         yield
     finally:
         yaml.dump = original
+
+
+def _all_ascii(obj: Any) -> bool:
+    """Every string in a dumped document is ASCII (keys included)."""
+    if isinstance(obj, str):
+        return obj.isascii()
+    if isinstance(obj, dict):
+        return all(_all_ascii(k) and _all_ascii(v) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return all(_all_ascii(v) for v in obj)
+    return True
 
 
 def write_text_atomic(path: Path, text: str) -> None:
