@@ -177,6 +177,22 @@ def test_replay_of_a_host_whose_driver_hung_fails_with_the_fix(tmp_path: Path):
     assert any("fix:" in x and "dmesg | grep -i xid" in x and "nvidia-smi -r" in x for x in lines)
 
 
+def test_the_facts_line_of_an_unfinished_env_probe_does_not_say_torch_is_missing():
+    # On a hung driver doctor stops the env probe and torch-present is a (hidden) skip: the facts
+    # line is then all the user reads about torch, and the torch may well be installed.
+    from envtool.commands.doctor import render_facts
+
+    host = HostFacts(driver_version="580.159.04", source="proc", driver_hung=True)
+    env = EnvFacts(
+        python_exe="/envs/x/bin/python",
+        status="timeout",
+        error="/envs/x/bin/python: stopped waiting for the probe (the NVIDIA driver ...)",
+    )
+    assert render_facts(host, env)[1] == (
+        "env:  /envs/x/bin/python: torch not read (the probe did not finish)"
+    )
+
+
 def test_replay_of_a_failing_host_json_recording_exits_1(tmp_path: Path):
     # fixtures/collect_env/08: a CUDA 11.0 wheel on a host without a driver, recorded as host.json
     rec = tmp_path / "rec"

@@ -216,6 +216,8 @@ def render_facts(host: HostFacts, env: EnvFacts) -> list[str]:
             torch += f", cuda.is_available()={t.is_available}"
     elif env.torch_import_error:
         torch = "torch not importable"
+    elif env.status == "timeout":  # stopped or hung: torch may well be there
+        torch = "torch not read (the probe did not finish)"
     else:
         torch = "torch not found"
     where = env.python_exe or env.prefix or "?"
