@@ -8,6 +8,7 @@ from pathlib import Path
 
 import channel_builder as cb
 import pytest
+import yaml
 
 from envtool.adapters import install_state
 from envtool.adapters.installed import compute_drift, describe_env, read_conda_meta
@@ -253,6 +254,30 @@ def test_tampered_package_is_refused_and_nothing_is_linked(
     assert not (prefix / "lib").exists()
     assert install_state.read_install_state(prefix) == "incomplete"
     assert not (cache / "archives" / target.name).exists()  # the bad file is not kept
+
+
+@pytest.mark.integration
+def test_a_lock_entry_without_a_hash_is_refused_before_anything_is_written(
+    setup: cb.CudaSetup, cache: Path, tmp_path: Path
+) -> None:
+    """Not "hash mismatch … tampered with": the lock itself cannot vouch for the file."""
+    from envtool.adapters.bundle import write_bundle
+
+    data = yaml.safe_load(setup.lock.read_text())
+    for entry in data["package"]:
+        if entry["name"] == "pytorch":
+            entry["hash"] = {}
+    lock = tmp_path / "conda-lock.yml"
+    lock.write_text(yaml.safe_dump(data, sort_keys=False))
+    prefix = tmp_path / "envs" / "demo"
+    with pytest.raises(UsageError) as err:
+        install_from_lock(lock, prefix, platform="linux-64", progress=False)
+    assert "1 linux-64 package(s) have no hash (pytorch)" in err.value.message
+    assert "re-lock" in (err.value.hint or "")
+    assert not prefix.exists()  # no incomplete marker: nothing was started
+    with pytest.raises(UsageError, match="have no hash"):
+        write_bundle(lock, tmp_path / "bundle", cache_dir=cache, progress=False)
+    assert not (tmp_path / "bundle").exists()
 
 
 @pytest.mark.integration

@@ -44,6 +44,7 @@ def write_bundle(
 
     lock = read_lock(lock_path)
     plats = bundle_platforms(lock, platforms)
+    per_platform = {plat: lock.hashed_for_platform(plat) for plat in plats}  # before writing
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     out_dir = Path(out_dir)
     channel = out_dir / CHANNEL_NAME
@@ -52,7 +53,7 @@ def write_bundle(
     files = []
     seen: set[str] = set()
     for plat in plats:
-        for pkg in lock.for_platform(plat):
+        for pkg in per_platform[plat]:
             if pkg.file_name in seen:
                 continue
             seen.add(pkg.file_name)

@@ -181,7 +181,7 @@ def plan_install(
 ) -> dict[str, Any]:
     """What an install would do (for --dry-run): no file is written."""
     lock.require_platform(platform, _install_hint(lock, platform))
-    pkgs = lock.for_platform(platform)
+    pkgs = lock.hashed_for_platform(platform)
     archive_dir = cache_dir / "archives"
     rows = []
     for p in pkgs:
@@ -236,7 +236,7 @@ def install_from_lock(
         )
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     say: Callable[[str], None] = note if progress else (lambda _msg: None)
-    pkgs = lock.for_platform(platform)
+    pkgs = lock.hashed_for_platform(platform)  # before the incomplete marker: nothing to undo
     conda_pkgs = [p for p in pkgs if p.manager == "conda"]
     pip_pkgs = [p for p in pkgs if p.manager == "pip"]
     report = InstallReport(str(prefix), str(lock.path), lock.sha256, platform)

@@ -99,6 +99,21 @@ class Lock:
                 hint,
             )
 
+    def hashed_for_platform(self, platform: str) -> list[LockedPackage]:
+        """for_platform, refusing a lock entry with no hash: envtool verifies every file against
+        the lock before linking, and an entry without one cannot be verified."""
+        pkgs = self.for_platform(platform)
+        missing = [p.name for p in pkgs if not p.sha256 and not p.md5]
+        if missing:
+            shown = ", ".join(missing[:3]) + (
+                f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            )
+            raise UsageError(
+                f"{self.path}: {len(missing)} {platform} package(s) have no hash ({shown})",
+                "envtool installs only hash-pinned files: re-lock with `envtool lock NAME`",
+            )
+        return pkgs
+
 
 def toposorted(packages: list[LockedPackage]) -> list[LockedPackage]:
     """The order conda-lock's parser gives (Lockfile.toposort_inplace): per platform (sorted),
