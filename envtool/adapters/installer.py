@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from envtool.adapters import install_state
-from envtool.adapters.lock_io import _LOCK_CACHE, read_lock  # noqa: F401 (bench clears the cache)
+from envtool.adapters.lock_io import read_lock
 from envtool.core.lock_model import Lock, LockedPackage
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import note
