@@ -34,6 +34,7 @@ import math
 import os
 import random
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,10 +244,21 @@ def on_stop_signal(signum, frame):
 
 
 def spare_loader_worker(_worker_id: int) -> None:
-    # torchrun (os.killpg) and a terminal signal the rank's whole process group, DataLoader
-    # workers included. torch's workers already ignore SIGINT; a SIGTERM would kill them mid-step
-    # and crash the rank it is meant to stop cleanly. The rank shuts its workers down itself.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # torchrun (os.killpg) and Slurm signal every process of the rank, DataLoader workers
+    # included: a SIGTERM would kill them mid-step and crash the rank it is meant to stop cleanly.
+    # So ignore SIGTERM from anyone but the rank itself: the rank's own SIGTERM (DataLoader's
+    # shutdown, Python's exit after a crash or a second Ctrl-C) must still end the worker, or the
+    # rank waits for it forever. Only a thread can see the sender (sigwaitinfo); not on macOS.
+    if not hasattr(signal, "sigwaitinfo"):
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # this and later threads
+
+    def exit_on_sigterm_from_rank() -> None:
+        while signal.sigwaitinfo({signal.SIGTERM}).si_pid != os.getppid():
+            pass
+        os._exit(0)  # what torch's own worker handler does for its parent's SIGTERM
+
+    threading.Thread(target=exit_on_sigterm_from_rank, daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> None:

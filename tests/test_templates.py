@@ -301,6 +301,25 @@ def test_a_second_sigint_aborts_at_once(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_a_rank_that_aborts_with_loader_workers_alive_still_exits(
+    name: str, tmp_path: Path
+) -> None:
+    """A second Ctrl-C (or any crash) ends the rank while its DataLoader workers run: Python's
+    exit SIGTERMs them and waits for them. They ignore other senders' SIGTERM, but their own
+    rank's must still end them, or the rank never exits (it would hang until the guard)."""
+    wrapper = tmp_path / "impatient.py"
+    wrapper.write_text(SECOND_SIGINT_WHILE_SAVING)
+    argv = [sys.executable, str(wrapper), str(template(name)), *TINY[name], *COMMON]
+    argv += ["--max-steps", "100000", "--num-workers", "2"]
+    code, out = run_until_step_then_signal(argv, tmp_path, signal.SIGINT, stderr=subprocess.STDOUT)
+    assert "KeyboardInterrupt" in out, out[-3000:]
+    # It ended by itself, not by the guard: KeyboardInterrupt re-raises SIGINT (fsdp: DCP wraps
+    # it in a CheckpointException, exit 1).
+    assert code in (1, -signal.SIGINT), out[-3000:]
+
+
+@pytest.mark.integration
 def test_ddp_template_runs_as_a_plain_python_script(tmp_path: Path) -> None:
     proc = single_process("ddp", ["--max-steps", "3"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
