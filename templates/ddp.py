@@ -249,6 +249,8 @@ def spare_loader_worker(_worker_id: int) -> None:
     # So ignore SIGTERM from anyone but the rank itself: the rank's own SIGTERM (DataLoader's
     # shutdown, Python's exit after a crash or a second Ctrl-C) must still end the worker, or the
     # rank waits for it forever. Only a thread can see the sender (sigwaitinfo); not on macOS.
+    # SIGINT: the worker inherited the rank's handler at fork; the rank alone reports and stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not hasattr(signal, "sigwaitinfo"):
         return
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # this and later threads

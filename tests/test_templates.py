@@ -214,9 +214,13 @@ def test_a_stop_signal_to_the_process_group_spares_the_loader_workers(
     included: a worker that dies of it would crash the step the rank is finishing."""
     argv = [sys.executable, str(template(name)), *TINY[name], *COMMON, "--max-steps", "100000"]
     argv += ["--num-workers", "2"]
-    code, out = run_until_step_then_signal(argv, tmp_path, sig, group=True, stderr=subprocess.PIPE)
+    code, out = run_until_step_then_signal(
+        argv, tmp_path, sig, group=True, stderr=subprocess.STDOUT
+    )
     assert code == 0, out[-3000:]
     assert result_of(out)["stopped"] == sig.name
+    # The rank says it once; its workers (which inherit its handlers at fork) stay silent.
+    assert out.count("SIGINT: stopping after this step") == (sig == signal.SIGINT), out[-3000:]
 
 
 @pytest.mark.integration
