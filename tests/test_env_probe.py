@@ -166,6 +166,37 @@ def test_doctor_stops_waiting_for_the_env_once_the_host_probe_finds_the_driver_h
     assert check_torch_present(host, env).status == SKIP
 
 
+@pytest.mark.integration
+def test_a_failing_host_probe_is_reported_without_waiting_for_the_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad ENVTOOL_NVML_TIMEOUT (say) is an exit-2 error at once, not after the env probe's
+    120 s time-out. Liveness guard: the call must come back well inside those 120 s."""
+    from envtool.adapters import host_probe
+    from envtool.commands.doctor import probe_facts
+    from envtool.errors import UsageError
+
+    target = wrapper(tmp_path, "hang", f"exec {sys.executable} -c 'import time; time.sleep(600)'")
+
+    def bad_host(record=None):
+        raise UsageError("ENVTOOL_NVML_TIMEOUT='soon': not a number of seconds", "e.g. 30")
+
+    monkeypatch.setattr(host_probe, "probe_host", bad_host)
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            probe_facts(target, fast=False, driver=None, record=None)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            raised.append(exc)
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive(), "doctor waited out the env probe before reporting the error"
+    assert len(raised) == 1 and isinstance(raised[0], UsageError)
+
+
 def test_run_capture_stops_a_command_when_cancelled_and_keeps_feeding_stdin() -> None:
     from envtool.adapters.proc import run_capture
 

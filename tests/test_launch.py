@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
+from envtool.adapters import launcher
 from envtool.adapters.host_probe import probe_host
 from envtool.adapters.launcher import kill_marked, pids_with_environ
 
@@ -261,9 +262,12 @@ def test_kill_marked_finds_processes_in_other_sessions(tmp_path: Path) -> None:
             child.kill()
 
 
-def test_a_process_caught_inside_execve_is_still_found(tmp_path: Path) -> None:
+def test_a_process_caught_inside_execve_is_still_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Between the kernel releasing Popen and writing the new environment, /proc shows an
     empty environ; the scan re-reads such a process instead of missing it (seen once in CI)."""
+    monkeypatch.setattr(launcher, "EXEC_SETTLE_SECONDS", 30.0)  # a loaded CI machine: no race
     proc = tmp_path / "proc"
     execing, kthread = proc / "4242", proc / "2"
     for entry, flags in ((execing, 0x400000), (kthread, 0x208040)):

@@ -214,3 +214,12 @@ def test_c10d_endpoint_on_this_machine_is_declared_host_and_local_addr_passes_th
     assert flag(head.argv, "--local-addr") == "10.0.0.1"
     other = plan_launch(req(**base))
     assert "--rdzv-conf" not in other.argv and "--local-addr" not in other.argv
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0664", "0", "-1", "four"])
+def test_gpus_that_are_not_a_plain_positive_count_are_a_usage_error(value: str) -> None:
+    """'²' and Arabic-Indic digits pass str.isdigit() but are no count int() reads."""
+    from envtool.core.launch_plan import parse_gpus
+
+    with pytest.raises(UsageError, match="is not a count"):
+        parse_gpus(value)

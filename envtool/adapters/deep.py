@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters.proc import ProcResult, Runner
+from envtool.adapters.proc import KILL_WAIT_SECONDS, ProcResult, Runner, decode_partial
 from envtool.core.launch_plan import GPU_ENV_DEFAULTS, RUN_MARKER_VAR
 
 DEEP_SCRIPT = Path(__file__).with_name("deep_script.py")
@@ -86,7 +86,10 @@ def run_group(
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_run(proc.pid, run_id)
-        out, err = proc.communicate()
+        try:
+            out, err = proc.communicate(timeout=KILL_WAIT_SECONDS)
+        except subprocess.TimeoutExpired as exc:  # a worker stuck in a hung driver: leave it
+            out, err = decode_partial(exc.stdout), decode_partial(exc.stderr)
         return ProcResult(tuple(argv), None, out, err, timed_out=True)
     return ProcResult(tuple(argv), proc.returncode, out, err)
 

@@ -76,14 +76,14 @@ def run_capture(
                 out, err = proc.communicate(timeout=KILL_WAIT_SECONDS)
             except subprocess.TimeoutExpired as exc:
                 # unkillable for now, or a grandchild holds the pipes: leave it, keep what it said
-                out, err = _decoded(exc.stdout), _decoded(exc.stderr)
+                out, err = decode_partial(exc.stdout), decode_partial(exc.stderr)
             return ProcResult(tuple(argv), None, out or "", err or "", timed_out=True)
 
 
 KILL_WAIT_SECONDS = 5.0
 
 
-def _decoded(data: bytes | str | None) -> str:
+def decode_partial(data: bytes | str | None) -> str:
     # TimeoutExpired carries the raw bytes read so far, even for a text-mode Popen
     return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 

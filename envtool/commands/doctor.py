@@ -68,14 +68,14 @@ def probe_facts(
         facts = host_probe.probe_host(record=record)
         return host_probe.apply_overrides(facts, driver=driver) if driver else facts
 
-    hung = threading.Event()  # set when the host probe finds the driver hung
+    stop_env = threading.Event()  # set when the env probe is not worth waiting for
 
     def env() -> EnvFacts:
         if fast:
             return probe_env_fast(target)
         from envtool.adapters.env_probe import probe_env
 
-        return probe_env(target, cancel=hung)
+        return probe_env(target, cancel=stop_env)
 
     def env_with_install_facts() -> EnvFacts:
         facts = env()
@@ -86,9 +86,13 @@ def probe_facts(
     with ThreadPoolExecutor(max_workers=2) as pool:
         fut_env = pool.submit(env_with_install_facts)
         fut_host = pool.submit(host)
-        host_facts = fut_host.result()
+        try:
+            host_facts = fut_host.result()
+        except BaseException:  # e.g. a bad ENVTOOL_NVML_TIMEOUT: say so now, not after the env
+            stop_env.set()
+            raise
         if host_facts.driver_hung:  # torch's CUDA init would block on it for the whole time-out
-            hung.set()
+            stop_env.set()
         return host_facts, fut_env.result()
 
 

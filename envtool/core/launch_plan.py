@@ -85,7 +85,7 @@ def parse_gpus(value: str | None) -> int | str | None:
     """`--gpus` accepts a positive count or `all`."""
     if value is None or value == "all":
         return value
-    if value.isdigit() and int(value) > 0:
+    if value.isascii() and value.isdigit() and int(value) > 0:  # isdigit alone admits '²'
         return int(value)
     raise UsageError(
         f"--gpus {value!r} is not a count", "pass a number like --gpus 4, or --gpus all"
