@@ -218,9 +218,10 @@ def check_nvidia_driver(host: HostFacts, env: EnvFacts) -> Check:
             FAIL,
             "the NVIDIA driver is not answering (NVML hung): a GPU may have fallen off the bus",
             ev,
-            "check `dmesg | grep -i xid` (Xid 79: a GPU fell off the bus); reset the GPU "
-            "(`nvidia-smi -r`) or reboot the node. A node that is only slow to start its GPUs "
-            "(no persistence mode): raise ENVTOOL_NVML_TIMEOUT",
+            "check `dmesg | grep -i xid` (Xid 79: a GPU fell off the bus); reboot the node "
+            "(`nvidia-smi -r` resets a GPU only while the driver still answers, and it uses the "
+            "same library that hung here). A node that is only slow to start its GPUs (no "
+            "persistence mode): raise ENVTOOL_NVML_TIMEOUT",
         )
     if host.has_driver:
         ev.append(f"driver {host.driver_version} (source: {host.source or '?'})")
