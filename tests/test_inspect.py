@@ -380,3 +380,27 @@ def test_upper_bounded_pypi_torch_is_not_read_as_the_newest_release(line: str) -
     assert "2.11" not in problem and "13.0" not in problem and "580" not in problem
     assert "newest release the range allows" in problem
     assert "pin torch==X.Y.Z" in problem
+
+
+@pytest.mark.parametrize(
+    ("index", "torch", "warned"),
+    [
+        ("--extra-index-url https://download.pytorch.org/whl/cu121", "torch", True),
+        ("--find-links https://download.pytorch.org/whl/cu121/torch_stable.html", "torch>=2", True),
+        ("--extra-index-url https://download.pytorch.org/whl/cu121", "torch==2.5.1", False),
+        ("--index-url https://download.pytorch.org/whl/cu121", "torch", False),
+    ],
+)
+def test_an_unpinned_torch_with_an_extra_cuda_index_can_get_pypis_newer_build(
+    index: str, torch: str, warned: bool
+) -> None:
+    """pip takes the highest version from every source: the cu121 index ends at 2.5.1, PyPI goes
+    on, so `torch` + --extra-index-url …/cu121 installs PyPI's newest (another CUDA). Pinned, the
+    +cu121 local version sorts above PyPI's 2.5.1; --index-url replaces PyPI."""
+    ask = _ask(_env(["pip"], [index, torch]))
+    assert (ask.flavor, ask.cuda) == ("pip-wheel", "12.1")
+    extra = [p for p in ask.problems if "only adds a source" in p]
+    assert len(extra) == (1 if warned else 0)
+    if warned:
+        assert extra[0].startswith(f"{torch}: torch is not pinned")
+        assert "pin torch==X.Y.Z+cu121, or use --index-url" in extra[0]

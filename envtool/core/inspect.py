@@ -119,11 +119,16 @@ def _pip_torch(lines: list[PipLine]) -> PipLine | None:
 
 
 def _pip_index_tag(lines: list[PipLine]) -> str | None:
+    line = _pip_index_line(lines)
+    m = _TORCH_INDEX.search(line.value or "") if line else None
+    return m.group("tag") if m else None
+
+
+def _pip_index_line(lines: list[PipLine]) -> PipLine | None:
+    """The first pip option pointing at a download.pytorch.org/whl/<tag> index or page."""
     for line in lines:
-        if line.kind == "option" and line.value:
-            m = _TORCH_INDEX.search(line.value)
-            if m:
-                return m.group("tag")
+        if line.kind == "option" and line.value and _TORCH_INDEX.search(line.value):
+            return line
     return None
 
 
@@ -294,6 +299,15 @@ def _pip_ask(ask: CudaAsk, pip_torch: PipLine, lines: list[PipLine], problems: l
         ask.cuda = cuda_from_build_tag(tag)
         ask.gpu_required = ask.cuda is not None
         ask.via = f"a +{tag} wheel" if local else f"the download.pytorch.org/whl/{tag} index"
+        index = None if local else _pip_index_line(lines)
+        if index is not None and index.option != "--index-url" and not pinned:
+            # an extra source: pip takes the highest version from PyPI and it together
+            problems.append(
+                f"{pip_torch.raw.strip()}: torch is not pinned and `{index.option} {index.value}` "
+                "only adds a source: pip takes the highest torch from it and PyPI together, so "
+                f"a newer PyPI release (a different CUDA) wins over the {tag} builds; pin "
+                f"torch==X.Y.Z+{tag}, or use --index-url"
+            )
     else:
         ask.via = "PyPI's default linux-64 wheel"
         series = torch_series_of(pinned) if pinned else None
