@@ -101,6 +101,16 @@ def test_dry_run_prints_the_plan_and_writes_nothing(conda_forge, run_cli, tmp_pa
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("name", ["_scratch", "my+env", "env@2"])
+def test_names_conda_accepts_are_accepted(name, conda_forge, run_cli, tmp_path) -> None:
+    """envtool's env names follow conda's rule (conda create -n _scratch works)."""
+    args = ["create", name, "--no-install", "--cuda", "cpu", "--channel", conda_forge]
+    rc, _, err = run_cli(args, tmp_path)
+    assert rc == 0, err
+    assert (tmp_path / "environments" / name / "conda-lock.yml").is_file()
+
+
+@pytest.mark.integration
 def test_unwritable_project_folder_is_a_usage_error(conda_forge, run_cli, tmp_path) -> None:
     (tmp_path / "environments").write_text("a file where the folder should be\n")
     rc, _, err = run_cli(

@@ -126,8 +126,12 @@ def env_prefix(name: str | None, prefix: str | None = None) -> Path:
 def project_env_paths(name: str, directory: str | None = None) -> tuple[Path, Path, Path]:
     """environments/NAME/, its environment.yml and conda-lock.yml in the project at `directory`
     (default: cwd), as `envtool create` writes them. NAME becomes a path, so it is checked."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-        raise UsageError(f"{name!r}: not a valid environment name", "use letters, digits, . _ -")
+    # conda's rule (no /, space, : or #), plus no leading '-' (an option) and not . or ..
+    if not re.fullmatch(r"(?!\.\.?$)[^-/\\\s:#][^/\\\s:#]*", name):
+        raise UsageError(
+            f"{name!r}: not a valid environment name",
+            "a conda env name: no / \\ : # or spaces, not starting with -",
+        )
     env_dir = Path(directory or ".") / "environments" / name
     return env_dir, env_dir / "environment.yml", env_dir / "conda-lock.yml"
 
