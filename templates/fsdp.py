@@ -32,6 +32,7 @@ SIGINT (Ctrl-C; a second one aborts at once, no checkpoint); a new run resumes f
 
 import argparse
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -402,12 +403,13 @@ def on_stop_signal(signum, frame):
             os.write(2, b"SIGINT: stopping after this step (a second SIGINT aborts)\n")
 
 
-def spare_loader_worker(_worker_id: int) -> None:
+def spare_loader_worker(rank_pid: int, _worker_id: int) -> None:
     # torchrun (os.killpg) and Slurm signal every process of the rank, DataLoader workers
     # included: a SIGTERM would kill them mid-step and crash the rank it is meant to stop cleanly.
     # So ignore SIGTERM from anyone but the rank itself: the rank's own SIGTERM (DataLoader's
     # shutdown, Python's exit after a crash or a second Ctrl-C) must still end the worker, or the
     # rank waits for it forever. Only a thread can see the sender (sigwaitinfo); not on macOS.
+    # rank_pid, not getppid(): under forkserver (Python 3.14's default) that is the server.
     # SIGINT: the worker inherited the rank's handler at fork; the rank alone reports and stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not hasattr(signal, "sigwaitinfo"):
@@ -415,7 +417,7 @@ def spare_loader_worker(_worker_id: int) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # this and later threads
 
     def exit_on_sigterm_from_rank() -> None:
-        while signal.sigwaitinfo({signal.SIGTERM}).si_pid != os.getppid():
+        while signal.sigwaitinfo({signal.SIGTERM}).si_pid != rank_pid:
             pass
         os._exit(0)  # what torch's own worker handler does for its parent's SIGTERM
 
@@ -522,7 +524,7 @@ def main(argv: list[str] | None = None) -> None:
                     sampler=order,
                     drop_last=True,
                     num_workers=cfg.num_workers,
-                    worker_init_fn=spare_loader_worker,
+                    worker_init_fn=functools.partial(spare_loader_worker, os.getpid()),
                     pin_memory=use_cuda,
                 )
                 for i, (x, y) in enumerate(loader, start=skip):

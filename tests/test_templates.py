@@ -305,16 +305,19 @@ def test_a_second_sigint_aborts_at_once(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+# forkserver: Python 3.14's default on Linux; the workers' parent is then the server, not the rank.
+@pytest.mark.parametrize("start_method", ["fork", "forkserver"])
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_a_rank_that_aborts_with_loader_workers_alive_still_exits(
-    name: str, tmp_path: Path
+    name: str, start_method: str, tmp_path: Path
 ) -> None:
     """A second Ctrl-C (or any crash) ends the rank while its DataLoader workers run: Python's
     exit SIGTERMs them and waits for them. They ignore other senders' SIGTERM, but their own
     rank's must still end them, or the rank never exits (it would hang until the guard)."""
     wrapper = tmp_path / "impatient.py"
-    wrapper.write_text(SECOND_SIGINT_WHILE_SAVING)
-    argv = [sys.executable, str(wrapper), str(template(name)), *TINY[name], *COMMON]
+    start = "import multiprocessing, sys\nmultiprocessing.set_start_method(sys.argv.pop(1))\n"
+    wrapper.write_text(start + SECOND_SIGINT_WHILE_SAVING)
+    argv = [sys.executable, str(wrapper), start_method, str(template(name)), *TINY[name], *COMMON]
     argv += ["--max-steps", "100000", "--num-workers", "2"]
     code, out = run_until_step_then_signal(argv, tmp_path, signal.SIGINT, stderr=subprocess.STDOUT)
     assert "KeyboardInterrupt" in out, out[-3000:]
