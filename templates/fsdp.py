@@ -339,7 +339,15 @@ def find_checkpoint(cfg: Config) -> Path | None:
             raise SystemExit(f"--resume {cfg.resume}: not a checkpoint directory")
         return step_dir
     latest = Path(cfg.out_dir) / "latest"
-    return Path(cfg.out_dir) / latest.read_text().strip() if latest.is_file() else None
+    if not latest.is_file():
+        return None
+    step_dir = Path(cfg.out_dir) / latest.read_text().strip()
+    if not (step_dir / "train_state.pt").is_file():
+        raise SystemExit(
+            f"{latest} names {step_dir}, which is not a complete checkpoint: restore it, or "
+            f"delete {latest} to start from step 0"
+        )
+    return step_dir
 
 
 def read_train_state(step_dir: Path) -> dict:

@@ -441,3 +441,16 @@ def test_checkpoints_at_different_steps_stop_every_rank_instead_of_hanging(
     assert code != 0, out
     assert "ranks would resume at steps 2 and 4" in err, err[-3000:]
     assert "RESULT " not in out
+
+
+@pytest.mark.integration
+def test_fsdp_latest_naming_a_missing_checkpoint_is_one_line_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """`latest` left pointing at a step directory someone deleted (or a copy that missed it)."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "latest").write_text("step-4\n")
+    proc = single_process("fsdp", ["--max-steps", "2"], tmp_path)
+    assert proc.returncode != 0
+    assert "names " in proc.stderr and "not a complete checkpoint" in proc.stderr
+    assert "Traceback" not in proc.stderr
