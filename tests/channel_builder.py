@@ -8,8 +8,9 @@ constrains `__cuda >=12`. Dependency lists are trimmed to what the stub channel 
 `python` is a stub whose bin/python links to the interpreter running the tests, with a
 pyvenv.cfg beside it, so the env has a working python with its own site-packages (pip part).
 
-Also: `write_lock` solves specs over a channel with rattler and writes a conda-lock v1 file
-through conda-lock's own models and writer, and `build_wheel` writes a tiny pure-python wheel.
+Also: `solve_records` solves specs over a channel with rattler, `write_lock` writes the records
+as a conda-lock v1 file through envtool's own lock writer, and `build_wheel` writes a tiny
+pure-python wheel.
 """
 
 from __future__ import annotations
@@ -212,26 +213,33 @@ def index_channel(root: Path) -> None:
     asyncio.run(_run())
 
 
-def solve_records(channel: Path, specs: list[str], cuda: str | None = "12.6") -> list:
-    """Solve specs over the channel for linux-64 with a target __cuda (None: no GPU)."""
-    from rattler import Channel, GenericVirtualPackage, MatchSpec, PackageName, Platform, solve
+# What channel_builder's solves assume of the target machine besides __cuda.
+LINUX_VIRTUAL = (("__glibc", "2.35", "0"), ("__unix", "0", "0"), ("__linux", "6.0", "0"))
+
+
+def solve_records(
+    channels: Path | list[str],
+    specs: list[str],
+    cuda: str | None = "12.6",
+    virtual: tuple[tuple[str, str, str], ...] = LINUX_VIRTUAL,
+) -> list:
+    """Solve specs over a built channel (or channel URLs, in priority order) for linux-64 with a
+    target __cuda (None: no GPU) and `virtual` (name, version, build) packages; rattler's own
+    records (RepoDataRecord), which tests and benchmarks install or compare directly."""
+    from rattler import Channel, GenericVirtualPackage, MatchSpec, PackageName, solve
     from rattler.package import BuildString
     from rattler.version import Version
 
-    given = {"__glibc": "2.35", "__unix": "0", "__linux": "6.0"}
-    if cuda:
-        given["__cuda"] = cuda
-    virtual = [
-        GenericVirtualPackage(PackageName(n), Version(v), BuildString("0"))
-        for n, v in given.items()
-    ]
+    urls = [channels.as_uri()] if isinstance(channels, Path) else channels
+    given = [*virtual, *([("__cuda", cuda, "0")] if cuda else [])]
+    vps = [GenericVirtualPackage(PackageName(n), Version(v), BuildString(b)) for n, v, b in given]
 
     async def _run() -> list:
         recs = await solve(
-            sources=[Channel(channel.as_uri())],
+            sources=[Channel(u) for u in urls],
             specs=[MatchSpec(s, strict=False) for s in specs],
-            platforms=[Platform("linux-64"), Platform("noarch")],
-            virtual_packages=virtual,
+            platforms=["linux-64", "noarch"],
+            virtual_packages=vps,
         )
         await asyncio.sleep(0.05)
         return recs
@@ -246,66 +254,36 @@ def write_lock(
     custom_metadata: dict[str, str] | None = None,
     pip: list[tuple[str, str, Path]] | None = None,
 ) -> Path:
-    """Write a conda-lock v1 file for linux-64 from rattler records, through conda-lock's models
-    and writer.
+    """Write a conda-lock v1 file for linux-64 from rattler records with envtool's own writer
+    (lock_io.write_lock: conda-lock's models and writer), as `envtool lock` writes one.
 
     `channels` is the channel (URL or name) or channels the records were solved from; `pip`
     entries are (name, version, wheel path)."""
-    from conda_lock.lockfile import write_conda_lock_file
-    from conda_lock.lockfile.v1.models import HashModel, LockMeta, TimeMeta
-    from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
-    from conda_lock.models.channel import Channel
+    from envtool.adapters.lock_io import write_lock as write_lock_file
+    from envtool.adapters.rattler_solve import to_solved
+    from envtool.core.lockfile import PipPackage
 
-    pkgs = []
-    for r in records:
-        deps = {}
-        for d in r.depends:
-            name, _, rest = d.partition(" ")
-            deps[name] = rest.strip() or "*"
-        pkgs.append(
-            LockedDependency(
-                name=r.name.normalized,
-                version=str(r.version),
-                manager="conda",
-                platform="linux-64",
-                dependencies=deps,
-                url=str(r.url),
-                hash=HashModel(md5=r.md5.hex(), sha256=r.sha256.hex() if r.sha256 else None),
-                build=str(r.build),
-                categories={"main"},
-            )
+    conda = [to_solved(r, "linux-64") for r in records]
+    wheels = [
+        PipPackage(
+            name,
+            version,
+            "linux-64",
+            wheel.as_uri(),
+            hashlib.sha256(wheel.read_bytes()).hexdigest(),
         )
-    for name, version, wheel in pip or []:
-        pkgs.append(
-            LockedDependency(
-                name=name,
-                version=version,
-                manager="pip",
-                platform="linux-64",
-                dependencies={},
-                url=wheel.as_uri(),
-                hash=HashModel(sha256=hashlib.sha256(wheel.read_bytes()).hexdigest()),
-                categories={"main"},
-            )
-        )
-    lock = Lockfile(
-        package=pkgs,
-        metadata=LockMeta(
-            content_hash={
-                "linux-64": hashlib.sha256(repr(sorted(p.url for p in pkgs)).encode()).hexdigest()
-            },
-            channels=[
-                Channel.from_string(c)
-                for c in ([channels] if isinstance(channels, str) else channels)
-            ],
-            platforms=["linux-64"],
-            sources=["environment.yml"],
-            time_metadata=TimeMeta(created_at="2025-06-01T00:00:00Z"),
-            custom_metadata=custom_metadata,
-        ),
+        for name, version, wheel in pip or []
+    ]
+    urls = sorted([*(p.url for p in conda), *(w.url for w in wheels)])
+    write_lock_file(
+        path,
+        {"linux-64": conda},
+        {"linux-64": wheels},
+        [channels] if isinstance(channels, str) else channels,
+        {"linux-64": hashlib.sha256(repr(urls).encode()).hexdigest()},
+        custom_metadata or {},
+        ["environment.yml"],
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_conda_lock_file(lock, path, metadata_choices=None)
     return path
 
 

@@ -3,7 +3,6 @@ and the key evidence: re-solving the exported file with rattler gives the locked
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
 from pathlib import Path
@@ -233,28 +232,12 @@ def test_channel_name(url, name, warns) -> None:
 
 # --- the key evidence: export -> re-solve gives the lock's versions ------------------------------
 
-VIRTUAL = [("__glibc", "2.28", "0"), ("__linux", "5.15", "0"), ("__unix", "0", "0"), ("__archspec", "1", "x86_64")]  # fmt: skip
+# an older glibc and kernel than channel_builder's default target, and an x86_64 archspec
+VIRTUAL = (("__glibc", "2.28", "0"), ("__linux", "5.15", "0"), ("__unix", "0", "0"), ("__archspec", "1", "x86_64"))  # fmt: skip
 
 
 def _channel_urls(harvested: Path, names: list[str]) -> list[str]:
     return [(harvested / n).as_uri() for n in names if n != "nodefaults"]
-
-
-async def _solve(channels: list[str], specs: list[str], cuda: str):
-    import rattler
-
-    vps = [
-        rattler.GenericVirtualPackage(
-            rattler.PackageName(n), rattler.Version(v), rattler.BuildString(b)
-        )
-        for n, v, b in [("__cuda", cuda, "0"), *VIRTUAL]
-    ]
-    return await rattler.solve(
-        [rattler.Channel(c) for c in channels],
-        [rattler.MatchSpec(s, strict=False) for s in specs],
-        platforms=["linux-64", "noarch"],
-        virtual_packages=vps,
-    )
 
 
 # case: the request a user wrote, the specs envtool solves it with (CUDA forced), __cuda
@@ -288,28 +271,18 @@ def test_resolving_the_export_gives_the_locked_versions(
 
     monkeypatch.chdir(tmp_path)
 
-    async def session():
-        try:
-            locked = await _solve(channels, solve_specs, cuda)
-            cb.write_lock(folder / "conda-lock.yml", locked, channel_names)
-            code, exported_text, _ = run_cli(["export", "demo"])
-            assert code == 0
-            exported = parse_environment_yml(exported_text, "export")
-            resolved = await _solve(
-                _channel_urls(harvested, exported.channels),
-                [d.render() for d in exported.dependencies],
-                cuda,
-            )
-            # the naive export (`conda env export --no-builds` style): versions, no builds
-            naive = [
-                f"{d.name}={d.version}" for d in exported.dependencies if d.name != "cuda-version"
-            ]
-            naive_resolved = await _solve(_channel_urls(harvested, exported.channels), naive, cuda)
-            return locked, exported, resolved, naive_resolved
-        finally:
-            await asyncio.sleep(0.05)
-
-    locked, exported, resolved, naive_resolved = asyncio.run(session())
+    locked = cb.solve_records(channels, solve_specs, cuda, VIRTUAL)
+    cb.write_lock(folder / "conda-lock.yml", locked, channel_names)
+    code, exported_text, _ = run_cli(["export", "demo"])
+    assert code == 0
+    exported = parse_environment_yml(exported_text, "export")
+    exported_channels = _channel_urls(harvested, exported.channels)
+    resolved = cb.solve_records(
+        exported_channels, [d.render() for d in exported.dependencies], cuda, VIRTUAL
+    )
+    # the naive export (`conda env export --no-builds` style): versions, no builds
+    naive = [f"{d.name}={d.version}" for d in exported.dependencies if d.name != "cuda-version"]
+    naive_resolved = cb.solve_records(exported_channels, naive, cuda, VIRTUAL)
     lock_v = {r.name.normalized: (str(r.version), str(r.build)) for r in locked}
     again = {r.name.normalized: (str(r.version), str(r.build)) for r in resolved}
     assert "cuda" in lock_v["pytorch"][1]  # the lock holds a CUDA build

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from envtool.core.lockfile import SolvedPackage
 from envtool.core.plan import CudaBuild, Plan, PlatformPlan, parse_cuda_builds
 from envtool.errors import UsageError
+
+if TYPE_CHECKING:  # an annotation only: rattler is imported where a solve runs
+    from rattler import RepoDataRecord
 
 
 def resolve_channel(text: str) -> str:
@@ -165,10 +169,12 @@ async def _solve_one(gateway, channel_urls: list[str], pp: PlatformPlan) -> list
     except Exception as exc:  # missing channel, unreadable repodata
         _raise_channel_error(exc, pp.platform)
         raise
-    return sorted((_to_solved(r, pp.platform) for r in records), key=lambda p: p.name)
+    return sorted((to_solved(r, pp.platform) for r in records), key=lambda p: p.name)
 
 
-def _to_solved(record, platform: str) -> SolvedPackage:
+def to_solved(record: RepoDataRecord, platform: str) -> SolvedPackage:
+    """One rattler RepoDataRecord in plain types (public: tests that solve with rattler directly,
+    for the raw records, write their locks through lock_io.write_lock with it)."""
     return SolvedPackage(
         name=record.name.normalized,
         version=str(record.version),
