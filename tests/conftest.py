@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +13,48 @@ import pytest
 from solve_scenarios import HARVESTED
 
 REPO = Path(__file__).resolve().parent.parent
+CONSOLE_SCRIPT = REPO / ".venv" / "bin" / "envtool"
+
+
+def envtool_argv(script: bool = False) -> list[str]:
+    """`python -m envtool` with this interpreter; `script`: the installed console script
+    (.venv/bin/envtool, which proves the entry point works) where it exists."""
+    if script and CONSOLE_SCRIPT.exists():
+        return [str(CONSOLE_SCRIPT)]
+    return [sys.executable, "-m", "envtool"]
+
+
+def run_envtool(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    input: str | None = None,
+    timeout: float = 300,
+    script: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`envtool ARGS` as a subprocess, stdout and stderr captured as text (env None: this
+    process's environment; cwd None: this process's folder)."""
+    return subprocess.run(
+        [*envtool_argv(script), *args],
+        env=env,
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_envtool(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    stderr: int = subprocess.PIPE,
+) -> subprocess.Popen[str]:
+    """`envtool ARGS` left running, its stdout (and by default stderr) piped as text."""
+    return subprocess.Popen(
+        [*envtool_argv(), *args], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=stderr, text=True
+    )
 
 
 def fixtures_dir() -> Path:

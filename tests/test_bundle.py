@@ -5,21 +5,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import channel_builder as cb
 import pytest
+from conftest import run_envtool
 
 from envtool.adapters.lock_io import read_lock
 
-ENVTOOL = [sys.executable, "-m", "envtool"]
 pytestmark = pytest.mark.integration
-
-
-def envtool(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([*ENVTOOL, *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture
@@ -53,7 +47,7 @@ def test_bundle_installs_offline_with_the_original_channel_gone(
     private_lock: Path, tmp_path: Path
 ) -> None:
     online = _env(tmp_path, "online")
-    out = envtool(
+    out = run_envtool(
         "bundle", "--lock", str(private_lock), "-o", str(tmp_path / "bundle"), "--json", env=online
     )
     assert out.returncode == 0, out.stderr
@@ -65,9 +59,9 @@ def test_bundle_installs_offline_with_the_original_channel_gone(
 
     shutil.rmtree(tmp_path / "origin")  # the "internet" is gone; a fresh cache on the other side
     offline = _env(tmp_path, "offline")
-    inst = envtool("install", "demo", "--from", str(tmp_path / "bundle"), env=offline)
+    inst = run_envtool("install", "demo", "--from", str(tmp_path / "bundle"), env=offline)
     assert inst.returncode == 0, inst.stderr
-    verify = envtool("verify", "demo", "--json", env=offline)
+    verify = run_envtool("verify", "demo", "--json", env=offline)
     assert verify.returncode == 0 and json.loads(verify.stdout)["clean"]
     record = next((tmp_path / "envs-offline/demo/conda-meta").glob("pytorch-*.json"))
     assert (
@@ -78,14 +72,14 @@ def test_bundle_installs_offline_with_the_original_channel_gone(
 def test_tampered_bundle_is_refused(private_lock: Path, tmp_path: Path) -> None:
     online = _env(tmp_path, "online")
     assert (
-        envtool(
+        run_envtool(
             "bundle", "--lock", str(private_lock), "-o", str(tmp_path / "bundle"), env=online
         ).returncode
         == 0
     )
     cb.flip_byte(next((tmp_path / "bundle/channel/noarch").glob("cuda-version-*.conda")))
     offline = _env(tmp_path, "offline")
-    inst = envtool("install", "demo", "--from", str(tmp_path / "bundle"), env=offline)
+    inst = run_envtool("install", "demo", "--from", str(tmp_path / "bundle"), env=offline)
     assert inst.returncode == 1
     assert "cuda-version 12.6" in inst.stderr and "hash mismatch" in inst.stderr
     assert not list((tmp_path / "envs-offline/demo/conda-meta").glob("*.json"))

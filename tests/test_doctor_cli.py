@@ -13,19 +13,18 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_envtool
 
 from envtool.adapters import deep as deep_adapter
 from envtool.adapters.proc import ProcResult
 from envtool.core.facts import EnvFacts, HostFacts, TorchFacts
 
-ENVTOOL = REPO / ".venv" / "bin" / "envtool"
 CHECK_KEYS = {"id", "status", "summary", "evidence", "fix"}
 
 
-def envtool(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    exe = [str(ENVTOOL)] if ENVTOOL.exists() else [sys.executable, "-m", "envtool"]
-    return subprocess.run([*exe, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+def envtool(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The installed console script, from the repo root: these tests also prove the entry point."""
+    return run_envtool(*args, cwd=REPO, timeout=timeout, script=True)
 
 
 def write_env(directory: Path, env: EnvFacts) -> None:

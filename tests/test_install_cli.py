@@ -10,13 +10,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import channel_builder as cb
 import pytest
+from conftest import run_envtool, start_envtool
 
-ENVTOOL = [sys.executable, "-m", "envtool"]
 pytestmark = pytest.mark.integration
 
 
@@ -33,20 +32,8 @@ def env(tmp_path: Path) -> dict[str, str]:
     return e
 
 
-def envtool(*args: str, env: dict[str, str], cwd: Path | None = None, input: str | None = None):
-    return subprocess.run(
-        [*ENVTOOL, *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        input=input,
-        timeout=300,
-    )
-
-
 def list_json(env: dict[str, str]) -> dict[str, dict]:
-    out = envtool("list", "--json", env=env)
+    out = run_envtool("list", "--json", env=env)
     assert out.returncode == 0, out.stderr
     return {row["name"]: row for row in json.loads(out.stdout)["environments"]}
 
@@ -55,11 +42,11 @@ def test_install_verify_run_hook_remove(
     setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
 ) -> None:
     project = setup.lock.parent.parent.parent  # <project>/environments/demo/conda-lock.yml
-    dry = envtool("install", "demo", "--dry-run", "--json", env=env, cwd=project)
+    dry = run_envtool("install", "demo", "--dry-run", "--json", env=env, cwd=project)
     assert dry.returncode == 0, dry.stderr
     assert not (tmp_path / "envs" / "demo").exists()
 
-    out = envtool("install", "demo", env=env, cwd=project)
+    out = run_envtool("install", "demo", env=env, cwd=project)
     assert out.returncode == 0, out.stderr
     assert (
         "linked [5/5]" in out.stderr and "fetching 5 packages" in out.stderr
@@ -69,16 +56,16 @@ def test_install_verify_run_hook_remove(
     assert (row["state"], row["cuda"], row["flavor"]) == ("complete", "12.6", "conda-forge")
     assert row["torch"].startswith("2.7.1 cuda126")
 
-    verify = envtool("verify", "demo", "--json", env=env)
+    verify = run_envtool("verify", "demo", "--json", env=env)
     assert verify.returncode == 0 and json.loads(verify.stdout)["clean"] is True
 
     # run: the activated env (activate.d script ran), our exit code is the command's
     code = "import os, sys; print(os.environ['ENVTOOL_TEST_LIBTORCH'], sys.prefix); sys.exit(7)"
-    run = envtool("run", "-n", "demo", "--", "python", "-c", code, env=env)
+    run = run_envtool("run", "-n", "demo", "--", "python", "-c", code, env=env)
     assert run.returncode == 7, run.stderr
     assert run.stdout.split() == ["cuda126", str(tmp_path / "envs" / "demo")]
 
-    hook = envtool("shell-hook", "demo", env=env)
+    hook = run_envtool("shell-hook", "demo", env=env)
     probe = subprocess.run(
         [
             "bash",
@@ -98,12 +85,12 @@ def test_install_verify_run_hook_remove(
 
     # drift: a file-level change that verify must see (a package record removed by hand)
     next((tmp_path / "envs/demo/conda-meta").glob("python_abi-*.json")).unlink()
-    drifted = envtool("verify", "demo", env=env)
+    drifted = run_envtool("verify", "demo", env=env)
     assert drifted.returncode == 1 and "missing  python_abi" in drifted.stdout
 
-    keep = envtool("remove", "demo", env=env, input="n\n")
+    keep = run_envtool("remove", "demo", env=env, input="n\n")
     assert keep.returncode == 2 and (tmp_path / "envs" / "demo").is_dir()
-    gone = envtool("remove", "demo", "--yes", env=env)
+    gone = run_envtool("remove", "demo", "--yes", env=env)
     assert gone.returncode == 0 and not (tmp_path / "envs" / "demo").exists()
     assert list_json(env) == {}
 
@@ -112,11 +99,11 @@ def test_install_refuses_a_driver_that_cannot_run_the_lock(
     setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
 ) -> None:
     env["ENVTOOL_DRIVER_VERSION"] = "470.57.02"  # CUDA 11.4 driver vs a CUDA 12.6 lock
-    out = envtool("install", "demo", "--lock", str(setup.lock), env=env)
+    out = run_envtool("install", "demo", "--lock", str(setup.lock), env=env)
     assert out.returncode == 2
     assert "470.57.02" in out.stderr and "--force" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "envs" / "demo").exists()
-    forced = envtool("install", "demo", "--lock", str(setup.lock), "--force", env=env)
+    forced = run_envtool("install", "demo", "--lock", str(setup.lock), "--force", env=env)
     assert forced.returncode == 0, forced.stderr
 
 
@@ -124,7 +111,7 @@ def test_remove_refuses_a_directory_that_is_not_an_env(env: dict[str, str], tmp_
     victim = tmp_path / "envs" / "notanenv"
     victim.mkdir(parents=True)
     (victim / "precious.txt").write_text("keep me")
-    out = envtool("remove", "notanenv", "--yes", env=env)
+    out = run_envtool("remove", "notanenv", "--yes", env=env)
     assert out.returncode == 2 and "does not look like a conda environment" in out.stderr
     assert (victim / "precious.txt").exists()
 
@@ -141,7 +128,7 @@ def test_remove_refuses_a_directory_that_is_not_an_env(env: dict[str, str], tmp_
 def test_commands_on_a_missing_env_say_where_they_looked(
     args: list[str], env: dict[str, str], tmp_path: Path
 ) -> None:
-    out = envtool(*args, env=env, cwd=tmp_path)
+    out = run_envtool(*args, env=env, cwd=tmp_path)
     assert out.returncode == 2
     assert out.stderr.splitlines() == [
         f"envtool: error: no environment at {tmp_path / 'envs' / 'ghost'}"
@@ -157,7 +144,7 @@ def test_an_env_name_that_is_a_path_is_refused(
     args: list[str], env: dict[str, str], tmp_path: Path
 ) -> None:
     """NAME becomes environments/NAME/ in the project: a name with a slash would write elsewhere."""
-    out = envtool(*args, env=env, cwd=tmp_path)
+    out = run_envtool(*args, env=env, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert "not a valid environment name" in out.stderr
     assert "Traceback" not in out.stderr
@@ -171,7 +158,7 @@ def test_verify_of_a_conda_named_env_outside_the_project_asks_for_its_lock(
     meta = tmp_path / "envs" / "_scratch" / "conda-meta"
     meta.mkdir(parents=True)
     (meta / "history").write_text("")
-    out = envtool("verify", "_scratch", env=env, cwd=tmp_path)
+    out = run_envtool("verify", "_scratch", env=env, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert out.stderr.splitlines() == [
         f"envtool: error: no lock known for {tmp_path / 'envs' / '_scratch'}"
@@ -193,7 +180,7 @@ def test_a_name_that_leaves_the_envs_dir_is_refused(
     (root / "envs").mkdir()
     (tmp_path / "x.yml").write_text("version: 1\n")
     env = {**env, "ENVTOOL_ENVS_DIR": str(root / "envs")}
-    out = envtool(*args, env=env, cwd=tmp_path)
+    out = run_envtool(*args, env=env, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert "not an environment name (it leaves" in out.stderr and "Traceback" not in out.stderr
     assert (root / "conda-meta" / "history").exists()
@@ -204,7 +191,7 @@ def test_an_absolute_path_as_name_still_names_that_env(env: dict[str, str], tmp_
     meta = tmp_path / "elsewhere" / "conda-meta"
     meta.mkdir(parents=True)
     (meta / "history").write_text("")
-    out = envtool("info", str(tmp_path / "elsewhere"), "--json", env=env, cwd=tmp_path)
+    out = run_envtool("info", str(tmp_path / "elsewhere"), "--json", env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["prefix"] == str(tmp_path / "elsewhere")
 
@@ -213,13 +200,7 @@ def _start_paused(
     setup: cb.CudaSetup, env: dict[str, str], point: str, seconds: str = "60"
 ) -> subprocess.Popen:
     paused = dict(env, ENVTOOL_TEST_PAUSE_AT=point, ENVTOOL_TEST_PAUSE_S=seconds)
-    proc = subprocess.Popen(
-        [*ENVTOOL, "install", "demo", "--lock", str(setup.lock)],
-        env=paused,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_envtool("install", "demo", "--lock", str(setup.lock), env=paused)
     assert proc.stderr is not None
     for line in proc.stderr:  # block until the installer says it reached the point
         if f"ENVTOOL_TEST_PAUSE_AT={point}" in line:
@@ -235,30 +216,24 @@ def test_killed_install_reads_incomplete_and_the_next_install_converges(
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert list_json(env)["demo"]["state"] == "incomplete"  # never reported healthy
-    verify = envtool("verify", "demo", "--lock", str(setup.lock), env=env)
+    verify = run_envtool("verify", "demo", "--lock", str(setup.lock), env=env)
     assert verify.returncode == 1
 
-    again = envtool("install", "demo", "--lock", str(setup.lock), env=env)
+    again = run_envtool("install", "demo", "--lock", str(setup.lock), env=env)
     assert again.returncode == 0, again.stderr
     assert list_json(env)["demo"]["state"] == "complete"
-    assert envtool("verify", "demo", env=env).returncode == 0
+    assert run_envtool("verify", "demo", env=env).returncode == 0
 
 
 def test_two_installs_of_one_env_serialize(setup: cb.CudaSetup, env: dict[str, str]) -> None:
     first = _start_paused(setup, env, "after-download", seconds="3")  # holds the env lock
-    second = subprocess.Popen(
-        [*ENVTOOL, "install", "demo", "--lock", str(setup.lock)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    second = start_envtool("install", "demo", "--lock", str(setup.lock), env=env)
     _, err2 = second.communicate(timeout=120)
     first.communicate(timeout=120)
     assert first.returncode == 0 and second.returncode == 0, err2
     assert "waiting for another envtool on demo" in err2
     assert list_json(env)["demo"]["state"] == "complete"
-    assert envtool("verify", "demo", env=env).returncode == 0
+    assert run_envtool("verify", "demo", env=env).returncode == 0
 
 
 def test_create_then_install_end_to_end(
@@ -270,7 +245,7 @@ def test_create_then_install_end_to_end(
     (project / "environment.yml").write_text(
         f"name: e2e\nchannels:\n  - {setup.channel.as_uri()}\ndependencies:\n  - python 3.11.*\n  - pytorch 2.7.*\n"
     )
-    created = envtool(
+    created = run_envtool(
         "create",
         "e2e",
         "-f",
@@ -287,13 +262,14 @@ def test_create_then_install_end_to_end(
     assert created.returncode == 0, created.stderr
     assert (project / "environments/e2e/conda-lock.yml").is_file()
     assert list_json(env)["e2e"]["state"] == "complete"
-    assert envtool("verify", "e2e", env=env, cwd=project).returncode == 0
+    assert run_envtool("verify", "e2e", env=env, cwd=project).returncode == 0
 
-    reinstall = envtool("install", "e2e", env=env, cwd=project)  # same lock: converges, no fetch
+    # same lock: converges, no fetch
+    reinstall = run_envtool("install", "e2e", env=env, cwd=project)
     assert reinstall.returncode == 0 and "ok" in reinstall.stderr
 
-    export = envtool("export", "e2e", env=env, cwd=project)
+    export = run_envtool("export", "e2e", env=env, cwd=project)
     assert export.returncode == 0, export.stderr
     assert "pytorch=2.7.1" in export.stdout and "h30b5a27" not in export.stdout  # no build hash
-    assert envtool("remove", "e2e", "--yes", env=env).returncode == 0
+    assert run_envtool("remove", "e2e", "--yes", env=env).returncode == 0
     assert "e2e" not in list_json(env)

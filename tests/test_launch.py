@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_envtool, start_envtool
 
 from envtool.adapters import launcher
 from envtool.adapters.host_probe import probe_host
@@ -45,27 +45,9 @@ def envtool(
     timeout: float = 90,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "envtool", *args],
-        cwd=cwd,
-        env=env or launch_env(marker or uuid.uuid4().hex),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def start_envtool(
-    args: list[str], cwd: Path, marker: str, stderr: int = subprocess.PIPE
-) -> subprocess.Popen[str]:
-    """`envtool ARGS` left running, its stdout piped."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "envtool", *args],
-        cwd=cwd,
-        env=launch_env(marker),
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        text=True,
+    """`envtool ARGS` in cwd, its processes marked (a fresh marker unless given)."""
+    return run_envtool(
+        *args, cwd=cwd, env=env or launch_env(marker or uuid.uuid4().hex), timeout=timeout
     )
 
 
@@ -148,7 +130,9 @@ def test_ctrl_c_stops_every_rank_and_leaves_no_process(tmp_path: Path, deaf: boo
     ready = tmp_path / "ready"
     args = [str(tmp_path / "out"), "--steps", "2000", "--sleep", "0.05", "--ready-dir", str(ready)]
     args += ["--ignore-signals"] if deaf else []
-    proc = start_envtool(["launch", str(RANK_FILE), "--cpu", "--", *args], tmp_path, marker)
+    proc = start_envtool(
+        "launch", str(RANK_FILE), "--cpu", "--", *args, cwd=tmp_path, env=launch_env(marker)
+    )
     try:
         deadline = time.monotonic() + 60
         while not (ready / "rank-1").exists() or not (ready / "rank-0").exists():
@@ -384,7 +368,12 @@ def test_sigterm_checkpoints_the_ddp_template_and_a_relaunch_resumes_at_that_ste
     out = tmp_path / "ckpt"
     args = ["launch", str(template), "--cpu", "--", *TEMPLATE_ARGS, "--out-dir", str(out)]
     proc = start_envtool(
-        [*args, "--max-steps", "100000"], tmp_path, marker, stderr=subprocess.DEVNULL
+        *args,
+        "--max-steps",
+        "100000",
+        cwd=tmp_path,
+        env=launch_env(marker),
+        stderr=subprocess.DEVNULL,
     )
     try:
         assert proc.stdout is not None
