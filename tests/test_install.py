@@ -27,6 +27,14 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
+@pytest.fixture
+def demo(setup: cb.CudaSetup, cache: Path, tmp_path: Path) -> Path:
+    """setup's lock installed (linux-64) into envs/demo: the prefix."""
+    prefix = tmp_path / "envs" / "demo"
+    install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
+    return prefix
+
+
 # ------------------------------------------------------------------ pure parts
 
 
@@ -206,9 +214,8 @@ def test_install_links_the_locked_builds_and_the_pip_part(
 
 
 @pytest.mark.integration
-def test_reinstall_converges_after_damage(setup: cb.CudaSetup, cache: Path, tmp_path: Path) -> None:
-    prefix = tmp_path / "envs" / "demo"
-    install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
+def test_reinstall_converges_after_damage(setup: cb.CudaSetup, demo: Path) -> None:
+    prefix = demo
     record = next((prefix / "conda-meta").glob("python_abi-*.json"))
     record.unlink()
     drift = compute_drift(prefix, setup.lock, "linux-64")
@@ -314,12 +321,11 @@ def test_markers_are_invisible_to_conda_meta_readers(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_activated_environ_runs_activate_d_and_replaces_the_callers_env(
-    setup: cb.CudaSetup, cache: Path, tmp_path: Path
+    demo: Path, tmp_path: Path
 ) -> None:
     from envtool.adapters.activation import activated_environ, render_activation_script
 
-    prefix = tmp_path / "envs" / "demo"
-    install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
+    prefix = demo
     caller = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CONDA_PREFIX": "/opt/other-env"}
     env = activated_environ(prefix, caller)
     assert env["CONDA_PREFIX"] == str(prefix)  # the caller's env is deactivated, not stacked
@@ -332,14 +338,13 @@ def test_activated_environ_runs_activate_d_and_replaces_the_callers_env(
 
 @pytest.mark.integration
 def test_verify_sees_a_pip_package_added_behind_the_locks_back(
-    setup: cb.CudaSetup, cache: Path, tmp_path: Path
+    setup: cb.CudaSetup, demo: Path, tmp_path: Path
 ) -> None:
     import subprocess
 
     from envtool.adapters.uv_pip import uv_binary
 
-    prefix = tmp_path / "envs" / "demo"
-    install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
+    prefix = demo
     stray = cb.build_wheel(tmp_path / "w", name="stray_pkg", version="9.9")
     subprocess.run(
         [
