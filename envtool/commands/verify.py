@@ -18,7 +18,11 @@ from envtool.output import Result, emit
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 def cmd(name: str | None, prefix: str | None, lock_file: str | None, as_json: bool) -> None:
     """Compare an installed environment with its lock; exit 1 when they differ."""
-    from envtool.adapters.install_state import read_install_state, read_state_record
+    from envtool.adapters.install_state import (
+        read_incomplete_marker,
+        read_install_state,
+        read_state_record,
+    )
     from envtool.adapters.installed import compute_drift
     from envtool.adapters.locate import existing_env, project_lock_path
     from envtool.core.drift import render_drift
@@ -27,7 +31,10 @@ def cmd(name: str | None, prefix: str | None, lock_file: str | None, as_json: bo
     target = existing_env(name, prefix)
     lock = Path(lock_file) if lock_file else None
     if lock is None:
-        recorded = (read_state_record(target) or {}).get("lock_path")
+        # an interrupted first install has no state record yet; its marker names the lock
+        recorded = (read_state_record(target) or {}).get("lock_path") or (
+            read_incomplete_marker(target) or {}
+        ).get("lock_path")
         try:
             project = project_lock_path(name) if name else None
         except UsageError:  # a conda env name no project folder can have (e.g. _scratch)

@@ -1,0 +1,44 @@
+"""Regressions found by walking envtool as a user would (create → install → verify → bundle → remove).
+
+Each test drives the real CLI in a subprocess with its own envs dir and package cache, over the
+file:// channel that channel_builder builds (no network).
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import channel_builder as cb
+import pytest
+import test_install_cli
+from conftest import run_envtool, start_envtool
+
+pytestmark = pytest.mark.integration
+env = test_install_cli.env  # the same fixture: isolated envs dir and cache, driver 570
+
+
+def _interrupt_install(setup: cb.CudaSetup, env: dict[str, str], prefix: Path) -> None:
+    """Ctrl-C an install into `prefix` after its downloads, before anything is linked."""
+    paused = dict(env, ENVTOOL_TEST_PAUSE_AT="after-download", ENVTOOL_TEST_PAUSE_S="60")
+    proc = start_envtool("install", "--lock", str(setup.lock), "--prefix", str(prefix), env=paused)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "ENVTOOL_TEST_PAUSE_AT=after-download" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+
+
+def test_verify_after_an_interrupted_first_install_reports_it_unfinished(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    # README: verify exits 1 "when the last install did not finish", with the lock defaulting to
+    # the one the env was being installed from. It used to exit 2 ("no lock known") because
+    # only a finished install's record was consulted, not the incomplete marker.
+    prefix = tmp_path / "envs" / "half"
+    _interrupt_install(setup, env, prefix)
+    out = run_envtool("verify", "--prefix", str(prefix), env=env, cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert "the last install did not finish" in out.stdout
