@@ -42,3 +42,17 @@ def test_verify_after_an_interrupted_first_install_reports_it_unfinished(
     out = run_envtool("verify", "--prefix", str(prefix), env=env, cwd=tmp_path)
     assert out.returncode == 1, out.stderr
     assert "the last install did not finish" in out.stdout
+
+
+def test_remove_without_yes_and_no_answer_is_bad_usage_not_a_ctrl_c(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    # In a script or CI nobody answers the question: stdin is at its end. README: bad usage is
+    # exit 2 with the fix; it used to print "Aborted." and exit 130, as if Ctrl-C was pressed.
+    prefix = tmp_path / "envs" / "demo"
+    installed = run_envtool("install", "--lock", str(setup.lock), "--prefix", str(prefix), env=env)
+    assert installed.returncode == 0, installed.stderr
+    out = run_envtool("remove", "--prefix", str(prefix), env=env, input="")
+    assert out.returncode == 2, out.stderr
+    assert "pass --yes" in out.stderr
+    assert prefix.is_dir()  # nothing removed without a yes

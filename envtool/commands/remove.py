@@ -9,6 +9,20 @@ import click
 from envtool.output import Result, emit, note
 
 
+def _confirmed(question: str) -> bool:
+    """Ask on the terminal. No answer at all (stdin at its end: a script, CI, `< /dev/null`)
+    is a "no", not click's Abort, which the CLI reports as a Ctrl-C (exit 130)."""
+    import sys
+
+    try:
+        return click.confirm(question, default=False, err=True)
+    except click.Abort:
+        if sys.stdin.isatty():  # Ctrl-C / Ctrl-D at the prompt: the user interrupted
+            raise
+        click.echo("", err=True)
+        return False
+
+
 @click.command("remove")
 @click.argument("name", required=False)
 @click.option("--prefix", help="The environment's directory instead of NAME.")
@@ -33,7 +47,7 @@ def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json:
     if dry_run:
         emit(Result("remove", data, [f"would remove {target}"]), as_json)
         return
-    if not yes and not click.confirm(f"Remove {target}?", default=False, err=True):
+    if not yes and not _confirmed(f"Remove {target}?"):
         raise UsageError("not removed", "pass --yes to remove without asking")
     with hold_env_lock(target, target.name, on_wait=note):
         shutil.rmtree(target)
