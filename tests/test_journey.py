@@ -56,3 +56,24 @@ def test_remove_without_yes_and_no_answer_is_bad_usage_not_a_ctrl_c(
     assert out.returncode == 2, out.stderr
     assert "pass --yes" in out.stderr
     assert prefix.is_dir()  # nothing removed without a yes
+
+
+def test_a_failed_bundle_leaves_no_half_bundle_and_the_retry_works(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    # A fetch that fails midway (network down, channel moved) used to leave DIR/channel/...
+    # without DIR/conda-lock.yml; re-running the same command was then refused with
+    # "directory exists and is not a bundle" until the user deleted DIR by hand.
+    moved = tmp_path / "moved" / "conda-lock.yml"
+    moved.parent.mkdir()
+    gone = (tmp_path / "gone").as_uri()
+    moved.write_text(setup.lock.read_text().replace(setup.channel.as_uri(), gone))
+    out_dir = tmp_path / "bundle"
+    failed = run_envtool("bundle", "--lock", str(moved), "-o", str(out_dir), env=env)
+    assert failed.returncode == 1, failed.stderr
+    assert "could not fetch" in failed.stderr
+    assert not out_dir.exists()
+
+    again = run_envtool("bundle", "--lock", str(setup.lock), "-o", str(out_dir), env=env)
+    assert again.returncode == 0, again.stderr
+    assert (out_dir / "conda-lock.yml").is_file()

@@ -15,7 +15,7 @@ from typing import Any
 
 from envtool.adapters.installer import InstallReport, default_cache_dir, fetch_verified
 from envtool.adapters.lock_io import read_lock
-from envtool.core.lock_model import Lock
+from envtool.core.lock_model import Lock, LockedPackage
 from envtool.output import note
 
 LOCK_NAME = "conda-lock.yml"
@@ -38,15 +38,34 @@ def write_bundle(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Fetch (or reuse from the cache) every locked file for the platforms, verify, copy, index."""
-    import asyncio
-
-    from rattler.index import index_fs
-
     lock = read_lock(lock_path)
     plats = bundle_platforms(lock, platforms)
     per_platform = {plat: lock.hashed_for_platform(plat) for plat in plats}  # before writing
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     out_dir = Path(out_dir)
+    created = not out_dir.exists()
+    try:
+        return _fill_bundle(lock, plats, per_platform, cache, out_dir, progress)
+    except BaseException:
+        # a failed fetch or a Ctrl-C must not leave a half bundle behind: `bundle` refuses a
+        # non-empty DIR without conda-lock.yml, so the retry would be refused
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+
+
+def _fill_bundle(
+    lock: Lock,
+    plats: list[str],
+    per_platform: dict[str, list[LockedPackage]],
+    cache: Path,
+    out_dir: Path,
+    progress: bool,
+) -> dict[str, Any]:
+    import asyncio
+
+    from rattler.index import index_fs
+
     channel = out_dir / CHANNEL_NAME
     (channel / "noarch").mkdir(parents=True, exist_ok=True)  # indexers require noarch/
     report = InstallReport("", str(lock.path), lock.sha256, ",".join(plats))
