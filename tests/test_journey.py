@@ -77,3 +77,14 @@ def test_a_failed_bundle_leaves_no_half_bundle_and_the_retry_works(
     again = run_envtool("bundle", "--lock", str(setup.lock), "-o", str(out_dir), env=env)
     assert again.returncode == 0, again.stderr
     assert (out_dir / "conda-lock.yml").is_file()
+
+
+def test_inspect_names_a_non_utf8_file_like_create_does(tmp_path: Path) -> None:
+    # `create -f` said "not a UTF-8 text file (… at byte N) — save it as UTF-8"; `inspect` on
+    # the same file printed Python's raw codec error and "check the file", which gives no fix.
+    bad = tmp_path / "environment.yml"
+    bad.write_bytes("name: x\ndependencies: [pytorch]\n".encode("utf-16"))
+    out = run_envtool("inspect", str(bad))
+    assert out.returncode == 2
+    assert "not a UTF-8 text file" in out.stderr and "save it as UTF-8" in out.stderr
+    assert "codec" not in out.stderr

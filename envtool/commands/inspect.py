@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from envtool.errors import UsageError
+from envtool.errors import UsageError, not_utf8
 from envtool.output import Result, emit
 
 
@@ -20,7 +20,9 @@ def read_env_file(path: Path) -> str:
         raise UsageError(
             f"{path}: is a directory", "pass the environment.yml file inside it"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # e.g. saved as UTF-16 by a Windows editor
+        raise not_utf8(path, exc) from None
+    except OSError as exc:
         raise UsageError(f"{path}: cannot read it ({exc})", "check the file") from None
 
 
