@@ -24,6 +24,16 @@ class UsageError(EnvtoolError):
 def cannot_write(path: object, exc: OSError) -> UsageError:
     """A file envtool cannot write where the user asked: a file in the way, no permission, a full
     disk."""
+    import errno
+    from pathlib import Path
+
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):  # mkdir/open met a file where a folder goes
+        blocker = next((p for p in Path(str(path)).parents if p.is_file()), None)
+        if blocker is not None:
+            return UsageError(
+                f"cannot write {path}: {blocker} is a file, not a directory",
+                "pick a path under a directory",
+            )
     return UsageError(f"cannot write {path} ({exc.strerror or exc})", "pick a writable path")
 
 

@@ -88,3 +88,13 @@ def test_inspect_names_a_non_utf8_file_like_create_does(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "not a UTF-8 text file" in out.stderr and "save it as UTF-8" in out.stderr
     assert "codec" not in out.stderr
+
+
+def test_init_under_a_file_says_which_file_is_in_the_way(tmp_path: Path) -> None:
+    # `envtool init notes.txt/train.py` used to fail with "(File exists)", naming neither the
+    # file in the way nor why: mkdir met a file where a directory had to be.
+    (tmp_path / "notes.txt").write_text("not a folder\n")
+    out = run_envtool("init", "notes.txt/train.py", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "notes.txt is a file, not a directory" in out.stderr
+    assert "File exists" not in out.stderr
