@@ -338,11 +338,15 @@ def summarize(outcome: LockOutcome, name: str, command: str, dry_run: bool) -> R
     text = render_plan(plan) if plan else []
     if not outcome.changed:
         text.append(f"{name}: lock is up to date ({outcome.env_dir / 'conda-lock.yml'})")
-    elif outcome.written:
-        counts = ", ".join(f"{p}: {n} packages" for p, n in outcome.packages.items())
-        text.append(f"wrote {outcome.env_dir / 'environment.yml'} and conda-lock.yml ({counts})")
     else:
-        text.append("dry run: nothing written")
+        counts = ", ".join(f"{p}: {n} packages" for p, n in outcome.packages.items())
+        solved = f" ({counts})" if counts else ""
+        if not outcome.written:
+            text.append(f"dry run: nothing written{solved}")
+        elif command == "lock":  # lock re-solves the request; it never rewrites environment.yml
+            text.append(f"wrote {outcome.env_dir / 'conda-lock.yml'}{solved}")
+        else:
+            text.append(f"wrote {outcome.env_dir / 'environment.yml'} and conda-lock.yml{solved}")
     return Result(command, data, text)
 
 

@@ -173,8 +173,11 @@ def test_relock_is_a_noop_until_an_input_changes(create, run_cli, tmp_path) -> N
     yml.write_text(yml.read_text().replace("  - pip\n", "  - pip\n  - numpy\n", 1))
     rc, _, err = run_cli(["lock", "n", "--check"], tmp_path)
     assert rc == 1 and "stale" in err
+    edited = yml.read_bytes()
     rc, out, _ = run_cli(["lock", "n"], tmp_path)
     assert rc == 0 and "wrote" in out
+    # lock re-solves the request and says so: it never rewrites the user's environment.yml
+    assert "environment.yml" not in out.splitlines()[-1] and yml.read_bytes() == edited
     assert "numpy" in pkgs(read_lock(env_dir))
     assert run_cli(["lock", "n", "--check"], tmp_path)[0] == 0
 
