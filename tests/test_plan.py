@@ -175,6 +175,16 @@ def test_bad_driver_or_torch_version_hint_names_a_value_of_that_kind(field, flag
     assert err.value.hint == f"e.g. {flag} {example}"
 
 
+@pytest.mark.parametrize("gpu", ["99", "sm_990", "21.0"])
+def test_a_gpu_that_is_no_compute_capability_is_refused_before_solving(gpu: str) -> None:
+    """`--gpu 99` (meant 9.0) ruled out every build whose architecture list envtool knows, left
+    the one it does not (conda-forge's CUDA 12.0), and failed later in the solver."""
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(cuda="auto", driver="580.65.06", gpus=(gpu,)), None, [])
+    assert err.value.message == f"--gpu {gpu}: not a compute capability (NVIDIA's reach 12.x)"
+    assert "--gpu 9.0" in (err.value.hint or "")
+
+
 def test_conda_forge_cuda_plan_forces_a_cuda_build() -> None:
     plan = plan_environment(Request(cuda="12.6", torch="2.7"), None, None)
     specs = plan.platforms[0].specs

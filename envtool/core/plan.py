@@ -26,7 +26,8 @@ from envtool.errors import UsageError
 
 FLAVORS = ("conda-forge", "pytorch")
 PLATFORMS = ("linux-64", "linux-aarch64", "osx-arm64", "win-64")
-NO_CUDA_PLATFORMS = ("osx-arm64",)  # Apple silicon: no NVIDIA GPUs, no CUDA builds
+NO_CUDA_PLATFORMS = ("osx-arm64",)
+MAX_PLAUSIBLE_CC_MAJOR = 20  # room for GPUs newer than the data; `99` is a typo, not a GPU  # Apple silicon: no NVIDIA GPUs, no CUDA builds
 DEFAULT_CHANNELS = {
     "conda-forge": ("conda-forge",),
     "pytorch": ("pytorch", "nvidia", "conda-forge"),
@@ -302,11 +303,18 @@ def check_request(request: Request, host: HostFacts | None = None) -> None:
                 ) from None
     for g in request.gpus:
         try:
-            cu.capability_to_arch(g)
+            arch = cu.capability_to_arch(g)
         except ValueError:
             raise UsageError(
                 f"--gpu {g}: not a compute capability", "e.g. --gpu 8.0 or --gpu sm_80"
             ) from None
+        # a typo like `--gpu 99` (sm_990) rules out every build with a known arch list, keeps
+        # one without (CUDA 12.0) and fails in the solver; NVIDIA's capabilities reach 12.x
+        if int(re.sub(r"\D", "", arch)[:-1]) > MAX_PLAUSIBLE_CC_MAJOR:
+            raise UsageError(
+                f"--gpu {g}: not a compute capability (NVIDIA's reach 12.x)",
+                "e.g. --gpu 9.0 (H100/H200) or --gpu 8.0 (A100)",
+            )
     if request.flavor == "pytorch" and request.torch and not cu.pytorch_channel_has(request.torch):
         last = cu.load_cuda_data().pytorch_channel_last
         raise UsageError(
