@@ -204,7 +204,11 @@ def test_render_failure_message() -> None:
         "rank 1 failed first (exit 1 at 03:19:47): ValueError: boom — logs: runs/x/1/stderr.log"
     )
     f.exitcode, f.error = -9, None
-    assert "killed by SIGKILL" in render_failure(f)
+    killed = render_failure(f)
+    assert "killed by SIGKILL" in killed
+    assert "out-of-memory killer (check `dmesg`)" in killed  # the usual sender, named
+    f.exitcode = -15
+    assert "out-of-memory" not in render_failure(f)
 
 
 def test_c10d_endpoint_on_this_machine_is_declared_host_and_local_addr_passes_through() -> None:

@@ -325,6 +325,11 @@ def render_failure(failure: RankFailure) -> str:
     text = f"rank {failure.rank} failed first ({how}{when})"
     if failure.error:
         text += f": {failure.error}"
+    elif failure.exitcode == -9:  # nobody asked for it (a Ctrl-C is SIGINT/SIGTERM first)
+        text += (
+            ": most often the kernel's out-of-memory killer (check `dmesg`); try a smaller "
+            "model or batch, or fewer processes"
+        )
     if failure.log:
         text += f" — logs: {failure.log}"
     return text
