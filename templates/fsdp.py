@@ -360,7 +360,19 @@ def load_checkpoint(step_dir: Path, extra: dict, model, optimizer, use_cuda: boo
     every rank must load the same step (check_resume_agrees first). extra: read_train_state."""
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optimizer": optim_sd}
-    dcp.load(state, checkpoint_id=step_dir)
+    try:
+        dcp.load(state, checkpoint_id=step_dir)
+    except (Exception, dcp.CheckpointException) as exc:  # a BaseException: name it
+        # another model's checkpoint: DCP wraps each rank's error with its whole traceback
+        errors = [
+            f[0] if isinstance(f, tuple) else f for f in getattr(exc, "failures", {}).values()
+        ]
+        first = next((f"{type(e).__name__}: {e}" for e in errors), f"{type(exc).__name__}: {exc}")
+        first = first.strip().splitlines()[0]
+        raise SystemExit(
+            f"{step_dir} could not be loaded into this model ({first[:200]}): if it is another "
+            "model's, pass another --out-dir, or delete it to start from step 0"
+        ) from None
     set_state_dict(
         model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
     )

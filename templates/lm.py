@@ -326,7 +326,14 @@ def save_checkpoint(path: Path, model, optimizer, train_state: dict, use_cuda: b
 
 def load_checkpoint(path: Path, model, optimizer, use_cuda: bool) -> dict:
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict(ckpt["model"])
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as exc:  # another template's or another size's checkpoint in --out-dir
+        first = str(exc).strip().splitlines()[0]
+        raise SystemExit(
+            f"{path} is a checkpoint of a different model ({first}): pass another --out-dir, "
+            "or delete it to start from step 0"
+        ) from None
     optimizer.load_state_dict(ckpt["optimizer"])
     rngs = ckpt["rng"]
     if len(rngs) == dist.get_world_size():  # same world size: every rank continues its stream

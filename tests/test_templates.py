@@ -454,3 +454,23 @@ def test_fsdp_latest_naming_a_missing_checkpoint_is_one_line_not_a_traceback(
     assert proc.returncode != 0
     assert "names " in proc.stderr and "not a complete checkpoint" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("first", "then", "said"),
+    [
+        (("ddp", []), ("lm", []), "is a checkpoint of a different model"),
+        (("fsdp", []), ("fsdp", ["--vocab-size", "512"]), "could not be loaded into this model"),
+    ],
+)
+def test_resuming_another_models_checkpoint_is_one_line_not_a_traceback(
+    first: tuple[str, list[str]], then: tuple[str, list[str]], said: str, tmp_path: Path
+) -> None:
+    """Two templates (or two sizes) run in one folder share the default --out-dir."""
+    done = single_process(first[0], ["--max-steps", "2", *first[1]], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    proc = single_process(then[0], ["--max-steps", "4", *then[1]], tmp_path)
+    assert proc.returncode != 0
+    assert said in proc.stderr and "another --out-dir" in proc.stderr
+    assert "Traceback" not in proc.stderr
