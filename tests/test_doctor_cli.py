@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -410,3 +411,21 @@ def test_hung_torchrun_is_killed_with_its_workers(tmp_path: Path):
     else:
         os.kill(worker, 9)
         pytest.fail("the worker outlived the timed-out launcher")
+
+
+def test_doctor_of_a_named_env_names_it_in_the_fix(tmp_path: Path) -> None:
+    """`envtool doctor demo` on an env without torch: the fix is a command to paste."""
+    demo = tmp_path / "envs" / "demo"
+    (demo / "bin").mkdir(parents=True)
+    (demo / "conda-meta").mkdir()
+    (demo / "conda-meta" / "history").write_text("")
+    python = demo / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S -I "$@"\n')  # no site: no torch
+    python.chmod(0o755)
+    proc = run_envtool(
+        "doctor", "demo", "--json", env={**os.environ, "ENVTOOL_ENVS_DIR": str(tmp_path / "envs")}
+    )
+    checks = {c["id"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["torch-present"]["status"] == "fail"
+    assert "envtool create demo --cuda auto" in checks["torch-present"]["fix"]
+    assert "NAME" not in checks["torch-present"]["fix"]

@@ -21,6 +21,7 @@ from envtool.core.checks import (
     Check,
     check_by_id,
     headline,
+    name_the_env,
     overall,
     run_checks,
     run_deep_checks,
@@ -343,6 +344,7 @@ def cmd(
             ) from None
 
     deep_result = None
+    env_name: str | None = None
     if replay_dir:
         host, env = read_replay(replay_dir, driver)
         deep_result = read_replay_deep(replay_dir)
@@ -350,6 +352,7 @@ def cmd(
         from envtool.adapters.locate import resolve_target
 
         target = resolve_target(name, prefix, python_exe)
+        env_name = target.name
         record: dict[str, str] | None = {} if record_dir else None
         host, env = probe_facts(target, fast, driver, record)
         if record_dir is not None:
@@ -370,6 +373,8 @@ def cmd(
                 (record_dir / DEEP_FILE).write_text(json.dumps(deep_result, indent=2))
 
     checks = run_checks(host, env) + run_deep_checks(deep_result)
+    if env_name:  # `doctor demo`: the fixes can say `envtool create demo …`
+        checks = name_the_env(checks, env_name)
     if as_json:
         sys.stdout.write(render_doctor_json(checks, host, env) + "\n")
     else:

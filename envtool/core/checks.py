@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from envtool.core import cuda as cudak
@@ -845,6 +845,18 @@ def run_checks(host: HostFacts, env: EnvFacts) -> list[Check]:
         except Exception as exc:  # noqa: BLE001 - a check must never take the doctor down
             cid = fn.__name__.removeprefix("check_").replace("_", "-")
             out.append(Check(cid, SKIP, f"could not evaluate: {exc!r}", []))
+    return out
+
+
+_NAME_PLACEHOLDER = re.compile(r"(envtool (?:create|install|verify) )NAME\b")
+
+
+def name_the_env(checks: list[Check], name: str) -> list[Check]:
+    """Fixes say `envtool create NAME …`; for `doctor NAME` they can say the name itself."""
+    out = []
+    for c in checks:
+        fix = _NAME_PLACEHOLDER.sub(lambda m: m.group(1) + name, c.fix) if c.fix else c.fix
+        out.append(replace(c, fix=fix))
     return out
 
 
