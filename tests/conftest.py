@@ -97,3 +97,18 @@ def run_cli(
         return int(exc.value.code or 0), out.out, out.err
 
     return run
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The environment for an `envtool` subprocess with its own envs dir and package cache, and a
+    driver that runs CUDA 12.6 (the host probe override); no test pause hooks, no active env."""
+    e = dict(os.environ)
+    e.update(
+        ENVTOOL_ENVS_DIR=str(tmp_path / "envs"),
+        ENVTOOL_CACHE_DIR=str(tmp_path / "cache"),
+        ENVTOOL_DRIVER_VERSION="570.86.10",
+    )
+    for var in ("ENVTOOL_TEST_PAUSE_AT", "ENVTOOL_TEST_PAUSE_S", "CONDA_PREFIX"):
+        e.pop(var, None)
+    return e

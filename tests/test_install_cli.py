@@ -7,7 +7,6 @@ channels are file:// only, so nothing here touches the network.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 from pathlib import Path
@@ -17,19 +16,6 @@ import pytest
 from conftest import run_envtool, start_envtool
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e.update(
-        ENVTOOL_ENVS_DIR=str(tmp_path / "envs"),
-        ENVTOOL_CACHE_DIR=str(tmp_path / "cache"),
-        ENVTOOL_DRIVER_VERSION="570.86.10",  # a driver that runs CUDA 12.6 (host probe override)
-    )
-    for var in ("ENVTOOL_TEST_PAUSE_AT", "ENVTOOL_TEST_PAUSE_S", "CONDA_PREFIX"):
-        e.pop(var, None)
-    return e
 
 
 def list_json(env: dict[str, str]) -> dict[str, dict]:

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import channel_builder as cb
 import pytest
-import test_install_cli
 from conftest import run_envtool, start_envtool
 
 pytestmark = pytest.mark.integration
-env = test_install_cli.env  # the same fixture: isolated envs dir and cache, driver 570
 
 
 def _interrupt_install(setup: cb.CudaSetup, env: dict[str, str], prefix: Path) -> None:
@@ -98,3 +96,25 @@ def test_init_under_a_file_says_which_file_is_in_the_way(tmp_path: Path) -> None
     assert out.returncode == 2
     assert "notes.txt is a file, not a directory" in out.stderr
     assert "File exists" not in out.stderr
+
+
+def test_a_directory_where_a_file_is_expected_is_named_as_such(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """`export --lock DIR`, `doctor --replay FILE`, `run -- DIR` said "no such file" or
+    "command not found" about something that is there, just of the other kind."""
+    lock = run_envtool("export", "--lock", str(tmp_path), env=env)
+    assert lock.returncode == 2
+    assert f"{tmp_path}: a directory, not a lock file" in lock.stderr
+    assert f"--lock {tmp_path / 'conda-lock.yml'}" in lock.stderr
+    note = tmp_path / "notes.txt"
+    note.write_text("x\n")
+    replay = run_envtool("doctor", "--replay", str(note), env=env)
+    assert replay.returncode == 2 and f"--replay {note}: a file, not a directory" in replay.stderr
+    prefix = tmp_path / "envs" / "demo"
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "conda-meta" / "history").write_text("")
+    run = run_envtool("run", "--prefix", str(prefix), "--", str(tmp_path), env=env)
+    assert run.returncode == 2 and f"{tmp_path}: a directory" in run.stderr
+    for out in (lock, replay, run):
+        assert "Traceback" not in out.stderr

@@ -210,6 +210,11 @@ def read_lock(lock_path: Path | str) -> Lock:
     conda-lock costs ~1.5 s per command), v2 through conda-lock's models. The one reader of
     install, bundle, verify/drift and export; tests check it agrees with conda-lock's parser."""
     lock_path = Path(lock_path)
+    if lock_path.is_dir():
+        raise UsageError(
+            f"{lock_path}: a directory, not a lock file",
+            f"pass the file: --lock {lock_path / 'conda-lock.yml'}",
+        )
     if not lock_path.is_file():
         raise UsageError(
             f"{lock_path}: no such lock file",

@@ -133,8 +133,9 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
     """Rebuild facts from a --record directory: raw host outputs re-parsed (so parser fixes apply
     to old recordings), host.json only when no raw outputs were saved."""
     if not directory.is_dir():
+        what = "a file, not a directory" if directory.exists() else "no such directory"
         raise UsageError(
-            f"--replay {directory}: no such directory",
+            f"--replay {directory}: {what}",
             "pass a directory written by `envtool doctor --record DIR`",
         )
     env_path = directory / ENV_FILE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import click
 
@@ -30,6 +31,9 @@ def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
     env = activated_environ(target)
     exe = shutil.which(command[0], path=env.get("PATH"))
     if exe is None:
+        if os.sep in command[0] and Path(command[0]).exists():  # which() found it unrunnable
+            kind = "a directory" if Path(command[0]).is_dir() else "not executable"
+            raise UsageError(f"{command[0]}: {kind}", "run a program or script file")
         raise UsageError(
             f"{command[0]}: command not found in {target.name}",
             "check the name, or install it into the env",
