@@ -69,6 +69,30 @@ def test_bundle_installs_offline_with_the_original_channel_gone(
     )  # provenance kept from the lock
 
 
+def test_install_from_a_bundle_takes_the_name_it_was_bundled_as(
+    private_lock: Path, tmp_path: Path
+) -> None:
+    """`envtool bundle trainer -o B` then `envtool install --from B` makes `trainer`, not `B`."""
+    project = tmp_path / "proj"
+    (project / "environments" / "trainer").mkdir(parents=True)
+    shutil.copy(private_lock, project / "environments" / "trainer" / "conda-lock.yml")
+    online = _env(tmp_path, "online")
+    out = run_envtool("bundle", "trainer", "-o", str(tmp_path / "b"), env=online, cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert f"envtool install --from {tmp_path / 'b'}" in out.stdout
+    assert json.loads((tmp_path / "b" / "bundle.json").read_text())["name"] == "trainer"
+    offline = _env(tmp_path, "offline")
+    inst = run_envtool("install", "--from", str(tmp_path / "b"), "--json", env=offline)
+    assert inst.returncode == 0, inst.stderr
+    assert (tmp_path / "envs-offline" / "trainer" / "conda-meta").is_dir()
+    # a name that would leave the envs dir is not taken from the manifest
+    manifest = tmp_path / "b" / "bundle.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "name": "../evil"}))
+    again = run_envtool("install", "--from", str(tmp_path / "b"), "--json", env=offline)
+    assert again.returncode == 0, again.stderr
+    assert not (tmp_path / "evil").exists() and (tmp_path / "envs-offline" / "b").is_dir()
+
+
 def test_tampered_bundle_is_refused(private_lock: Path, tmp_path: Path) -> None:
     online = _env(tmp_path, "online")
     assert (

@@ -4,22 +4,35 @@ Layout of a bundle DIR:
   DIR/conda-lock.yml            the lock, byte for byte (its hash still identifies the env)
   DIR/channel/<subdir>/*.conda  the locked archives, hash-verified, indexed with rattler
   DIR/channel/pypi/*.whl        the lock's pip wheels
+  DIR/bundle.json               what was bundled, and the environment's name (written last)
 `envtool install --from DIR` remaps every URL to DIR/channel by file name and verifies hashes.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 from envtool.adapters.installer import InstallReport, default_cache_dir, fetch_verified
-from envtool.adapters.lock_io import read_lock
+from envtool.adapters.locate import valid_env_name
+from envtool.adapters.lock_io import read_lock, write_text_atomic
 from envtool.core.lock_model import Lock, LockedPackage
 from envtool.output import note
 
 LOCK_NAME = "conda-lock.yml"
 CHANNEL_NAME = "channel"
+MANIFEST_NAME = "bundle.json"
+
+
+def read_bundle_name(bundle: Path) -> str | None:
+    """The environment name `envtool bundle NAME` recorded, if any (older bundles: none)."""
+    try:
+        name = json.loads((bundle / MANIFEST_NAME).read_text(encoding="utf-8")).get("name")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and valid_env_name(name) else None
 
 
 def bundle_platforms(lock: Lock, platforms: list[str] | None) -> list[str]:
@@ -36,8 +49,10 @@ def write_bundle(
     platforms: list[str] | None = None,
     cache_dir: Path | None = None,
     progress: bool = True,
+    name: str | None = None,
 ) -> dict[str, Any]:
-    """Fetch (or reuse from the cache) every locked file for the platforms, verify, copy, index."""
+    """Fetch (or reuse from the cache) every locked file for the platforms, verify, copy, index.
+    `name` (the environment's) is recorded in DIR/bundle.json for `install --from DIR`."""
     lock = read_lock(lock_path)
     plats = bundle_platforms(lock, platforms)
     per_platform = {plat: lock.hashed_for_platform(plat) for plat in plats}  # before writing
@@ -45,7 +60,10 @@ def write_bundle(
     out_dir = Path(out_dir)
     created = not out_dir.exists()
     try:
-        return _fill_bundle(lock, plats, per_platform, cache, out_dir, progress)
+        data = _fill_bundle(lock, plats, per_platform, cache, out_dir, progress)
+        data["name"] = name
+        write_text_atomic(out_dir / MANIFEST_NAME, json.dumps(data, indent=1) + "\n")
+        return data
     except BaseException:
         # a failed fetch or a Ctrl-C must not leave a half bundle behind: `bundle` refuses a
         # non-empty DIR without conda-lock.yml, so the retry would be refused

@@ -123,11 +123,16 @@ def env_prefix(name: str | None, prefix: str | None = None) -> Path:
     return envs_dir() / name
 
 
+def valid_env_name(name: str) -> bool:
+    """conda's rule (no /, space, : or #), plus no backslash, no leading '-' (an option), and
+    not . or .. (NAME becomes a folder)."""
+    return re.fullmatch(r"(?!\.\.?$)[^-/\\\s:#][^/\\\s:#]*", name) is not None
+
+
 def project_env_paths(name: str, directory: str | None = None) -> tuple[Path, Path, Path]:
     """environments/NAME/, its environment.yml and conda-lock.yml in the project at `directory`
     (default: cwd), as `envtool create` writes them. NAME becomes a path, so it is checked."""
-    # conda's rule (no /, space, : or #), plus no leading '-' (an option) and not . or ..
-    if not re.fullmatch(r"(?!\.\.?$)[^-/\\\s:#][^/\\\s:#]*", name):
+    if not valid_env_name(name):
         raise UsageError(
             f"{name!r}: not a valid environment name",
             "a conda env name: no / \\ : # or spaces, not starting with -",

@@ -66,9 +66,10 @@ def cmd(
         return
     from envtool.adapters.bundle import write_bundle
 
-    data = write_bundle(lock, out, list(platforms) or None, progress=not as_json)
+    env_name = name or Path(lock).resolve().parent.name  # environments/NAME/conda-lock.yml
+    data = write_bundle(lock, out, list(platforms) or None, progress=not as_json, name=env_name)
     text = [
         f"bundled {len(data['files'])} files into {out}",
-        f"install offline with: envtool install {name or '<NAME>'} --from {out}",
+        f"install offline with: envtool install --from {out}   (as {env_name}; or pass a NAME)",
     ]
     emit(Result("bundle", data, text), as_json)

@@ -101,6 +101,10 @@ def resolve_install_args(
             )
         lock = Path(lock_file) if lock_file else bundle / "conda-lock.yml"
         override.append(str((bundle / "channel").resolve()))
+        if not name and not prefix:  # the name `envtool bundle NAME` recorded, not DIR's
+            from envtool.adapters.bundle import read_bundle_name
+
+            name = read_bundle_name(bundle)
     elif lock_file:
         lock = Path(lock_file)
     elif name:
