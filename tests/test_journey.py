@@ -118,3 +118,30 @@ def test_a_directory_where_a_file_is_expected_is_named_as_such(
     assert run.returncode == 2 and f"{tmp_path}: a directory" in run.stderr
     for out in (lock, replay, run):
         assert "Traceback" not in out.stderr
+
+
+def test_verify_sees_a_file_deleted_from_an_installed_package_and_install_repairs_it(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The records still match the lock, but a package is no longer whole on disk."""
+    import json
+
+    prefix = tmp_path / "envs" / "demo"
+    installed = run_envtool("install", "--lock", str(setup.lock), "--prefix", str(prefix), env=env)
+    assert installed.returncode == 0, installed.stderr
+    record = json.loads(next((prefix / "conda-meta").glob("cuda-version-*.json")).read_text())
+    victim = record["files"][0]
+    (prefix / victim).unlink()
+    out = run_envtool("verify", "--prefix", str(prefix), "--json", env=env)
+    assert out.returncode == 1, out.stderr
+    data = json.loads(out.stdout)
+    assert not data["clean"] and not data["missing"] and not data["changed"]
+    assert data["damaged"] == [{"name": "cuda-version", "missing_files": 1, "first": victim}]
+    text = run_envtool("verify", "--prefix", str(prefix), env=env)
+    assert f"damaged  cuda-version: 1 file gone (first: {victim})" in text.stdout
+    # the next install relinks it (rattler alone skips a package whose record is in conda-meta)
+    again = run_envtool("install", "--lock", str(setup.lock), "--prefix", str(prefix), env=env)
+    assert again.returncode == 0, again.stderr
+    assert "relinking 1 damaged package(s): cuda-version" in again.stderr
+    assert (prefix / victim).is_file()
+    assert run_envtool("verify", "--prefix", str(prefix), env=env).returncode == 0

@@ -359,6 +359,9 @@ def _link(
                 rec.url = archives[p.file_name].resolve().as_uri()
                 from_local.add(p.file_name)
             records.append(rec)
+        damaged = _damaged_in(prefix)
+        if damaged:
+            say(f"  relinking {len(damaged)} damaged package(s): {', '.join(sorted(damaged))}")
         await install(
             records,
             target_prefix=prefix,
@@ -366,6 +369,7 @@ def _link(
             platform=Subdir(platform),
             show_progress=False,
             reporter=_LinkReporter(say, len(records)),
+            reinstall_packages=damaged or None,  # rattler skips a package it sees as installed
         )
         await asyncio.sleep(0.05)  # let rattler's background tasks finish before the loop closes
 
@@ -379,6 +383,15 @@ def _link(
             "the environment is marked incomplete; run the same install again to finish it",
         ) from exc
     return from_local
+
+
+def _damaged_in(prefix: Path) -> set[str]:
+    """Installed packages with files gone from disk: the install relinks them (converge)."""
+    from envtool.adapters.installed import damaged_packages, read_conda_meta
+
+    if not (prefix / "conda-meta").is_dir():
+        return set()
+    return {row["name"] for row in damaged_packages(prefix, read_conda_meta(prefix))}
 
 
 def _channel_of(url: str) -> str:

@@ -47,12 +47,14 @@ def cmd(name: str | None, prefix: str | None, lock_file: str | None, as_json: bo
             raise UsageError(
                 f"no lock known for {target}", "pass --lock environments/NAME/conda-lock.yml"
             )
-    drift = compute_drift(target, lock)
+    drift = compute_drift(target, lock, check_files=True)
     state = read_install_state(target)
     drift["install_state"] = state
     text = render_drift(drift)
     if state == "incomplete":
         text.append("the last install did not finish: run `envtool install` again")
+    elif drift.get("damaged"):
+        text.append("`envtool install` again relinks the damaged packages from the cache")
     bad = not drift["clean"] or state == "incomplete"
     emit(
         Result("verify", {"prefix": str(target), **drift}, text, exit_code=1 if bad else 0), as_json

@@ -86,4 +86,9 @@ def render_drift(drift: dict[str, Any]) -> list[str]:
         )
     for row in drift["extra"]:
         lines.append(f"extra    {row['name']} {row['installed']} ({row['manager']})")
+    for row in drift.get("damaged", []):
+        n = row["missing_files"]
+        lines.append(
+            f"damaged  {row['name']}: {n} file{'s' if n > 1 else ''} gone (first: {row['first']})"
+        )
     return lines
