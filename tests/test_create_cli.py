@@ -120,7 +120,8 @@ def test_unwritable_project_folder_is_a_usage_error(conda_forge, run_cli, tmp_pa
         tmp_path,
     )
     assert rc == 2
-    assert "cannot write environments/x" in err and "pick a writable path" in err
+    assert "cannot write environments/x: environments is a file, not a directory" in err
+    assert "pick a path under a directory" in err
     assert "Traceback" not in err
 
 
