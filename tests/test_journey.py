@@ -145,3 +145,21 @@ def test_verify_sees_a_file_deleted_from_an_installed_package_and_install_repair
     assert "relinking 1 damaged package(s): cuda-version" in again.stderr
     assert (prefix / victim).is_file()
     assert run_envtool("verify", "--prefix", str(prefix), env=env).returncode == 0
+
+
+def test_info_on_an_unfinished_env_given_by_path_prints_a_command_that_finishes_it(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """It said `envtool install <folder name>`, which names a project env that does not exist."""
+    import shlex
+
+    prefix = tmp_path / "scratch" / "half"
+    _interrupt_install(setup, env, prefix)
+    out = run_envtool("info", "--prefix", str(prefix), env=env)
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if "did not finish" in x)
+    command = line.split("`")[1]
+    assert command == f"envtool install --lock {setup.lock.resolve()} --prefix {prefix}"
+    finished = run_envtool(*shlex.split(command)[1:], env=env)
+    assert finished.returncode == 0, finished.stderr
+    assert run_envtool("verify", "--prefix", str(prefix), env=env).returncode == 0

@@ -13,6 +13,8 @@ from envtool.output import Result, emit
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
     """Show where NAME lives, what it was installed from, and whether the install finished."""
+    import shlex
+
     from envtool.adapters.install_state import read_state_record
     from envtool.adapters.installed import describe_env
     from envtool.adapters.locate import existing_env
@@ -27,7 +29,10 @@ def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
         if value and key != "envtool_request" and short not in row:
             text.append(f"{short:14} {value}")
     if row["state"] == "incomplete":
-        text.append(
-            f"the last install did not finish: run `envtool install {row['name']}` to finish it"
-        )
+        # the same install again finishes it; an env given by path is named by its path
+        again = row["name"]
+        if prefix:
+            lock, where = row.get("lock_path"), shlex.quote(str(target))
+            again = f"--lock {shlex.quote(lock)} --prefix {where}" if lock else f"--prefix {where}"
+        text.append(f"the last install did not finish: run `envtool install {again}` to finish it")
     emit(Result("info", row, text), as_json)
