@@ -153,7 +153,14 @@ def test_verify_of_a_conda_named_env_outside_the_project_asks_for_its_lock(
 
 
 @pytest.mark.parametrize(
-    "args", [["remove", "..", "--yes"], ["install", "../root", "--lock", "x.yml"], ["info", ".."]]
+    "args",
+    [
+        ["remove", "..", "--yes"],
+        ["install", "../root", "--lock", "x.yml"],
+        ["info", ".."],
+        ["doctor", "..", "--fast"],
+        ["launch", "x.yml", "-n", "..", "--dry-run"],
+    ],
 )
 def test_a_name_that_leaves_the_envs_dir_is_refused(
     args: list[str], env: dict[str, str], tmp_path: Path

@@ -73,7 +73,7 @@ def resolve_target(
         p = Path(name)
         if os.sep in name and p.is_dir():  # a path given positionally
             return Target(python_in(p), p, None)
-        pre = envs_dir() / name
+        pre = env_prefix(name)  # refuses a NAME that climbs out of the envs dir
         if not pre.is_dir():
             raise UsageError(
                 f"no environment named {name!r} under {envs_dir()}",
