@@ -72,13 +72,6 @@ def cuda_of_version(version: str | None) -> str | None:
     return f"{int(m.group(1))}.{int(m.group(2))}" if m else None
 
 
-def cuda_of_build(build: str) -> str | None:
-    """CUDA X.Y named by a pytorch build string: 'py3.11_cuda12.1_cudnn8.9.2_0' -> 12.1,
-    'cuda126_mkl_py312_h1_300' / '*cuda118*' -> 12.6 / 11.8; 'cuda12*' or '*cuda*' -> None
-    (a glob that names no single CUDA)."""
-    return cuda_from_build_tag(build)
-
-
 def torch_series_of(version: str | None) -> str | None:
     """A torch X.Y series when the spec pins one ('1.12.1', '1.12.*', '==2.3.1', '2.5',
     '2.1.0+cu121'); None for ranges and bare wildcards ('>=1.13', '2.*')."""
@@ -149,7 +142,7 @@ def inspect_env(env: EnvSpec) -> CudaAsk:
     channels = _channel_names(env)
     torch_channel = _torch_channel(env, torch)
     torch_build = (torch.build or "") if torch else ""
-    build_cuda = cuda_of_build(torch_build)
+    build_cuda = cuda_from_build_tag(torch_build)
 
     if len({cuda_of_version(s.version) for s in pt_cuda_specs}) > 1:
         asked = ", ".join(_as_written(s) for s in pt_cuda_specs)
