@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters.proc import KILL_WAIT_SECONDS, ProcResult, Runner, decode_partial
+from envtool.adapters.proc import ProcResult, Runner, run_capture
 from envtool.core.launch_plan import GPU_ENV_DEFAULTS, RUN_MARKER_VAR
 
 DEEP_SCRIPT = Path(__file__).with_name("deep_script.py")
@@ -70,28 +69,13 @@ def run_group(
     run_id = f"deep-{os.getpid()}-{uuid.uuid4().hex}"
     child_env = dict(os.environ if env is None else env)
     child_env[RUN_MARKER_VAR] = run_id
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            env=child_env,
-            start_new_session=True,
-        )
-    except (FileNotFoundError, PermissionError) as exc:
-        return ProcResult(tuple(argv), None, "", str(exc), missing=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_run(proc.pid, run_id)
-        try:
-            out, err = proc.communicate(timeout=KILL_WAIT_SECONDS)
-        except subprocess.TimeoutExpired as exc:  # a worker stuck in a hung driver: leave it
-            out, err = decode_partial(exc.stdout), decode_partial(exc.stderr)
-        return ProcResult(tuple(argv), None, out, err, timed_out=True)
-    return ProcResult(tuple(argv), proc.returncode, out, err)
+    return run_capture(
+        argv,
+        timeout=timeout,
+        env=child_env,
+        new_session=True,
+        kill=lambda proc: kill_run(proc.pid, run_id),
+    )
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -37,12 +37,17 @@ def run_capture(
     cwd: str | None = None,
     stdin: str | None = None,
     cancel: threading.Event | None = None,
+    new_session: bool = False,
+    kill: Callable[[subprocess.Popen[str]], object] | None = None,
 ) -> ProcResult:
     """Run argv, capture text output. Never raises for a missing program, a crash or a time-out.
 
     `cancel` set while it runs stops it like a time-out (doctor: the driver it would block on
     turned out to be hung). A process that does not die when killed (stuck in the kernel, as on
-    a wedged GPU driver) is left behind after a short wait rather than waited for forever."""
+    a wedged GPU driver) is left behind after a short wait rather than waited for forever.
+    `new_session` + `kill`: for a command that starts processes of its own (torchrun), stop
+    all of them, not only the child (default: SIGKILL the child)."""
+    stop = kill or (lambda p: p.kill())
     try:
         proc = subprocess.Popen(
             argv,
@@ -53,6 +58,7 @@ def run_capture(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             errors="replace",
+            start_new_session=new_session,
         )
     except (FileNotFoundError, PermissionError) as exc:
         return ProcResult(tuple(argv), None, "", str(exc), missing=True)
@@ -68,22 +74,22 @@ def run_capture(
         except subprocess.TimeoutExpired:
             feed = None  # communicate() keeps feeding what it started with
         except BaseException:  # e.g. Ctrl-C: as subprocess.run, leave no command running
-            proc.kill()
+            stop(proc)
             raise
         if time.monotonic() >= deadline or (cancel is not None and cancel.is_set()):
-            proc.kill()
+            stop(proc)
             try:
                 out, err = proc.communicate(timeout=KILL_WAIT_SECONDS)
             except subprocess.TimeoutExpired as exc:
                 # unkillable for now, or a grandchild holds the pipes: leave it, keep what it said
-                out, err = decode_partial(exc.stdout), decode_partial(exc.stderr)
+                out, err = _decode_partial(exc.stdout), _decode_partial(exc.stderr)
             return ProcResult(tuple(argv), None, out or "", err or "", timed_out=True)
 
 
 KILL_WAIT_SECONDS = 5.0
 
 
-def decode_partial(data: bytes | str | None) -> str:
+def _decode_partial(data: bytes | str | None) -> str:
     # TimeoutExpired carries the raw bytes read so far, even for a text-mode Popen
     return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
