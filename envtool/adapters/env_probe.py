@@ -55,7 +55,9 @@ def probe_env(
     status: ok (JSON came back; `error` is set if python then died at exit), timeout, crashed
     (no JSON: `error` has the exit/signal and the stderr tail), no-python. Never raises."""
     facts = EnvFacts(
-        python_exe=str(target.python), prefix=str(target.prefix) if target.prefix else None
+        python_exe=str(target.python),
+        prefix=str(target.prefix) if target.prefix else None,
+        name=target.name,
     )
     if target.prefix is not None:
         facts.conda_packages, facts.pip_torch = read_installed(target.prefix)

@@ -21,7 +21,6 @@ from envtool.core.checks import (
     Check,
     check_by_id,
     headline,
-    name_the_env,
     overall,
     run_checks,
     run_deep_checks,
@@ -48,6 +47,7 @@ def probe_env_fast(target: Target) -> EnvFacts:
     env = EnvFacts(
         python_exe=str(target.python),
         prefix=str(target.prefix) if target.prefix else None,
+        name=target.name,
         status="not-probed",
     )
     if target.prefix is None:
@@ -345,7 +345,6 @@ def cmd(
             ) from None
 
     deep_result = None
-    env_name: str | None = None
     if replay_dir:
         host, env = read_replay(replay_dir, driver)
         deep_result = read_replay_deep(replay_dir)
@@ -353,7 +352,6 @@ def cmd(
         from envtool.adapters.locate import resolve_target
 
         target = resolve_target(name, prefix, python_exe)
-        env_name = target.name
         record: dict[str, str] | None = {} if record_dir else None
         host, env = probe_facts(target, fast, driver, record)
         if record_dir is not None:
@@ -374,8 +372,6 @@ def cmd(
                 (record_dir / DEEP_FILE).write_text(json.dumps(deep_result, indent=2))
 
     checks = run_checks(host, env) + run_deep_checks(deep_result)
-    if env_name:  # `doctor demo`: the fixes can say `envtool create demo …`
-        checks = name_the_env(checks, env_name)
     if as_json:
         sys.stdout.write(render_doctor_json(checks, host, env) + "\n")
     else:

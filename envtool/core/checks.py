@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from envtool.core import cuda as cudak
@@ -153,6 +153,11 @@ def _cu_tag(cuda: str) -> str:
 # --------------------------------------------------------------------------- checks
 
 
+def _name(env: EnvFacts) -> str:
+    """What fixes call the environment: its name when the user gave one (`doctor demo`)."""
+    return env.name or "NAME"
+
+
 def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
     ev: list[str] = []
     if env.python_exe:
@@ -180,7 +185,7 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
             summary,
             ev,
             "run `python -c 'import torch'` in the environment to see the error; "
-            "recreate it with `envtool create NAME --cuda auto` if it is broken",
+            f"recreate it with `envtool create {_name(env)} --cuda auto` if it is broken",
         )
     if env.torch is None:
         if env.torch_import_error:
@@ -190,7 +195,7 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
                 FAIL,
                 "torch is not importable in this environment",
                 ev,
-                "envtool create NAME --cuda auto (or `pip install torch` in the environment)",
+                f"envtool create {_name(env)} --cuda auto (or `pip install torch` in the environment)",
             )
         if env.status == "not-probed" and not env.prefix:
             return Check("torch-present", SKIP, "the environment was not probed", ev)
@@ -200,7 +205,7 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
                 FAIL,
                 "torch is not installed in this environment",
                 ev,
-                "envtool create NAME --cuda auto (or `pip install torch` in the environment)",
+                f"envtool create {_name(env)} --cuda auto (or `pip install torch` in the environment)",
             )
     if env.torch and env.torch.path:
         ev.append(f"imported from {env.torch.path}")
@@ -261,7 +266,7 @@ def check_nvidia_driver(host: HostFacts, env: EnvFacts) -> Check:
         OK,
         "no NVIDIA driver — CPU only" + (f" ({'; '.join(detail)})" if detail else ""),
         ev,
-        "if this machine has an NVIDIA GPU: install its driver, then `envtool create NAME --cuda auto`"
+        f"if this machine has an NVIDIA GPU: install its driver, then `envtool create {_name(env)} --cuda auto`"
         if host.nvcc_version or host.gpus
         else None,
     )
@@ -273,7 +278,9 @@ def _driver_fix(host: HostFacts, env: EnvFacts, floor: str | None, tc: str) -> s
     ]
     pick = pick_cuda_for_driver(host, env)
     if pick and parse_version(pick) < parse_version(tc):
-        parts.append(f"or `envtool create NAME --cuda {pick}` (the newest CUDA this driver runs)")
+        parts.append(
+            f"or `envtool create {_name(env)} --cuda {pick}` (the newest CUDA this driver runs)"
+        )
     return ", ".join(parts)
 
 
@@ -410,7 +417,7 @@ def check_cpu_torch_on_gpu_host(host: HostFacts, env: EnvFacts) -> Check:
             wheel_cuda = ok_builds[-1] if ok_builds else None
         elif "cudatoolkit" in env.conda_packages:
             wheel_cuda = major_minor(env.conda_packages["cudatoolkit"]["version"])
-    fix = f"envtool create NAME --cuda {pick or 'auto'}"
+    fix = f"envtool create {_name(env)} --cuda {pick or 'auto'}"
     if wheel_cuda and series:
         base = series.partition("+")[0]
         fix += (
@@ -516,7 +523,11 @@ def check_gpu_arch_covered(host: HostFacts, env: EnvFacts) -> Check:
         return Check(cid, OK, "every GPU's architecture is in torch's build", ev)
     idx, name, cap = missing[0]
     want = _cuda_covering(cap, host, env)
-    fix = f"envtool create NAME --cuda {want}" if want else "build torch from source for this GPU"
+    fix = (
+        f"envtool create {_name(env)} --cuda {want}"
+        if want
+        else "build torch from source for this GPU"
+    )
     return Check(
         cid,
         FAIL,
@@ -553,9 +564,7 @@ def check_conda_cuda_consistent(host: HostFacts, env: EnvFacts) -> Check:
     target = claims.get("pytorch build") or claims.get("pytorch-cuda")
     pin = f"pin cuda-version={target}" if target else "pin one cuda-version"
     if target:
-        pin += (
-            f" (the CUDA torch was built for) and re-create: `envtool create NAME --cuda {target}`"
-        )
+        pin += f" (the CUDA torch was built for) and re-create: `envtool create {_name(env)} --cuda {target}`"
     majors = {parse_version(v)[0] for v in claims.values()}
     listing = ", ".join(f"{k} {v}" for k, v in claims.items())
     if len(majors) > 1:
@@ -596,13 +605,13 @@ def check_two_torch_installs(host: HostFacts, env: EnvFacts) -> Check:
     if conda and pip_imported:
         # pip unpacked over the conda package: the files are pip's, conda's record is stale
         fix = (
-            f"re-create the environment (`envtool create NAME`), or keep the pip wheel and "
+            f"re-create the environment (`envtool create {_name(env)}`), or keep the pip wheel and "
             f"`conda remove --force pytorch` (conda's record of {conda.get('version')} is stale)"
         )
     elif conda and imported and _same_release(imported, conda.get("version", "")):
         fix = "in the environment: pip uninstall torch (the stray pip copy)"
     elif conda:
-        fix = "conda remove pytorch (or pip uninstall torch), keeping one; or re-create with `envtool create NAME`"
+        fix = f"conda remove pytorch (or pip uninstall torch), keeping one; or re-create with `envtool create {_name(env)}`"
     else:
         fix = "pip uninstall torch until one copy remains, then reinstall the one you want"
     return Check(
@@ -769,7 +778,7 @@ def check_install_state(host: HostFacts, env: EnvFacts) -> Check:
             FAIL,
             "the last install of this environment did not finish",
             [f"install_state: {env.install_state}"],
-            "envtool install NAME",
+            f"envtool install {_name(env)}",
         )
     return Check(cid, OK, f"install state: {env.install_state}", [])
 
@@ -786,7 +795,7 @@ def check_lock_drift(host: HostFacts, env: EnvFacts) -> Check:
             WARN,
             f"could not compare with the lock: {drift['error']}",
             [drift["error"]],
-            "envtool verify NAME",
+            f"envtool verify {_name(env)}",
         )
     if drift.get("clean", not drift):
         return Check(cid, OK, "installed packages match the lock", [])
@@ -811,7 +820,7 @@ def check_lock_drift(host: HostFacts, env: EnvFacts) -> Check:
         FAIL,
         f"installed packages differ from the lock ({counts or 'see evidence'})",
         ev or [f"{k}: {v}" for k, v in drift.items()],
-        "envtool install NAME (restore the locked packages); `envtool verify NAME` lists them",
+        f"envtool install {_name(env)} (restore the locked packages); `envtool verify {_name(env)}` lists them",
     )
 
 
@@ -845,18 +854,6 @@ def run_checks(host: HostFacts, env: EnvFacts) -> list[Check]:
         except Exception as exc:  # noqa: BLE001 - a check must never take the doctor down
             cid = fn.__name__.removeprefix("check_").replace("_", "-")
             out.append(Check(cid, SKIP, f"could not evaluate: {exc!r}", []))
-    return out
-
-
-_NAME_PLACEHOLDER = re.compile(r"(envtool (?:create|install|verify) )NAME\b")
-
-
-def name_the_env(checks: list[Check], name: str) -> list[Check]:
-    """Fixes say `envtool create NAME …`; for `doctor NAME` they can say the name itself."""
-    out = []
-    for c in checks:
-        fix = _NAME_PLACEHOLDER.sub(lambda m: m.group(1) + name, c.fix) if c.fix else c.fix
-        out.append(replace(c, fix=fix))
     return out
 
 

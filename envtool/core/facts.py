@@ -83,6 +83,7 @@ class EnvFacts:
 
     python_exe: str | None = None
     prefix: str | None = None
+    name: str | None = None  # the env's name when the user named it (fixes then say it)
     status: str = "ok"  # ok | timeout | crashed | no-python | not-probed
     error: str | None = None
     python_version: str | None = None
