@@ -173,6 +173,22 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(130)
+    except OSError as exc:
+        # last resort for a file error no command foresaw (permissions, a too-long name, a full
+        # disk): one line naming the file, never a traceback
+        if debug:
+            raise
+        from envtool.core.shell_quote import printable
+
+        what = exc.filename if exc.filename is not None else "a file"
+        message = f"{printable(str(what))}: {exc.strerror or exc}"
+        if "--json" in args:
+            from envtool.output import render_error_json
+
+            hint = "check the path and its permissions"
+            sys.stdout.write(render_error_json(_command_name(args), message, hint, 2) + "\n")
+        click.echo(f"envtool: error: {message} — check the path and its permissions", err=True)
+        sys.exit(2)
     sys.exit(0)
 
 

@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from envtool.core.shell_quote import printable
 from envtool.errors import UsageError
 
 
@@ -116,27 +117,43 @@ def env_prefix(name: str | None, prefix: str | None = None) -> Path:
         raise UsageError("no environment given", "pass NAME or --prefix PATH")
     # `..` is the conda root, itself a conda env (`remove ..` deleted it); an absolute path, as
     # before, is taken as given
-    if name == "." or ".." in Path(name).parts:
-        raise UsageError(
-            f"{name!r}: not an environment name (it leaves {envs_dir()})", "pass --prefix PATH"
-        )
+    if os.path.isabs(name):
+        return Path(name)
+    check_env_name(name)
     return envs_dir() / name
+
+
+def check_env_name(name: str) -> str:
+    """The one validator for a NAME that becomes a path (envs dir, environments/NAME/): refused
+    with one line when it is not a plain folder name conda would accept."""
+    if name in (".", "..") or ".." in Path(name).parts or "/" in name:
+        raise UsageError(
+            f"{printable(name)!r}: not an environment name (it leaves {envs_dir()})",
+            "pass --prefix PATH",
+        )
+    if not valid_env_name(name):
+        raise UsageError(
+            f"{printable(name)!r}: not a valid environment name",
+            "a conda env name: at most 255 bytes, no / \\ : # spaces or control characters, "
+            "not starting with -",
+        )
+    return name
 
 
 def valid_env_name(name: str) -> bool:
     """conda's rule (no /, space, : or #), plus no backslash, no leading '-' (an option), and
     not . or .. (NAME becomes a folder)."""
-    return re.fullmatch(r"(?!\.\.?$)[^-/\\\s:#][^/\\\s:#]*", name) is not None
+    return (
+        re.fullmatch(r"(?!\.\.?$)[^-/\\\s:#\x00-\x1f\x7f-\x9f][^/\\\s:#\x00-\x1f\x7f-\x9f]*", name)
+        is not None
+        and len(name.encode("utf-8", "surrogateescape")) <= 255  # NAME_MAX: one path component
+    )
 
 
 def project_env_paths(name: str, directory: str | None = None) -> tuple[Path, Path, Path]:
     """environments/NAME/, its environment.yml and conda-lock.yml in the project at `directory`
     (default: cwd), as `envtool create` writes them. NAME becomes a path, so it is checked."""
-    if not valid_env_name(name):
-        raise UsageError(
-            f"{name!r}: not a valid environment name",
-            "a conda env name: no / \\ : # or spaces, not starting with -",
-        )
+    check_env_name(name)
     env_dir = Path(directory or ".") / "environments" / name
     return env_dir, env_dir / "environment.yml", env_dir / "conda-lock.yml"
 

@@ -1,0 +1,113 @@
+"""Parsing untrusted YAML and JSON text: no aliases, no duplicate keys, bounded nesting.
+
+Env files, locks and recordings come from other people's repositories. YAML aliases make a
+359-byte file expand into gigabytes once walked (billion laughs) and a 3 KB `platforms: [*i]`
+costs minutes; duplicate keys are silently "last wins" in PyYAML while rattler refuses the file;
+a 100k-deep JSON array is a RecursionError. Every reader of outside data parses through here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from envtool.errors import UsageError
+
+MAX_DEPTH = 64  # real env files, locks and recordings nest < 10 levels
+
+
+def _loader_class() -> type:
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: real locks are 100k+ lines
+
+    class StrictLoader(base):  # type: ignore[misc, valid-type]
+        def construct_object(self, node: Any, deep: bool = False) -> Any:
+            # a node met twice is an alias (`*x`): the composer hands back the anchored node
+            if node in self.constructed_objects or node in self.recursive_objects:
+                raise _Refused(node, "YAML aliases (*name) are not accepted")
+            return super().construct_object(node, deep=deep)
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = key_node.value
+                if isinstance(key, str) and key in seen:
+                    raise _Refused(key_node, f"duplicate key {key!r}")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
+class _Refused(Exception):
+    def __init__(self, node: Any, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        mark = getattr(node, "start_mark", None)
+        self.line = mark.line + 1 if mark is not None else None
+
+
+_LOADER: type | None = None
+
+
+def parse_yaml(data: str | bytes, source: str, hint: str = "fix the file") -> Any:
+    """YAML from an untrusted file, refused with one line naming `source` when it uses aliases,
+    repeats a key, nests deeper than MAX_DEPTH or does not parse."""
+    import yaml
+
+    global _LOADER
+    if _LOADER is None:
+        _LOADER = _loader_class()
+    try:
+        value = yaml.load(data, Loader=_LOADER)  # noqa: S506 - a SafeLoader subclass
+    except _Refused as exc:
+        where = f" (line {exc.line})" if exc.line else ""
+        raise UsageError(f"{source}: {exc.reason}{where}", hint) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{source}: not valid YAML ({problem}{where})", hint) from None
+    except RecursionError:
+        raise UsageError(f"{source}: nested too deeply", hint) from None
+    check_depth(value, source, hint)
+    return value
+
+
+def parse_json(data: str | bytes, source: str, hint: str = "fix the file") -> Any:
+    """JSON from an untrusted file: bounded nesting, duplicate keys refused, one-line errors."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise _Refused(None, f"duplicate key {key!r}")
+            out[key] = value
+        return out
+
+    try:
+        value = json.loads(data, object_pairs_hook=pairs)
+    except _Refused as exc:
+        raise UsageError(f"{source}: {exc.reason}", hint) from None
+    except RecursionError:
+        raise UsageError(f"{source}: nested too deeply", hint) from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})", hint) from None
+    check_depth(value, source, hint)
+    return value
+
+
+def check_depth(
+    value: Any, source: str, hint: str = "fix the file", limit: int = MAX_DEPTH
+) -> None:
+    """Refuse data nested deeper than `limit` (iterative: a deep value must not blow the stack)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise UsageError(f"{source}: nested deeper than {limit} levels", hint)
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)

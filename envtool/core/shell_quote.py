@@ -1,0 +1,64 @@
+"""One quoting function per shell, and one escaper for text shown on a terminal.
+
+Every generated shell text (activation for bash/zsh/fish/powershell, sbatch scripts, printed
+"run it:" hints) quotes each outside value through `quote(shell, value)`; nothing else builds
+shell words. Values that reach a terminal (GPU names, lock fields, env names) go through
+`printable` so escape codes in data cannot drive the user's terminal.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+SHELLS = ("bash", "zsh", "sh", "fish", "powershell")
+
+# PowerShell treats the typographic single quotes as quote characters too
+_PWSH_QUOTES = "'\u2018\u2019\u201a\u201b"
+
+
+def quote_posix(value: str) -> str:
+    """A word for sh/bash/zsh: single quotes, nothing inside is expanded."""
+    return shlex.quote(value)
+
+
+def quote_fish(value: str) -> str:
+    """A word for fish: inside '…' only \\\\ and \\' are escapes."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def quote_powershell(value: str) -> str:
+    """A word for PowerShell: a verbatim '…' string, every quote character doubled."""
+    return "'" + "".join(c + c if c in _PWSH_QUOTES else c for c in value) + "'"
+
+
+def quote(shell: str, value: str) -> str:
+    if shell in ("bash", "zsh", "sh"):
+        return quote_posix(value)
+    if shell == "fish":
+        return quote_fish(value)
+    if shell == "powershell":
+        return quote_powershell(value)
+    raise ValueError(f"unknown shell {shell!r}")
+
+
+def join_posix(words: list[str]) -> str:
+    """A command line for sh/bash from words (each quoted)."""
+    return " ".join(quote_posix(w) for w in words)
+
+
+# C0 controls (but tab), DEL and the C1 range (U+0080-U+009F: CSI is U+009B)
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, keep_newlines: bool = False) -> str:
+    """`text` with control characters shown as \\xNN, so data cannot move the cursor, set the
+    title or inject lines. `keep_newlines` keeps \\n for multi-line blocks."""
+
+    def esc(m: re.Match[str]) -> str:
+        c = m.group(0)
+        if keep_newlines and c == "\n":
+            return c
+        return f"\\x{ord(c):02x}"
+
+    return _CONTROL.sub(esc, text)
