@@ -333,7 +333,7 @@ def test_activated_environ_runs_activate_d_and_replaces_the_callers_env(
     assert env["ENVTOOL_TEST_LIBTORCH"] == "cuda126"  # etc/conda/activate.d/*.sh ran
     assert env["ENVTOOL_TEST_PREFIX_SEEN"] == str(prefix)  # ...after CONDA_PREFIX was set
     fish = render_activation_script(prefix, "fish")
-    assert f'set -gx PATH "{prefix}/bin:$PATH"' in fish
+    assert f"set -gx PATH '{prefix}/bin' $PATH" in fish
 
 
 @pytest.mark.integration

@@ -11,7 +11,7 @@ import click
 @click.option(
     "--shell",
     "shell",
-    type=click.Choice(["bash", "zsh", "fish"]),
+    type=click.Choice(["bash", "zsh", "sh", "fish", "powershell"]),
     default="bash",
     show_default=True,
     help="The shell whose syntax to print.",
