@@ -144,7 +144,13 @@ def lock_environment(
         preload_lock_writer()
     note(f"solving {name} for {', '.join(request.platforms)} …")
     plan, solved = discover_plan_solve(
-        channels, discover, lambda builds: plan_environment(request, host, builds), cache_dir
+        channels,
+        discover,
+        # the planner the solver calls again for a suggested --cuda, to check it solves
+        lambda builds, cuda: plan_environment(
+            replace(request, cuda=cuda) if cuda else request, host, builds
+        ),
+        cache_dir,
     )
     for w in plan.warnings:
         note(f"warning: {w}")

@@ -39,7 +39,7 @@ def conda_forge(harvested) -> str:
             ["--profile", "nope"],
             "--profile nope: no such profile — use one of ddp, fsdp, lm, pytorch",
         ),
-        (["-f", "missing.yml"], "-f missing.yml: cannot read"),
+        (["-f", "missing.yml"], "-f missing.yml: no such file"),
     ],
 )
 def test_impossible_or_bad_requests_exit_2_with_one_line(args, message, run_cli, tmp_path) -> None:
@@ -76,7 +76,10 @@ def test_pair_never_built_lists_real_builds(conda_forge, run_cli, tmp_path) -> N
         tmp_path,
     )
     assert rc == 2
-    assert "torch 2.7 was never built for CUDA 12.8 on conda-forge" in err
+    # the message names what was searched (a local folder here), not the flavor
+    assert (
+        f"torch 2.7 was never built for CUDA 12.8 on the channels searched ({conda_forge})" in err
+    )
     assert "2.7.1: 12.6, 12.9" in err
 
 
@@ -295,3 +298,60 @@ def test_create_installs_the_lock_it_wrote(setup, run_cli, tmp_path) -> None:
     assert f"installed e2e into {prefix}" in out
     metas = [p.name for p in (prefix / "conda-meta").glob("pytorch-*.json")]
     assert len(metas) == 1 and "cuda126" in metas[0]
+
+
+SUGGESTED = re.compile(r"pass (--cuda [0-9a-z.]*[0-9a-z])")
+
+
+def _with_cuda(args: list[str], flag: str) -> list[str]:
+    """`args` with its --cuda replaced by (or extended with) the suggested flag."""
+    out = list(args)
+    if "--cuda" in out:
+        i = out.index("--cuda")
+        del out[i : i + 2]
+    return [*out, *flag.split()]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("args", "suggested"),
+    [
+        # the issue's example: 11.4 was suggested and has no build; 11.8 and 11.2 builds exist but
+        # do not solve with the default profile's torchvision: only the CPU build works here
+        (["--cuda", "12.6", "--driver", "470.57.02"], "--cuda cpu"),
+        (["--driver", "470.57.02"], "--cuda cpu"),  # auto on the same driver says the same
+        (["--cuda", "13.0", "--driver", "560.28.03"], "--cuda 12.9"),  # minor-version compat
+        (["--cuda", "12.9", "--driver", "560.28.03", "--gpu", "7.0"], "--cuda 12.6"),  # V100
+        (["--cuda", "12.6", "--driver", "580.65.06", "--gpu", "3.5"], "--cuda cpu"),  # Kepler
+        (["--cuda", "12.6", "--driver", "470.57.02", "--gpu", "9.0"], "--cuda cpu"),  # Hopper
+    ],
+)
+def test_a_refusal_suggests_a_cuda_that_then_succeeds(
+    args, suggested, conda_forge, run_cli, tmp_path
+) -> None:
+    """Every --cuda a refusal suggests is run on the same inputs (channel, driver, GPU) and plans
+    and solves."""
+    base = ["create", "x", "--no-install", "--channel", conda_forge]
+    rc, _, err = run_cli([*base, *args], tmp_path)
+    assert rc == 2, err
+    found = SUGGESTED.findall(err)
+    assert found == [suggested], err
+    assert "--cuda 11.4" not in err and "or --cuda auto" not in err
+    rc, out, err2 = run_cli([*base, "--dry-run", *_with_cuda(args, suggested)], tmp_path)
+    assert rc == 0, err2
+    assert "dry run: nothing written" in out
+
+
+@pytest.mark.integration
+def test_auto_skips_a_cuda_whose_builds_do_not_solve(conda_forge, run_cli, tmp_path) -> None:
+    """torch alone (no torchvision): CUDA 11.8 solves on driver 470 (minor-version compat)."""
+    (tmp_path / "env.yml").write_text("name: x\ndependencies:\n  - python\n  - pytorch\n")
+    base = ["create", "x", "--dry-run", "--channel", conda_forge, "-f", "env.yml"]
+    rc, out, err = run_cli([*base, "--driver", "470.57.02"], tmp_path)
+    assert rc == 0, err
+    assert "CUDA 11.8 (compat)" in out
+    # an H200 on the same driver: no build helps, the driver must be upgraded
+    rc, _, err = run_cli([*base, "--driver", "470.57.02", "--gpu", "9.0"], tmp_path)
+    assert rc == 2
+    assert "upgrade the NVIDIA driver to ≥ 520.61.05 for this GPU (sm_90)" in err
+    assert "--cuda 11.8" not in err

@@ -189,10 +189,61 @@ def test_every_row_has_a_known_source() -> None:
     from importlib import resources
 
     raw = json.loads(resources.files("envtool.core").joinpath("cuda_data.json").read_text())
-    tables = ("min_driver", "minor_compat_floor", "torch_cuda", "pypi_default_cuda", "cuda_archs")
+    tables = (
+        "min_driver",
+        "minor_compat_floor",
+        "torch_cuda",
+        "pypi_default_cuda",
+        "cuda_archs",
+        "gpu_arch",
+        "gpu_product_driver",
+    )
     for table in tables:
         for row in raw[table]:
-            assert row["source"] in raw["sources"], row
+            keys = row["source"].split()  # a row may cite several sources
+            assert keys and all(k in raw["sources"] for k in keys), row
+
+
+# The oldest driver that drives each GPU architecture: the driver of the first CUDA toolkit that
+# compiles for it (CUDA release notes; design.md's table), or a product's own published floor.
+GPU_DRIVER_FLOOR = [
+    ("7.0", None, "384.81"),  # Volta, CUDA 9.0
+    ("7.5", None, "410.48"),  # Turing, CUDA 10.0
+    ("8.0", None, "450.36.06"),  # A100, CUDA 11.0
+    ("8.6", None, "455.23"),  # RTX 30xx, CUDA 11.1
+    ("8.7", None, "455.23"),  # no own row: the nearest lower minor of its major (sm_86)
+    ("8.9", None, "520.61.05"),  # Ada, CUDA 11.8
+    ("9.0", "NVIDIA H100 80GB HBM3", "520.61.05"),  # Hopper, CUDA 11.8 (H100 on 520.61.05)
+    ("9.0", "NVIDIA H200", "520.61.05"),
+    ("10.0", "NVIDIA B200", "570.133.20"),  # HGX B200's own floor is above Blackwell's
+    ("10.0", None, "570.26"),  # Blackwell, CUDA 12.8
+    ("12.0", "NVIDIA GeForce RTX 5090", "570.26"),
+    ("3.5", "Tesla K40", None),  # older than every driver in the table
+]
+
+
+@pytest.mark.parametrize(("cap", "name", "floor"), GPU_DRIVER_FLOOR)
+def test_gpu_driver_floor(cap: str, name: str | None, floor: str | None) -> None:
+    assert cuda.gpu_min_driver(cap, name) == floor
+
+
+def test_no_driver_of_the_470_branch_drives_hopper_or_newer() -> None:
+    for cap in ("9.0", "10.0", "12.0", "8.9"):
+        floor = cuda.gpu_min_driver(cap)
+        assert floor and not cuda.driver_at_least("470.57.02", floor)
+    assert cuda.driver_at_least("470.57.02", cuda.gpu_min_driver("8.0") or "")
+
+
+def test_toolkits_that_dropped_an_architecture() -> None:
+    # CUDA 12.0 dropped Kepler sm_35/sm_37; CUDA 13.0 dropped Maxwell, Pascal and Volta
+    for cap in ("3.5", "3.7"):
+        assert cuda.toolkit_supports_gpu("11.8", cap)
+        assert not cuda.toolkit_supports_gpu("12.0", cap)
+    for cap in ("5.0", "5.2", "6.0", "6.1", "7.0"):
+        assert cuda.toolkit_supports_gpu("12.9", cap)
+        assert not cuda.toolkit_supports_gpu("13.0", cap)
+    for cap in ("7.5", "8.0", "9.0", "12.0"):
+        assert cuda.toolkit_supports_gpu("13.0", cap)
 
 
 def test_version_helpers() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from envtool.core.facts import GpuFacts, HostFacts
 from envtool.core.plan import Request, parse_cuda_builds, plan_environment, render_plan
+from envtool.core.versions import parse_version
 from envtool.errors import UsageError
 
 
@@ -63,7 +64,12 @@ def test_driver_470_auto_picks_cuda11_with_minor_compat_warning(fixtures) -> Non
     )
     assert plan.cuda == "11.8" and plan.cuda_mode == "compat"
     warning = " ".join(plan.warnings)
-    assert "minor-version compatibility" in warning and "--cuda 11.2" in warning
+    assert (
+        "minor-version compatibility" in warning
+        and "driver ≥ 520.61.05 runs it natively" in warning
+    )
+    # no other --cuda in the warning: the fixture's 11.2 build does not solve with torchvision
+    assert "--cuda" not in warning
     assert ("__cuda", "11.8", "0") in plan.platforms[0].virtual_packages
 
 
@@ -130,12 +136,64 @@ def test_a_cuda_major_alone_without_a_driver_is_still_a_cuda_build() -> None:
     assert plan_environment(Request(cuda="auto"), no_driver, builds).cuda is None  # auto: CPU
 
 
-def test_explicit_cuda_too_new_for_driver_is_refused_with_the_way_out() -> None:
+def test_explicit_cuda_too_new_for_driver_is_refused_with_the_way_out(fixtures) -> None:
+    builds = _builds_from_fixture(fixtures)
     with pytest.raises(UsageError) as err:
-        plan_environment(Request(cuda="12.4", driver="470.182.03"), None, [])
+        plan_environment(Request(cuda="12.4", driver="470.182.03"), None, builds)
     assert "needs driver ≥ 550.54.14" in err.value.message
     assert "CUDA ≤ 11.4" in err.value.message
-    assert "--cuda 11.4" in (err.value.hint or "")
+    # the channel has no 11.4 build: the way out is the newest build the driver runs (11.8, via
+    # minor-version compatibility), as --cuda auto would pick, never "--cuda 11.4"
+    assert "pass --cuda 11.8" in (err.value.hint or "")
+    assert plan_environment(Request(driver="470.182.03"), None, builds).cuda == "11.8"
+    with pytest.raises(UsageError) as err:  # a channel without CUDA builds: the CPU build
+        plan_environment(Request(cuda="12.4", driver="470.182.03"), None, [])
+    assert "pass --cuda cpu (no CUDA build of torch on conda-forge)" in (err.value.hint or "")
+
+
+H200_HOST = HostFacts(
+    driver_version="470.57.02",
+    gpus=[GpuFacts(0, "NVIDIA H200", "9.0"), GpuFacts(1, "NVIDIA H200", "9.0")],
+)
+
+
+def test_a_driver_that_cannot_drive_the_gpu_is_told_to_upgrade_not_given_a_cuda(fixtures) -> None:
+    """No driver of the 470 branch drives a Hopper GPU (sm_90 needs ≥ 520.61.05), whatever the CUDA:
+    auto and an explicit --cuda both say so instead of suggesting CUDA 11.8."""
+    builds = _builds_from_fixture(fixtures)
+    for request in (Request(), Request(cuda="12.6"), Request(cuda="11.8")):
+        with pytest.raises(UsageError) as err:
+            plan_environment(request, H200_HOST, builds)
+        assert err.value.message == (
+            "driver 470.57.02 cannot drive NVIDIA H200, sm_90: it needs ≥ 520.61.05"
+        )
+        hint = err.value.hint or ""
+        assert "upgrade the NVIDIA driver to ≥ 520.61.05 for this GPU (NVIDIA H200, sm_90)" in hint
+        assert "--cuda 11" not in hint
+    # --gpu 9.0 without a name: the architecture's floor still applies
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(driver="470.57.02", gpus=("9.0",)), None, builds)
+    assert "for this GPU (sm_90)" in (err.value.hint or "")
+    # at the floor, Hopper runs: CUDA 11.8 natively
+    ok = plan_environment(Request(driver="520.61.05", gpus=("9.0",)), None, builds)
+    assert (ok.cuda, ok.cuda_mode) == ("11.8", "native")
+
+
+def test_a_kepler_gpu_is_never_planned_with_cuda_12(fixtures) -> None:
+    """CUDA 12.0 dropped sm_35/sm_37: --gpu 3.5 plans a CUDA 11 build and says why, and an
+    explicit --cuda 12.x is refused with that reason."""
+    builds = _builds_from_fixture(fixtures)
+    plan = plan_environment(Request(driver="580.65.06", gpus=("3.5",)), None, builds)
+    assert plan.cuda is not None and parse_version(plan.cuda) < parse_version("12")
+    assert any("CUDA 12 dropped Kepler (sm_35)" in n for n in plan.notes), plan.notes
+    with pytest.raises(UsageError) as err:
+        plan_environment(Request(cuda="12.6", driver="580.65.06", gpus=("3.5",)), None, builds)
+    assert "CUDA 12 dropped Kepler (sm_35): the last CUDA for it is 11.x" in err.value.message
+    assert f"pass --cuda {plan.cuda}" in (err.value.hint or "")
+    with pytest.raises(UsageError) as err:  # only CUDA 12 builds: no CUDA build at all
+        plan_environment(Request(cuda="12", driver="580.65.06", gpus=("3.7",)), None, builds)
+    assert "CUDA 12 dropped Kepler" in err.value.message
+    assert "--cuda cpu" in (err.value.hint or "")
 
 
 def test_pytorch_channel_refuses_torch_after_2_5() -> None:

@@ -8,6 +8,7 @@ yields briefly before it closes (rattler can crash the interpreter at exit other
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -35,14 +36,21 @@ def resolve_channel(text: str) -> str:
 SolveResult = dict[str, list[SolvedPackage]]
 
 
+Planner = Callable[[list[CudaBuild] | None, str | None], Plan]
+
+
 def discover_plan_solve(
     channels: list[str],
     discover_platforms: list[str] | None,
-    planner: Callable[[list[CudaBuild] | None], Plan],
+    planner: Planner,
     cache_dir: Path | None = None,
 ) -> tuple[Plan, SolveResult]:
-    """List the channels' pytorch builds (when `discover_platforms`), call `planner` with them,
-    then solve each platform of the plan. Raises UsageError for an unsolvable request."""
+    """List the channels' pytorch builds (when `discover_platforms`), call `planner(builds, None)`,
+    then solve each platform of the plan. Raises UsageError for an unsolvable request.
+
+    A CUDA version counts as built only when the request solves with it: a picked CUDA (auto, a
+    major) that does not solve is dropped and the plan made again, and the --cuda a refusal
+    suggests is solved (`planner(builds, cuda)`) before the user is told to pass it."""
     import asyncio
 
     return asyncio.run(_session(channels, discover_platforms, planner, cache_dir))
@@ -69,27 +77,112 @@ def solve_platforms(channels: list[str], platform_plans: list[PlatformPlan]) -> 
 async def _session(
     channels: list[str],
     discover_platforms: list[str] | None,
-    planner: Callable[[list[CudaBuild] | None], Plan],
+    planner: Planner,
     cache_dir: Path | None,
 ) -> tuple[Plan, SolveResult]:
     import asyncio
 
     import rattler
 
+    from envtool.core.plan import Refusal
+
     try:
         gateway = rattler.Gateway(cache_dir=cache_dir) if cache_dir else rattler.Gateway()
         builds = None
         if discover_platforms:
-            builds = await _discover(gateway, channels, discover_platforms)
-        plan = planner(builds)
-        solved: SolveResult = {}
-        for pp in plan.platforms:
-            solved[pp.platform] = await _solve_one(
-                gateway, [resolve_channel(c) for c in plan.channels], pp
-            )
-        return plan, solved
+            try:
+                builds = await _discover(gateway, channels, discover_platforms)
+            except UsageError as unreadable:  # offline: a refusal needs no channel, say it first
+                _raise_offline_refusal(planner, unreadable)
+                raise
+
+        async def solve(plan: Plan) -> SolveResult:
+            urls = [resolve_channel(c) for c in plan.channels]
+            return {pp.platform: await _solve_one(gateway, urls, pp) for pp in plan.platforms}
+
+        unsolvable: list[str] = []  # CUDA versions whose builds do not solve with this request
+        first_failure: UsageError | None = None
+        while True:
+            usable = None if builds is None else [b for b in builds if b.cuda not in unsolvable]
+            try:
+                plan = planner(usable, None)
+            except Refusal as refusal:
+                # the --cuda the hint names must solve: an upgrade's alternative is the CPU build
+                flag = refusal.suggestion.flag or "--cuda cpu"
+                cuda = flag.split()[-1]
+                try:
+                    await solve(planner(usable, cuda))
+                except UsageError:
+                    if cuda != "cpu" and builds is not None:
+                        unsolvable.append(cuda)
+                        continue
+                    raise UsageError(
+                        _with_unsolvable(refusal.message, unsolvable),
+                        refusal.suggestion.upgrade()
+                        if refusal.suggestion.kind == "driver"
+                        else "update the NVIDIA driver, or relax the request",
+                    ) from None
+                raise UsageError(
+                    _with_unsolvable(refusal.message, unsolvable), refusal.hint
+                ) from None
+            except UsageError:
+                if first_failure is not None:  # every picked CUDA failed to solve
+                    raise _no_cuda_solves(first_failure, unsolvable) from None
+                raise
+            try:
+                solved = await solve(plan)
+            except UsageError as exc:
+                if not plan.picked or plan.cuda is None or builds is None:
+                    raise
+                first_failure = first_failure or exc
+                unsolvable.append(plan.cuda)
+                continue
+            if unsolvable:
+                plan = replace(
+                    plan,
+                    notes=(
+                        *plan.notes,
+                        f"CUDA {', '.join(unsolvable)} builds do not solve with this request "
+                        f"on {', '.join(plan.channels)}: planned CUDA {plan.cuda or 'cpu'}",
+                    ),
+                )
+            return plan, solved
     finally:
         await asyncio.sleep(0.05)  # let rattler's background tasks finish before the loop closes
+
+
+def _raise_offline_refusal(planner: Planner, unreadable: UsageError) -> None:
+    """A request refused without channel data (a driver too old for --cuda X.Y or for the GPU) is
+    refused as such when the channels cannot be read; no --cuda is suggested (none could be
+    checked)."""
+    from envtool.core.plan import Refusal
+
+    try:
+        planner(None, None)
+    except Refusal as refusal:
+        s = refusal.suggestion
+        fix = s.upgrade() if s.kind == "driver" and s.driver else "update the NVIDIA driver"
+        raise UsageError(
+            refusal.message,
+            f"{fix} (no --cuda to suggest: the channels could not be read — {unreadable.message})",
+        ) from None
+    except UsageError:
+        pass
+
+
+def _with_unsolvable(message: str, unsolvable: list[str]) -> str:
+    if not unsolvable:
+        return message
+    return f"{message}; CUDA {', '.join(unsolvable)} builds do not solve with this request"
+
+
+def _no_cuda_solves(first: UsageError, tried: list[str]) -> UsageError:
+    """Every CUDA build the driver runs failed to solve: the first solver error, and the way out."""
+    return UsageError(
+        first.message,
+        f"no CUDA build ({', '.join(tried)}) solves with this request: pass --cuda cpu, relax a "
+        "pin, or add a channel",
+    )
 
 
 async def _discover(gateway, channels: list[str], platforms: list[str]) -> list[CudaBuild]:

@@ -23,6 +23,16 @@ class CudaData:
     cuda_archs: dict[str, tuple[str, ...]]
     pytorch_channel_last: str
     sources: dict[str, str]
+    gpu_arch: dict[str, GpuArchRow]  # "sm_90" -> its driver floor and last CUDA major
+    gpu_products: tuple[tuple[str, str, str], ...]  # (product, arch, driver floor)
+
+
+@dataclass(frozen=True)
+class GpuArchRow:
+    arch: str
+    family: str
+    driver: str | None  # oldest driver that knows this architecture (None: older than the table)
+    last_cuda_major: int | None  # the last CUDA major that supports it (None: still supported)
 
 
 @lru_cache(maxsize=1)
@@ -36,6 +46,13 @@ def load_cuda_data() -> CudaData:
         cuda_archs={r["cuda"]: tuple(r["archs"]) for r in raw["cuda_archs"]},
         pytorch_channel_last=raw["pytorch_channel_last"]["torch"],
         sources=raw["sources"],
+        gpu_arch={
+            r["arch"]: GpuArchRow(r["arch"], r["family"], r["driver"], r["last_cuda_major"])
+            for r in raw["gpu_arch"]
+        },
+        gpu_products=tuple(
+            (r["product"], r["arch"], r["driver"]) for r in raw["gpu_product_driver"]
+        ),
     )
 
 
@@ -214,3 +231,41 @@ def arch_covered(capability: str | tuple[int, int], arch_list: tuple[str, ...] |
         elif (amaj, amin) <= (gmaj, gmin):
             return True
     return False
+
+
+def gpu_arch_row(capability: str | tuple[int, int]) -> GpuArchRow | None:
+    """The gpu_arch row for a GPU: its own architecture, else the nearest lower minor of the same
+    major (sm_87 -> sm_86, sm_121 -> sm_120); None when the table has no row for that major."""
+    try:
+        major, minor, _ = _split_arch(capability_to_arch(capability))
+    except ValueError:
+        return None
+    rows = load_cuda_data().gpu_arch
+    best: GpuArchRow | None = None
+    for name, row in rows.items():
+        amaj, amin, _ = _split_arch(name)
+        if amaj == major and amin <= minor and (best is None or amin > _split_arch(best.arch)[1]):
+            best = row
+    return best
+
+
+def gpu_min_driver(capability: str | tuple[int, int], name: str | None = None) -> str | None:
+    """Oldest driver that can drive this GPU: a product row (by name, e.g. 'NVIDIA B200') where the
+    product needs more than its architecture, else the architecture's row. None: not in the table."""
+    row = gpu_arch_row(capability)
+    floor = row.driver if row else None
+    if name:
+        words = set(re.findall(r"[a-z0-9]+", name.lower()))
+        for product, arch, driver in load_cuda_data().gpu_products:
+            if product.lower() in words and (row is None or row.arch == arch):
+                if floor is None or parse_version(driver) > parse_version(floor):
+                    floor = driver
+    return floor
+
+
+def toolkit_supports_gpu(cuda: str, capability: str | tuple[int, int]) -> bool:
+    """Does CUDA `cuda` support this GPU at all (CUDA 12 dropped Kepler, 13 Maxwell-Volta)?"""
+    row = gpu_arch_row(capability)
+    if row is None or row.last_cuda_major is None:
+        return True
+    return parse_version(cuda)[0] <= row.last_cuda_major

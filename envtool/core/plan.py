@@ -12,6 +12,11 @@ Rule for `--cuda auto` (stated in README.md):
   natively supported alternative.
   A major alone (`--cuda 12`, or `cuda-version=12` in a file, which conda reads as 12.*) applies
   the same rule to that major's versions only.
+  The pick, and the --cuda a refusal suggests, is envtool.core.suggest.suggest_cuda (also used by
+  install and doctor): a driver older than a GPU's own floor gets "upgrade the driver to ≥ X for
+  this GPU", never a CUDA; a toolkit that dropped the GPU (CUDA 12: Kepler) is not a candidate.
+  The solve adapter drops a picked CUDA whose builds do not solve with the request and plans
+  again, and solves a suggested --cuda before naming it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,13 @@ from dataclasses import dataclass
 
 from envtool.core import cuda as cu
 from envtool.core.facts import HostFacts
+from envtool.core.suggest import (
+    Gpu,
+    Suggestion,
+    driver_floor_for_gpus,
+    gpu_problem,
+    suggest_cuda,
+)
 from envtool.core.versions import major_minor, parse_version
 from envtool.errors import UsageError
 
@@ -129,6 +141,7 @@ class Plan:
     gpus: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    picked: bool = False  # the CUDA was chosen by envtool (auto or a major), not named X.Y
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -199,9 +212,16 @@ def plan_environment(
     warnings: list[str] = []
     notes: list[str] = []
     driver = request.driver or (host.driver_version if host and host.has_driver else None)
-    gpus = request.gpus or tuple(
-        g.capability for g in (host.gpus if host else []) if g.capability is not None
+    gpu_list = (
+        tuple(Gpu(g) for g in request.gpus)
+        if request.gpus
+        else tuple(
+            Gpu(g.capability, g.name)
+            for g in (host.gpus if host else [])
+            if g.capability is not None
+        )
     )
+    gpus = tuple(g.capability for g in gpu_list)
     if request.driver is None and request.gpus and host and host.has_driver:
         notes.append("--gpu given without --driver: using this host's driver")
     torch_series = major_minor(request.torch) if request.torch else None
@@ -221,14 +241,16 @@ def plan_environment(
                 f"{why}: planning a CPU build (pass --driver VER or --cuda X.Y to plan for a GPU machine)"
             )
         else:
-            cuda, mode = _pick_cuda(request, driver, gpus, torch_series, builds, warnings)
+            cuda, mode = _pick_cuda(
+                request, driver, gpu_list, torch_series, builds, warnings, notes
+            )
             if driver is None:  # a major: still a CUDA build (the file or flag asked for one)
                 notes.append(
                     f"no NVIDIA driver: planning CUDA {cuda}, the newest {want}.x build "
                     "(pass --driver VER to check it against the machine that will run it)"
                 )
     else:
-        cuda, mode = _check_explicit_cuda(request, driver, gpus, torch_series, builds, warnings)
+        cuda, mode = _check_explicit_cuda(request, driver, gpu_list, torch_series, builds, warnings)
 
     torch = request.torch
     if cuda and request.flavor == "pytorch" and torch is None and builds is None:
@@ -258,12 +280,14 @@ def plan_environment(
         gpus=tuple(gpus),
         warnings=tuple(warnings),
         notes=tuple(notes),
+        picked=cuda is not None and (want == "auto" or want.isdigit()),
     )
 
 
 def check_request(request: Request, host: HostFacts | None = None) -> None:
-    """Refusals that need no channel data: bad values, the pytorch channel's end, a driver too
-    old for an explicit --cuda. Called before anything is downloaded or solved."""
+    """Refusals that need no channel data: bad values, the pytorch channel's end. Called before
+    anything is downloaded or solved. (A driver too old for --cuda X.Y or for the GPU is refused by
+    plan_environment, where the channel's builds give the --cuda to suggest.)"""
     if request.flavor not in FLAVORS:
         raise UsageError(
             f"--flavor {request.flavor}: unknown flavor", f"use one of {', '.join(FLAVORS)}"
@@ -321,16 +345,6 @@ def check_request(request: Request, host: HostFacts | None = None) -> None:
             f"--torch {request.torch} --flavor pytorch: the pytorch channel stopped at {last}",
             "use --flavor conda-forge (the default), or --torch " + last,
         )
-    driver = request.driver or (host.driver_version if host and host.has_driver else None)
-    if want not in ("auto", "cpu") and not want.isdigit() and driver is not None:
-        verdict = cu.driver_supports(driver, want)
-        if verdict.mode == "no":
-            native = cu.newest_cuda_native(driver) or "none"
-            raise UsageError(
-                f"--cuda {major_minor(want)} needs driver ≥ {verdict.min_driver}; this driver "
-                f"({driver}) runs CUDA ≤ {native}",
-                f"pass --cuda {native} or --cuda auto, or update the NVIDIA driver",
-            )
 
 
 def _candidates(
@@ -392,25 +406,14 @@ def _pair_hint(request: Request, torch_series: str | None, builds: list[CudaBuil
     return "builds that exist — " + ("; ".join(pairs) if pairs else "none in these channels")
 
 
-def _arch_problem(cuda: str, gpus: tuple[str, ...]) -> str | None:
-    archs = cu.archs_for_cuda(cuda)
-    if not archs:
-        return None  # unknown arch list: cannot judge, do not block
-    missing = [g for g in gpus if not cu.arch_covered(g, archs)]
-    if missing:
-        return (
-            f"CUDA {cuda} builds carry {' '.join(archs)}, not GPU capability {', '.join(missing)}"
-        )
-    return None
-
-
 def _pick_cuda(
     request: Request,
     driver: str | None,
-    gpus: tuple[str, ...],
+    gpus: tuple[Gpu, ...],
     torch_series: str | None,
     builds: list[CudaBuild] | None,
     warnings: list[str],
+    notes: list[str],
 ) -> tuple[str, str]:
     candidates = _candidates(request, torch_series, builds)
     if request.cuda.isdigit():  # a major alone: its X.Y versions only
@@ -421,74 +424,113 @@ def _pick_cuda(
             what += f" for CUDA {request.cuda}.x"
         cuda_platforms = [p for p in request.platforms if p not in NO_CUDA_PLATFORMS]
         where = f" for all of {', '.join(cuda_platforms)}" if len(cuda_platforms) > 1 else ""
-        chans = ", ".join(request.channels or DEFAULT_CHANNELS[request.flavor])
         raise UsageError(
-            f"no CUDA build of {what}{where} in {chans}", _pair_hint(request, None, builds)
+            f"no CUDA build of {what}{where} in {_searched(request)}",
+            _pair_hint(request, None, builds),
         )
-    runnable: list[tuple[str, str]] = []
-    rejected: list[str] = []
-    for c in candidates:
-        # no driver (a major asked on a login node): the build is for a target, not this host
-        verdict = cu.driver_supports(driver, c) if driver else None
-        if verdict and verdict.mode in ("no", "unknown"):
-            rejected.append(f"CUDA {c} needs driver ≥ {verdict.min_driver}")
-            continue
-        problem = _arch_problem(c, gpus)
-        if problem:
-            rejected.append(problem)
-            continue
-        runnable.append((c, verdict.mode if verdict else "target"))
-    if not runnable:
-        if driver:
-            native = cu.newest_cuda_native(driver) or "none"
-            head = f"no CUDA build of torch runs on driver {driver} (runs CUDA ≤ {native})"
-        else:
-            head = f"no CUDA {request.cuda}.x build of torch"
-        raise UsageError(
-            f"{head} with these GPUs: " + "; ".join(rejected),
-            "update the driver, pick --cuda cpu, or plan for another machine with --driver/--gpu",
+    s = suggest_cuda(driver, gpus, candidates)
+    if s.kind == "cuda" and s.cuda and s.mode:
+        if s.mode == "compat":
+            warnings.append(_compat_warning(driver or "?", s.cuda))
+        newer = [c for c in candidates if parse_version(c) > parse_version(s.cuda)]
+        if newer:  # say why the newer builds were not taken
+            notes.append(f"CUDA {s.cuda}, not {', '.join(newer)}: " + "; ".join(s.reasons))
+        return s.cuda, s.mode
+    if s.kind == "driver" and s.gpu:
+        head = f"driver {driver} cannot drive {s.gpu}: it needs ≥ {s.driver}"
+    elif driver:
+        native = cu.newest_cuda_native(driver) or "none"
+        head = (
+            f"no CUDA build of torch runs on driver {driver} (runs CUDA ≤ {native})"
+            + (" with these GPUs" if gpus else "")
+            + ": "
+            + "; ".join(s.reasons)
         )
-    cuda, mode = runnable[-1]
-    if mode == "compat":
-        native = [c for c, m in runnable if m == "native"]
-        alt = f"; pass --cuda {native[-1]} for a natively supported build" if native else ""
-        warnings.append(
-            f"driver {driver} runs CUDA ≤ {cu.newest_cuda_native(driver)} natively; CUDA {cuda} "
-            f"runs through minor-version compatibility (PTX JIT of newer code fails){alt}"
-        )
-    return cuda, mode
+    else:
+        head = f"no CUDA {request.cuda}.x build of torch with these GPUs: " + "; ".join(s.reasons)
+    raise Refusal(head, s, _way_out(s, request))
+
+
+def _compat_warning(driver: str, cuda: str) -> str:
+    return (
+        f"driver {driver} runs CUDA ≤ {cu.newest_cuda_native(driver)} natively; CUDA {cuda} "
+        "runs through minor-version compatibility (PTX JIT of newer code fails); a driver "
+        f"≥ {cu.min_driver(cuda)} runs it natively"
+    )
+
+
+def _searched(request: Request) -> str:
+    return ", ".join(request.channels or DEFAULT_CHANNELS[request.flavor])
+
+
+def _way_out(s: Suggestion, request: Request) -> str:
+    """The hint of a refusal: the suggested --cuda (a command that plans and solves on the same
+    inputs; the solve adapter checks it) and the driver upgrade."""
+    if s.kind == "cuda":
+        return f"pass --cuda {s.cuda}, or update the NVIDIA driver"
+    if s.kind == "driver":
+        return s.upgrade() + ", or pass --cuda cpu"
+    why = s.reasons[-1] if s.reasons else ""
+    if why.startswith("no CUDA build"):
+        why += f" on {_searched(request)}"
+    return f"pass --cuda cpu{f' ({why})' if why else ''}, or plan for another machine with --driver/--gpu"
+
+
+class Refusal(UsageError):
+    """A request the plan refuses, with the suggestion its hint names (the solve adapter checks
+    that the suggested --cuda solves before the user sees it)."""
+
+    def __init__(self, message: str, suggestion: Suggestion, hint: str) -> None:
+        super().__init__(message, hint)
+        self.suggestion = suggestion
 
 
 def _check_explicit_cuda(
     request: Request,
     driver: str | None,
-    gpus: tuple[str, ...],
+    gpus: tuple[Gpu, ...],
     torch_series: str | None,
     builds: list[CudaBuild] | None,
     warnings: list[str],
 ) -> tuple[str, str]:
     cuda = major_minor(request.cuda)
+    cuda_wanted = not (request.platforms and all(p in NO_CUDA_PLATFORMS for p in request.platforms))
+    listed = not (builds is None and request.flavor == "conda-forge")
+    candidates = _candidates(request, torch_series, builds) if cuda_wanted else []
+
+    # the suggestion a refusal names: what this driver and these GPUs run among the real builds
+    def refuse(message: str) -> Refusal:
+        s = suggest_cuda(driver, gpus, candidates if listed else None, flavor=request.flavor)
+        return Refusal(message, s, _way_out(s, request))
+
     mode = "target"
-    if driver is not None:  # check_request already refused a driver too old for this CUDA
+    if driver is not None:
+        too_old = driver_floor_for_gpus(driver, gpus)
+        if too_old:
+            floor, gpu = too_old
+            raise refuse(f"driver {driver} cannot drive {gpu.label()}: it needs ≥ {floor}")
         verdict = cu.driver_supports(driver, cuda)
         mode = verdict.mode
+        if mode == "no":
+            native = cu.newest_cuda_native(driver) or "none"
+            raise refuse(
+                f"--cuda {cuda} needs driver ≥ {verdict.min_driver}; this driver "
+                f"({driver}) runs CUDA ≤ {native}"
+            )
         if mode == "compat":
             warnings.append(
                 f"driver {driver} runs CUDA {cuda} only through minor-version compatibility "
                 f"(native ≥ {verdict.min_driver}; PTX JIT of newer code fails)"
             )
-    problem = _arch_problem(cuda, gpus)
+    problem = gpu_problem(cuda, gpus)
     if problem:
-        raise UsageError(problem, "pick a CUDA version whose builds cover this GPU, or --cuda auto")
-    if request.platforms and all(p in NO_CUDA_PLATFORMS for p in request.platforms):
-        return cuda, mode
-    candidates = _candidates(request, torch_series, builds)
-    if builds is None and request.flavor == "conda-forge":
+        raise refuse(problem)
+    if not cuda_wanted or not listed:
         return cuda, mode  # nothing discovered (no channel listing): the verifier still checks
     if cuda not in candidates:
         what = f"torch {request.torch}" if request.torch else "torch"
         raise UsageError(
-            f"{what} was never built for CUDA {cuda} on {request.flavor}",
+            f"{what} was never built for CUDA {cuda} on the channels searched ({_searched(request)})",
             _pair_hint(request, torch_series, builds),
         )
     return cuda, mode

@@ -1,0 +1,49 @@
+"""envtool.core.suggest.suggest_cuda: the one answer to "which CUDA should this machine ask for"."""
+
+from __future__ import annotations
+
+from envtool.core.suggest import Gpu, official_cuda, suggest_cuda
+
+H200 = Gpu("9.0", "NVIDIA H200")
+
+
+def test_a_driver_too_old_for_the_gpu_is_an_upgrade_whatever_the_builds() -> None:
+    s = suggest_cuda("470.57.02", [H200, H200], ["11.8", "12.6"])
+    assert (s.kind, s.driver, s.gpu, s.flag) == ("driver", "520.61.05", "NVIDIA H200, sm_90", None)
+    assert (
+        s.advice() == "upgrade the NVIDIA driver to ≥ 520.61.05 for this GPU (NVIDIA H200, sm_90)"
+    )
+    # the same driver on an A100 (sm_80, ≥ 450.36.06) runs CUDA 11.8 through minor-version compat
+    s = suggest_cuda("470.57.02", [Gpu("8.0", "NVIDIA A100")], ["11.8", "12.6"])
+    assert (s.kind, s.cuda, s.mode) == ("cuda", "11.8", "compat")
+
+
+def test_only_the_channels_builds_are_suggested() -> None:
+    # driver 470 runs CUDA ≤ 11.4 natively; with no 11.x build listed, no CUDA is suggested
+    s = suggest_cuda("470.57.02", [], ["12.0", "12.6"])
+    assert (s.kind, s.cuda, s.driver) == ("driver", "12.6", "560.28.03")
+    assert suggest_cuda("470.57.02", [], []).kind == "cpu"
+    assert suggest_cuda("470.57.02", [], ["11.2", "12.6"]).cuda == "11.2"
+
+
+def test_gpu_architecture_limits() -> None:
+    kepler = [Gpu("3.7", "Tesla K80")]
+    s = suggest_cuda("535.54.03", kepler, ["11.8", "12.1"])  # 11.8 builds carry no sm_37
+    assert s.kind == "cpu" and any("CUDA 12 dropped Kepler" in r for r in s.reasons)
+    assert suggest_cuda("535.54.03", kepler, None).cuda == "11.7"  # PyTorch's table: 2.0 cu117
+    v100 = [Gpu("7.0", "Tesla V100")]
+    assert suggest_cuda("580.65.06", v100, ["12.6", "12.8", "13.0"]).cuda == "12.6"
+
+
+def test_without_a_driver_version() -> None:
+    # a login node planning for a target: the newest build, mode "target"
+    s = suggest_cuda(None, [], ["12.6", "12.9"])
+    assert (s.cuda, s.mode) == ("12.9", "target")
+    # only torch's "found version 11040" message: CUDA ≤ 11.4
+    assert suggest_cuda(None, [], None, driver_cuda="11.4").cuda == "11.3"
+    assert suggest_cuda(None, [], ["12.6", "12.9"], major="12").cuda == "12.9"
+
+
+def test_official_table_per_flavor() -> None:
+    assert "12.8" in official_cuda("conda-forge") and "12.8" not in official_cuda("pytorch")
+    assert official_cuda("pytorch")[-1] == "12.4"
