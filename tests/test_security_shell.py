@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -214,3 +215,137 @@ def test_empty_caller_path_does_not_add_the_current_directory(tmp_path: Path) ->
         text=True,
     )
     assert proc.stdout == str(prefix / "bin")
+
+
+# --- Slurm: the batch script -------------------------------------------------------------
+
+HOSTILE_ARGS = [
+    "$(touch PWNED_a1)",
+    "`touch PWNED_a2`",
+    "'; touch PWNED_a3; '",
+    '"; touch PWNED_a4; "',
+    "$SLURM_NODEID",
+    "${HOME}",
+    "a\nb",
+    "\\",
+    "",
+    "--lr=0.1 x",
+    "*",
+]
+
+
+def _stub(path: Path, body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!{sys.executable}\n{body}")
+    path.chmod(0o755)
+
+
+def test_sbatch_passes_hostile_args_and_paths_byte_exact(tmp_path: Path) -> None:
+    """Render the job script through the CLI, run it with bash and stub srun/scontrol/python:
+    the launcher's argv arrives as given and nothing in it runs."""
+    env = base_env(tmp_path)
+    prefix = make_env(tmp_path / "env $(touch PWNED_p)'\"`touch PWNED_p2`")
+    seen = tmp_path / "argv.json"
+    _stub(
+        prefix / "bin" / "python",
+        "import json, os, sys\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps("
+        "{'argv': sys.argv[1:], 'EVIL': os.environ.get('EVIL'), "
+        "'PREFIX': os.environ.get('CONDA_PREFIX')}))\n",
+    )
+    script = tmp_path / "s $(touch PWNED_s)`touch PWNED_s2`'\";x.py"
+    script.write_text("print('hi')\n")
+    stubs = tmp_path / "stubs"
+    # srun: drop its own options, run the task command; scontrol: the node list
+    _stub(
+        stubs / "srun",
+        "import os, sys\nargs = sys.argv[1:]\n"
+        "while args[0].startswith('--'):\n    args.pop(0)\n"
+        "os.execvp(args[0], args)\n",
+    )
+    _stub(stubs / "scontrol", "print('node1')\n")
+    run_root = tmp_path / "runs $(touch PWNED_r);x"
+    out = run_envtool(
+        "launch", str(script), "--slurm", "--cpu", "--nodes", "1",
+        "--prefix", str(prefix), "--run-dir", str(run_root), "--dry-run", "--json",
+        "--", *HOSTILE_ARGS,
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    text = json.loads(out.stdout)["script"]
+    job_env = {
+        **env,
+        "PATH": f"{stubs}{os.pathsep}{env['PATH']}",
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_NNODES": "1",
+        "SLURM_NODEID": "0",
+    }
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-s"],
+        input=text,
+        env=job_env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(seen.read_text())
+    run_dir = next(run_root.iterdir())  # mkdir -p of the run dir ran, with its exact name
+    assert got["argv"] == [
+        "-m", "torch.distributed.run",
+        "--nnodes", "1", "--node-rank", "0",
+        "--rdzv-endpoint", "node1:20042", "--rdzv-id", "42",
+        "--log-dir", f"{run_dir}/torchrun/node-0",
+        "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--max-restarts", "0",
+        "--tee", "3", "--local-ranks-filter", "0",
+        str(script), *HOSTILE_ARGS,
+    ]  # fmt: skip
+    assert got["EVIL"] == STATE_VARS["EVIL"] and got["PREFIX"] == str(prefix)
+    assert pwned(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--job-name", "x\n$(touch PWNED_j)"],
+        ["--job-name", "a b"],
+        ["--partition", "gpu\n#SBATCH --uid=0"],
+        ["--account", "a'b"],
+        ["--run-dir", "r'\n$(touch PWNED_rd)"],
+    ],
+)
+def test_values_that_cannot_go_in_an_sbatch_line_are_refused(
+    option: list[str], tmp_path: Path
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    out = run_envtool(
+        "launch", str(script), "--slurm", "--cpu", "--nodes", "1", *option,
+        env=base_env(tmp_path), cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert option[0] in out.stderr
+    assert not list(tmp_path.rglob("job.sbatch")) and pwned(tmp_path) == []
+
+
+def test_a_hostile_script_name_gives_a_plain_job_name(tmp_path: Path) -> None:
+    script = tmp_path / "t $(touch PWNED_n)\n#SBATCH --uid=0.py"
+    script.write_text("")
+    out = run_envtool(
+        "launch", str(script), "--slurm", "--cpu", "--nodes", "1", "--dry-run", "--json",
+        env=base_env(tmp_path), cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    text = json.loads(out.stdout)["script"]
+    # sbatch reads #SBATCH lines up to the first command; a quoted word with a newline
+    # further down (the script path) is not a directive
+    header = text.split("\nexport ", 1)[0]
+    assert "\nset " not in header and "\nsrun" not in header
+    directives = [ln for ln in header.splitlines() if ln.startswith("#SBATCH")]
+    names = [ln for ln in directives if ln.startswith("#SBATCH --job-name=")]
+    assert len(names) == 1 and re.fullmatch(r"#SBATCH --job-name=[A-Za-z0-9._+-]+", names[0])
+    assert not any(ln.startswith("#SBATCH --uid") for ln in directives)
+    assert pwned(tmp_path) == []

@@ -72,21 +72,29 @@ def test_body_activates_the_env_and_runs_torchrun_with_c10d_on_the_head_node() -
     assert "export TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}" in text
     srun = next(line for line in text.splitlines() if line.startswith("srun "))
     assert srun.startswith("srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c ")
-    inner = srun.split("bash -c ", 1)[1]
-    # the per-node command, as each task's bash will see it
-    cmd = subprocess.run(["bash", "-c", f"printf '%s\\n' {inner}"], capture_output=True, text=True)
-    inner_text = cmd.stdout.strip()
+    # the per-node command and its words, as each task's bash will see them
+    cmd = subprocess.run(
+        ["bash", "-c", "printf '%s\\0' " + srun.split("bash -c ", 1)[1]],
+        capture_output=True,
+        text=True,
+    )
+    inner_text, _name, *words = cmd.stdout.split("\0")[:-1]
     for part in (
-        "/envs/torch/bin/python -m torch.distributed.run",
+        '"$1" -m torch.distributed.run',
         '--nnodes "$SLURM_NNODES"',
-        "--nproc-per-node 8",
         '--node-rank "$SLURM_NODEID"',  # expanded per task, not once in the batch shell
-        "--rdzv-backend c10d",
         '--rdzv-endpoint "$ENVTOOL_RDZV_ENDPOINT"',
         '--rdzv-id "$SLURM_JOB_ID"',
-        "/proj/train.py --lr 0.1 --name 'a b'",
+        '--log-dir "$2/node-$SLURM_NODEID"',
     ):
         assert part in inner_text, part
+    assert words == [
+        "/envs/torch/bin/python",
+        "/proj/runs/r1/torchrun",
+        *("--nproc-per-node", "8", "--rdzv-backend", "c10d", "--max-restarts", "0"),
+        *("--tee", "3", "--local-ranks-filter", "0"),
+        *("/proj/train.py", "--lr", "0.1", "--name", "a b"),
+    ]
 
 
 def test_script_is_valid_bash() -> None:

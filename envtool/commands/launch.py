@@ -279,7 +279,8 @@ def preflight_doctor(target: Any, host: HostFacts) -> None:
 
 def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -> Result:
     from envtool.core.launch_plan import parse_gpus
-    from envtool.core.slurm import SlurmRequest, parse_job_id, render_sbatch
+    from envtool.core.shell_quote import quote_posix
+    from envtool.core.slurm import SlurmRequest, job_name_from, parse_job_id, render_sbatch
 
     if not opts["nodes"]:
         raise UsageError("--slurm needs --nodes N", "e.g. --slurm --nodes 2 --gpus-per-node 8")
@@ -314,7 +315,7 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         time=_slurm_time(opts["time_limit"]),
         partition=opts["partition"],
         account=opts["account"],
-        job_name=opts["job_name"] or script.stem,
+        job_name=opts["job_name"] or job_name_from(script.stem),
         cpus_per_task=opts["cpus_per_task"],
         run_dir=str(run_dir),
         max_restarts=opts["max_restarts"],
@@ -325,15 +326,19 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
 
         # the exact script `conda activate` runs, activate.d hooks included
         req.activation = render_activation_script(Path(req.prefix or ""), "bash")
-    text = render_sbatch(req)
+    try:
+        text = render_sbatch(req)
+    except ValueError as exc:  # a value that cannot go in an #SBATCH line
+        raise UsageError(str(exc), "pick a plain value (the job script reads it)") from None
     path = run_dir / "job.sbatch"
     data: dict[str, Any] = {"run_id": run_id, "sbatch_path": str(path), "job_id": None}
     if opts["dry_run"]:
         return Result("launch", data={**data, "dry_run": True, "script": text}, text=[text])
+    from envtool.adapters.files import write_atomic
     from envtool.adapters.launcher import make_run_dir
 
     make_run_dir(run_dir)
-    path.write_text(text)
+    write_atomic(path, text)
     lines = [f"wrote {path}"]
     if opts["submit"]:
         from envtool.adapters.proc import run_capture
@@ -350,7 +355,7 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         data["job_id"] = job_id
         lines.append(f"submitted job {job_id} — output: {run_dir}/slurm-{job_id}.out")
     else:
-        lines.append(f"submit with: sbatch {path}")
+        lines.append(f"submit with: sbatch {quote_posix(str(path))}")
     return Result("launch", data=data, text=lines)
 
 
