@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
@@ -24,6 +24,9 @@ from envtool.core.plan import (
 )
 from envtool.errors import DiagnosedFailure, UsageError, cannot_write
 from envtool.output import Result, note
+
+if TYPE_CHECKING:
+    from envtool.core.spec import CondaSpec
 
 DEFAULT_PROFILE = "pytorch"
 _PLAIN_VERSION = re.compile(r"^(==?)?(\d+(?:\.\d+)*)(\.\*)?$")
@@ -63,7 +66,9 @@ def read_profile(name: str) -> tuple[str, str]:
             f"--profile {name}: no such profile",
             f"use one of {', '.join(known) or '(none shipped)'}",
         )
-    return path.read_text(), str(path)
+    from envtool.adapters.files import ENV_FILE_LIMIT, read_text
+
+    return read_text(path, ENV_FILE_LIMIT, what="environment file"), str(path)
 
 
 def infer_from_specs(specs: list[str]) -> dict[str, str]:
@@ -147,8 +152,9 @@ def lock_environment(
         channels,
         discover,
         # the planner the solver calls again for a suggested --cuda, to check it solves
-        lambda builds, cuda: plan_environment(
-            replace(request, cuda=cuda) if cuda else request, host, builds
+        lambda builds, cuda: with_file_limits(
+            plan_environment(replace(request, cuda=cuda) if cuda else request, host, builds),
+            request,
         ),
         cache_dir,
     )
@@ -212,7 +218,7 @@ def lock_environment(
             plan_custom_metadata(plan, options, input_hash, __version__, solved_torch(solved)),
             ["environment.yml"],
         )
-        if not (yml_path.exists() and yml_path.read_text() == yml_text):
+        if _read_or_none(yml_path) != yml_text:
             write_text_atomic(yml_path, yml_text)  # unchanged request: keep file and mtime
     outcome.written = True
     return outcome
@@ -272,10 +278,64 @@ def render_request_yml(name: str, text: str, source: str, plan: Plan, request: R
     primary = next((p for p in plan.platforms if p.cuda), plan.platforms[0])
     spec.name = name
     spec.channels = list(plan.channels)
-    spec.dependencies = [parse_conda_spec(s) for s in primary.specs]
+    kept = [s for s in file_limits(request.conda_specs) if s not in primary.specs]
+    spec.dependencies = [parse_conda_spec(s) for s in [*primary.specs, *kept]]
     spec.prefix = None
     spec.platforms = list(request.platforms) if list(request.platforms) != ["linux-64"] else []
     return render_environment_yml(spec)
+
+
+def file_limits(conda_specs: tuple[str, ...] | list[str]) -> list[str]:
+    """The file's version limits that are not plain pins (`pytorch>=2.8`, `cuda-version<13`,
+    `python>=3.10`): a plain pin becomes --torch/--cuda/--python, a limit has no flag, and the
+    plan replaces the specs of the names it owns (pytorch, cuda-version, …), so these are
+    carried into the solve as constraints (with_file_limits) instead of being dropped."""
+    from envtool.core.spec import parse_conda_spec
+
+    out = []
+    for text in conda_specs:
+        try:
+            s = parse_conda_spec(text)
+        except ValueError:
+            continue
+        if s.version and s.version != "*" and not _PLAIN_VERSION.match(s.version):
+            out.append(text)
+    return out
+
+
+def with_file_limits(plan: Plan, request: Request) -> Plan:
+    """`plan` with the request file's version limits the plan replaced added to each platform's
+    constraints: the solve then honours them, or fails saying which package cannot satisfy them."""
+    limits = file_limits(request.conda_specs)
+    if not limits:
+        return plan
+    platforms = tuple(
+        replace(
+            pp,
+            constraints=(
+                *pp.constraints,
+                *(s for s in limits if s not in pp.specs and s not in pp.constraints),
+            ),
+        )
+        for pp in plan.platforms
+    )
+    return replace(plan, platforms=platforms)
+
+
+def check_specs(specs: list[CondaSpec], source: str) -> None:
+    """Refuse, before any probing or solving, a spec the solver cannot read (`pytorch=>>2`):
+    one line naming the file and the spec as written (the plan would otherwise drop it)."""
+    import rattler
+
+    for spec in specs:
+        try:
+            rattler.MatchSpec(spec.render(), strict=False)
+        except Exception as exc:  # rattler's InvalidMatchSpecError
+            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise UsageError(
+                f"{source}: {(spec.raw or spec.render())!r} is not a valid conda spec ({reason})",
+                "use conda's form `name`, `name=1.2`, `name>=1.2,<2` or `channel::name=1.2`",
+            ) from None
 
 
 def request_from_yml(
@@ -286,6 +346,7 @@ def request_from_yml(
 
     spec = parse_environment_yml(text, source)
     conda = [d.render() for d in spec.dependencies]
+    check_specs(spec.dependencies, source)
     inferred = infer_from_specs(conda)
     stored = stored or {}
     merged: dict[str, Any] = {}
@@ -358,10 +419,22 @@ def summarize(outcome: LockOutcome, name: str, command: str, dry_run: bool) -> R
 
 def stored_lock_options(lock_path: Path) -> tuple[str | None, dict[str, Any] | None]:
     """(input hash, stored plan options) from a lock, found without a YAML parser (fast no-op)."""
+    from envtool.adapters.files import LOCK_FILE_LIMIT
     from envtool.core.lockfile import parse_lock_options
 
-    try:
-        text = lock_path.read_text()
-    except OSError:
+    text = _read_or_none(lock_path, LOCK_FILE_LIMIT)
+    if text is None:
         return None, None
     return parse_lock_stamp(text), parse_lock_options(text)
+
+
+def _read_or_none(path: Path, limit: int | None = None) -> str | None:
+    """A project file's text; None when it is missing or unreadable as text (a FIFO or a device
+    there must not hang or fill memory: it is treated as absent, and the atomic writer refuses to
+    replace it)."""
+    from envtool.adapters.files import ENV_FILE_LIMIT, read_text
+
+    try:
+        return read_text(path, limit or ENV_FILE_LIMIT)
+    except UsageError:
+        return None

@@ -76,9 +76,13 @@ def read_text(
 
 def _too_large(path: object, size: int, limit: int, what: str) -> UsageError:
     return UsageError(
-        f"{path}: too large for a {what} ({size} bytes; the limit is {limit})",
+        f"{path}: too large for {_a(what)} ({size} bytes; the limit is {limit})",
         f"pass the {what} itself",
     )
+
+
+def _a(what: str) -> str:
+    return f"an {what}" if what[:1].lower() in "aeiou" else f"a {what}"
 
 
 def _read_error(path: object, exc: OSError, what: str, follow_symlinks: bool) -> UsageError:

@@ -6,12 +6,10 @@ Writes environments/NAME/environment.yml (the request) and environments/NAME/con
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from envtool.core.plan import PLATFORMS
-from envtool.errors import UsageError, not_utf8
+from envtool.errors import UsageError
 from envtool.locking import (
     DEFAULT_PROFILE,
     absolute_channel,
@@ -113,14 +111,14 @@ def cmd(
     if file_ and profile:
         raise UsageError("give -f FILE or --profile, not both", "pick one starting point")
     if file_:
+        from envtool.adapters.files import ENV_FILE_LIMIT, read_text
+
         try:
-            text, source = Path(file_).read_text(encoding="utf-8"), file_
-        except OSError as exc:
-            raise UsageError(
-                f"-f {file_}: cannot read ({exc.strerror})", "pass an existing environment.yml"
-            ) from None
-        except UnicodeDecodeError as exc:
-            raise not_utf8(f"-f {file_}", exc, "pass an environment.yml (YAML text)") from None
+            text, source = read_text(file_, ENV_FILE_LIMIT, what="environment file"), file_
+        except UsageError as exc:  # name the flag the path came from
+            if exc.message.startswith(f"{file_}:"):
+                exc.message = f"-f {exc.message}"
+            raise
     else:
         text, source = read_profile(profile or DEFAULT_PROFILE)
     flags = {

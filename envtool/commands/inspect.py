@@ -6,24 +6,15 @@ from pathlib import Path
 
 import click
 
-from envtool.errors import UsageError, not_utf8
 from envtool.output import Result, emit
 
 
 def read_env_file(path: Path) -> str:
-    """The file's text, or a UsageError that names it."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file", "pass the path of an environment.yml") from None
-    except IsADirectoryError:
-        raise UsageError(
-            f"{path}: is a directory", "pass the environment.yml file inside it"
-        ) from None
-    except UnicodeDecodeError as exc:  # e.g. saved as UTF-16 by a Windows editor
-        raise not_utf8(path, exc) from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read it ({exc})", "check the file") from None
+    """The file's text, or a one-line UsageError that names it: regular files only, size-capped
+    and opened non-blocking (/dev/zero or a FIFO must not fill memory or hang)."""
+    from envtool.adapters.files import ENV_FILE_LIMIT, read_text
+
+    return read_text(path, ENV_FILE_LIMIT, what="environment file")
 
 
 def run_inspect(path: Path) -> Result:

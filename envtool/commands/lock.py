@@ -14,7 +14,7 @@ import click
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
 from envtool.commands.create import project_dir_option
-from envtool.errors import DiagnosedFailure, UsageError, not_utf8
+from envtool.errors import DiagnosedFailure, UsageError
 from envtool.locking import (
     LockOutcome,
     lock_environment,
@@ -57,15 +57,14 @@ def cmd(
 ) -> None:
     """Re-lock environments/NAME from its environment.yml (no-op when nothing changed)."""
     env_dir, yml_path, lock_path = project_env_paths(name, directory)
-    try:
-        yml_text = yml_path.read_text(encoding="utf-8")
-    except OSError:
+    from envtool.adapters.files import ENV_FILE_LIMIT, read_text
+
+    if not yml_path.exists() and not yml_path.is_symlink():
         raise UsageError(
             f"{yml_path}: no environment.yml",
             f"create it with `envtool create {name} --no-install`",
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise not_utf8(yml_path, exc) from None
+        )
+    yml_text = read_text(yml_path, ENV_FILE_LIMIT, what="environment file")
     stamp, stored = stored_lock_options(lock_path)
     fresh = False
     if stamp is not None and stored is not None:

@@ -68,7 +68,7 @@ def cuda_of_version(version: str | None) -> str | None:
     and wildcards like '>=11,<12' or '12.*' -> None (they do not pin one CUDA)."""
     if not version:
         return None
-    m = re.fullmatch(r"=*\s*(\d+)\.(\d+)(?:\.\d+)*(?:\.\*)?", version.strip())
+    m = re.fullmatch(r"=*\s*(\d{1,9})\.(\d{1,9})(?:\.\d+)*(?:\.\*)?", version.strip())
     return f"{int(m.group(1))}.{int(m.group(2))}" if m else None
 
 
@@ -77,7 +77,7 @@ def torch_series_of(version: str | None) -> str | None:
     '2.1.0+cu121'); None for ranges and bare wildcards ('>=1.13', '2.*')."""
     if not version:
         return None
-    m = re.fullmatch(r"=*\s*(\d+)\.(\d+)(?:\.[\w]+)*(?:\.\*)?(?:\+\w+)?", version.strip())
+    m = re.fullmatch(r"=*\s*(\d{1,9})\.(\d{1,9})(?:\.[\w]+)*(?:\.\*)?(?:\+\w+)?", version.strip())
     return f"{int(m.group(1))}.{int(m.group(2))}" if m else None
 
 

@@ -50,17 +50,26 @@ class _Refused(Exception):
 
 _LOADER: type | None = None
 
+# Raised by strict_loader()'s loader on an alias or a duplicate key (.reason, .line).
+YamlRefused = _Refused
+
+
+def strict_loader() -> type:
+    """The loader parse_yaml uses, for a caller that needs the composed nodes (line numbers in
+    its own errors); it raises YamlRefused. Check the value with check_depth afterwards."""
+    global _LOADER
+    if _LOADER is None:
+        _LOADER = _loader_class()
+    return _LOADER
+
 
 def parse_yaml(data: str | bytes, source: str, hint: str = "fix the file") -> Any:
     """YAML from an untrusted file, refused with one line naming `source` when it uses aliases,
     repeats a key, nests deeper than MAX_DEPTH or does not parse."""
     import yaml
 
-    global _LOADER
-    if _LOADER is None:
-        _LOADER = _loader_class()
     try:
-        value = yaml.load(data, Loader=_LOADER)  # noqa: S506 - a SafeLoader subclass
+        value = yaml.load(data, Loader=strict_loader())  # noqa: S506 - a SafeLoader subclass
     except _Refused as exc:
         where = f" (line {exc.line})" if exc.line else ""
         raise UsageError(f"{source}: {exc.reason}{where}", hint) from None

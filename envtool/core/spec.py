@@ -11,7 +11,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from envtool.core.shell_quote import printable
 from envtool.errors import UsageError
+
+# Bounds on what a spec may hold: a 5000-digit version is no version (int() refuses it, and
+# echoing it back fills the screen). Real specs are < 100 characters, version parts < 20.
+MAX_SPEC_CHARS = 1000
+MAX_VERSION_PART = 64
+MAX_PIP_CHARS = 4096  # a pip entry may carry a URL and --hash options
 
 # A conda package name: letters, digits and . _ - (e.g. ruamel.yaml, cuda-version, _openmp_mutex).
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
@@ -59,10 +66,14 @@ def parse_conda_spec(text: str) -> CondaSpec:
     Raises ValueError on text that is not a spec (the caller adds file and line).
     """
     raw = text
+    if len(text) > MAX_SPEC_CHARS:
+        raise ValueError(
+            f"not a conda spec: {_short(raw)} (longer than {MAX_SPEC_CHARS} characters)"
+        )
     # YAML already drops " # comment"; a spec string passed directly may still carry one.
     s = re.split(r"\s#", text, maxsplit=1)[0].strip()
     if not s:
-        raise ValueError(f"empty conda spec {raw!r}")
+        raise ValueError(f"empty conda spec {_short(raw)}")
     channel = None
     if "::" in s:
         channel, _, s = s.partition("::")
@@ -75,7 +86,7 @@ def parse_conda_spec(text: str) -> CondaSpec:
         s = s.strip()
     m = _NAME.match(s)
     if not m:
-        raise ValueError(f"not a conda spec: {raw!r} (expected a package name first)")
+        raise ValueError(f"not a conda spec: {_short(raw)} (expected a package name first)")
     name = m.group(0)
     rest = s[m.end() :].strip()
     version: str | None = None
@@ -89,11 +100,11 @@ def parse_conda_spec(text: str) -> CondaSpec:
             if len(parts) > 1:
                 build = "=".join(parts[1:]).strip() or None
             if len(parts) > 2 or (version and " " in version):
-                raise ValueError(f"not a conda spec: {raw!r}")
+                raise ValueError(f"not a conda spec: {_short(raw)}")
         else:
             tokens = _join_operator_tokens(rest.split())
             if len(tokens) > 2:
-                raise ValueError(f"not a conda spec: {raw!r} (too many parts)")
+                raise ValueError(f"not a conda spec: {_short(raw)} (too many parts)")
             version = tokens[0]
             build = tokens[1] if len(tokens) > 1 else None
             # conda also reads `pytorch>=2.7.0=cuda12*` as version >=2.7.0, build cuda12*
@@ -104,8 +115,34 @@ def parse_conda_spec(text: str) -> CondaSpec:
     build = brackets.get("build", build)
     channel = brackets.get("channel", channel)
     if version is not None and any(c.isspace() for c in version):
-        raise ValueError(f"not a conda spec: {raw!r}")
+        raise ValueError(f"not a conda spec: {_short(raw)}")
+    for text_part in (version, build):
+        if text_part and any(len(p) > MAX_VERSION_PART for p in re.findall(r"\w+", text_part)):
+            raise ValueError(
+                f"not a conda spec: {_short(raw)} (a version or build part is longer than "
+                f"{MAX_VERSION_PART} characters)"
+            )
     return CondaSpec(name=name, version=version, build=build, channel=channel, raw=raw)
+
+
+def _short(value: object, limit: int = 80) -> str:
+    """A value echoed in an error: repr'd, control characters escaped, cut to `limit` characters
+    (the file may hold megabytes on one line)."""
+    text = repr(value)[: limit + 1]
+    return printable(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def _pip_entry_problem(text: str) -> str | None:
+    """Why a pip entry is refused before anything reads it further: too long, or a requirement
+    whose version has a part no version has (5000 digits)."""
+    if len(text) > MAX_PIP_CHARS:
+        return f"longer than {MAX_PIP_CHARS} characters"
+    line = parse_pip_line(text)
+    if line.specifier and any(
+        len(p) > MAX_VERSION_PART for p in re.findall(r"\w+", line.specifier)
+    ):
+        return f"a version part is longer than {MAX_VERSION_PART} characters"
+    return None
 
 
 def _join_operator_tokens(tokens: list[str]) -> list[str]:
@@ -127,7 +164,7 @@ def _parse_brackets(inner: str, raw: str) -> dict[str, str]:
         value = next(g for g in m.groups()[1:] if g is not None).strip()
         out[key] = value
     if not out and inner.strip():
-        raise ValueError(f"not a conda spec: {raw!r} (bad [key=value] part)")
+        raise ValueError(f"not a conda spec: {_short(raw)} (bad [key=value] part)")
     return out
 
 
@@ -215,21 +252,32 @@ def parse_environment_yml(text: str, source: str) -> EnvSpec:
     """environment.yml text -> EnvSpec. Raises UsageError naming `source`, the line and the fix."""
     import yaml
 
+    from envtool.core.safe_load import YamlRefused, check_depth, strict_loader
+
     fix = "fix the YAML at that line (indent with spaces, one `- spec` per dependency)"
+    # the strict loader (no aliases, no duplicate keys) keeps the composed nodes for line numbers:
+    # a 359-byte alias bomb must not expand into gigabytes
     try:
-        loader = yaml.SafeLoader(text)
+        loader = strict_loader()(text)
         try:
             root = loader.get_single_node()
             data = loader.construct_document(root) if root is not None else None
         finally:
             loader.dispose()
+    except YamlRefused as exc:
+        where = f"{source}:{exc.line}" if exc.line else source
+        raise UsageError(f"{where}: {exc.reason}", "write the value out in full") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}" if mark else source
         problem = exc.problem or exc.context or "malformed YAML"
         raise UsageError(f"{where}: malformed YAML: {problem}", fix) from None
     except yaml.YAMLError as exc:  # e.g. "expected a single document"
-        raise UsageError(f"{source}: malformed YAML: {exc}", fix) from None
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"{source}: malformed YAML: {first}", fix) from None
+    except RecursionError:
+        raise UsageError(f"{source}: nested too deeply", fix) from None
+    check_depth(data, source, fix)
 
     if data is None:
         raise UsageError(f"{source}: the file is empty", "add at least a `dependencies:` list")
@@ -280,11 +328,18 @@ def parse_environment_yml(text: str, source: str) -> EnvSpec:
                     "write `- pip:` followed by lines like `    - torch==2.3.1`",
                 )
             has_pip_section = True
+            for e in entries:
+                problem = _pip_entry_problem(str(e))
+                if problem:
+                    raise UsageError(
+                        f"{where('dependencies', i)}: pip entry {_short(str(e))}: {problem}",
+                        "write a requirement like `torch==2.3.1`",
+                    )
             pip.extend(str(e) for e in entries)
             continue
         if not isinstance(item, str):
             raise UsageError(
-                f"{where('dependencies', i)}: dependency {item!r} is not a spec string",
+                f"{where('dependencies', i)}: dependency {_short(item)} is not a spec string",
                 'quote it, e.g. `- "python=3.10"`',
             )
         try:

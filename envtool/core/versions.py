@@ -5,14 +5,20 @@ from __future__ import annotations
 import re
 
 _NUM = re.compile(r"\d+")
+# A version part longer than this is no version (int() refuses > 4300 digits; any real one is
+# < 10): refused as "not a version" like any other bad text, so callers' ValueError handling works.
+MAX_PART = 64
 
 
 def parse_version(text: str) -> tuple[int, ...]:
     """'535.54.03' -> (535, 54, 3); '2.3.1+cu121' -> (2, 3, 1); stops at the first non-numeric part."""
     head = re.split(r"[+\-_ a-zA-Z]", text.strip(), maxsplit=1)[0]
-    parts = [int(p) for p in _NUM.findall(head)]
+    digits = _NUM.findall(head)
+    if any(len(p) > MAX_PART for p in digits):
+        raise ValueError(f"not a version: {text[:40]!r} (a part longer than {MAX_PART} digits)")
+    parts = [int(p) for p in digits]
     if not parts:
-        raise ValueError(f"not a version: {text!r}")
+        raise ValueError(f"not a version: {text[:40]!r}")
     return tuple(parts)
 
 
@@ -29,7 +35,7 @@ def cuda_from_int(value: int) -> str:
 
 def cuda_from_build_tag(tag: str) -> str | None:
     """'cu121' / 'cuda121' / 'cuda12.1' / 'cuda118' -> '12.1' / '11.8'; anything else -> None."""
-    m = re.search(r"cu(?:da)?(\d+)\.(\d+)", tag)
+    m = re.search(r"cu(?:da)?(\d{1,4})\.(\d{1,4})(?!\d)", tag)
     if m:
         return f"{int(m.group(1))}.{int(m.group(2))}"
     # Three digits, or two for the CUDA 8/9 era (cu92); "cuda12*" is a glob naming no single CUDA.
