@@ -349,3 +349,65 @@ def test_a_hostile_script_name_gives_a_plain_job_name(tmp_path: Path) -> None:
     assert len(names) == 1 and re.fullmatch(r"#SBATCH --job-name=[A-Za-z0-9._+-]+", names[0])
     assert not any(ln.startswith("#SBATCH --uid") for ln in directives)
     assert pwned(tmp_path) == []
+
+
+# --- printed hints: every command line that names a value is pasteable -----------------------
+
+
+def shell_words(command_line: str) -> list[str]:
+    """The words bash makes of a printed command line (nothing in it may run)."""
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", "printf '%s\\0' " + command_line],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split("\0")[:-1]
+
+
+def backticked(text: str, start: str) -> list[str]:
+    return [m for m in re.findall(r"`([^`]*)`", text) if m.startswith(start)]
+
+
+def test_init_run_it_hints_quote_the_path(tmp_path: Path) -> None:
+    dest = tmp_path / "x $(touch PWNED_i)'`touch PWNED_i2`\";y.py"
+    out = run_envtool("init", str(dest), env=base_env(tmp_path), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    hints = out.stdout.split("run it:\n", 1)[1].splitlines()
+    assert [shell_words(h) for h in hints] == [
+        ["python", str(dest), "--help"],
+        ["torchrun", "--standalone", "--nproc-per-node", "2", str(dest)],
+        ["envtool", "launch", str(dest), "--gpus", "2"],
+    ]
+    assert pwned(tmp_path) == []
+
+
+# no backtick: the hints sit between backticks in the message (backticks: see the hooks above)
+NAME = "n$(touch${IFS}PWNED_h)';x\"$HOME|y&"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["lock", NAME, "--check"], ["export", NAME], ["install", NAME], ["doctor", NAME]],
+)
+def test_error_hints_quote_the_env_name(args: list[str], tmp_path: Path) -> None:
+    env = {**base_env(tmp_path), "ENVTOOL_DRIVER_VERSION": "570.86.10"}
+    out = run_envtool(*args, env=env, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    hints = backticked(out.stderr, "envtool ")
+    assert hints, out.stderr
+    for hint in hints:
+        assert NAME in shell_words(hint), hint
+    assert pwned(tmp_path) == []
+
+
+def test_doctor_fixes_quote_the_env_name() -> None:
+    from envtool.core.checks import check_torch_present
+    from envtool.core.facts import EnvFacts, HostFacts
+
+    check = check_torch_present(
+        HostFacts(), EnvFacts(name=NAME, prefix="/p", status="no-python", python_exe="/p/python")
+    )
+    (hint,) = backticked(check.fix or "", "envtool create")
+    assert shell_words(hint) == ["envtool", "create", NAME, "--cuda", "auto"]

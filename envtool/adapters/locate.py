@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from envtool.core.shell_quote import printable
+from envtool.core.shell_quote import printable, quote_posix
 from envtool.errors import UsageError
 
 
@@ -78,7 +78,7 @@ def resolve_target(
         if not pre.is_dir():
             raise UsageError(
                 f"no environment named {name!r} under {envs_dir()}",
-                f"create it with `envtool create {name}`, or pass --prefix PATH / --python PATH",
+                f"create it with `envtool create {quote_posix(name)}`, or pass --prefix PATH / --python PATH",
             )
         return Target(python_in(pre), pre, name)
     if prefix:

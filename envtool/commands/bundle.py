@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from envtool.core.shell_quote import quote_posix
 from envtool.output import Result, emit
 
 
@@ -70,6 +71,7 @@ def cmd(
     data = write_bundle(lock, out, list(platforms) or None, progress=not as_json, name=env_name)
     text = [
         f"bundled {len(data['files'])} files into {out}",
-        f"install offline with: envtool install --from {out}   (as {env_name}; or pass a NAME)",
+        f"install offline with: envtool install --from {quote_posix(str(out))}   "
+        f"(as {quote_posix(env_name)}; or pass a NAME)",
     ]
     emit(Result("bundle", data, text), as_json)

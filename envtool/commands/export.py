@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from envtool.core.shell_quote import quote_posix
 from envtool.errors import UsageError, not_utf8
 from envtool.output import note
 
@@ -73,7 +74,8 @@ def run_export(
         if not lock_file.is_file():
             raise UsageError(
                 f"{lock_file}: no lock for environment {name!r}",
-                f"run `envtool lock {name}` (or `envtool create {name}`) first, or pass --lock FILE",
+                f"run `envtool lock {quote_posix(name)}` (or `envtool create {quote_posix(name)}`) first, "
+                "or pass --lock FILE",
             )
     lock = read_lock(lock_file)
     if fmt == "explicit":

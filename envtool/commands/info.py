@@ -13,11 +13,10 @@ from envtool.output import Result, emit
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
     """Show where NAME lives, what it was installed from, and whether the install finished."""
-    import shlex
-
     from envtool.adapters.install_state import read_state_record
     from envtool.adapters.installed import describe_env
     from envtool.adapters.locate import existing_env
+    from envtool.core.shell_quote import quote_posix
 
     target = existing_env(name, prefix)
     row = describe_env(target)
@@ -30,9 +29,9 @@ def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
             text.append(f"{short:14} {value}")
     if row["state"] == "incomplete":
         # the same install again finishes it; an env given by path is named by its path
-        again = row["name"]
+        again = quote_posix(row["name"])
         if prefix:
-            lock, where = row.get("lock_path"), shlex.quote(str(target))
-            again = f"--lock {shlex.quote(lock)} --prefix {where}" if lock else f"--prefix {where}"
+            lock, where = row.get("lock_path"), quote_posix(str(target))
+            again = f"--lock {quote_posix(lock)} --prefix {where}" if lock else f"--prefix {where}"
         text.append(f"the last install did not finish: run `envtool install {again}` to finish it")
     emit(Result("info", row, text), as_json)

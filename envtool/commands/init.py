@@ -66,10 +66,13 @@ def render_list(templates: dict, directory: str) -> Result:
 
 
 def render_written(target: object, template: str) -> list[str]:
+    from envtool.core.shell_quote import quote_posix
+
+    path = quote_posix(str(target))  # the lines are pasted into a shell
     return [
         f"wrote {target} (template {template})",
         "run it:",
-        f"  python {target} --help",
-        f"  torchrun --standalone --nproc-per-node 2 {target}",
-        f"  envtool launch {target} --gpus 2",
+        f"  python {path} --help",
+        f"  torchrun --standalone --nproc-per-node 2 {path}",
+        f"  envtool launch {path} --gpus 2",
     ]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from envtool.core.shell_quote import quote_posix
 from envtool.errors import UsageError
 from envtool.output import Result, emit
 
@@ -112,7 +113,8 @@ def resolve_install_args(
         if not lock.is_file():
             raise UsageError(
                 f"no lock for {name!r} at {lock}",
-                f"run `envtool create {name}` / `envtool lock {name}` here, or pass --lock FILE",
+                f"run `envtool create {quote_posix(name)}` / `envtool lock {quote_posix(name)}` here, "
+                "or pass --lock FILE",
             )
     else:
         raise UsageError("give NAME, --lock FILE or --from DIR", "e.g. `envtool install myenv`")

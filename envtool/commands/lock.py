@@ -14,6 +14,7 @@ import click
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
 from envtool.commands.create import project_dir_option
+from envtool.core.shell_quote import quote_posix
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.locking import (
     LockOutcome,
@@ -62,7 +63,7 @@ def cmd(
     if not yml_path.exists() and not yml_path.is_symlink():
         raise UsageError(
             f"{yml_path}: no environment.yml",
-            f"create it with `envtool create {name} --no-install`",
+            f"create it with `envtool create {quote_posix(name)} --no-install`",
         )
     yml_text = read_text(yml_path, ENV_FILE_LIMIT, what="environment file")
     stamp, stored = stored_lock_options(lock_path)
@@ -78,7 +79,8 @@ def cmd(
             else:
                 state = "stale"
             raise DiagnosedFailure(
-                f"{lock_path}: lock is {state}", f"run `envtool lock {name}` to update it"
+                f"{lock_path}: lock is {state}",
+                f"run `envtool lock {quote_posix(name)}` to update it",
             )
         emit(
             Result(

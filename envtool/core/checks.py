@@ -14,6 +14,7 @@ from typing import Any
 
 from envtool.core import cuda as cudak
 from envtool.core.facts import EnvFacts, HostFacts
+from envtool.core.shell_quote import quote_posix
 from envtool.core.versions import cuda_from_build_tag, cuda_from_int, major_minor, parse_version
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
@@ -155,7 +156,7 @@ def _cu_tag(cuda: str) -> str:
 
 def _name(env: EnvFacts) -> str:
     """What fixes call the environment: its name when the user gave one (`doctor demo`)."""
-    return env.name or "NAME"
+    return quote_posix(env.name) if env.name else "NAME"  # pasted into a shell
 
 
 def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
