@@ -133,7 +133,12 @@ def test_replay_with_an_old_driver_fails_with_the_fix(h200_record: Path):
         "envtool doctor: FAIL — torch 2.11.0+cu130 needs driver ≥ 580.65.06 (CUDA 13.0); "
         "driver 470.182.03 runs CUDA ≤ 11.4 natively (≤ 11.8 with minor-version compatibility)"
     )
-    assert any("fix:" in x and "--cuda 11.8" in x for x in lines)
+    # no driver of the 470 branch drives a Hopper GPU: no CUDA build is suggested (issue 12)
+    assert not any("--cuda" in x for x in lines), proc.stdout
+    assert any(
+        "fix: upgrade the NVIDIA driver to ≥ 520.61.05 for this GPU (NVIDIA H200, sm_90)" in x
+        for x in lines
+    )
 
 
 def test_replay_of_a_host_whose_driver_hung_fails_with_the_fix(tmp_path: Path):

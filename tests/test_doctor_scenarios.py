@@ -406,3 +406,30 @@ def test_replay_driver_610_renamed_fields_is_healthy(fixtures, tmp_path):
     checks = run_checks(h, e)
     assert overall(checks) == "ok", [c for c in checks if c.status != "ok"]
     assert check_by_id(checks, "gpu-arch-covered").status == "ok"  # CUDA 13 keeps sm_75
+
+
+def test_h200_on_a_470_driver_is_told_to_upgrade_never_given_a_cuda():
+    # h200-x2-host replayed with --driver 470.57.02 (issue 12): no 470 driver drives Hopper
+    # (sm_90 needs ≥ 520.61.05), so no `--cuda 11.8` — whatever torch is installed
+    h = host("470.57.02", ["NVIDIA H200"] * 2, "9.0")
+    cuda_env = env("2.11.0+cu130", "13.0", False, capabilities=["9.0", "9.0"])
+    cpu_env = env("2.11.0+cpu", None, False)
+    for e in (cuda_env, cpu_env):
+        checks = run_checks(h, e)
+        gpu = check_by_id(checks, "driver-vs-gpu")
+        assert gpu.status == "fail"
+        assert (
+            gpu.summary == "driver 470.57.02 cannot drive NVIDIA H200, sm_90: it needs ≥ 520.61.05"
+        )
+        assert (
+            gpu.fix == "upgrade the NVIDIA driver to ≥ 520.61.05 for this GPU (NVIDIA H200, sm_90)"
+        )
+        assert not any("--cuda 11" in (c.fix or "") for c in checks), [c.fix for c in checks]
+    cpu = check_by_id(run_checks(h, cpu_env), "cpu-torch-on-gpu-host")
+    assert cpu.fix.startswith("upgrade the NVIDIA driver to ≥ 520.61.05 for this GPU")
+    assert "pip install" not in cpu.fix
+    # an A100 on the same driver is driven: the fix is the CUDA the driver runs
+    a100 = host("470.57.02", ["NVIDIA A100-SXM4-80GB"], "8.0")
+    checks = run_checks(a100, cuda_env)
+    assert check_by_id(checks, "driver-vs-gpu").status == "ok"
+    assert "--cuda 11.8" in check_by_id(checks, "driver-vs-torch-cuda").fix

@@ -96,6 +96,11 @@ def test_host_check_refuses_a_driver_too_old_for_the_locked_cuda(fixtures: Path)
     assert any("sm_75" in p for p, _ in problems)  # T4 not in sm_80/sm_90
     assert "login node" in plan_host_check(meta, "linux-64", HostFacts())[0][1]
     assert plan_host_check({"envtool_cuda": "cpu"}, "linux-64", HostFacts()) == []
+    # an H200 on a 470 driver: no CUDA helps, the driver must be upgraded for the GPU (issue 12)
+    h200_old = HostFacts(driver_version="470.57.02", gpus=[GpuFacts(0, "NVIDIA H200", "9.0")])
+    problem, fix = plan_host_check({"envtool_cuda": "11.8"}, "linux-64", h200_old)[0]
+    assert problem == "driver 470.57.02 cannot drive NVIDIA H200, sm_90 (needs >= 520.61.05)"
+    assert fix == "upgrade the NVIDIA driver to ≥ 520.61.05 for this GPU (NVIDIA H200, sm_90)"
 
 
 def test_lock_reader_agrees_with_conda_lock_on_real_locks(fixtures: Path) -> None:

@@ -36,13 +36,23 @@ def plan_host_check(meta: dict[str, str], platform: str, host: HostFacts) -> lis
             )
         ]
     driver = host.driver_version
+    from envtool.core.suggest import Gpu, suggest_cuda
+
+    # the one answer create and doctor give: a GPU this driver cannot drive gets "upgrade the
+    # driver for this GPU", not a CUDA to re-create with
+    s = suggest_cuda(driver, [Gpu(g.capability, g.name) for g in host.gpus if g.capability], None)
+    if s.kind == "driver" and s.gpu:
+        problems.append(
+            (f"driver {driver} cannot drive {s.gpu} (needs >= {s.driver})", s.upgrade())
+        )
     verdict = driver_supports(driver, cuda)
     floor = meta.get("envtool_min_driver") or verdict.min_driver
     if verdict.mode == "no":
+        way = "" if s.kind == "driver" else ", re-create with `--cuda auto`"
         problems.append(
             (
                 f"driver {driver} cannot run the locked CUDA {cuda} build (needs >= {floor})",
-                "upgrade the driver, re-create with `--cuda auto`, or pass --force",
+                f"upgrade the driver{way}, or pass --force",
             )
         )
     archs_text = meta.get("envtool_gpu_archs", "")

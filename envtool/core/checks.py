@@ -15,6 +15,7 @@ from typing import Any
 from envtool.core import cuda as cudak
 from envtool.core.facts import EnvFacts, HostFacts
 from envtool.core.shell_quote import quote_posix
+from envtool.core.suggest import Gpu, Suggestion, driver_floor_for_gpus, suggest_cuda
 from envtool.core.versions import cuda_from_build_tag, cuda_from_int, major_minor, parse_version
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
@@ -118,33 +119,27 @@ def _gpu_count(host: HostFacts, env: EnvFacts) -> int:
     return len(env.torch.capabilities) if env.torch and env.torch.capabilities else 0
 
 
-def pick_cuda_for_driver(host: HostFacts, env: EnvFacts) -> str | None:
-    """The newest CUDA this driver can run (natively or via minor-version compatibility) that
-    official torch builds exist for — what `envtool create NAME --cuda X` should ask for."""
-    ceiling = None
-    if host.driver_version:
-        ceiling = cudak.newest_cuda_compat(host.driver_version)
-    else:
-        ceiling = driver_cuda(host, env)
-    if ceiling is None:
+def _gpus(host: HostFacts, env: EnvFacts) -> list[Gpu]:
+    gpus = [Gpu(g.capability, g.name) for g in host.gpus if g.capability]
+    if not gpus and env.torch and env.torch.capabilities:
+        gpus = [Gpu(c) for c in env.torch.capabilities]
+    return gpus
+
+
+def suggestion_for(host: HostFacts, env: EnvFacts) -> Suggestion | None:
+    """What `envtool create NAME --cuda X` should ask for on this host: core.suggest's answer for
+    this driver (or, with no version, the CUDA level torch's message names) and these GPUs, over
+    PyTorch's official builds. None when nothing is known about the driver."""
+    dc = None if host.driver_version else driver_cuda(host, env)
+    if not host.driver_version and not dc:
         return None
-    caps = [g.capability for g in host.gpus if g.capability]
-    best = None
-    for c in cudak.known_cuda_versions():
-        if parse_version(c) > parse_version(ceiling) or not cudak.official_torch_for_cuda(c):
-            continue
-        archs = cudak.archs_for_cuda(c)
-        if archs and not all(_covered(cap, archs) for cap in caps):
-            continue  # builds for this CUDA have no kernels for one of the GPUs
-        best = c
-    return best
+    return suggest_cuda(host.driver_version, _gpus(host, env), None, driver_cuda=dc)
 
 
-def _covered(cap: str, archs: tuple[str, ...]) -> bool:
-    try:
-        return cudak.arch_covered(cap, archs)
-    except ValueError:
-        return True  # an unparseable capability is not evidence against a build
+def pick_cuda_for_driver(host: HostFacts, env: EnvFacts) -> str | None:
+    """The CUDA of suggestion_for, when the answer is a CUDA build (not a driver upgrade)."""
+    s = suggestion_for(host, env)
+    return s.cuda if s and s.kind == "cuda" else None
 
 
 def _cu_tag(cuda: str) -> str:
@@ -274,15 +269,38 @@ def check_nvidia_driver(host: HostFacts, env: EnvFacts) -> Check:
 
 
 def _driver_fix(host: HostFacts, env: EnvFacts, floor: str | None, tc: str) -> str:
-    parts = [
+    upgrade = (
         f"upgrade the NVIDIA driver to ≥ {floor} (CUDA {tc})" if floor else "upgrade the driver"
-    ]
-    pick = pick_cuda_for_driver(host, env)
-    if pick and parse_version(pick) < parse_version(tc):
-        parts.append(
-            f"or `envtool create {_name(env)} --cuda {pick}` (the newest CUDA this driver runs)"
+    )
+    s = suggestion_for(host, env)
+    if s and s.kind == "driver" and s.gpu:  # no CUDA build helps: the GPU needs a newer driver
+        return f"{upgrade}; no older CUDA build helps: {s.gpu} needs ≥ {s.driver}"
+    if s and s.kind == "cuda" and s.cuda and parse_version(s.cuda) < parse_version(tc):
+        return (
+            f"{upgrade}, or `envtool create {_name(env)} --cuda {s.cuda}` "
+            "(the newest CUDA this driver runs)"
         )
-    return ", ".join(parts)
+    return upgrade
+
+
+def check_driver_vs_gpu(host: HostFacts, env: EnvFacts) -> Check:
+    """A driver older than a GPU's own floor cannot drive that GPU, whatever the CUDA."""
+    cid = "driver-vs-gpu"
+    gpus = _gpus(host, env)
+    if not host.driver_version or not gpus:
+        return Check(cid, SKIP, "needs a known driver version and GPU", [])
+    too_old = driver_floor_for_gpus(host.driver_version, gpus)
+    if too_old is None:
+        return Check(cid, OK, f"driver {host.driver_version} drives every GPU", [])
+    floor, gpu = too_old
+    s = Suggestion("driver", driver=floor, gpu=gpu.label())
+    return Check(
+        cid,
+        FAIL,
+        f"driver {host.driver_version} cannot drive {gpu.label()}: it needs ≥ {floor}",
+        [f"driver {host.driver_version}", f"GPU {gpu.label()}: driver floor {floor}"],
+        s.upgrade(),
+    )
 
 
 def check_driver_vs_torch_cuda(host: HostFacts, env: EnvFacts) -> Check:
@@ -403,7 +421,8 @@ def check_cpu_torch_on_gpu_host(host: HostFacts, env: EnvFacts) -> Check:
     names = sorted({g.name for g in host.gpus}) or [f"{gpus} GPU(s)"]
     if gpus == 0:
         names = ["an NVIDIA driver"]
-    pick = pick_cuda_for_driver(host, env)
+    s = suggestion_for(host, env)
+    pick = s.cuda if s and s.kind == "cuda" else None
     series = env.torch.version if env.torch and env.torch.version else None
     wheel_cuda = None
     if series:
@@ -419,6 +438,9 @@ def check_cpu_torch_on_gpu_host(host: HostFacts, env: EnvFacts) -> Check:
         elif "cudatoolkit" in env.conda_packages:
             wheel_cuda = major_minor(env.conda_packages["cudatoolkit"]["version"])
     fix = f"envtool create {_name(env)} --cuda {pick or 'auto'}"
+    if s and s.kind == "driver":
+        fix = f"{s.upgrade()}, then `{fix}`"
+        wheel_cuda = None  # no CUDA build runs on this driver
     if wheel_cuda and series:
         base = series.partition("+")[0]
         fix += (
@@ -482,20 +504,6 @@ def _arch_list(env: EnvFacts) -> tuple[tuple[str, ...] | None, str]:
     return None, ""
 
 
-def _cuda_covering(cap: str, host: HostFacts, env: EnvFacts) -> str | None:
-    """Newest CUDA with official torch builds whose arch list covers this GPU, preferring ones
-    the driver can run (natively or via minor-version compatibility)."""
-    fits = [
-        c
-        for c, archs in cudak.load_cuda_data().cuda_archs.items()
-        if cudak.arch_covered(cap, archs) and cudak.official_torch_for_cuda(c)
-    ]
-    fits.sort(key=parse_version)
-    ceiling = cudak.newest_cuda_compat(host.driver_version) if host.driver_version else None
-    runnable = [c for c in fits if ceiling and parse_version(c) <= parse_version(ceiling)]
-    return (runnable or fits or [None])[-1]
-
-
 def check_gpu_arch_covered(host: HostFacts, env: EnvFacts) -> Check:
     cid = "gpu-arch-covered"
     if torch_cuda(env) is None or torch_is_cpu_build(env):
@@ -523,12 +531,14 @@ def check_gpu_arch_covered(host: HostFacts, env: EnvFacts) -> Check:
     if not missing:
         return Check(cid, OK, "every GPU's architecture is in torch's build", ev)
     idx, name, cap = missing[0]
-    want = _cuda_covering(cap, host, env)
-    fix = (
-        f"envtool create {_name(env)} --cuda {want}"
-        if want
-        else "build torch from source for this GPU"
-    )
+    s = suggestion_for(host, env) or suggest_cuda(None, _gpus(host, env), None)
+    if s.kind == "cuda":
+        fix = f"envtool create {_name(env)} --cuda {s.cuda}"
+    elif s.kind == "driver":
+        then = f", then `envtool create {_name(env)} --cuda {s.cuda}`" if s.cuda else ""
+        fix = s.upgrade() + then
+    else:
+        fix = "build torch from source for this GPU"
     return Check(
         cid,
         FAIL,
@@ -831,6 +841,7 @@ CHECKS: tuple[Callable[[HostFacts, EnvFacts], Check], ...] = (
     check_torch_present,
     check_nvidia_driver,
     check_driver_vs_torch_cuda,
+    check_driver_vs_gpu,
     check_cpu_torch_on_gpu_host,
     check_lock_drift,
     check_two_torch_installs,
