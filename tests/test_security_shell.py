@@ -411,3 +411,99 @@ def test_doctor_fixes_quote_the_env_name() -> None:
     )
     (hint,) = backticked(check.fix or "", "envtool create")
     assert shell_words(hint) == ["envtool", "create", NAME, "--cuda", "auto"]
+
+
+# --- pip requirements: one checked line per lock entry ----------------------------------------
+
+
+@pytest.fixture
+def stray(tmp_path: Path) -> tuple[Path, str]:
+    import channel_builder as cb
+
+    wheel = cb.build_wheel(tmp_path / "stray", name="stray_pkg", version="6.6")
+    return wheel, cb.sha256_of(wheel)
+
+
+def _injections(stray: tuple[Path, str]) -> dict[str, dict]:
+    wheel, sha = stray
+    extra = f"stray_pkg @ {wheel.as_uri()} --hash=sha256:{sha}"
+    return {
+        "name": {"name": f"envtool-demo\n{extra}"},
+        "url": {"url": None},  # filled in by the test: the real URL + "\n" + extra
+        "sha256": {"hash": {"sha256": "0" * 64 + "\n" + extra}},
+        "version": {"version": f"0.1.0\n{extra}"},
+        "url-option": {"url": None},  # the real URL + " --index-url http://evil"
+    }
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("field", ["name", "url", "sha256", "version", "url-option"])
+def test_a_lock_pip_entry_cannot_add_requirement_lines(
+    field: str, setup, stray: tuple[Path, str], tmp_path: Path
+) -> None:
+    import channel_builder as cb
+    import yaml
+
+    edits = _injections(stray)[field]
+    if "url" in edits:
+        entry = next(
+            e for e in yaml.safe_load(setup.lock.read_text())["package"] if e["manager"] == "pip"
+        )
+        wheel, sha = stray
+        tail = (
+            f"\nstray_pkg @ {wheel.as_uri()} --hash=sha256:{sha}"
+            if field == "url"
+            else " --index-url http://127.0.0.1:9/simple"
+        )
+        edits = {"url": entry["url"] + tail}
+    lock = cb.edit_lock(setup.lock, tmp_path / "p" / "conda-lock.yml", {"envtool-demo": edits})
+    prefix = tmp_path / "env"
+    env = {**base_env(tmp_path), "ENVTOOL_DRIVER_VERSION": "570.86.10"}
+    out = run_envtool(
+        "install", "--lock", str(lock), "--prefix", str(prefix), "--force", env=env, cwd=tmp_path
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    # refused in one line by the lock reader or, behind it, the requirements writer
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "stray_pkg" in lines[0] or "--index-url" in lines[0]
+    assert "\x1b" not in out.stderr
+    assert not prefix.exists()  # refused before anything was fetched or linked
+    assert not list(tmp_path.rglob("stray_pkg/__init__.py"))
+
+
+def test_the_requirements_writer_refuses_anything_but_one_line_per_entry() -> None:
+    from envtool.adapters.uv_pip import locked_requirement, requirements_text
+    from envtool.errors import UsageError
+
+    ok = locked_requirement("a.b-c_d", "1.0", "file:///w/a.whl", "AB" * 32, "L")
+    assert ok == f"a.b-c_d @ file:///w/a.whl --hash=sha256:{'ab' * 32}"
+    assert requirements_text([ok, ok], "L") == f"{ok}\n{ok}\n"
+    bad = [
+        ("a\nb", "1", "file:///a", "ab" * 32),
+        ("-e", "1", "file:///a", "ab" * 32),
+        ("a_", "1", "file:///a", "ab" * 32),
+        ("a", "1 2", "file:///a", "ab" * 32),
+        ("a", "1", "file:///a --index-url x", "ab" * 32),
+        ("a", "1", "file:///a\r", "ab" * 32),
+        ("a", "1", "file:///a", "ab" * 31),
+        ("a", "1", "file:///a", None),
+    ]
+    for name, version, url, sha in bad:
+        with pytest.raises(UsageError, match="^L: pip package"):
+            locked_requirement(name, version, url, sha, "L")
+    for line in ("a\nb", "", "a\x00", "a\x1b[2J"):
+        with pytest.raises(UsageError, match="not a single requirement line"):
+            requirements_text([line], "L")
+
+
+@pytest.mark.parametrize(
+    "entry", ['"tinyalpha\\nstray_pkg"', '"tinyalpha\\rx"', '"bad_ ==1"', '"a\\u001b[2J"']
+)
+def test_an_env_file_pip_entry_with_a_newline_is_refused(entry: str, tmp_path: Path) -> None:
+    yml = tmp_path / "environment.yml"
+    yml.write_text(f"dependencies:\n  - python=3.11\n  - pip:\n    - {entry}\n")
+    out = run_envtool("inspect", str(yml), env=base_env(tmp_path), cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "pip entry" in out.stderr
+    assert "\x1b" not in out.stderr

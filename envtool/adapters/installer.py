@@ -245,6 +245,10 @@ def install_from_lock(
         p.file_name: (remap_to_channels(p, channels_override) if channels_override else p.url)
         for p in pkgs
     }
+    if pip_pkgs:  # a bad pip entry is refused before anything is fetched or linked
+        from envtool.adapters.uv_pip import pip_requirements
+
+        pip_requirements(pip_pkgs, urls, str(lock.path))
     with install_state.hold_env_lock(prefix, prefix.name, on_wait=note):
         install_state.write_incomplete_marker(prefix, lock.sha256, lock.path)
         say(f"fetching {len(conda_pkgs)} packages (hash-checked against {lock.path.name})")
@@ -426,7 +430,7 @@ def _install_pip(
 ) -> None:
     from envtool.adapters.locate import python_in
     from envtool.adapters.proc import run_capture
-    from envtool.adapters.uv_pip import uv_binary
+    from envtool.adapters.uv_pip import pip_requirements, uv_binary
 
     python = python_in(prefix)
     if not python.exists():
@@ -434,16 +438,8 @@ def _install_pip(
             f"the lock has pip packages but {prefix} has no python",
             "add python to the environment's conda dependencies and re-lock",
         )
-    lines = []
-    for p in pkgs:
-        if not p.sha256:
-            raise DiagnosedFailure(
-                f"pip package {p.name} {p.version} has no sha256 in the lock",
-                "re-lock so every pip entry carries a hash",
-            )
-        lines.append(f"{p.name} @ {urls[p.file_name].split('#', 1)[0]} --hash=sha256:{p.sha256}")
     req = install_state.envtool_meta_dir(prefix) / "pip-requirements.txt"
-    req.write_text("\n".join(lines) + "\n")
+    req.write_text(pip_requirements(pkgs, urls, "the lock"))  # the one checked writer
     offline = all(urls[p.file_name].startswith("file://") for p in pkgs)
     argv = [
         uv_binary(),

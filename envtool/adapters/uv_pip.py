@@ -12,11 +12,17 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envtool.adapters.proc import run_capture
 from envtool.adapters.rattler_solve import one_line
 from envtool.core.lockfile import PipPackage, SolvedPackage
+from envtool.core.shell_quote import printable
+from envtool.core.spec import PIP_NAME
 from envtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from envtool.core.lock_model import LockedPackage
 
 # conda package -> the pip distributions it provides (only the ones pip must never replace)
 TORCH_FAMILY = {"pytorch": "torch", "torchvision": "torchvision", "torchaudio": "torchaudio"}
@@ -27,6 +33,56 @@ PYTHON_PLATFORM = {
     "win-64": "x86_64-pc-windows-msvc",
 }
 _PASS_OPTIONS = ("--index-url", "--extra-index-url", "--find-links")
+# one token: no whitespace (a requirements file splits options there), no control characters
+# (a newline starts another requirement)
+_TOKEN = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]+")
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def check_pip_name(name: object, where: str) -> str:
+    """A PEP 508 distribution name, or a one-line UsageError naming `where`."""
+    if not isinstance(name, str) or not PIP_NAME.fullmatch(name):
+        raise UsageError(
+            f"{where}: pip package name {printable(repr(name))[:120]} is not a valid name",
+            "a pip name is letters, digits and . _ - (PEP 508); fix or re-create the lock",
+        )
+    return name
+
+
+def locked_requirement(name: str, version: str, url: str, sha256: str | None, where: str) -> str:
+    """One line `NAME @ URL --hash=sha256:HEX` from a lock's pip entry, each field checked:
+    a newline or space in any of them would add requirements or options to the file."""
+    check_pip_name(name, where)
+    for field_name, value in (("version", version), ("url", url)):
+        if not isinstance(value, str) or not _TOKEN.fullmatch(value):
+            raise UsageError(
+                f"{where}: pip package {name}: {field_name} {printable(repr(value))[:120]} "
+                "holds spaces or control characters",
+                "fix or re-create the lock",
+            )
+    if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
+        raise UsageError(
+            f"{where}: pip package {name}: sha256 {printable(repr(sha256))[:120]} is not 64 hex "
+            "digits",
+            "re-lock so every pip entry carries a hash",
+        )
+    return f"{name} @ {url} --hash=sha256:{sha256.lower()}"
+
+
+def requirements_text(lines: list[str], where: str) -> str:
+    """The one writer of requirements files: each item must be one line (no newline or other
+    control character), so N entries are N requirements; anything else is refused."""
+    for line in lines:
+        if not line.strip() or _CONTROL.search(line):
+            raise UsageError(
+                f"{where}: pip entry {printable(repr(line))[:120]} is not a single requirement "
+                "line",
+                "write one requirement per entry, without newlines or control characters",
+            )
+    return "".join(line + "\n" for line in lines)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def uv_binary() -> str:
@@ -79,7 +135,7 @@ def compile_pip(
         return []
     with tempfile.TemporaryDirectory(prefix="envtool-uv-") as tmp:
         req = Path(tmp) / "requirements.in"
-        req.write_text("\n".join(requirements) + "\n")
+        req.write_text(requirements_text(requirements, "environment.yml pip section"))
         out = Path(tmp) / "pylock.toml"
         argv = [
             uv_binary(),
@@ -174,3 +230,13 @@ def _conda_python(conda: list[SolvedPackage]) -> str:
     raise UsageError(
         "the environment has a pip section but no python", "add python to the dependencies"
     )
+
+
+def pip_requirements(pkgs: list[LockedPackage], urls: dict[str, str], where: str) -> str:
+    """The requirements file for a lock's pip entries (`uv pip install --require-hashes
+    --no-deps -r`): one checked line per entry, so the file installs exactly these."""
+    lines = [
+        locked_requirement(p.name, p.version, urls[p.file_name].split("#", 1)[0], p.sha256, where)
+        for p in pkgs
+    ]
+    return requirements_text(lines, where)

@@ -19,6 +19,10 @@ from envtool.errors import UsageError
 MAX_SPEC_CHARS = 1000
 MAX_VERSION_PART = 64
 MAX_PIP_CHARS = 4096  # a pip entry may carry a URL and --hash options
+# PEP 508 distribution names (uv_pip checks lock entries with the same rule)
+PIP_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+# a newline in an entry would become a second requirement line in the requirements file
+_PIP_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 # A conda package name: letters, digits and . _ - (e.g. ruamel.yaml, cuda-version, _openmp_mutex).
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
@@ -137,7 +141,11 @@ def _pip_entry_problem(text: str) -> str | None:
     whose version has a part no version has (5000 digits)."""
     if len(text) > MAX_PIP_CHARS:
         return f"longer than {MAX_PIP_CHARS} characters"
+    if _PIP_CONTROL.search(text):
+        return "holds a newline or control character (write one requirement per entry)"
     line = parse_pip_line(text)
+    if line.name and not PIP_NAME.fullmatch(line.name):
+        return f"{line.name!r} is not a valid pip package name (PEP 508)"
     if line.specifier and any(
         len(p) > MAX_VERSION_PART for p in re.findall(r"\w+", line.specifier)
     ):
