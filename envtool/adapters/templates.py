@@ -47,6 +47,14 @@ TEMPLATES: dict[str, TemplateInfo] = {
         'per step "step N loss X lr Y tokens/s Z mfu W"; last line RESULT {"step", "loss", '
         '"tokens_per_s", "mfu", ...}',
     ),
+    "generate": TemplateInfo(
+        "generate",
+        "Sample an lm/fsdp checkpoint (or random weights, --size, to benchmark): static KV "
+        "cache, bf16, compiled prefill and CUDA-graph decode, temperature/top-k/top-p, "
+        "--serve PORT (HTTP POST /generate), tensor-parallel under torchrun.",
+        '"prefill N tokens: TTFT X ms", "decode N tokens: X tokens/s, ... = W% of peak"; '
+        'last line RESULT {"ttft_ms", "decode_tokens_per_s", "mbu", "tokens", ...}',
+    ),
 }
 
 
