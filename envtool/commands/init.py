@@ -1,4 +1,4 @@
-"""`envtool init [DEST] --template ddp|lm|fsdp`: write a training-script template the user owns."""
+"""`envtool init [DEST] --template ddp|lm|fsdp|generate`: write a script template the user owns."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import click
 
 from envtool.output import Result, emit
 
-TEMPLATE_NAMES = ("ddp", "lm", "fsdp")  # kept in step with adapters.templates.TEMPLATES (tested)
+# Kept in step with adapters.templates.TEMPLATES (tested).
+TEMPLATE_NAMES = ("ddp", "lm", "fsdp", "generate")
 
 
 @click.command("init")

@@ -1,0 +1,1068 @@
+"""Generate text from an lm (or fsdp) checkpoint: static KV cache, compiled decode, HTTP serving.
+
+One file, torch + the Python standard library only: it is yours now, edit it freely.
+Reads top to bottom: config -> checkpoint -> model (tensor-parallel aware) -> engine (prefill,
+decode, sampling, CUDA graphs) -> benchmark -> HTTP server -> main.
+
+Run it:
+    python gen.py --ckpt out --prompt "Once upon a time"    # sample the model lm.py trained
+    python gen.py --size 1.3b --seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0
+                                                            # random 1.3B weights: a benchmark
+    python gen.py --cpu --size tiny --vocab-size 256 --seq-len 64 --eager   # CPU smoke test
+    python gen.py --ckpt out --serve 8000                   # HTTP: POST /generate on 127.0.0.1
+    envtool launch gen.py --gpus 1 -- --ckpt out --serve 8000   # the same, through envtool
+    torchrun --standalone --nproc-per-node 4 gen.py --ckpt out  # tensor-parallel over 4 GPUs
+    envtool launch gen.py --gpus 4 -- --ckpt out                # the same, through envtool
+
+Tokens are bytes (vocabulary 0..255), as lm.py's --data reads them; a model trained on
+synthetic tokens (vocab 50304) generates token ids, printed as numbers.
+
+How it is fast at batch 1 (decode is bound by reading the weights once per token):
+  - a static KV cache allocated once; decode attends over the first S cache slots only, S the
+    used length rounded up to --cache-bucket (one compiled graph per bucket), not the context;
+  - bf16 weights on GPU; torch.compile of the decode step and, separately, of the prefill (one
+    compile per power-of-two prompt bucket; the prompt is right-padded, which causal attention
+    never sees); each captured once in a CUDA graph, so a decode step is one graph launch with
+    the greedy token, the cache write and the position update inside it;
+  - no host sync per token unless streaming; the head reads only the last prompt position.
+
+What it prints (rank 0 only):
+    prefill N tokens: TTFT X ms
+    decode N tokens: X tokens/s, weights Y GB/token, Z GB/s = W% of peak (GPU name)
+    RESULT {"ttft_ms": ..., "decode_tokens_per_s": ..., "mbu": ..., "tokens": [...], ...}
+
+--serve PORT answers POST /generate with JSON {"prompt": str, "max_new_tokens": int,
+"temperature": float, "top_k": int, "top_p": float, "seed": int|null, "stream": bool}; the reply
+is one JSON object, or with "stream": true one JSON object per line (application/x-ndjson) per
+token and a final {"done": true, ...}. One worker (the main thread) owns the model; requests wait
+in a bounded queue. GET /health answers {"ok": true}. SIGTERM/SIGINT: finish the request in
+progress, refuse the queued ones (503), exit 0.
+"""
+
+import argparse
+import codecs
+import dataclasses
+import datetime
+import http.server
+import importlib
+import json
+import math
+import os
+import queue
+import random
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+# --- CONFIG ---
+SIZES = {  # name: (n_layer, n_head, d_model); the same shapes as lm.py
+    "tiny": (2, 2, 64),
+    "124m": (12, 12, 768),
+    "350m": (24, 16, 1024),
+    "1.3b": (24, 16, 2048),
+}
+# Peak memory bandwidth in bytes/s by GPU name (datasheets); the first key found in the name wins,
+# so the specific names (PCIe, NVL, 40GB) come before the general ones.
+PEAK_BANDWIDTH = (
+    ("GH200", None),  # HBM3 or HBM3e: ambiguous, pass --peak-bw
+    ("H200", 4.8e12),
+    ("H100 PCIE", 2.0e12),
+    ("H100 NVL", 3.9e12),
+    ("H100", 3.35e12),
+    ("H800", 3.35e12),
+    ("A100-SXM4-80GB", 2.039e12),
+    ("A100 80GB PCIE", 1.935e12),
+    ("A100", 1.555e12),  # the 40 GB parts
+    ("B200", 8.0e12),
+    ("L40S", 0.864e12),
+    ("4090", 1.008e12),
+)
+
+
+@dataclass
+class Config:
+    ckpt: str | None = field(
+        default=None,
+        metadata={"type": str, "help": "lm/ddp: OUT dir or its ckpt.pt; fsdp: OUT dir (latest)"},
+    )
+    size: str = field(default="124m", metadata={"help": "random weights: " + "|".join(SIZES)})
+    n_head: int | None = field(
+        default=None, metadata={"type": int, "help": "heads, if the checkpoint's is no preset's"}
+    )
+    vocab_size: int = field(default=50304, metadata={"help": "random weights: vocabulary"})
+    seq_len: int = field(default=1024, metadata={"help": "random weights: context length"})
+    prompt: str | None = field(
+        default=None, metadata={"type": str, "help": "prompt text (bytes are the tokens)"}
+    )
+    prompt_len: int = field(default=512, metadata={"help": "no --prompt: random prompt tokens"})
+    max_new_tokens: int = field(default=200, metadata={"help": "tokens to generate"})
+    temperature: float = field(default=0.8, metadata={"help": "0: greedy (argmax)"})
+    top_k: int = field(default=200, metadata={"help": "sample from the k likeliest (0: off)"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass (1: off)"})
+    seed: int = field(default=1337, metadata={"help": "same seed -> same tokens"})
+    eager: bool = field(default=False, metadata={"help": "no torch.compile, no CUDA graphs"})
+    cudagraphs: bool | None = field(
+        default=None, metadata={"help": "CUDA graphs (default: on when compiled on a GPU)"}
+    )
+    cpu: bool = field(default=False, metadata={"help": "force CPU + gloo (auto without CUDA)"})
+    dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "auto (bf16 GPU, fp32 CPU)|"
+            + "|".join(("bfloat16", "float16", "float32", "float64"))
+        },
+    )
+    cache_bucket: int = field(default=256, metadata={"help": "decode attends over multiples of"})
+    decode_attn: str = field(default="sdpa", metadata={"help": "sdpa|math (decode attention)"})
+    decode_linear: str = field(
+        default="mm", metadata={"help": "mm|reduce: decode matmuls as cuBLAS or fused reductions"}
+    )
+    tune: bool = field(default=False, metadata={"help": "inductor coordinate-descent tuning"})
+    repeat: int = field(default=3, metadata={"help": "timed generations after one warm-up"})
+    profile: bool = field(default=False, metadata={"help": "print the top kernels of a decode"})
+    peak_bw: float | None = field(
+        default=None, metadata={"type": float, "help": "peak memory TB/s (default: by GPU name)"}
+    )
+    serve: int | None = field(
+        default=None, metadata={"type": int, "help": "PORT: serve POST /generate (0: any port)"}
+    )
+    host: str = field(default="127.0.0.1", metadata={"help": "--serve: address to bind"})
+    max_body: int = field(default=65536, metadata={"help": "--serve: request size cap, bytes"})
+    max_queue: int = field(default=16, metadata={"help": "--serve: requests waiting, at most"})
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse prints the whole usage)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def fail(message: str) -> None:
+    """Bad input: one line on stderr, exit 2."""
+    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    parser = OneLineParser(description=__doc__.split("\n")[0])
+    for f in dataclasses.fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        helptext = f.metadata.get("help", "") + f" (default: {f.default})"
+        if f.type in (bool, "bool", bool | None, "bool | None"):
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=f.default, help=helptext
+            )
+        else:
+            kind = f.metadata.get("type", type(f.default))
+            parser.add_argument(flag, type=kind, default=f.default, help=helptext)
+    cfg = Config(**vars(parser.parse_args(argv)))
+    if cfg.size not in SIZES:
+        fail(f"--size must be one of {', '.join(SIZES)}")
+    if cfg.dtype not in ("auto", "bfloat16", "float16", "float32", "float64"):
+        fail("--dtype must be auto, bfloat16, float16, float32 or float64")
+    if cfg.decode_attn not in ("sdpa", "math"):
+        fail("--decode-attn must be sdpa or math")
+    if cfg.decode_linear not in ("mm", "reduce"):
+        fail("--decode-linear must be mm or reduce")
+    for name, low in (
+        ("max_new_tokens", 1),
+        ("prompt_len", 1),
+        ("cache_bucket", 1),
+        ("repeat", 1),
+        ("seq_len", 2),
+        ("vocab_size", 2),
+        ("max_queue", 1),
+        ("max_body", 2),
+        ("top_k", 0),
+    ):
+        if getattr(cfg, name) < low:
+            fail(f"--{name.replace('_', '-')} must be >= {low}")
+    if not (cfg.temperature >= 0 and math.isfinite(cfg.temperature)):
+        fail("--temperature must be >= 0 (0: greedy)")
+    if not 0 < cfg.top_p <= 1:
+        fail("--top-p must be in (0, 1]")
+    if cfg.serve is not None and not 0 <= cfg.serve <= 65535:
+        fail("--serve PORT must be 0..65535")
+    if cfg.ckpt and not Path(cfg.ckpt).exists():
+        fail(f"--ckpt {cfg.ckpt}: no such file or directory")
+    return cfg
+
+
+# --- CHECKPOINT ---
+def find_checkpoint(path: Path) -> tuple[str, Path]:
+    """('torch', ckpt.pt) for lm/ddp, ('dcp', step dir) for fsdp."""
+    if path.is_file():
+        return "torch", path
+    if (path / "ckpt.pt").is_file():
+        return "torch", path / "ckpt.pt"
+    if (path / "latest").is_file():  # fsdp: OUT/latest names the newest complete step dir
+        step_dir = path / (path / "latest").read_text().strip()
+        if not (step_dir / ".metadata").is_file():
+            fail(f"{path / 'latest'} names {step_dir}, which is not a complete checkpoint")
+        return "dcp", step_dir
+    if (path / ".metadata").is_file():  # an fsdp step-N directory given directly
+        return "dcp", path
+    fail(f"--ckpt {path}: no ckpt.pt, latest or DCP checkpoint in it")
+    raise AssertionError  # unreachable: fail exits
+
+
+def clean_key(key: str) -> str:
+    # torch.compile and DDP wrappers prefix the names; the model underneath is the same
+    for prefix in ("_orig_mod.", "module."):
+        key = key.replace(prefix, "")
+    return key
+
+
+def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The model's full (unsharded) weights on the CPU, from an lm/ddp or fsdp checkpoint."""
+    kind, where = find_checkpoint(path)
+    try:
+        if kind == "torch":
+            ckpt = torch.load(where, map_location="cpu", weights_only=True, mmap=True)
+            if not isinstance(ckpt, dict) or not isinstance(ckpt.get("model"), dict):
+                fail(f"{where}: not an lm/ddp checkpoint (no 'model' state dict)")
+            return {clean_key(k): v for k, v in ckpt["model"].items()}
+        import torch.distributed.checkpoint as dcp
+
+        meta = dcp.FileSystemReader(str(where)).read_metadata().state_dict_metadata
+        state = {
+            k: torch.empty(tuple(m.size), dtype=m.properties.dtype)
+            for k, m in meta.items()
+            if k.startswith("model.") and hasattr(m, "size")
+        }
+        if not state:
+            fail(f"{where}: no model weights in this DCP checkpoint")
+        dcp.load({"model": {k[len("model.") :]: v for k, v in state.items()}}, checkpoint_id=where)
+        return {clean_key(k[len("model.") :]): v for k, v in state.items()}
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        fail(f"{where}: could not be read as a checkpoint ({type(exc).__name__}: {exc})")
+        raise  # unreachable: fail exits
+
+
+@dataclass
+class ModelShape:
+    n_layer: int
+    n_head: int
+    d_model: int
+    vocab_size: int
+    seq_len: int
+
+
+def shape_of(sd: dict[str, torch.Tensor], n_head: int | None, source: str) -> ModelShape:
+    """lm.py saves weights only: layers, width, vocabulary and context come from the tensor
+    shapes; the head count does not show in any shape, so it is the preset's with that shape."""
+    try:
+        vocab, d_model = sd["tok_emb.weight"].shape
+        seq_len = sd["pos_emb.weight"].shape[0]
+    except KeyError:
+        fail(f"{source}: not an lm model (no tok_emb/pos_emb weights)")
+    n_layer = sum(1 for k in sd if k.startswith("blocks.") and k.endswith(".ln1.weight"))
+    if not n_head:
+        n_head = next((h for ly, h, d in SIZES.values() if (ly, d) == (n_layer, d_model)), None)
+        n_head = n_head or next((h for _, h, d in SIZES.values() if d == d_model), None)
+    if not n_head or d_model % n_head:
+        fail(f"{source}: d_model {d_model} matches no preset: pass --n-head (trained with)")
+    return ModelShape(n_layer, n_head, d_model, vocab, seq_len)
+
+
+def shard(sd: dict[str, torch.Tensor], s: ModelShape, rank: int, world: int) -> dict:
+    """Tensor parallelism (Megatron): qkv and fc split by output rows (column-parallel: each
+    rank owns n_head/world heads and 4d/world hidden units), proj and fc_proj by input columns
+    (row-parallel: partial sums, one all-reduce each). Embeddings, norms and the head are kept
+    whole on every rank, so every rank ends a step with the same logits."""
+    if world == 1:
+        return sd
+    d, hl = s.d_model, s.n_head // world
+    hd = d // s.n_head
+    out = {}
+    for key, w in sd.items():
+        if key.endswith("attn.qkv.weight"):  # rows: [q heads | k heads | v heads]
+            parts = w.split(d, dim=0)
+            out[key] = torch.cat([p[rank * hl * hd : (rank + 1) * hl * hd] for p in parts])
+        elif key.endswith("attn.proj.weight"):
+            out[key] = w[:, rank * hl * hd : (rank + 1) * hl * hd]
+        elif key.endswith(".fc.weight"):
+            out[key] = w.chunk(world, dim=0)[rank]
+        elif key.endswith("fc_proj.weight"):
+            out[key] = w.chunk(world, dim=1)[rank]
+        else:
+            out[key] = w
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+# --- MODEL ---
+# The same module names as lm.py, so its state dict loads as is; KV cache added.
+def linear(layer: nn.Linear, x, reduce: bool):
+    """x @ W.T. reduce (compiled decode only): spelled as a multiply-and-sum that the compiler
+    turns into one bandwidth-bound kernel with the neighbouring elementwise work fused in, in
+    place of a cuBLAS call; fp32 accumulation either way."""
+    if not reduce:
+        return layer(x)
+    return (x.unsqueeze(-2).float() * layer.weight.float()).sum(-1).to(x.dtype)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, s: ModelShape, world: int, decode_attn: str):
+        super().__init__()
+        self.n_head, self.head_dim = s.n_head // world, s.d_model // s.n_head
+        self.world, self.decode_attn = world, decode_attn
+        self.reduce_linear = False  # set by Engine: only where the decode step is compiled
+        width = self.n_head * self.head_dim
+        self.qkv = nn.Linear(s.d_model, 3 * width, bias=False)  # column-parallel
+        self.proj = nn.Linear(width, s.d_model, bias=False)  # row-parallel
+        # Non-persistent buffers (not in the state dict), set by GPT.setup_cache.
+        self.register_buffer("k_cache", None, persistent=False)
+        self.register_buffer("v_cache", None, persistent=False)
+
+    def forward(self, x, pos, mask):
+        """x (1, T, C). Prefill (mask None): positions 0..T-1, causal. Decode (T=1): position
+        pos (a (1,) tensor), attending over the cache slots the mask's length covers."""
+        B, T, _ = x.shape
+        red = self.reduce_linear and mask is not None
+        q, k, v = linear(self.qkv, x, red).split(self.n_head * self.head_dim, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        if mask is None:
+            self.k_cache[:, :, :T].copy_(k)
+            self.v_cache[:, :, :T].copy_(v)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            self.k_cache.index_copy_(2, pos, k)
+            self.v_cache.index_copy_(2, pos, v)
+            S = mask.shape[-1]
+            kc, vc = self.k_cache[:, :, :S], self.v_cache[:, :, :S]
+            if self.decode_attn == "sdpa":
+                y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask)
+            else:  # spelled out: the compiler fuses scale, mask and softmax into one kernel
+                att = (q @ kc.transpose(-2, -1)).float() * (1.0 / math.sqrt(self.head_dim))
+                att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+                y = att.to(vc.dtype) @ vc
+        y = linear(self.proj, y.transpose(1, 2).reshape(B, T, -1), red)
+        if self.world > 1:
+            dist.all_reduce(y)  # row-parallel partial sums
+        return y
+
+
+class Block(nn.Module):
+    def __init__(self, s: ModelShape, world: int, decode_attn: str):
+        super().__init__()
+        self.world = world
+        self.ln1 = nn.LayerNorm(s.d_model, bias=False)
+        self.attn = CausalSelfAttention(s, world, decode_attn)
+        self.ln2 = nn.LayerNorm(s.d_model, bias=False)
+        self.fc = nn.Linear(s.d_model, 4 * s.d_model // world, bias=False)
+        self.fc_proj = nn.Linear(4 * s.d_model // world, s.d_model, bias=False)
+
+    def forward(self, x, pos, mask):
+        x = x + self.attn(self.ln1(x), pos, mask)
+        red = self.attn.reduce_linear and mask is not None
+        h = linear(self.fc_proj, F.gelu(linear(self.fc, self.ln2(x), red)), red)
+        if self.world > 1:
+            dist.all_reduce(h)
+        return x + h
+
+
+class GPT(nn.Module):
+    def __init__(self, s: ModelShape, world: int = 1, decode_attn: str = "sdpa"):
+        super().__init__()
+        self.shape = s
+        self.tok_emb = nn.Embedding(s.vocab_size, s.d_model)
+        self.pos_emb = nn.Embedding(s.seq_len, s.d_model)
+        self.blocks = nn.ModuleList(Block(s, world, decode_attn) for _ in range(s.n_layer))
+        self.ln_f = nn.LayerNorm(s.d_model, bias=False)
+        self.head = nn.Linear(s.d_model, s.vocab_size, bias=False)
+        self.head.weight = self.tok_emb.weight  # tied, as in lm.py
+
+    def setup_cache(self, device: torch.device, dtype: torch.dtype) -> None:
+        for b in self.blocks:
+            a = b.attn
+            shape = (1, a.n_head, self.shape.seq_len, a.head_dim)
+            a.k_cache = torch.zeros(shape, device=device, dtype=dtype)
+            a.v_cache = torch.zeros(shape, device=device, dtype=dtype)
+
+    def prefill(self, idx, last):
+        """idx (1, P) right-padded prompt; last (1,) its last real position -> logits (1, V)."""
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)
+        for b in self.blocks:
+            x = b(x, None, None)
+        x = x.index_select(1, last)  # the head (50k x d) only for the token that is sampled
+        return self.head(self.ln_f(x)).float().view(1, -1)
+
+    def decode(self, tok, pos, S: int):
+        """tok (1, 1) at position pos (1,) -> logits (1, V); attends over cache slots < S."""
+        x = self.tok_emb(tok) + self.pos_emb(pos)
+        mask = (torch.arange(S, device=tok.device) <= pos).view(1, 1, 1, S)
+        for b in self.blocks:
+            x = b(x, pos, mask)
+        return (
+            linear(self.head, self.ln_f(x), self.blocks[0].attn.reduce_linear).float().view(1, -1)
+        )
+
+
+def random_state_dict(s: ModelShape, seed: int, device: torch.device, dtype) -> dict:
+    """Full (unsharded) weights drawn as lm.py initialises them, for benchmarks without a
+    checkpoint; drawn on the device (fast for 1.3B), the same on every rank for a seed."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    sd = {}
+    with torch.device("meta"):
+        ref = GPT(s)
+    for name, p in ref.state_dict().items():
+        if p.dim() == 1:  # LayerNorm weights
+            sd[name] = torch.ones(p.shape, device=device, dtype=dtype)
+        elif name == "head.weight":
+            sd[name] = sd["tok_emb.weight"]  # tied
+        else:
+            std = 0.02 / math.sqrt(2 * s.n_layer) if name.endswith("proj.weight") else 0.02
+            w = torch.randn(p.shape, generator=g, device=device, dtype=torch.float32) * std
+            sd[name] = w.to(dtype)
+    return sd
+
+
+def full_params(s: ModelShape) -> int:
+    """Parameters of the whole model (tied head counted once), whatever the sharding."""
+    d = s.d_model
+    return s.n_layer * (12 * d * d + 2 * d) + (s.vocab_size + s.seq_len + 1) * d
+
+
+def prefill_step(model: GPT, idx, last):
+    return model.prefill(idx, last)
+
+
+def decode_step(model: GPT, tok, pos, out, S: int):
+    """One greedy decode step, in place: logits, then tok <- argmax (the next input), out[pos+1]
+    <- it, pos <- pos + 1. In place so one CUDA graph replay is the whole step."""
+    logits = model.decode(tok, pos, S)
+    nxt = logits.argmax(dim=-1)
+    out.index_copy_(0, pos + 1, nxt)
+    tok.copy_(nxt.view(1, 1))
+    pos.add_(1)
+    return logits
+
+
+def weight_bytes_per_token(model: GPT) -> int:
+    """Bytes of weights one decode step reads on this rank: every matrix once (the tied head
+    counts once), one row of each embedding table (negligible, left out)."""
+    seen, total = set(), 0
+    for name, p in model.named_parameters():
+        if id(p) in seen or name == "pos_emb.weight":
+            continue
+        seen.add(id(p))
+        total += p.numel() * p.element_size()
+    return total
+
+
+def peak_bandwidth(device: torch.device, override_tb: float | None) -> tuple[float | None, str]:
+    if override_tb:
+        return override_tb * 1e12, "--peak-bw"
+    if device.type != "cuda":
+        return None, "cpu"
+    name = torch.cuda.get_device_name(device)
+    for key, bw in PEAK_BANDWIDTH:
+        if key in name.upper():
+            return bw, name
+    return None, name  # unknown GPU: no fraction rather than a wrong one
+
+
+# --- SAMPLING ---
+def sample(logits, temperature: float, top_k: int, top_p: float, gen):
+    """(1, V) float logits -> (1,) token. No host sync: the exponential-race form of
+    multinomial (argmax of p / Exp(1) noise) stays on the device and in the stream."""
+    if temperature <= 0 or top_k == 1:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        drop = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest prefix with mass top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    probs = logits.softmax(dim=-1)
+    noise = torch.empty_like(probs).exponential_(1.0, generator=gen)
+    return (probs / noise).argmax(dim=-1)
+
+
+# --- ENGINE ---
+class Engine:
+    """Owns the model, its KV cache and the compiled / captured steps. Not thread-safe: one
+    thread calls generate (the server's worker)."""
+
+    def __init__(self, model: GPT, device: torch.device, cfg: Config, rank: int, world: int):
+        self.model, self.device, self.cfg = model, device, cfg
+        self.rank, self.world = rank, world
+        self.ctx = model.shape.seq_len
+        self.graphs = not cfg.eager and device.type == "cuda" and cfg.cudagraphs is not False
+        self.tok = torch.zeros(1, 1, dtype=torch.long, device=device)
+        self.pos = torch.zeros(1, dtype=torch.long, device=device)
+        self.out = torch.zeros(self.ctx + 1, dtype=torch.long, device=device)
+        self.prefill_fn, self.decode_fn = prefill_step, decode_step
+        if not cfg.eager:
+            cache = importlib.import_module("torch._dynamo.config")
+            for name in ("recompile_limit", "cache_size_limit"):  # one graph per bucket
+                if hasattr(cache, name):
+                    setattr(cache, name, 64)
+            if cfg.tune:
+                importlib.import_module("torch._inductor.config").coordinate_descent_tuning = True
+            # Separate compiles: prefill is matrix-bound (one per prompt bucket), decode is
+            # bandwidth-bound (one per cache bucket S); static shapes so each can be captured.
+            self.prefill_fn = torch.compile(prefill_step, dynamic=False, fullgraph=True)
+            for b in model.blocks:
+                b.attn.reduce_linear = cfg.decode_linear == "reduce"
+            self.decode_fn = torch.compile(decode_step, dynamic=False, fullgraph=True)
+        self.prefill_graphs: dict[int, tuple] = {}
+        self.decode_graphs: dict[int, tuple] = {}
+
+    def prefill_bucket(self, n: int) -> int:
+        return min(self.ctx, max(16, 1 << (n - 1).bit_length()))
+
+    def decode_bucket(self, n: int) -> int:
+        b = self.cfg.cache_bucket
+        return min(self.ctx, -(-n // b) * b)
+
+    def _capture(self, fn, reset=None):
+        """Warm up (compiles, cuBLAS handles) on a side stream, then capture one replayable
+        graph; returns (graph, its static output). reset() undoes a warm-up run's effects."""
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                fn()
+                if reset:
+                    reset()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = fn()
+        return graph, static_out
+
+    def run_prefill(self, ids: list[int]):
+        P = len(ids)
+        Pb = self.prefill_bucket(P)
+        host = torch.zeros(1, Pb, dtype=torch.long)
+        host[0, :P] = torch.tensor(ids, dtype=torch.long)
+        last = torch.tensor([P - 1], dtype=torch.long)
+        if not self.graphs:
+            return self.prefill_fn(self.model, host.to(self.device), last.to(self.device))
+        if Pb not in self.prefill_graphs:
+            idx = host.to(self.device)
+            lastd = last.to(self.device)
+            graph, out = self._capture(lambda: self.prefill_fn(self.model, idx, lastd))
+            self.prefill_graphs[Pb] = (graph, out, idx, lastd)
+        graph, out, idx, lastd = self.prefill_graphs[Pb]
+        idx.copy_(host, non_blocking=True)
+        lastd.copy_(last, non_blocking=True)
+        graph.replay()
+        return out
+
+    def run_decode(self, S: int):
+        if not self.graphs:
+            return self.decode_fn(self.model, self.tok, self.pos, self.out, S)
+        if S not in self.decode_graphs:
+            # Warm-up runs the step for real: put back tok and pos (the cache and out writes
+            # repeat the same values, harmless).
+            saved = self.tok.clone(), self.pos.clone()
+
+            def reset() -> None:
+                self.tok.copy_(saved[0])
+                self.pos.copy_(saved[1])
+
+            self.decode_graphs[S] = self._capture(
+                lambda: self.decode_fn(self.model, self.tok, self.pos, self.out, S), reset
+            )
+        graph, out = self.decode_graphs[S]
+        graph.replay()
+        return out
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        ids: list[int],
+        max_new: int,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        on_token=None,
+    ) -> dict:
+        """Prompt ids -> {"tokens", "ttft_s", "decode_s"}. on_token(id) is called per token
+        (a host sync per token: streaming only); returning True from it stops early."""
+        P = len(ids)
+        if P < 1 or P + max_new > self.ctx:
+            raise ValueError(f"prompt {P} + new tokens {max_new} must fit the context {self.ctx}")
+        greedy = temperature <= 0 or top_k == 1
+        gen = None
+        if not greedy:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(seed)
+        self.sync()
+        t0 = time.perf_counter()
+        logits = self.run_prefill(ids)
+        first = sample(logits, temperature, top_k, top_p, gen)
+        self.tok.copy_(first.view(1, 1))
+        self.pos.fill_(P)
+        self.out[P : P + 1].copy_(first)
+        first_id = int(first.item())  # the sync that ends time-to-first-token
+        ttft = time.perf_counter() - t0
+        stop = on_token(first_id) if on_token else False
+        t1 = time.perf_counter()
+        n = 1
+        while n < max_new and not stop:
+            pos = P + n - 1  # the input token's position
+            logits = self.run_decode(self.decode_bucket(pos + 1))
+            if not greedy:  # the step wrote the argmax; replace it with a sampled token
+                nxt = sample(logits, temperature, top_k, top_p, gen)
+                self.tok.copy_(nxt.view(1, 1))
+                self.out[pos + 1 : pos + 2].copy_(nxt)
+            n += 1
+            if on_token:
+                stop = on_token(int(self.tok.item()))
+        tokens = self.out[P : P + n].tolist()  # syncs
+        return {"tokens": tokens, "ttft_s": ttft, "decode_s": time.perf_counter() - t1}
+
+
+# --- BENCHMARK / ONE-SHOT GENERATION ---
+def to_text(tokens: list[int], vocab: int) -> str | None:
+    if vocab > 256 and any(t > 255 for t in tokens):
+        return None  # not a byte-level model's output
+    return bytes(t for t in tokens if t < 256).decode("utf-8", errors="replace")
+
+
+def run_benchmark(engine: Engine, cfg: Config, prompt: list[int], master: bool) -> dict:
+    model, s = engine.model, engine.model.shape
+    kwargs = dict(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed)
+    t = time.perf_counter()
+    engine.generate(prompt, cfg.max_new_tokens, **kwargs)  # compiles, captures graphs
+    warmup_s = time.perf_counter() - t
+    runs = [engine.generate(prompt, cfg.max_new_tokens, **kwargs) for _ in range(cfg.repeat)]
+    runs.sort(key=lambda r: r["decode_s"])
+    mid = runs[len(runs) // 2]  # the median run
+    ttft = sorted(r["ttft_s"] for r in runs)[len(runs) // 2]
+    steps = len(mid["tokens"]) - 1
+    tps = steps / mid["decode_s"] if steps else None
+    wbytes = weight_bytes_per_token(model)
+    peak, gpu = peak_bandwidth(engine.device, cfg.peak_bw)
+    bw = wbytes * tps if tps else None
+    mbu = bw / peak if bw and peak else None
+    # KV bytes a decode step also reads: 2 (k, v) x layers x S slots x local width, mean over S
+    width = model.blocks[0].attn.n_head * model.blocks[0].attn.head_dim
+    elt = model.blocks[0].attn.k_cache.element_size()
+    slots = [engine.decode_bucket(len(prompt) + i + 1) for i in range(steps)] or [0]
+    kv_bytes = 2 * s.n_layer * width * elt * sum(slots) / len(slots)
+    if cfg.profile:
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if engine.device.type == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=acts) as prof:
+            engine.generate(prompt, cfg.max_new_tokens, **kwargs)
+        if master:
+            key = (
+                "self_device_time_total" if engine.device.type == "cuda" else "self_cpu_time_total"
+            )
+            print("PROFILE one generation (prefill + decode)", flush=True)
+            print(prof.key_averages().table(sort_by=key, row_limit=20), flush=True)
+    mode = "eager" if cfg.eager else ("compiled+cudagraphs" if engine.graphs else "compiled")
+    result = {
+        "mode": mode,
+        "device": gpu,
+        "world_size": engine.world,
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "params": full_params(s),
+        "n_layer": s.n_layer,
+        "d_model": s.d_model,
+        "context": s.seq_len,
+        "prompt_tokens": len(prompt),
+        "new_tokens": len(mid["tokens"]),
+        "ttft_ms": ttft * 1e3,
+        "decode_tokens_per_s": tps,
+        "weight_bytes_per_token": wbytes,
+        "kv_bytes_per_token": kv_bytes,
+        "bandwidth_gb_s": bw / 1e9 if bw else None,
+        "peak_bw_tb_s": peak / 1e12 if peak else None,
+        "mbu": mbu,
+        "warmup_s": warmup_s,
+        "tokens": mid["tokens"],
+        "text": to_text(mid["tokens"], s.vocab_size),
+    }
+    if master:
+        print(f"prefill {len(prompt)} tokens: TTFT {ttft * 1e3:.2f} ms", flush=True)
+        frac = f" = {mbu:.1%} of peak ({gpu})" if mbu is not None else ""
+        rate = f"{tps:.1f}" if tps else "n/a"
+        gbs = f"{bw / 1e9:.1f} GB/s" if bw else "n/a"
+        print(
+            f"decode {steps} tokens: {rate} tokens/s, weights {wbytes / 1e9:.3f} GB/token, "
+            f"{gbs}{frac} [{mode}, warm-up {warmup_s:.1f} s]",
+            flush=True,
+        )
+        if result["text"] is not None:
+            print("---\n" + result["text"] + "\n---", flush=True)
+    return result
+
+
+# --- SERVING ---
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+FIELDS = {  # name: (types, default); bool is refused where a number is meant
+    "prompt": ((str,), None),
+    "max_new_tokens": ((int,), 64),
+    "temperature": ((int, float), 0.8),
+    "top_k": ((int,), 200),
+    "top_p": ((int, float), 1.0),
+    "seed": ((int, type(None)), None),
+    "stream": ((bool,), False),
+}
+
+
+def parse_request(body: bytes, ctx: int) -> dict:
+    """A /generate body -> a checked job spec; BadRequest(4xx) otherwise."""
+
+    def no_constants(name: str):
+        raise BadRequest(400, f"{name} is not JSON")
+
+    try:
+        data = json.loads(body, parse_constant=no_constants)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(400, f"malformed JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest(400, "the body must be a JSON object")
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        raise BadRequest(400, f"unknown field(s): {', '.join(unknown)}")
+    spec = {}
+    for name, (types, default) in FIELDS.items():
+        value = data.get(name, default)
+        wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+        if wrong:
+            kinds = "/".join("null" if t is type(None) else t.__name__ for t in types)
+            raise BadRequest(400, f"{name} must be {kinds}, got {type(value).__name__}")
+        spec[name] = value
+    ids = list(spec.pop("prompt").encode("utf-8"))
+    if not ids:
+        raise BadRequest(400, "prompt must not be empty")
+    n = spec["max_new_tokens"]
+    if n < 1:
+        raise BadRequest(400, "max_new_tokens must be >= 1")
+    if len(ids) + n > ctx:
+        raise BadRequest(
+            413, f"prompt ({len(ids)} bytes) + max_new_tokens ({n}) exceeds the context ({ctx})"
+        )
+    if not 0 <= spec["temperature"] <= 100:
+        raise BadRequest(400, "temperature must be in [0, 100]")
+    if spec["top_k"] < 0:
+        raise BadRequest(400, "top_k must be >= 0")
+    if not 0 < spec["top_p"] <= 1:
+        raise BadRequest(400, "top_p must be in (0, 1]")
+    if spec["seed"] is None:
+        spec["seed"] = random.randrange(2**62)
+    elif not 0 <= spec["seed"] < 2**63:
+        raise BadRequest(400, "seed must be in [0, 2**63)")
+    spec["ids"] = ids
+    return spec
+
+
+class Job:
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.events: queue.Queue = queue.Queue()  # ("token", id) ... then ("done"|"error", x)
+        self.cancelled = False  # the client went away: stop generating
+
+
+def make_handler(jobs: queue.Queue, cfg: Config, ctx: int):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        server_version = "generate/1"
+        timeout = 60  # a client that stops sending mid-request does not hold a thread forever
+
+        def send_json(self, status: int, obj: dict) -> None:
+            body = (json.dumps(obj) + "\n").encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self.send_json(200, {"ok": True, "queued": jobs.qsize()})
+            else:
+                self.send_json(404, {"error": f"no such path {self.path}: POST /generate"})
+
+        def do_POST(self) -> None:
+            if self.path != "/generate":
+                self.send_json(404, {"error": f"no such path {self.path}: POST /generate"})
+                return
+            try:
+                size = self.headers.get("Content-Length")
+                if size is None:
+                    raise BadRequest(411, "Content-Length required")
+                if not size.isdigit():
+                    raise BadRequest(400, "bad Content-Length")
+                if int(size) > cfg.max_body:
+                    self.close_connection = True  # the body stays unread
+                    raise BadRequest(413, f"body over {cfg.max_body} bytes")
+                spec = parse_request(self.rfile.read(int(size)), ctx)
+                job = Job(spec)
+                try:
+                    jobs.put_nowait(job)
+                except queue.Full:
+                    raise BadRequest(503, "busy: too many requests waiting") from None
+            except BadRequest as exc:
+                self.send_json(exc.status, {"error": str(exc)})
+                return
+            if spec["stream"]:
+                self.stream(job)
+            else:
+                self.reply(job)
+
+        def reply(self, job: Job) -> None:
+            while True:
+                kind, value = job.events.get()
+                if kind == "done":
+                    self.send_json(200, value)
+                    return
+                if kind == "error":
+                    self.send_json(value[0], {"error": value[1]})
+                    return
+
+        def stream(self, job: Job) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            try:
+                while True:
+                    kind, value = job.events.get()
+                    if kind == "token":
+                        piece = decoder.decode(bytes([value])) if value < 256 else ""
+                        line = {"token": value, "text": piece}
+                    elif kind == "done":
+                        line = {"done": True, **value}
+                    else:
+                        line = {"error": value[1], "status": value[0]}
+                    self.wfile.write((json.dumps(line) + "\n").encode())
+                    self.wfile.flush()
+                    if kind != "token":
+                        return
+            except OSError:  # the client went away: the worker stops at the next token
+                job.cancelled = True
+
+    return Handler
+
+
+STOP = {"signal": None}
+
+
+def on_stop_signal(signum, frame):
+    STOP["signal"] = STOP["signal"] or signal.Signals(signum).name  # the worker loop polls it
+
+
+def run_job(engine: Engine, job: Job, vocab: int, master: bool) -> None:
+    spec = job.spec
+
+    def on_token(t: int) -> bool:
+        if master:
+            job.events.put(("token", t))
+        # A client gone stops generation early, but only with one rank: the others would run
+        # on alone and wait forever in the next step's all-reduce.
+        return job.cancelled and engine.world == 1
+
+    r = engine.generate(
+        spec["ids"],
+        spec["max_new_tokens"],
+        spec["temperature"],
+        spec["top_k"],
+        spec["top_p"],
+        spec["seed"],
+        on_token=on_token if spec["stream"] else None,
+    )
+    if master:
+        steps = len(r["tokens"]) - 1
+        job.events.put(
+            (
+                "done",
+                {
+                    "text": to_text(r["tokens"], vocab),
+                    "tokens": r["tokens"],
+                    "prompt_tokens": len(spec["ids"]),
+                    "ttft_ms": r["ttft_s"] * 1e3,
+                    "decode_tokens_per_s": steps / r["decode_s"] if steps else None,
+                    "seed": spec["seed"],
+                },
+            )
+        )
+
+
+def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
+    """Rank 0 serves HTTP and hands each request to every rank (tensor parallel: all ranks run
+    every step); the others follow. The model is only ever touched by this (main) thread."""
+    vocab = engine.model.shape.vocab_size
+    n = max(1, min(8, engine.ctx // 2))
+    engine.generate([10] * n, n, 0.0)  # compile + capture the smallest buckets before serving
+    if not master:  # follower: run what rank 0 broadcasts until it says stop (None)
+        served = 0
+        while True:
+            box = [None]
+            dist.broadcast_object_list(box, src=0, group=ctrl)
+            if box[0] is None:
+                return {"served": served}
+            run_job(engine, Job(box[0]), vocab, master=False)
+            served += 1
+    jobs: queue.Queue = queue.Queue(maxsize=cfg.max_queue)
+    try:
+        server = http.server.ThreadingHTTPServer(
+            (cfg.host, cfg.serve), make_handler(jobs, cfg, engine.ctx)
+        )
+    except OSError as exc:
+        if ctrl is not None:
+            dist.broadcast_object_list([None], src=0, group=ctrl)
+        fail(f"--serve {cfg.serve} on {cfg.host}: {exc.strerror or exc}")
+    server.daemon_threads = True
+    host, port = server.server_address[:2]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
+    thread.start()
+    print(f"serving http://{host}:{port}/generate (POST JSON; GET /health)", flush=True)
+    served = failed = 0
+    try:
+        while not STOP["signal"]:
+            try:
+                job = jobs.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                if ctrl is not None:
+                    dist.broadcast_object_list([job.spec], src=0, group=ctrl)
+                run_job(engine, job, vocab, master=True)
+                served += 1
+            except Exception as exc:  # a failed request must not take the server down
+                failed += 1
+                job.events.put(("error", (500, f"{type(exc).__name__}: {exc}")))
+                print(f"request failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    finally:
+        server.shutdown()  # stop accepting; serve_forever returns
+        thread.join()
+        server.server_close()
+        while True:  # requests still waiting: refuse them rather than leave them hanging
+            try:
+                jobs.get_nowait().events.put(("error", (503, "server shutting down")))
+            except queue.Empty:
+                break
+        if ctrl is not None:
+            dist.broadcast_object_list([None], src=0, group=ctrl)
+    print(f"stopped by {STOP['signal']}: served {served} request(s)", flush=True)
+    return {"served": served, "failed": failed, "stopped": STOP["signal"], "port": port}
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = parse_config(argv)
+    if cfg.serve is not None:  # a benchmark keeps Python's defaults: Ctrl-C stops it at once
+        # SIGTERM: envtool launch / torchrun / Slurm stopping us; SIGINT: Ctrl-C (torchrun passes
+        # it on to every rank). The worker loop finishes the request in progress, then stops.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_stop_signal)
+
+    # --- DISTRIBUTED SETUP ---
+    # torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; without them this is one process, world size 1.
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    use_cuda = torch.cuda.is_available() and not cfg.cpu
+    if cfg.cudagraphs and not use_cuda:
+        fail("--cudagraphs needs a CUDA GPU (none visible, or --cpu): drop --cudagraphs")
+    if cfg.cudagraphs and cfg.eager:
+        fail("--cudagraphs captures the compiled steps: drop --eager or --cudagraphs")
+    if use_cuda:
+        torch.cuda.set_device(local_rank)  # before init_process_group: NCCL binds to this GPU
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    backend = "nccl" if use_cuda else "gloo"
+    if "RANK" in os.environ:
+        dist.init_process_group(backend, device_id=device if use_cuda else None)
+    else:  # a private in-memory store: no port, no env vars needed
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    master = rank == 0
+
+    try:
+        # Control messages (serving: each request) over a CPU group that may idle for hours.
+        ctrl = None
+        if world_size > 1:
+            ctrl = dist.new_group(backend="gloo", timeout=datetime.timedelta(days=365))
+        torch.manual_seed(cfg.seed)
+        torch.set_float32_matmul_precision("high")
+        if cfg.dtype == "auto":
+            dtype = torch.bfloat16 if use_cuda else torch.float32
+        else:
+            dtype = getattr(torch, cfg.dtype)
+
+        # --- LOAD ---
+        if cfg.ckpt:
+            sd = load_state_dict(Path(cfg.ckpt))
+            s = shape_of(sd, cfg.n_head, cfg.ckpt)
+        else:
+            n_layer, n_head, d_model = SIZES[cfg.size]
+            s = ModelShape(n_layer, cfg.n_head or n_head, d_model, cfg.vocab_size, cfg.seq_len)
+            sd = None
+        if s.n_head % world_size or (4 * s.d_model) % world_size:
+            fail(f"tensor parallel: {s.n_head} heads do not split over {world_size} processes")
+        with torch.device("meta"):  # no memory until the weights arrive
+            model = GPT(s, world_size, cfg.decode_attn).to(dtype)
+        model = model.to_empty(device=device)
+        model.head.weight = model.tok_emb.weight  # to_empty unties: tie again
+        if sd is None:  # every rank draws the same full weights and keeps its shard
+            sd = random_state_dict(s, cfg.seed, device, dtype)
+        try:
+            model.load_state_dict(shard(sd, s, rank, world_size))  # copy_ casts to dtype
+        except RuntimeError as exc:
+            first = " ".join(str(exc).strip().splitlines()[:2])
+            fail(f"{cfg.ckpt}: could not be loaded into this model: {first}")
+        del sd
+        model.eval().requires_grad_(False)
+        model.setup_cache(device, dtype)
+        engine = Engine(model, device, cfg, rank, world_size)
+
+        if cfg.serve is not None:
+            if s.vocab_size < 256:
+                fail(
+                    f"--serve needs a byte-level model (vocabulary >= 256, this one {s.vocab_size})"
+                )
+            result = serve(engine, cfg, master, ctrl)
+        else:
+            if cfg.prompt is not None:
+                prompt = list(cfg.prompt.encode("utf-8"))
+                if not prompt:
+                    fail("--prompt must not be empty")
+                if max(prompt) >= s.vocab_size:
+                    fail(f"--prompt has bytes >= the vocabulary size {s.vocab_size}")
+            else:  # a benchmark prompt: random tokens, the same on every rank
+                g = torch.Generator().manual_seed(cfg.seed)
+                prompt = torch.randint(min(s.vocab_size, 256), (cfg.prompt_len,), generator=g)
+                prompt = prompt.tolist()
+            if len(prompt) + cfg.max_new_tokens > s.seq_len:
+                fail(
+                    f"prompt ({len(prompt)} tokens) + --max-new-tokens ({cfg.max_new_tokens}) "
+                    f"exceeds the context ({s.seq_len})"
+                )
+            result = run_benchmark(engine, cfg, prompt, master)
+        if master:
+            print("RESULT " + json.dumps(result), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
