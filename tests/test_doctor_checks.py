@@ -208,10 +208,16 @@ def test_install_state_and_lock_drift_skip_when_unknown():
         ],
         "lock_path": "/envs/x/conda-lock.yml",
     }
+    env.install_lock = "/envs/x/conda-lock.yml"
     c = check_install_state(H100, env)
-    assert c.status == "fail" and c.fix == "envtool install NAME"
+    # the env is known by its prefix here: the fix installs the recorded lock into it
+    assert c.status == "fail"
+    assert c.fix == f"envtool install --lock /envs/x/conda-lock.yml --prefix {env.prefix}"
+    env.name = "x"  # `doctor x`: by name
+    assert check_install_state(H100, env).fix == "envtool install x --lock /envs/x/conda-lock.yml"
     c = check_lock_drift(H100, env)
-    assert c.status == "fail" and "envtool verify NAME" in c.fix
+    assert c.status == "fail" and "envtool verify x" in c.fix
+    assert c.fix.startswith("envtool install x --lock /envs/x/conda-lock.yml")
     assert "1 changed, 1 extra" in c.summary
     assert (
         "changed: conda pytorch (locked 2.5.1 cuda124_h0) (installed 2.5.0 cuda124_h0)"

@@ -343,7 +343,9 @@ def test_interrupted_install_is_a_failure(tmp_path: Path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     checks = {c["id"]: c for c in json.loads(proc.stdout)["checks"]}
     assert checks["install-state"]["status"] == "fail"
-    assert checks["install-state"]["fix"] == "envtool install NAME"
+    # the install again, from the lock the marker recorded (`envtool install NAME` had no lock)
+    lock = tmp_path / "conda-lock.yml"
+    assert checks["install-state"]["fix"] == f"envtool install --lock {lock} --prefix {prefix}"
     assert checks["torch-present"]["summary"] == "torch is not installed in this environment"
     assert json.loads(proc.stdout)["checks"][0]["id"] == "install-state"  # the headline cause
 

@@ -30,7 +30,7 @@ def envtool_meta_dir(prefix: Path | str) -> Path:
 def write_incomplete_marker(prefix: Path, lock_hash: str, lock_path: Path) -> None:
     payload = {
         "lock_sha256": lock_hash,
-        "lock_path": str(lock_path),
+        "lock_path": str(Path(lock_path).absolute()),  # the fix names it from any folder
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "pid": os.getpid(),
     }

@@ -100,12 +100,22 @@ def probe_facts(
 def read_install_facts(env: EnvFacts, prefix: Path, with_drift: bool) -> None:
     """Fill install_state (envtool's install markers) and, for a finished envtool install,
     drift against the lock it was installed from (what `envtool verify` computes)."""
-    from envtool.adapters.install_state import read_install_state, read_state_record
+    from envtool.adapters.install_state import (
+        read_incomplete_marker,
+        read_install_state,
+        read_state_record,
+    )
 
     env.install_state = read_install_state(prefix)
+    record = (
+        read_incomplete_marker(prefix)
+        if env.install_state == "incomplete"
+        else read_state_record(prefix)
+    )
+    env.install_lock = (record or {}).get("lock_path")
     if not with_drift or env.install_state != "complete":
         return
-    lock_path = (read_state_record(prefix) or {}).get("lock_path")
+    lock_path = env.install_lock
     if not lock_path or not Path(lock_path).is_file():
         return
     try:

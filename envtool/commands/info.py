@@ -2,9 +2,31 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import click
 
 from envtool.output import Result, emit
+
+
+def finish_command(row: dict[str, Any]) -> str:
+    """The command that finishes the unfinished install of a `describe_env` row (info, list):
+    core.hints' answer, from the lock the interrupted install recorded, by NAME when the env is
+    the envs dir's NAME, else by its prefix."""
+    from envtool.adapters.install_state import read_incomplete_marker
+    from envtool.adapters.locate import env_prefix
+    from envtool.core.hints import finish_install_command
+    from envtool.errors import UsageError
+
+    prefix = str(row["prefix"])
+    lock = (read_incomplete_marker(prefix) or {}).get("lock_path") or row.get("lock_path")
+    name = row.get("name")
+    try:
+        by_name = bool(name) and env_prefix(name) == Path(prefix)
+    except UsageError:  # a folder name that is not an env name: only its prefix names it
+        by_name = False
+    return finish_install_command(name if by_name else None, prefix, lock)
 
 
 @click.command("info")
@@ -16,7 +38,6 @@ def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
     from envtool.adapters.install_state import read_state_record
     from envtool.adapters.installed import describe_env
     from envtool.adapters.locate import existing_env
-    from envtool.core.shell_quote import quote_posix
 
     target = existing_env(name, prefix)
     row = describe_env(target)
@@ -28,10 +49,6 @@ def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
         if value and key != "envtool_request" and short not in row:
             text.append(f"{short:14} {value}")
     if row["state"] == "incomplete":
-        # the same install again finishes it; an env given by path is named by its path
-        again = quote_posix(row["name"])
-        if prefix:
-            lock, where = row.get("lock_path"), quote_posix(str(target))
-            again = f"--lock {quote_posix(lock)} --prefix {where}" if lock else f"--prefix {where}"
-        text.append(f"the last install did not finish: run `envtool install {again}` to finish it")
+        row["finish_command"] = finish_command(row)
+        text.append(f"the last install did not finish: run `{row['finish_command']}` to finish it")
     emit(Result("info", row, text), as_json)

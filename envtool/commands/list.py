@@ -39,8 +39,13 @@ def cmd(as_json: bool) -> None:
 
     rows = [describe_env(p) for p in list_env_prefixes()]
     text = render_env_table(rows) or [f"no environments under {envs_dir()}"]
-    if any(r["state"] == "incomplete" for r in rows):
-        text.append(
-            "incomplete: an install was interrupted; run `envtool install NAME` to finish it"
-        )
+    from envtool.commands.info import finish_command
+
+    for r in rows:  # each unfinished install gets the command that finishes it (its own lock)
+        if r["state"] == "incomplete":
+            r["finish_command"] = finish_command(r)
+            text.append(
+                f"{r['name']} is incomplete (an install was interrupted): run "
+                f"`{r['finish_command']}` to finish it"
+            )
     emit(Result("list", {"envs_dir": str(envs_dir()), "environments": rows}, text), as_json)

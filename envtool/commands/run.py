@@ -25,8 +25,12 @@ def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
 
     target = existing_env(name, prefix)
     if read_install_state(target) == "incomplete":
+        from envtool.adapters.installed import describe_env
+        from envtool.commands.info import finish_command
+
         note(
-            f"warning: {target.name} is incomplete (an install was interrupted); run `envtool install`"
+            f"warning: {target.name} is incomplete (an install was interrupted); "
+            f"run `{finish_command(describe_env(target))}`"
         )
     env = activated_environ(target)
     exe = shutil.which(command[0], path=env.get("PATH"))

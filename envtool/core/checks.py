@@ -14,6 +14,7 @@ from typing import Any
 
 from envtool.core import cuda as cudak
 from envtool.core.facts import EnvFacts, HostFacts
+from envtool.core.hints import finish_install_command
 from envtool.core.shell_quote import quote_posix
 from envtool.core.suggest import Gpu, Suggestion, driver_floor_for_gpus, suggest_cuda
 from envtool.core.versions import cuda_from_build_tag, cuda_from_int, major_minor, parse_version
@@ -788,8 +789,9 @@ def check_install_state(host: HostFacts, env: EnvFacts) -> Check:
             cid,
             FAIL,
             "the last install of this environment did not finish",
-            [f"install_state: {env.install_state}"],
-            f"envtool install {_name(env)}",
+            [f"install_state: {env.install_state}"]
+            + ([f"installed from {env.install_lock}"] if env.install_lock else []),
+            finish_install_command(env.name, env.prefix, env.install_lock),
         )
     return Check(cid, OK, f"install state: {env.install_state}", [])
 
@@ -831,7 +833,8 @@ def check_lock_drift(host: HostFacts, env: EnvFacts) -> Check:
         FAIL,
         f"installed packages differ from the lock ({counts or 'see evidence'})",
         ev or [f"{k}: {v}" for k, v in drift.items()],
-        f"envtool install {_name(env)} (restore the locked packages); `envtool verify {_name(env)}` lists them",
+        f"{finish_install_command(env.name, env.prefix, drift.get('lock_path') or env.install_lock)}"
+        f" (restore the locked packages); `envtool verify {_name(env)}` lists them",
     )
 
 

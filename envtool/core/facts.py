@@ -96,6 +96,7 @@ class EnvFacts:
         default_factory=list
     )  # [{name, version, installer, location}]
     install_state: str | None = None  # complete | incomplete | None (not an envtool env)
+    install_lock: str | None = None  # the lock the (last) install was from: the fix names it
     drift: dict[str, Any] | None = None  # verify result, when a lock exists
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,20 @@
+"""The command that finishes an unfinished install: one answer for info, list and doctor.
+
+Pure. The recorded lock path (install's marker, or the finished install's record) is what the
+command installs from, so it works from any folder; `envtool install NAME` alone needs
+./environments/NAME/conda-lock.yml, which is only there in the project that created NAME.
+"""
+
+from __future__ import annotations
+
+from envtool.core.shell_quote import quote_posix
+
+
+def finish_install_command(name: str | None, prefix: str | None, lock_path: str | None) -> str:
+    """`envtool install demo --lock /p/environments/demo/conda-lock.yml` for an env known by its
+    NAME (installed at the envs dir's NAME), `envtool install --lock FILE --prefix P` for one
+    given by its prefix. Without a recorded lock, the same with a LOCK_FILE placeholder."""
+    lock = quote_posix(lock_path) if lock_path else "LOCK_FILE"
+    if name:
+        return f"envtool install {quote_posix(name)} --lock {lock}"
+    return f"envtool install --lock {lock} --prefix {quote_posix(prefix or 'PREFIX')}"
