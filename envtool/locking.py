@@ -122,16 +122,20 @@ def lock_environment(
     probe: bool = True,
     dry_run: bool = False,
     cache_dir: Path | None = None,
+    lock_name: str | None = None,
 ) -> LockOutcome:
     """Plan -> discover/solve -> verify -> pip -> write environment.yml + conda-lock.yml (atomically).
 
     `request.conda_specs`/`pip_specs` come from `env_yml_text`; a failed solve or check writes nothing.
+    `lock_name`: another file name beside environment.yml (a variant lock: conda-lock.cpu.yml).
     """
     from envtool.adapters.rattler_solve import discover_plan_solve, read_channel_identity
     from envtool.core.plan import check_request, plan_environment
     from envtool.core.verify_solution import verify_solution
 
     env_dir, yml_path, lock_path = project_env_paths(name, directory)
+    if lock_name:
+        lock_path = env_dir / lock_name
     # re-locking a stored plan targets the stored CUDA, not whatever host runs the re-lock
     picks = request.cuda == "auto" or request.cuda.isdigit()  # picked from this host's driver
     host = probe_host_facts(request) if probe or picks else None

@@ -52,9 +52,20 @@ def current_input_hash(yml_text: str, stored: dict[str, Any]) -> str:
     help="Re-solve even when the inputs are unchanged (picks up new packages in remote channels).",
 )
 @click.option("--dry-run", is_flag=True, help="Solve and print the plan; write nothing.")
+@click.option(
+    "--variants",
+    help="Lock one conda-lock file per variant (cpu,cuda11.8,cuda12.6 or auto) plus an index; "
+    "`envtool install NAME` picks the one this host runs.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 def cmd(
-    name: str, directory: str | None, check: bool, force: bool, dry_run: bool, as_json: bool
+    name: str,
+    directory: str | None,
+    check: bool,
+    force: bool,
+    dry_run: bool,
+    variants: str | None,
+    as_json: bool,
 ) -> None:
     """Re-lock environments/NAME from its environment.yml (no-op when nothing changed)."""
     env_dir, yml_path, lock_path = project_env_paths(name, directory)
@@ -66,6 +77,23 @@ def cmd(
             f"create it with `envtool create {quote_posix(name)} --no-install`",
         )
     yml_text = read_text(yml_path, ENV_FILE_LIMIT, what="environment file")
+    if variants is not None:  # variant locks: envtool/variant_locking.py
+        from envtool.variant_locking import variants_command
+
+        result = variants_command(
+            name, yml_text, str(yml_path), variants, directory,
+            check=check, force=force, dry_run=dry_run,
+        )  # fmt: skip
+        emit(result, as_json)
+        return
+    variant_lines = None
+    if check:  # every variant lock is checked too; a variants-only project has no conda-lock.yml
+        from envtool.variant_locking import check_variants
+
+        variant_lines = check_variants(name, env_dir, yml_text)
+        if variant_lines is not None and not lock_path.exists():
+            emit(Result("lock", {"name": name, "state": "fresh"}, variant_lines), as_json)
+            return
     stamp, stored = stored_lock_options(lock_path)
     fresh = False
     if stamp is not None and stored is not None:
@@ -86,7 +114,7 @@ def cmd(
             Result(
                 "lock",
                 {"name": name, "state": "fresh", "lock": str(lock_path)},
-                [f"{name}: lock is fresh ({lock_path})"],
+                [f"{name}: lock is fresh ({lock_path})", *(variant_lines or [])],
             ),
             as_json,
         )

@@ -1,0 +1,129 @@
+"""Variant locks on disk: the channel's torch builds (rattler), the index (read bounded and strict,
+written atomically) and what a written variant lock holds.
+
+The workflow that solves and writes the variants is envtool/variant_locking.py; the pure model
+and the install choice are core/variants.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from envtool.core.variants import (
+    INDEX_FILE,
+    ChannelBuild,
+    PlatformBuild,
+    Variant,
+    VariantIndex,
+    lock_file_name,
+    parse_index,
+    render_index,
+)
+from envtool.errors import UsageError
+
+INDEX_LIMIT = 1024 * 1024  # a few hundred bytes per variant; anything near this is not an index
+
+
+def discover_builds(
+    channels: list[str], platforms: list[str], cache_dir: Path | None = None
+) -> list[ChannelBuild]:
+    """The pytorch builds (CUDA and CPU) of the first channel that has any, per platform: the same
+    listing `lock_environment` plans `--cuda auto` from (rattler_solve's discovery)."""
+    import asyncio
+
+    from envtool.adapters.rattler_solve import _discover
+
+    async def run() -> list[ChannelBuild]:
+        import rattler
+
+        try:
+            gateway = rattler.Gateway(cache_dir=cache_dir) if cache_dir else rattler.Gateway()
+            found = await _discover(gateway, channels, platforms)
+            return [ChannelBuild(b.torch, b.cuda, b.python, b.platform) for b in found]
+        finally:
+            await asyncio.sleep(0.05)  # rattler's background tasks end before the loop closes
+
+    return asyncio.run(run())
+
+
+def index_path(env_dir: Path) -> Path:
+    return env_dir / INDEX_FILE
+
+
+def has_index(env_dir: Path) -> bool:
+    path = index_path(env_dir)
+    return path.exists() or path.is_symlink()
+
+
+def read_index(env_dir: Path) -> VariantIndex | None:
+    """environments/NAME/variants.yml, or None when there is none. Bounded read (a FIFO or a
+    device there does not hang), strict parse; a bad index is a one-line UsageError."""
+    from envtool.adapters.files import read_text
+
+    path = index_path(env_dir)
+    if not has_index(env_dir):
+        return None
+    return parse_index(read_text(path, INDEX_LIMIT, what="variant index"), str(path))
+
+
+def write_index(env_dir: Path, index: VariantIndex) -> Path:
+    """Write the index atomically; an unchanged index keeps its file (and mtime)."""
+    from envtool.adapters.files import read_bytes, write_atomic
+
+    path = index_path(env_dir)
+    text = render_index(index)
+    try:
+        current = read_bytes(path, INDEX_LIMIT, what="variant index") if path.is_file() else None
+    except UsageError:
+        current = None
+    if current != text.encode("utf-8"):
+        write_atomic(path, text)
+    return path
+
+
+def file_sha256(path: Path) -> str:
+    from envtool.adapters.files import LOCK_FILE_LIMIT, read_bytes
+
+    return hashlib.sha256(read_bytes(path, LOCK_FILE_LIMIT, what="lock file")).hexdigest()
+
+
+def variant_from_lock(name: str, lock_path: Path) -> Variant:
+    """The index row of a written variant lock: its hash, and what envtool recorded in it (CUDA,
+    minimum driver, GPU architectures) plus the pytorch build each platform locked."""
+    from envtool.adapters.lock_io import read_lock
+    from envtool.core.cuda import parse_arch_list
+
+    lock = read_lock(lock_path)
+    meta = lock.custom_metadata
+    builds = []
+    for platform in sorted(lock.platforms):
+        torch = lock.conda(platform).get("pytorch")
+        if torch is None:
+            raise UsageError(
+                f"{lock_path}: no pytorch in the {platform} solution",
+                "re-lock with `envtool lock NAME --variants …`",
+            )
+        builds.append(PlatformBuild(platform, torch.version, torch.build))
+    archs = parse_arch_list(meta.get("envtool_gpu_archs", "")) if name != "cpu" else ()
+    return Variant(
+        name,
+        lock_file_name(name),
+        lock.sha256,
+        meta.get("envtool_min_driver") or None,
+        tuple(archs),
+        tuple(builds),
+    )
+
+
+def index_problems(env_dir: Path, index: VariantIndex) -> list[str]:
+    """Variant locks that are missing or differ from the bytes the index recorded (hand-edited,
+    or written by another tool since): one line each."""
+    out = []
+    for v in index.variants:
+        path = env_dir / v.lock
+        if not path.is_file():
+            out.append(f"{path}: missing")
+        elif file_sha256(path) != v.sha256:
+            out.append(f"{path}: changed since it was indexed")
+    return out

@@ -1,0 +1,402 @@
+"""`envtool lock NAME --variants LIST|auto`: one standard conda-lock v1 file per variant
+(environments/NAME/conda-lock.<variant>.yml) plus the index (variants.yml) install chooses from.
+
+Each variant goes through the one lock workflow (`locking.lock_environment`: plan at the
+variant's CUDA or CPU, solve with rattler, verify — no CPU build inside a CUDA variant, one CUDA
+version per variant — then conda-lock's writer). Variants are for other machines, so this host's
+driver and GPUs play no part. Every variant is pinned to one torch release when the channel has
+one with builds for all of them (else each takes its newest, and the summary says so).
+
+All or nothing: the variants are written into a private staging folder, and only when every one
+of them solved and verified are they moved beside environment.yml and the index written. A re-lock
+whose inputs did not change (each variant's input hash, as for `envtool lock`) solves nothing and
+imports neither rattler nor conda-lock.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from envtool import __version__
+from envtool.adapters.locate import project_env_paths
+from envtool.adapters.variant_lock import index_path, index_problems, read_index
+from envtool.core.variants import (
+    AUTO,
+    CPU,
+    VariantIndex,
+    lock_file_name,
+    variant_cuda,
+    variant_sort_key,
+)
+from envtool.errors import DiagnosedFailure, EnvtoolError, UsageError
+from envtool.output import Result, note
+
+
+@dataclass
+class VariantOutcome:
+    name: str
+    lock: Path
+    state: str  # fresh | written | dry-run
+    plan_text: list[str] = field(default_factory=list)
+    packages: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class VariantsOutcome:
+    name: str
+    env_dir: Path
+    requested: tuple[str, ...]
+    torch: str | None
+    variants: list[VariantOutcome]
+    index: VariantIndex | None
+    changed: bool
+    written: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def variant_fresh(lock_path: Path, yml_text: str, cuda: str | None, torch: str | None) -> bool:
+    """The variant lock at `lock_path` was solved from this environment.yml, for this CUDA and
+    torch pin, over channels that did not change (the input hash `envtool lock` compares)."""
+    from envtool.adapters.rattler_solve import read_channel_identity
+    from envtool.core.lockfile import compute_input_hash
+    from envtool.locking import stored_lock_options
+
+    stamp, stored = stored_lock_options(lock_path)
+    if stamp is None or stored is None:
+        return False
+    if stored.get("cuda") != (cuda or CPU) or stored.get("torch") != torch:
+        return False
+    identity = read_channel_identity(
+        list(stored.get("channels") or []), list(stored.get("platforms") or [])
+    )
+    return compute_input_hash(yml_text, stored, identity, __version__) == stamp
+
+
+def stale_variants(env_dir: Path, yml_text: str, index: VariantIndex) -> list[str]:
+    """Why the variant locks are not what `lock --variants` would write now: one line each."""
+    problems = index_problems(env_dir, index)
+    for v in index.variants:
+        path = env_dir / v.lock
+        if path.is_file() and not variant_fresh(path, yml_text, v.cuda, _stored_torch(path)):
+            problems.append(f"{path}: stale")
+    return problems
+
+
+def _as_indexed(env_dir: Path, index: VariantIndex | None, name: str) -> bool:
+    """The variant's lock is the file the index recorded (not hand-edited since)."""
+    from envtool.adapters.variant_lock import file_sha256
+
+    row = index.get(name) if index else None
+    path = env_dir / lock_file_name(name)
+    return row is not None and path.is_file() and file_sha256(path) == row.sha256
+
+
+def _stored_torch(lock_path: Path) -> str | None:
+    from envtool.locking import stored_lock_options
+
+    stored = stored_lock_options(lock_path)[1] or {}
+    torch = stored.get("torch")
+    return torch if isinstance(torch, str) else None
+
+
+def lock_variants(
+    name: str,
+    yml_text: str,
+    source: str,
+    requested: tuple[str, ...],
+    directory: str | None,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    cache_dir: Path | None = None,
+) -> VariantsOutcome:
+    """Solve, verify and write every requested variant and the index (see the module docstring)."""
+    env_dir, _, main_lock = project_env_paths(name, directory)
+    try:
+        old = read_index(env_dir)
+    except UsageError as exc:  # a broken index is replaced by this lock, not a reason to stop
+        note(f"note: {exc.message}; it will be rewritten")
+        old = None
+    if (
+        not force
+        and not dry_run
+        and old is not None
+        and old.requested == requested
+        and not stale_variants(env_dir, yml_text, old)
+    ):
+        return VariantsOutcome(
+            name,
+            env_dir,
+            requested,
+            old.torch,
+            [VariantOutcome(v.name, env_dir / v.lock, "fresh") for v in old.variants],
+            old,
+            False,
+            False,
+        )
+    request, builds = _base_request(name, yml_text, source, env_dir, main_lock, old, cache_dir)
+    variants, torch, notes = _decide(request, builds, requested)
+    staging = None if dry_run else Path(tempfile.mkdtemp(prefix=".envtool-variants-", dir=env_dir))
+    try:
+        results: list[VariantOutcome] = []
+        for v in variants:
+            lock_name = lock_file_name(v)
+            cuda = variant_cuda(v)
+            if (
+                not force
+                and not dry_run
+                and _as_indexed(env_dir, old, v)
+                and variant_fresh(env_dir / lock_name, yml_text, cuda, torch)
+            ):
+                results.append(VariantOutcome(v, env_dir / lock_name, "fresh"))
+                continue
+            results.append(
+                _lock_one(name, yml_text, source, request, v, torch, staging, dry_run, cache_dir)
+            )
+        if dry_run:
+            return VariantsOutcome(
+                name, env_dir, requested, torch, results, None, True, False, notes
+            )
+        assert staging is not None
+        index = _install_variants(name, env_dir, staging, results, requested, torch, old)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    return VariantsOutcome(name, env_dir, requested, torch, results, index, True, True, notes)
+
+
+def _base_request(
+    name: str,
+    yml_text: str,
+    source: str,
+    env_dir: Path,
+    main_lock: Path,
+    old: VariantIndex | None,
+    cache_dir: Path | None,
+) -> tuple[Any, list[Any]]:
+    """The request every variant shares (environment.yml + the options the last lock stored, this
+    host's driver and GPUs left out) and the torch builds its channels hold."""
+    from envtool.adapters.variant_lock import discover_builds
+    from envtool.core.plan import DEFAULT_CHANNELS, NO_CUDA_PLATFORMS, check_request
+    from envtool.locking import request_from_yml, stored_lock_options
+
+    stored = stored_lock_options(main_lock)[1]
+    if stored is None and old is not None and old.variants:
+        # a variant's own CUDA and torch pin are not the user's request: drop them
+        stored = stored_lock_options(env_dir / old.variants[0].lock)[1]
+        stored = {k: v for k, v in (stored or {}).items() if k not in ("cuda", "torch")} or None
+    request = request_from_yml(yml_text, source, {}, stored)
+    request = replace(request, cuda=CPU, driver=None, gpus=())
+    check_request(request)  # a bad flavor or platform before any channel is read
+    channels = list(request.channels or DEFAULT_CHANNELS[request.flavor])
+    platforms = [p for p in request.platforms if p not in NO_CUDA_PLATFORMS] or list(
+        request.platforms
+    )
+    note(f"listing torch builds on {', '.join(channels)} for {', '.join(platforms)} …")
+    return request, discover_builds(channels, platforms, cache_dir)
+
+
+def _decide(
+    request: Any, builds: list[Any], requested: tuple[str, ...]
+) -> tuple[tuple[str, ...], str | None, list[str]]:
+    """(variants, torch pin, notes): `auto` expanded; the torch release every variant shares."""
+    from envtool.core.plan import NO_CUDA_PLATFORMS
+    from envtool.core.variants import auto_variants, common_torch, describe_lines, lines_by_torch
+
+    platforms = [p for p in request.platforms if p not in NO_CUDA_PLATFORMS] or list(
+        request.platforms
+    )
+    notes: list[str] = []
+    if requested == (AUTO,):
+        found, variants = auto_variants(builds, platforms, request.python, request.torch)
+        torch = request.torch or found
+        notes.append(f"auto: torch {found} has builds for {', '.join(variants)}")
+        return variants, torch, notes
+    if request.torch:
+        return requested, request.torch, notes
+    torch = common_torch(builds, requested, platforms, request.python)
+    if torch is None:
+        notes.append(
+            f"warning: no torch release has builds for all of {', '.join(requested)}: each "
+            "variant takes its newest torch (builds: "
+            + describe_lines(lines_by_torch(builds, platforms, request.python))
+            + "); pin one with pytorch=X.Y in environment.yml"
+        )
+    return requested, torch, notes
+
+
+def _lock_one(
+    name: str,
+    yml_text: str,
+    source: str,
+    request: Any,
+    variant: str,
+    torch: str | None,
+    staging: Path | None,
+    dry_run: bool,
+    cache_dir: Path | None,
+) -> VariantOutcome:
+    from envtool.core.plan import render_plan
+    from envtool.locking import lock_environment
+
+    lock_name = lock_file_name(variant)
+    note(f"variant {variant}:")
+    try:
+        outcome = lock_environment(
+            name,
+            yml_text,
+            source,
+            replace(request, cuda=variant_cuda(variant) or CPU, torch=torch),
+            str(staging) if staging else None,
+            write_yml=False,
+            probe=False,
+            dry_run=dry_run,
+            cache_dir=cache_dir,
+            lock_name=lock_name,
+        )
+    except EnvtoolError as exc:  # which variant failed, in the one line
+        cls = DiagnosedFailure if isinstance(exc, DiagnosedFailure) else UsageError
+        raise cls(f"variant {variant}: {exc.message}", exc.hint) from None
+    return VariantOutcome(
+        variant,
+        outcome.env_dir / lock_name,
+        "dry-run" if dry_run else "written",
+        render_plan(outcome.plan) if outcome.plan else [],
+        outcome.packages,
+    )
+
+
+def _install_variants(
+    name: str,
+    env_dir: Path,
+    staging: Path,
+    results: list[VariantOutcome],
+    requested: tuple[str, ...],
+    torch: str | None,
+    old: VariantIndex | None,
+) -> VariantIndex:
+    """Move the staged locks beside environment.yml, drop the locks of variants no longer asked
+    for, and write the index — under the project's write lock, so two locks never interleave."""
+    import os
+
+    from filelock import FileLock
+
+    from envtool.adapters.variant_lock import variant_from_lock, write_index
+    from envtool.locking import write_lock_path
+
+    lock_file = Path(write_lock_path(env_dir))
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock_file)):
+        rows = []
+        for r in results:
+            final = env_dir / lock_file_name(r.name)
+            if r.state == "written":
+                os.replace(r.lock, final)
+                r.lock = final
+            rows.append(variant_from_lock(r.name, final))
+        keep = {r.name for r in results}
+        for v in old.variants if old else ():
+            if v.name not in keep:  # names were checked when the index was read
+                (env_dir / v.lock).unlink(missing_ok=True)
+        rows.sort(key=lambda v: variant_sort_key(v.name))
+        index = VariantIndex(name, requested, torch, tuple(rows))
+        write_index(env_dir, index)
+    return index
+
+
+def summarize_variants(outcome: VariantsOutcome, dry_run: bool) -> Result:
+    data: dict[str, Any] = {
+        "name": outcome.name,
+        "env_dir": str(outcome.env_dir),
+        "requested": list(outcome.requested),
+        "torch": outcome.torch,
+        "changed": outcome.changed,
+        "written": outcome.written,
+        "dry_run": dry_run,
+        "variants": [
+            {"name": v.name, "lock": str(v.lock), "state": v.state, "packages": v.packages}
+            for v in outcome.variants
+        ],
+        "index": str(index_path(outcome.env_dir)) if outcome.index else None,
+        "notes": outcome.notes,
+    }
+    text = list(outcome.notes)
+    if not outcome.changed:
+        text.append(
+            f"{outcome.name}: variant locks are up to date ({', '.join(v.name for v in outcome.variants)})"
+        )
+        return Result("lock", data, text)
+    pin = f"torch {outcome.torch}" if outcome.torch else "torch per variant"
+    text.append(f"{outcome.name}: {len(outcome.variants)} variants, {pin}")
+    described = {v.name: v.describe() for v in outcome.index.variants} if outcome.index else {}
+    for v in outcome.variants:
+        counts = ", ".join(f"{p}: {n} packages" for p, n in v.packages.items())
+        what = described.get(v.name, v.name)
+        state = {"fresh": "unchanged", "written": f"wrote {v.lock.name}", "dry-run": "solved"}[
+            v.state
+        ]
+        text.append(f"  {what} — {state}" + (f" ({counts})" if counts else ""))
+        if dry_run:
+            text += [f"    {line}" for line in v.plan_text]
+    if outcome.written:
+        text.append(f"wrote {index_path(outcome.env_dir)}")
+    else:
+        text.append("dry run: nothing written")
+    return Result("lock", data, text)
+
+
+def check_variants(
+    name: str, env_dir: Path, yml_text: str, requested: tuple[str, ...] | None = None
+) -> list[str] | None:
+    """`lock --check` for the variant locks: None when the project has no index; the fresh lines
+    when every variant lock is fresh (and, with `requested`, is the set asked for); else a
+    DiagnosedFailure (exit 1) naming the first stale variant."""
+    from envtool.core.shell_quote import quote_posix
+
+    index = read_index(env_dir)
+    if index is None:
+        if requested is None:
+            return None
+        raise DiagnosedFailure(
+            f"{index_path(env_dir)}: no variant index",
+            f"run `envtool lock {quote_posix(name)} --variants {','.join(requested)}`",
+        )
+    problems = stale_variants(env_dir, yml_text, index)
+    if requested is not None and index.requested != requested:
+        problems.insert(0, f"{index_path(env_dir)}: locked {','.join(index.requested)}")
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise DiagnosedFailure(
+            f"{problems[0]}{more}",
+            f"run `envtool lock {quote_posix(name)} --variants {','.join(requested or index.requested)}`",
+        )
+    return [f"{name}: variant {v.name} is fresh ({env_dir / v.lock})" for v in index.variants]
+
+
+def variants_command(
+    name: str,
+    yml_text: str,
+    source: str,
+    variants: str,
+    directory: str | None,
+    *,
+    check: bool,
+    force: bool,
+    dry_run: bool,
+) -> Result:
+    """`envtool lock NAME --variants LIST|auto [--check|--force|--dry-run]`."""
+    from envtool.core.variants import parse_variant_list
+
+    requested = parse_variant_list(variants)
+    env_dir = project_env_paths(name, directory)[0]
+    if check:
+        lines = check_variants(name, env_dir, yml_text, requested) or []
+        return Result("lock", {"name": name, "state": "fresh", "variants": lines}, lines)
+    outcome = lock_variants(
+        name, yml_text, source, requested, directory, force=force, dry_run=dry_run
+    )
+    return summarize_variants(outcome, dry_run)
