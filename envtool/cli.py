@@ -108,6 +108,18 @@ def _click_cli():  # -> click.Group
                 return None
             return importlib.import_module(COMMANDS[name][0]).cmd
 
+        def resolve_command(
+            self, ctx: click.Context, args: list[str]
+        ) -> tuple[str | None, click.Command | None, list[str]]:
+            name = args[0] if args else ""
+            if name and name not in COMMANDS and not name.startswith("-"):
+                import difflib
+
+                close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
+                if close:
+                    ctx.fail(f"No such command {name!r}. Did you mean {close[0]!r}?")
+            return super().resolve_command(ctx, args)
+
         def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
             with formatter.section("Commands"):
                 formatter.write_dl(_command_rows())
@@ -160,8 +172,11 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(2)
     except EnvtoolError as exc:
-        if debug:
-            raise
+        if debug:  # the traceback, and still the exit code of the error (2 for usage)
+            import traceback
+
+            traceback.print_exc()
+            sys.exit(exc.exit_code)
         from envtool.output import render_error_json
 
         if "--json" in args:
@@ -169,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
                 render_error_json(_command_name(args), exc.message, exc.hint, exc.exit_code) + "\n"
             )
         click.echo(f"envtool: error: {exc.one_line()}", err=True)
+        _echo_detail(exc.detail)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
@@ -177,7 +193,10 @@ def main(argv: list[str] | None = None) -> None:
         # last resort for a file error no command foresaw (permissions, a too-long name, a full
         # disk): one line naming the file, never a traceback
         if debug:
-            raise
+            import traceback
+
+            traceback.print_exc()
+            sys.exit(2)
         from envtool.core.shell_quote import printable
 
         what = exc.filename if exc.filename is not None else "a file"
@@ -190,6 +209,18 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"envtool: error: {message} — check the path and its permissions", err=True)
         sys.exit(2)
     sys.exit(0)
+
+
+def _echo_detail(detail: str | None) -> None:
+    """Lines under the error line, indented as they came (a solver's explanation tree), each
+    with its control characters escaped."""
+    if not detail:
+        return
+    from envtool.core.shell_quote import printable
+
+    for line in detail.splitlines():
+        sys.stderr.write(f"  {printable(line)}\n")
+    sys.stderr.flush()
 
 
 def _command_name(args: list[str]) -> str:

@@ -8,10 +8,11 @@ class EnvtoolError(Exception):
 
     exit_code = 2
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.detail = detail  # lines printed, indented, under the one-line error (a solver's tree)
 
     def one_line(self) -> str:
         return f"{self.message} — {self.hint}" if self.hint else self.message

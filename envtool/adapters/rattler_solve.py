@@ -182,6 +182,7 @@ def _no_cuda_solves(first: UsageError, tried: list[str]) -> UsageError:
         first.message,
         f"no CUDA build ({', '.join(tried)}) solves with this request: pass --cuda cpu, relax a "
         "pin, or add a channel",
+        first.detail,
     )
 
 
@@ -255,9 +256,11 @@ async def _solve_one(gateway, channel_urls: list[str], pp: PlatformPlan) -> list
             constraints=constraints,
         )
     except SolverError as exc:
+        lead, tree = solver_explanation(str(exc))
         raise UsageError(
-            f"no solution for {pp.platform}: {one_line(str(exc))}",
+            f"no solution for {pp.platform}: {lead}" + (" (why, below)" if tree else ""),
             "relax a pin, pick another --cuda/--torch/--python, or add a channel",
+            tree,
         ) from None
     except Exception as exc:  # missing channel, unreadable repodata
         _raise_channel_error(exc, pp.platform)
@@ -280,6 +283,18 @@ def to_solved(record: RepoDataRecord, platform: str) -> SolvedPackage:
         sha256=record.sha256.hex() if record.sha256 else None,
         depends=tuple(record.depends),
     )
+
+
+def solver_explanation(text: str) -> tuple[str, str | None]:
+    """rattler's SolverError text -> (its first line, the indented tree under it, or None).
+
+    The tree keeps its glyphs and indentation (├─ └─ │): it is printed as it is, under the error
+    line, not squashed onto that line and cut."""
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return "the solver gave no reason", None
+    lead = lines[0].removeprefix("Cannot solve the request because of: ").rstrip(":").strip()
+    return lead, "\n".join(lines[1:]) or None
 
 
 def one_line(text: str, limit: int = 600) -> str:
