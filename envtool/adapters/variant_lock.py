@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envtool.core.variants import (
     INDEX_FILE,
     ChannelBuild,
+    Choice,
+    HostGpu,
     PlatformBuild,
     Variant,
     VariantIndex,
@@ -21,6 +24,9 @@ from envtool.core.variants import (
     render_index,
 )
 from envtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from envtool.core.facts import HostFacts
 
 INDEX_LIMIT = 1024 * 1024  # a few hundred bytes per variant; anything near this is not an index
 
@@ -127,3 +133,64 @@ def index_problems(env_dir: Path, index: VariantIndex) -> list[str]:
         elif file_sha256(path) != v.sha256:
             out.append(f"{path}: changed since it was indexed")
     return out
+
+
+def host_gpus(host: HostFacts) -> list[HostGpu]:
+    """The GPUs this process would use: CUDA_VISIBLE_DEVICES by index when it lists indices
+    ("" hides them all); names (UUIDs, MIG) are not mapped, so every GPU counts then."""
+    visible = host.cuda_visible_devices
+    gpus = [g for g in host.gpus if g.capability]
+    if visible is not None:
+        tokens = [t.strip() for t in visible.split(",") if t.strip()]
+        if not tokens:
+            return []
+        if all(t.isdigit() for t in tokens):
+            gpus = [g for g in gpus if str(g.index) in tokens]
+    return [HostGpu(g.capability or "", g.name) for g in gpus]
+
+
+def choose_project_variant(
+    name: str, variant: str | None, platform: str | None, force: bool
+) -> tuple[Path, Choice] | None:
+    """`envtool install NAME` in a project with variant locks: the lock this host installs and
+    why (None when environments/NAME has no index). `variant` (--variant) overrides the choice,
+    after the host check unless `force`."""
+    from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.locate import project_env_paths
+    from envtool.core.shell_quote import quote_posix
+    from envtool.core.variants import check_chosen, choose_variant, parse_variant
+
+    env_dir = project_env_paths(name)[0]
+    index = read_index(env_dir)
+    if index is None:
+        if variant is None:
+            return None
+        raise UsageError(
+            f"--variant {variant}: {env_dir} has no variant locks ({INDEX_FILE})",
+            f"lock them first: `envtool lock {quote_posix(name)} --variants auto`",
+        )
+    problems = index_problems(env_dir, index)
+    if problems:
+        raise UsageError(
+            problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+            f"re-lock: `envtool lock {quote_posix(name)} --variants {','.join(index.requested)}`",
+        )
+    if platform is None:
+        from envtool.adapters.installer import current_platform
+
+        platform = current_platform()
+    if variant is not None and force:  # --force: no host check, only a known variant
+        wanted = parse_variant(variant)
+        if index.get(wanted) is None:
+            check_chosen(wanted, None, [], index, platform)  # raises: no such variant
+        chosen = index.get(wanted)
+        assert chosen is not None
+        choice = Choice(chosen, "forced", f"--variant {wanted} --force (host not checked)")
+    else:
+        host = probe_host()
+        driver, gpus = host.driver_version, host_gpus(host)
+        if variant is not None:
+            choice = check_chosen(parse_variant(variant), driver, gpus, index, platform)
+        else:
+            choice = choose_variant(driver, gpus, index, platform, host.no_driver_reason)
+    return (env_dir / choice.variant.lock).absolute(), choice

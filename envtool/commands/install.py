@@ -155,6 +155,11 @@ def resolve_install_args(
 @click.option(
     "--dry-run", is_flag=True, help="Show what would be fetched and linked; change nothing."
 )
+@click.option(
+    "--variant",
+    help="Install this variant of NAME's variant locks (cpu, cuda12.6, …) instead of the one "
+    "this host would pick (still host-checked unless --force).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope; no progress.")
 def cmd(
     name: str | None,
@@ -166,8 +171,21 @@ def cmd(
     force: bool,
     dry_run: bool,
     as_json: bool,
+    variant: str | None = None,
 ) -> None:
     """Install an environment from its lock: hash-verified, resumable, offline-capable."""
+    if variant is not None and (lock_file or from_dir or not name):
+        raise UsageError(
+            "--variant picks among NAME's variant locks", "give NAME, without --lock/--from"
+        )
+    if name and not lock_file and not from_dir:  # variant locks: the one this host runs
+        from envtool.adapters.variant_lock import choose_project_variant
+        from envtool.output import note
+
+        picked = choose_project_variant(name, variant, platform, force)
+        if picked is not None:
+            lock_file = str(picked[0])
+            note(f"variant {picked[1].variant.name}: {picked[1].reason}")
     from envtool.adapters import installer
     from envtool.adapters.lock_io import read_lock
 

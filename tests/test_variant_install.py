@@ -1,0 +1,131 @@
+"""`envtool install NAME` over variant locks, for real: the variant this host runs is chosen (one
+line why), `--variant` overrides with the host check, `--dry-run` shows the choice, nothing that
+fits is refused with the fix — and the chosen lock is installed from a channel channel_builder
+builds. The host is this machine with its driver set through ENVTOOL_DRIVER_VERSION (the probe's
+override; the host that runs the tests has no GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import channel_builder as cb
+import pytest
+from conftest import run_envtool
+from test_variant_lock import cuda118_pkgs
+
+pytestmark = pytest.mark.integration
+
+STUB = Path("lib") / f"python{cb.PY_VER}" / "site-packages" / "torch_stub" / "__init__.py"
+
+
+@pytest.fixture(scope="module")
+def channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return cb.build_channel(
+        tmp_path_factory.mktemp("variants") / "channel", cb.cuda_graph() + cuda118_pkgs()
+    )
+
+
+@pytest.fixture
+def project(channel: Path, tmp_path: Path, env: dict[str, str]) -> Path:
+    env_dir = tmp_path / "environments" / "demo"
+    env_dir.mkdir(parents=True)
+    (env_dir / "environment.yml").write_text(
+        f"name: demo\nchannels:\n  - {channel}\ndependencies:\n  - python\n  - pytorch\n"
+    )
+    r = run_envtool("lock", "demo", "--variants", "cpu,cuda11.8,cuda12.6", env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return tmp_path
+
+
+def install(project: Path, env: dict[str, str], driver: str | None, *args: str):
+    e = dict(env)
+    e.pop("ENVTOOL_DRIVER_VERSION", None)
+    if driver:
+        e["ENVTOOL_DRIVER_VERSION"] = driver
+    return run_envtool("install", "demo", *args, env=e, cwd=project)
+
+
+def installed_build(env: dict[str, str]) -> str:
+    return (Path(env["ENVTOOL_ENVS_DIR"]) / "demo" / STUB).read_text()
+
+
+def test_each_host_gets_its_variant_and_says_why(project: Path, env: dict[str, str]) -> None:
+    r = install(project, env, "535.104.05", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert (
+        "variant cuda11.8: driver 535.104.05 → cuda11.8 variant; cuda12.6 needs ≥ 560.28.03"
+        in r.stderr
+    )
+    assert "conda-lock.cuda11.8.yml" in r.stdout
+    assert not (Path(env["ENVTOOL_ENVS_DIR"]) / "demo").exists()  # a dry run
+
+    r = install(project, env, "570.86.10")
+    assert r.returncode == 0, r.stderr
+    assert "variant cuda12.6: driver 570.86.10 → cuda12.6 variant" in r.stderr
+    assert installed_build(env) == "BUILD = 'cuda126'\n"
+
+    r = install(project, env, None)  # this host as it is: no NVIDIA driver
+    assert r.returncode == 0, r.stderr
+    assert "variant cpu: " in r.stderr and "→ cpu variant" in r.stderr
+    assert installed_build(env) == "BUILD = 'cpu'\n"
+
+
+def test_variant_override_is_host_checked(project: Path, env: dict[str, str]) -> None:
+    r = install(project, env, "535.104.05", "--variant", "cuda12.6")
+    assert r.returncode == 0, r.stderr  # 535 runs 12.6 through minor-version compatibility
+    assert "minor-version compatibility" in r.stderr
+    assert installed_build(env) == "BUILD = 'cuda126'\n"
+
+    r = install(project, env, "470.82.01", "--variant", "cuda12.6")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == (
+        "envtool: error: --variant cuda12.6: cuda12.6 needs ≥ 560.28.03 (driver 470.82.01) — "
+        "this host would install cuda11.8; pass --force to install it anyway"
+    )
+    r = install(project, env, None, "--variant", "cuda11.8", "--force")
+    assert r.returncode == 0, r.stderr
+    assert installed_build(env) == "BUILD = 'cuda118'\n"
+
+    r = install(project, env, None, "--variant", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert installed_build(env) == "BUILD = 'cpu'\n"
+
+    for bad, message in (
+        ("cuda13.0", "--variant cuda13.0: demo's lock has no such variant"),
+        ("gpu", "--variant gpu: not a variant name"),
+    ):
+        r = install(project, env, None, "--variant", bad)
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_nothing_fits_refuses_with_the_fix(project: Path, env: dict[str, str]) -> None:
+    # cuda-only variants and a driver too old for any of them
+    r = run_envtool("lock", "demo", "--variants", "cuda11.8,cuda12.6", env=env, cwd=project)
+    assert r.returncode == 0, r.stderr
+    r = install(project, env, "418.43", "--dry-run")
+    assert r.returncode == 2
+    assert "none of demo's variants runs here" in r.stderr
+    assert "upgrade the NVIDIA driver to ≥ 520.61.05 (cuda11.8; ≥ 560.28.03 runs cuda12.6)" in (
+        r.stderr
+    )
+    r = install(project, env, None, "--dry-run")
+    assert r.returncode == 2
+    assert "no NVIDIA driver here and demo's lock has no cpu variant" in r.stderr
+    assert "envtool lock demo --variants cpu,cuda11.8,cuda12.6" in r.stderr
+
+
+def test_a_hand_edited_variant_lock_is_not_installed(project: Path, env: dict[str, str]) -> None:
+    lock = project / "environments" / "demo" / "conda-lock.cpu.yml"
+    lock.write_text(lock.read_text() + "# edited\n")
+    r = install(project, env, None, "--dry-run")
+    assert r.returncode == 2
+    assert "conda-lock.cpu.yml: changed since it was indexed" in r.stderr
+    assert "re-lock: `envtool lock demo --variants cpu,cuda11.8,cuda12.6`" in r.stderr
+
+
+def test_variant_needs_a_name_and_an_index(project: Path, env: dict[str, str]) -> None:
+    r = install(project, env, None, "--lock", "x.yml", "--variant", "cpu")
+    assert r.returncode == 2 and "--variant picks among NAME's variant locks" in r.stderr
+    (project / "environments" / "demo" / "variants.yml").unlink()
+    r = install(project, env, None, "--variant", "cpu")
+    assert r.returncode == 2 and "has no variant locks (variants.yml)" in r.stderr
