@@ -168,3 +168,380 @@ def test_an_unparseable_spec_in_the_file_exits_2_naming_it(spec, run_cli, tmp_pa
     _one_line_error(code, out, err, "env.yml")
     assert repr(spec) in err
     assert not (tmp_path / "environments").exists()
+
+
+# ------------------------------------------------------------------- doctor --replay corpus
+
+WRONG_VALUES: list[object] = [[], {}, "x", 7, None, True, 1.5, "9" * 100_000, [{"a": []}]]
+
+
+def _rich_env() -> dict:
+    return {
+        "python_exe": "/envs/x/bin/python",
+        "prefix": "/envs/x",
+        "name": "x",
+        "status": "ok",
+        "error": None,
+        "python_version": "3.11.9",
+        "torch": {
+            "version": "2.5.1+cu121",
+            "cuda": "12.1",
+            "cudnn": 90100,
+            "nccl": "2.21.5",
+            "is_available": True,
+            "available_message": None,
+            "device_count": 2,
+            "arch_list": ["sm_80", "sm_90"],
+            "capabilities": ["9.0", "9.0"],
+            "path": "/envs/x/lib/python3.11/site-packages/torch/__init__.py",
+        },
+        "torch_import_error": None,
+        "conda_packages": {
+            "cuda-version": {"version": "12.1", "build": "h1d6eff3_3", "channel": "conda-forge"},
+            "pytorch": {"version": "2.5.1", "build": "cuda121_py311", "channel": "conda-forge"},
+        },
+        "pip_torch": [{"name": "torch", "version": "2.5.1", "installer": "conda", "location": "x"}],
+        "install_state": "complete",
+        "drift": {"missing": [], "extra": [], "changed": []},
+    }
+
+
+def _nvml() -> dict:
+    dev = {
+        "index": 0,
+        "name": "NVIDIA H200",
+        "capability": [9, 0],
+        "memory_total": 150_000_000_000,
+        "uuid": "GPU-1",
+        "bus_id": "00000000:18:00.0",
+        "mig_current": 0,
+        "mig_devices": 0,
+        "nvlink_active": 18,
+    }
+    return {
+        "driver_version": "580.65.06",
+        "cuda_driver_version": 13000,
+        "devices": [dev, {**dev, "index": 1, "uuid": "GPU-2"}],
+        "error": None,
+    }
+
+
+def _deep() -> dict:
+    row = {"device": "cuda:0", "dtype": "bfloat16", "rel_error": 0.001, "tolerance": 0.01}
+    row |= {"ok": True, "name": "NVIDIA H200", "tflops": 700.5}
+    size = {"size_mib": 64, "exact": True, "time_us": 300.0, "algbw_gbps": 200.0}
+    size["busbw_gbps"] = 200.0
+    return {
+        "matmul": {"torch": "2.5.1", "cuda": "12.1", "device_count": 2, "size": 4096},
+        "allreduce": {"world_size": 2, "backend": "nccl", "nccl": "2.21.5", "sum_exact": True},
+        "skipped": None,
+    } | {"_rows": (row, size)}
+
+
+def _write_json(path: Path, data: object) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def _base_recordings(tmp: Path, fixtures_root: Path | None) -> dict[str, Path]:
+    """Real recordings: this host's (--record), the H200 capture (raw nvidia-smi outputs) when
+    the fixtures are here, and an NVML + --deep recording and a host.json-only one."""
+    from envtool.cli import main
+
+    recs: dict[str, Path] = {}
+    live = tmp / "live"
+    with pytest.raises(SystemExit):
+        main(["doctor", "--fast", "--record", str(live)])
+    recs["live"] = live
+    if fixtures_root is not None and (fixtures_root / "h200-x2-host").is_dir():
+        import shutil
+
+        h200 = tmp / "h200"
+        (h200 / "host").mkdir(parents=True)
+        for name in ("nvidia-smi-q.xml", "nvidia-smi.txt", "query.csv", "topo.txt"):
+            shutil.copy(fixtures_root / "h200-x2-host" / name, h200 / "host" / name)
+        _write_json(h200 / "env.json", _rich_env())
+        recs["h200"] = h200
+    nvml = tmp / "nvml"
+    _write_json(nvml / "host" / "nvml.json", _nvml())
+    _write_json(nvml / "host" / "fs.json", {"shm_bytes": 1 << 30, "cuda_home": None})
+    (nvml / "host" / "fs.json").write_text(
+        '{"shm_bytes": 1073741824, "cuda_home": "/usr/local/cuda", "ld_library_hits": ["/x"]}'
+    )
+    _write_json(nvml / "host" / "probe.json", {"errors": ["nvidia-smi: not found on PATH"]})
+    _write_json(nvml / "host" / "env.json", {"CUDA_VISIBLE_DEVICES": "0,1"})
+    (nvml / "host" / "nvcc-version.txt").write_text(
+        "Cuda compilation tools, release 12.1, V12.1.105\n"
+    )
+    _write_json(nvml / "env.json", _rich_env())
+    deep = _deep()
+    row, size = deep.pop("_rows")
+    deep["matmul"]["results"] = [row, {**row, "dtype": "float32"}]
+    deep["allreduce"]["sizes"] = [size, {**size, "size_mib": 256}]
+    _write_json(nvml / "deep.json", deep)
+    recs["nvml+deep"] = nvml
+    host_only = tmp / "hostjson"
+    _write_json(host_only / "env.json", _rich_env())
+    import json
+
+    from envtool.adapters.host_probe import facts_from_record
+
+    host = facts_from_record({"nvml.json": json.dumps(_nvml())}).to_dict()
+    host |= {"topology": "GPU0 X NV18", "overrides": {"CONDA_OVERRIDE_CUDA": "12.4"}}
+    host |= {"probe_errors": ["x"], "ld_library_hits": ["/x/libcudart.so"]}
+    _write_json(host_only / "host.json", host)
+    recs["host.json"] = host_only
+    return recs
+
+
+def _paths(value: object, prefix: tuple = ()) -> list[tuple]:
+    """Every place in a JSON value: the root, each key of each object, each list item."""
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _replaced(value: object, path: tuple, new: object) -> object:
+    if not path:
+        return new
+    copy = value.copy() if isinstance(value, (dict, list)) else value
+    copy[path[0]] = _replaced(copy[path[0]], path[1:], new)  # type: ignore[index]
+    return copy
+
+
+def _run_main(args: list[str], capsys) -> tuple[int, str, str]:
+    from envtool.cli import main
+
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_replay_corpus_of_wrong_types_never_gives_a_traceback(tmp_path, capsys, request) -> None:
+    """Every field of every JSON file of real recordings replaced by a list, an object, a
+    string, an int, null, a bool, a float, a 100k-character string, a nested list: each replay
+    exits 0/1 (the value is legitimately optional or harmless) or 2 with one line naming the
+    file — never a traceback (~55 such fields were TypeErrors/KeyErrors)."""
+    import json
+    import shutil
+
+    from conftest import fixtures_dir
+
+    root = fixtures_dir()
+    recs = _base_recordings(tmp_path / "base", root if root.is_dir() else None)
+    tried = handled = refused = 0
+    failures: list[str] = []
+    work = tmp_path / "case"
+    for label, rec in recs.items():
+        for file in sorted(p for p in rec.rglob("*.json")):
+            rel = file.relative_to(rec)
+            original = json.loads(file.read_text())
+            for path in _paths(original):
+                for new in WRONG_VALUES:
+                    if path == () and new in ({}, None):
+                        continue  # the empty object is a legitimate (old) record
+                    tried += 1
+                    shutil.rmtree(work, ignore_errors=True)
+                    shutil.copytree(rec, work)
+                    (work / rel).write_text(json.dumps(_replaced(original, path, new)))
+                    what = f"{label}/{rel} {list(path)} = {str(new)[:20]}"
+                    mode = ["--json"] if tried % 2 else ["--verbose"]
+                    try:
+                        code, out, err = _run_main(["doctor", "--replay", str(work), *mode], capsys)
+                    except BaseException as exc:  # noqa: BLE001 - the escape is the finding
+                        failures.append(f"{what}: {type(exc).__name__}: {exc}"[:300])
+                        continue
+                    lines = [x for x in err.splitlines() if x.strip()]
+                    if code in (0, 1) and out.strip():
+                        handled += 1
+                    elif code == 2 and len(lines) == 1 and str(rel.name) in lines[0]:
+                        handled += 1
+                        refused += 1
+                    else:
+                        failures.append(f"{what}: exit {code}: {err[-300:]}")
+    print(f"replay corpus: {tried} tried, {handled} handled ({refused} refused with one line)")
+    request.node.user_properties.append(("replay_corpus", (tried, handled, refused)))
+    assert tried > 500
+    assert not failures, f"{len(failures)} of {tried}:\n" + "\n".join(failures[:40])
+
+
+def _h200_or_nvml(tmp: Path) -> Path:
+    from conftest import fixtures_dir
+
+    root = fixtures_dir()
+    recs = _base_recordings(tmp / "base", root if root.is_dir() else None)
+    return recs.get("h200") or recs["nvml+deep"]
+
+
+def _replay_one_line_or_verdict(rec: Path, capsys, must_refuse: bool = False) -> tuple[int, str]:
+    code, out, err = _run_main(["doctor", "--replay", str(rec), "--verbose"], capsys)
+    lines = [x for x in err.splitlines() if x.strip()]
+    if must_refuse or code == 2:
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("envtool: error:"), err
+        assert len(lines[0]) < 1000
+    else:
+        assert code in (0, 1) and out.strip(), (code, err)
+    return code, out + err
+
+
+SECRET = "TOP-SECRET-KEY-MATERIAL"
+
+
+@pytest.mark.parametrize(
+    "where", ["env.json", "host.json", "deep.json", "host/nvidia-smi.txt", "host/nvml.json"]
+)
+def test_replay_never_follows_a_symlink_in_the_recording(where, tmp_path, capsys) -> None:
+    """A recording whose file is a link to the victim's secret: refused, the secret unprinted."""
+    rec = tmp_path / "rec"
+    _write_json(rec / "env.json", _rich_env())
+    _write_json(rec / "host" / "nvml.json", _nvml())
+    (rec / "host" / "nvidia-smi.txt").write_text("x")
+    _write_json(rec / "host.json", {})
+    _write_json(rec / "deep.json", {"matmul": None, "allreduce": None, "skipped": "x"})
+    secret = tmp_path / "id_rsa"
+    secret.write_text(f'{{"driver_version": "{SECRET}"}}\n{SECRET}\n')
+    if where == "host.json":
+        import shutil
+
+        shutil.rmtree(rec / "host")  # host.json is read only without raw outputs
+    (rec / where).unlink()
+    (rec / where).symlink_to(secret)
+    code, text = _replay_one_line_or_verdict(rec, capsys, must_refuse=True)
+    assert "symbolic link" in text and SECRET not in text
+
+
+def test_replay_refuses_a_host_dir_that_is_a_symlink(tmp_path, capsys) -> None:
+    rec = tmp_path / "rec"
+    _write_json(rec / "env.json", _rich_env())
+    elsewhere = tmp_path / "elsewhere"
+    _write_json(elsewhere / "nvml.json", _nvml())
+    (rec / "host").symlink_to(elsewhere)
+    _, text = _replay_one_line_or_verdict(rec, capsys, must_refuse=True)
+    assert "symbolic link" in text
+
+
+def _bad_recording_file(case: str, rec: Path) -> None:
+    host = rec / "host"
+    if case == "fifo-nvml":
+        (host / "nvml.json").unlink()
+        os.mkfifo(host / "nvml.json")
+    elif case == "fifo-env":
+        (rec / "env.json").unlink()
+        os.mkfifo(rec / "env.json")
+    elif case == "deep-json-env":
+        (rec / "env.json").write_text("[" * 100_000 + "]" * 100_000)
+    elif case == "deep-json-probe":
+        (host / "probe.json").write_text('{"errors": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    elif case == "huge-nvml":
+        (host / "nvml.json").write_text('{"error": "' + "x" * (20 << 20) + '"}')
+    elif case == "duplicate-key-env":
+        (rec / "env.json").write_text('{"status": "ok", "status": "crashed"}')
+    elif case == "env-not-utf8":
+        (rec / "env.json").write_bytes(b'{"name": "\xff\xfe"}')
+    elif case == "nan-shm":
+        (host / "fs.json").write_text('{"shm_bytes": NaN}')
+    elif case == "driver-override-5000-digits":
+        _write_json(host / "env.json", {"ENVTOOL_DRIVER_VERSION": "5" * 5000})
+
+
+BAD_RECORDING_FILES = [
+    "fifo-nvml",
+    "fifo-env",
+    "deep-json-env",
+    "deep-json-probe",
+    "huge-nvml",
+    "duplicate-key-env",
+    "env-not-utf8",
+    "nan-shm",
+    "driver-override-5000-digits",
+]
+
+
+@pytest.mark.parametrize("case", BAD_RECORDING_FILES)
+def test_replay_of_a_hostile_recording_file_is_one_line(case, tmp_path, capsys) -> None:
+    rec = tmp_path / "rec"
+    _write_json(rec / "env.json", _rich_env())
+    _write_json(rec / "host" / "nvml.json", _nvml())
+    _write_json(rec / "host" / "probe.json", {"errors": []})
+    _write_json(rec / "host" / "fs.json", {"shm_bytes": 1})
+    _bad_recording_file(case, rec)
+    _replay_one_line_or_verdict(rec, capsys, must_refuse=True)
+
+
+def _hostile_text(case: str) -> tuple[str, str]:
+    """(host/ file, content): raw tool outputs as an attacker writes them."""
+    big = "9" * 5000
+    bomb = ['<?xml version="1.0"?>', "<!DOCTYPE l [", '<!ENTITY a "lollollollollol">']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        bomb.append(f'<!ENTITY {name} "{("&" + prev + ";") * 10}">')
+    bomb += ["]>", "<nvidia_smi_log><driver_version>&i;</driver_version></nvidia_smi_log>"]
+    return {
+        "xml-billion-laughs": ("nvidia-smi-q.xml", "\n".join(bomb)),
+        "xml-deep": ("nvidia-smi-q.xml", "<a>" * 100_000 + "</a>" * 100_000),
+        "xml-huge-driver": (
+            "nvidia-smi-q.xml",
+            f"<nvidia_smi_log><driver_version>{big}.1</driver_version><cuda_version>{big}.0"
+            f"</cuda_version><attached_gpus>1</attached_gpus><gpu id='0'><product_name>H200"
+            f"</product_name><fb_memory_usage><total>{big} MiB</total></fb_memory_usage>"
+            f"<minor_number>{big}</minor_number></gpu></nvidia_smi_log>",
+        ),
+        "xml-external-entity": (
+            "nvidia-smi-q.xml",
+            '<?xml version="1.0"?><!DOCTYPE l [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
+            "<nvidia_smi_log><driver_version>&x;</driver_version></nvidia_smi_log>",
+        ),
+        "nvcc-huge": ("nvcc-version.txt", f"Cuda compilation tools, release {big}.1, V{big}\n"),
+        "proc-huge": (
+            "proc-driver-version.txt",
+            f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {big}.65.06  Sun Jul 27 2025\n",
+        ),
+        "table-huge": (
+            "nvidia-smi.txt",
+            f"| NVIDIA-SMI {big}.65.06   Driver Version: {big}.65.06   CUDA Version: {big}.0 |\n"
+            f"|   {big}  NVIDIA H200   On  |   00000000:18:00.0 Off |  0 |\n"
+            f"| N/A   30C    P0   {big}W / 700W |   {big}MiB / {big}MiB |  0%  Default |\n",
+        ),
+        "csv-huge": (
+            "query.csv",
+            "index, name, uuid, pci.bus_id, driver_version, memory.total [MiB], compute_cap\n"
+            f"{big}, NVIDIA H200, GPU-1, 00000000:18:00.0, {big}.65.06, {big} MiB, {big}.0\n",
+        ),
+        "binary-table": ("nvidia-smi.txt", "\x00\x1b[31m\xff" * 1000),
+        "topo-escape": ("topo.txt", "GPU0\tX\tNV18\x1b]0;owned\x07\n" * 10),
+    }[case]
+
+
+HOSTILE_TEXT = [
+    "xml-billion-laughs",
+    "xml-deep",
+    "xml-huge-driver",
+    "xml-external-entity",
+    "nvcc-huge",
+    "proc-huge",
+    "table-huge",
+    "csv-huge",
+    "binary-table",
+    "topo-escape",
+]
+
+
+@pytest.mark.parametrize("case", HOSTILE_TEXT)
+def test_replay_of_hostile_tool_output_is_a_verdict_or_one_line(case, tmp_path, capsys) -> None:
+    rec = tmp_path / "rec"
+    _write_json(rec / "env.json", _rich_env())
+    name, text = _hostile_text(case)
+    (rec / "host").mkdir()
+    (rec / "host" / name).write_text(text)
+    _, output = _replay_one_line_or_verdict(rec, capsys)
+    assert "root:" not in output  # no external entity was fetched

@@ -7,7 +7,6 @@ the JSON each step writes. Failures come back as data ({"error": ...}); nothing 
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import uuid
@@ -78,11 +77,98 @@ def run_group(
     )
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+# What deep_script writes (and `doctor --record` keeps in deep.json): checked before the deep
+# checks read it, so a replayed or a broken result is one line, not a TypeError in a check.
+_MATMUL_SCHEMA: dict[str, Any] = {
+    "torch": str | None,
+    "cuda": str | None,
+    "device_count": int | None,
+    "size": int | None,
+    "results": list[dict[str, Any]],
+    "error": str | None,
+}
+_MATMUL_ROW_SCHEMA: dict[str, Any] = {
+    "device": str,
+    "dtype": str | None,
+    "name": str | None,
+    "rel_error": float,
+    "tolerance": float | None,
+    "ok": bool | None,
+    "tflops": float | None,
+    "error": str | None,
+}
+_ALLREDUCE_SCHEMA: dict[str, Any] = {
+    "world_size": int | None,
+    "backend": str | None,
+    "nccl": str | None,
+    "sum_exact": bool | None,
+    "sizes": list[dict[str, Any]],
+    "error": str | None,
+    "skipped": str | None,
+}
+_SIZE_SCHEMA: dict[str, Any] = {
+    "size_mib": float,
+    "exact": bool | None,
+    "time_us": float | None,
+    "algbw_gbps": float,
+    "busbw_gbps": float,
+}
+_SIZE_REQUIRED = ("size_mib", "algbw_gbps", "busbw_gbps")
+
+
+def check_deep_record(data: Any, source: str) -> dict[str, Any]:
+    """A --deep result ({"matmul", "allreduce", "skipped"}) with every value the checks read
+    type-checked; a UsageError naming `source` and the field otherwise."""
+    from envtool.core.facts import check_fields
+
+    out = check_fields(
+        data,
+        {"matmul": dict[str, Any] | None, "allreduce": dict[str, Any] | None, "skipped": Any},
+        source,
+    )
+    check_fields(out, {"skipped": str | None}, source)
+    if out.get("matmul") is not None:
+        mm = check_fields(out["matmul"], _MATMUL_SCHEMA, source, "matmul.")
+        for i, row in enumerate(mm.get("results") or []):
+            where = f"matmul.results[{i}]."
+            check_fields(row, _MATMUL_ROW_SCHEMA, source, where)
+            _require(
+                row, ("device",) if row.get("error") else ("device", "rel_error"), source, where
+            )
+    if out.get("allreduce") is not None:
+        ar = check_fields(out["allreduce"], _ALLREDUCE_SCHEMA, source, "allreduce.")
+        for i, size in enumerate(ar.get("sizes") or []):
+            where = f"allreduce.sizes[{i}]."
+            check_fields(size, _SIZE_SCHEMA, source, where)
+            _require(size, _SIZE_REQUIRED, source, where)
+    return out
+
+
+def _require(data: dict[str, Any], keys: tuple[str, ...], source: str, where: str) -> None:
+    from envtool.errors import UsageError
+
+    missing = [k for k in keys if data.get(k) is None]
+    if missing:
+        raise UsageError(
+            f"{source}: {where}{missing[0]} is missing",
+            "re-record it with `envtool doctor --deep --record DIR`",
+        )
+
+
+def _read_json(path: Path, part: str) -> dict[str, Any] | None:
+    """What the step wrote: None when it wrote nothing; {"error": …} when it wrote something
+    that is not a result (the env's python is not trusted to write the format)."""
+    from envtool.adapters.files import RECORDING_LIMIT, read_bytes
+    from envtool.core.safe_load import parse_json
+    from envtool.errors import UsageError
+
+    if not path.exists():
         return None
+    try:
+        data = parse_json(read_bytes(path, RECORDING_LIMIT), path.name)
+        return check_deep_record({part: data}, path.name)[part]
+    except UsageError as exc:
+        return {"error": f"unreadable result: {exc.message}"}
 
 
 def _tail(text: str, lines: int = 8) -> str:
@@ -111,7 +197,7 @@ def probe_deep(
         mm_out = Path(tmp) / "matmul.json"
         argv = plan_matmul(python, str(mm_out), size or (256 if cpu else 4096), cpu)
         proc = runner(argv, timeout=timeout, env=env)
-        mm = _read_json(mm_out)
+        mm = _read_json(mm_out, "matmul")
         if mm is None:
             mm = {"error": _failure(proc, "matmul")}
         out["matmul"] = mm
@@ -121,7 +207,7 @@ def probe_deep(
             return out
         ar_out = Path(tmp) / "allreduce.json"
         proc = runner(plan_allreduce(python, str(ar_out), nproc), timeout=timeout, env=env)
-        ar = _read_json(ar_out)
+        ar = _read_json(ar_out, "allreduce")
         if ar is None or not proc.ok:
             ar = dict(ar or {})
             ar["error"] = _failure(proc, "all-reduce")

@@ -31,7 +31,7 @@ from typing import Any
 from envtool.adapters import nvidia_smi as smi
 from envtool.adapters.proc import Runner, run_capture
 from envtool.core import cuda as cuda_kb
-from envtool.core.facts import GpuFacts, HostFacts
+from envtool.core.facts import GpuFacts, HostFacts, check_fields
 from envtool.core.versions import cuda_from_int, major_minor, parse_version
 from envtool.errors import UsageError
 
@@ -61,6 +61,34 @@ RECORD_FILES = (
     FS_JSON,
     PROBE_JSON,
 )
+
+# What each JSON record file holds: a replayed recording is someone else's file, so every value a
+# fact is built from is type-checked first (facts.check_fields), never met as a TypeError.
+_NVML_SCHEMA: dict[str, Any] = {
+    "driver_version": str | None,
+    "cuda_driver_version": int | None,
+    "devices": list[dict[str, Any]],
+    "error": str | None,
+    "hung": bool | None,
+    "timeout_s": float | None,
+}
+_NVML_DEVICE_SCHEMA: dict[str, Any] = {
+    "index": int,
+    "name": str | None,
+    "capability": list[int] | None,
+    "memory_total": int | None,
+    "uuid": str | None,
+    "bus_id": str | None,
+    "mig_current": int | None,  # NVML's mode, 0/1 (a bool is an int too)
+    "mig_devices": int | None,
+    "nvlink_active": int | None,
+}
+_FS_SCHEMA: dict[str, Any] = {
+    "shm_bytes": int | None,
+    "cuda_home": str | None,
+    "ld_library_hits": list[str],
+}
+_PROBE_SCHEMA: dict[str, Any] = {"errors": list[str]}
 
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES",
@@ -366,11 +394,28 @@ def _ld_library_hits(ld_path: str | None) -> list[str]:
 # ---------------------------------------------------------------- raw -> facts (pure)
 
 
-def facts_from_record(raw: Mapping[str, str]) -> HostFacts:
-    """Rebuild HostFacts from raw outputs (a live probe's or a `doctor --record` directory's)."""
+def facts_from_record(raw: Mapping[str, str], source: str | None = None) -> HostFacts:
+    """Rebuild HostFacts from raw outputs (a live probe's or a `doctor --record` directory's).
+    `source` names where they came from (a replayed DIR/host): a JSON file whose values are not
+    what the probe writes is a one-line UsageError naming the file and the field."""
+
+    def name(file: str) -> str:
+        return f"{source}/{file}" if source else file
+
     facts = HostFacts()
-    errors = list(_json(raw.get(PROBE_JSON)).get("errors", []))
-    nvml = _json(raw.get(NVML_JSON))
+    errors = list(
+        check_fields(
+            _json(raw.get(PROBE_JSON), name(PROBE_JSON)), _PROBE_SCHEMA, name(PROBE_JSON)
+        ).get("errors", [])
+    )
+    nvml = check_fields(_json(raw.get(NVML_JSON), name(NVML_JSON)), _NVML_SCHEMA, name(NVML_JSON))
+    for i, dev in enumerate(nvml.get("devices") or []):
+        check_fields(dev, _NVML_DEVICE_SCHEMA, name(NVML_JSON), f"devices[{i}].")
+        if "index" not in dev or len(dev.get("capability") or [0, 0]) != 2:
+            raise UsageError(
+                f"{name(NVML_JSON)}: devices[{i}] needs an index and a [major, minor] capability",
+                "re-record it with `envtool doctor --record DIR`",
+            )
 
     if nvml and nvml.get("error") is None and nvml.get("driver_version"):
         facts.source = "nvml"
@@ -403,10 +448,14 @@ def facts_from_record(raw: Mapping[str, str]) -> HostFacts:
         if nvlink is not None:
             facts.nvlink = nvlink
 
-    env = _json(raw.get(ENV_JSON))
+    env = check_fields(
+        _json(raw.get(ENV_JSON), name(ENV_JSON)),
+        {v: str | None for v in ENV_VARS},
+        name(ENV_JSON),
+    )
     facts.cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES")
     facts.ld_library_path = env.get("LD_LIBRARY_PATH")
-    fs = _json(raw.get(FS_JSON))
+    fs = check_fields(_json(raw.get(FS_JSON), name(FS_JSON)), _FS_SCHEMA, name(FS_JSON))
     facts.shm_bytes = fs.get("shm_bytes")
     facts.cuda_home = fs.get("cuda_home")
     facts.ld_library_hits = list(fs.get("ld_library_hits", []))
@@ -424,14 +473,18 @@ def facts_from_record(raw: Mapping[str, str]) -> HostFacts:
     )
 
 
-def _json(text: str | None) -> dict[str, Any]:
+def _json(text: str | None, source: str) -> dict[str, Any]:
+    """A record's JSON object ({} when the file is absent): bounded nesting, duplicate keys
+    refused, anything but an object refused, each with one line naming the file."""
+    from envtool.core.safe_load import parse_json
+
     if not text:
         return {}
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return {}
-    return data if isinstance(data, dict) else {}
+    hint = "re-record it with `envtool doctor --record DIR`"
+    data = parse_json(text, source, hint)
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: expected a JSON object", hint)
+    return data
 
 
 def _gpu_from_nvml(d: dict[str, Any]) -> GpuFacts:
@@ -439,8 +492,8 @@ def _gpu_from_nvml(d: dict[str, Any]) -> GpuFacts:
     mem = d.get("memory_total")
     return GpuFacts(
         index=int(d["index"]),
-        name=d.get("name", ""),
-        capability=f"{cap[0]}.{cap[1]}" if cap else smi.capability_from_name(d.get("name", "")),
+        name=d.get("name") or "",
+        capability=f"{cap[0]}.{cap[1]}" if cap else smi.capability_from_name(d.get("name") or ""),
         memory_mib=mem // (1024 * 1024) if mem else None,
         uuid=d.get("uuid"),
         mig_enabled=bool(d.get("mig_current")),
@@ -542,4 +595,5 @@ def _check_version(value: str, name: str, example: str) -> None:
     try:
         parse_version(value)
     except ValueError:
-        raise UsageError(f"{name}={value!r} is not a version", f"set it to {example}") from None
+        shown = value if len(value) <= 40 else value[:39] + "…"
+        raise UsageError(f"{name}={shown!r} is not a version", f"set it to {example}") from None

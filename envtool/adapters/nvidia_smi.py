@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 from envtool.core.facts import GpuFacts
 
-_VERSION = re.compile(r"\d+(?:\.\d+)+")
+# Numbers are at most 9 digits (12 for MiB) and whole: a 5000-digit "version" in a replayed
+# output is no version (int() refuses it, and the checks compare versions), so it reads as absent.
+_VERSION = re.compile(r"(?<!\d)\d{1,9}(?:\.\d{1,9})+(?!\d)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -48,7 +50,7 @@ def _na(text: str | None) -> str | None:
 
 def _mib(text: str | None) -> int | None:
     """'143771 MiB' / '143771' -> 143771."""
-    m = re.search(r"\d+", text or "")
+    m = re.search(r"(?<!\d)\d{1,12}(?!\d)", text or "")
     return int(m.group(0)) if m else None
 
 
@@ -202,12 +204,12 @@ def parse_smi_query_text(text: str) -> SmiReport:
 
 # ---------------------------------------------------------------- nvidia-smi (plain table)
 
-_HEADER_DRIVER = re.compile(r"(?:Driver|KMD) Version:\s*(\d+(?:\.\d+)+)")
-_HEADER_CUDA = re.compile(r"CUDA (?:UMD )?Version:\s*(\d+(?:\.\d+)+)")
-_GPU_CELL = re.compile(r"^\s*(\d+)\s+(.+?)\s+(On|Off|WDDM|TCC|MCDM|N/A)\s*$")
+_HEADER_DRIVER = re.compile(r"(?:Driver|KMD) Version:\s*(\d{1,9}(?:\.\d{1,9})+)(?!\d)")
+_HEADER_CUDA = re.compile(r"CUDA (?:UMD )?Version:\s*(\d{1,9}(?:\.\d{1,9})+)(?!\d)")
+_GPU_CELL = re.compile(r"^\s*(\d{1,9})\s+(.+?)\s+(On|Off|WDDM|TCC|MCDM|N/A)\s*$")
 _BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
-_MEM_CELL = re.compile(r"(\d+)MiB\s*/\s*(\d+)MiB")
-_MIG_ROW = re.compile(r"^\|\s+(\d+)\s+(?:\d+|N/A)\s+(?:\d+|N/A)\s+\d+\s+\|")
+_MEM_CELL = re.compile(r"(?<!\d)(\d{1,12})MiB\s*/\s*(\d{1,12})MiB")
+_MIG_ROW = re.compile(r"^\|\s+(\d{1,9})\s+(?:\d+|N/A)\s+(?:\d+|N/A)\s+\d+\s+\|")
 
 
 def parse_smi_table(text: str) -> SmiReport:
@@ -287,7 +289,7 @@ def parse_query_csv(text: str) -> SmiReport:
         index = rec.get("index")
         report.gpus.append(
             GpuFacts(
-                index=int(index) if index and index.isdigit() else pos,
+                index=int(index) if index and index.isdigit() and len(index) <= 9 else pos,
                 name=rec.get("name", ""),
                 capability=_na(rec.get("compute_cap")),
                 memory_mib=_mib(_na(rec.get("memory.total"))),
@@ -324,7 +326,9 @@ def parse_proc_driver_version(text: str) -> str | None:
     'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build ...'."""
     for line in text.splitlines():
         if line.startswith("NVRM version:"):
-            m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", line)
+            m = re.search(
+                r"Kernel Module(?:\s+for\s+\S+)?\s+(\d{1,9}\.\d{1,9}(?:\.\d{1,9})?)(?!\d)", line
+            )
             if m:
                 return m.group(1)
             return _version_token(line.split(":", 1)[1])
@@ -333,7 +337,7 @@ def parse_proc_driver_version(text: str) -> str | None:
 
 def parse_nvcc_version(text: str) -> str | None:
     """`nvcc --version` -> '12.4' (from 'Cuda compilation tools, release 12.4, V12.4.131')."""
-    m = re.search(r"release (\d+\.\d+)", text)
+    m = re.search(r"release (\d{1,9}\.\d{1,9})(?!\d)", text)
     return m.group(1) if m else None
 
 

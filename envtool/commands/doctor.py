@@ -141,7 +141,15 @@ def write_record(directory: Path, record: dict[str, str], host: HostFacts, env: 
 
 def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, EnvFacts]:
     """Rebuild facts from a --record directory: raw host outputs re-parsed (so parser fixes apply
-    to old recordings), host.json only when no raw outputs were saved."""
+    to old recordings), host.json only when no raw outputs were saved.
+
+    A recording is someone else's files: each is read size-capped, as a regular file and never
+    through a symlink (a link to ~/.ssh/id_rsa must not be printed back), its JSON parsed strictly
+    and every field type-checked; anything else is one line naming the file."""
+    import os
+
+    from envtool.adapters.host_probe import RECORD_FILES, facts_from_record
+
     if not directory.is_dir():
         what = "a file, not a directory" if directory.exists() else "no such directory"
         raise UsageError(
@@ -150,31 +158,27 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
         )
     env_path = directory / ENV_FILE
     hdir = directory / HOST_DIR
-    if not env_path.is_file() or not (hdir.is_dir() or (directory / "host.json").is_file()):
+    if os.path.islink(hdir):
+        raise UsageError(
+            f"--replay {hdir}: is a symbolic link", "pass the recording itself, not links into it"
+        )
+    host_json = directory / "host.json"
+    if not os.path.lexists(env_path) or not (hdir.is_dir() or os.path.lexists(host_json)):
         raise UsageError(
             f"--replay {directory}: not a doctor recording (needs {ENV_FILE} and {HOST_DIR}/)",
             "record one with `envtool doctor --record DIR`",
         )
-    try:
-        env = EnvFacts.from_dict(json.loads(env_path.read_text()))
-    except (ValueError, TypeError, AttributeError) as exc:  # AttributeError: not a JSON object
-        raise UsageError(
-            f"--replay {env_path}: not valid EnvFacts JSON ({exc})",
-            "re-record with `envtool doctor --record DIR`",
-        ) from None
-    if hdir.is_dir() and any(hdir.iterdir()):
-        from envtool.adapters.host_probe import facts_from_record
-
-        raw = {p.name: p.read_text(errors="replace") for p in sorted(hdir.iterdir()) if p.is_file()}
-        host = facts_from_record(raw)
+    env = EnvFacts.from_dict(_recorded_json(env_path), f"--replay {env_path}")
+    present = [n for n in RECORD_FILES if hdir.is_dir() and os.path.lexists(hdir / n)]
+    if present:
+        raw = {n: _recorded_bytes(hdir / n).decode("utf-8", errors="replace") for n in present}
+        source = f"--replay {hdir}"
+        host = facts_from_record(raw, source)
+        # what the parsers made of the text files is checked like host.json would be (a
+        # 5000-digit driver version, a GPU named by a megabyte)
+        HostFacts.from_dict(host.to_dict(), source)
     else:
-        try:
-            host = HostFacts.from_dict(json.loads((directory / "host.json").read_text()))
-        except (ValueError, TypeError, AttributeError, OSError) as exc:
-            raise UsageError(
-                f"--replay {directory}/host.json: unreadable ({exc})",
-                "re-record with `envtool doctor --record DIR`",
-            ) from None
+        host = HostFacts.from_dict(_recorded_json(host_json), f"--replay {host_json}")
     if driver:
         from envtool.adapters.host_probe import apply_overrides
 
@@ -182,17 +186,31 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
     return host, env
 
 
-def read_replay_deep(directory: Path) -> dict[str, Any] | None:
-    path = directory / DEEP_FILE
-    if not path.is_file():
-        return None
+def _recorded_bytes(path: Path) -> bytes:
+    from envtool.adapters.files import RECORDING_LIMIT, read_bytes
+
     try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise UsageError(f"--replay {path}: not valid JSON ({exc})", "re-record it") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"--replay {path}: expected a JSON object", "re-record it")
-    return data
+        return read_bytes(path, RECORDING_LIMIT, follow_symlinks=False, what="recording file")
+    except UsageError as exc:
+        raise UsageError(f"--replay {exc.message}", exc.hint) from None
+
+
+def _recorded_json(path: Path) -> Any:
+    from envtool.core.safe_load import parse_json
+
+    hint = "re-record it with `envtool doctor --record DIR`"
+    return parse_json(_recorded_bytes(path), f"--replay {path}", hint)
+
+
+def read_replay_deep(directory: Path) -> dict[str, Any] | None:
+    import os
+
+    from envtool.adapters.deep import check_deep_record
+
+    path = directory / DEEP_FILE
+    if not os.path.lexists(path):
+        return None
+    return check_deep_record(_recorded_json(path), f"--replay {path}")
 
 
 # --------------------------------------------------------------------------- rendering

@@ -6,8 +6,41 @@ Plain dataclasses that round-trip through JSON, so a probe can be recorded on on
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+import math
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from typing import Any, Union
+
+from envtool.errors import UsageError
+
+# A recording is someone else's file: every value is checked against the field's type before a
+# check reads it (a list where a version goes was a TypeError traceback). Strings are bounded:
+# names, paths and versions to MAX_WORD, free text (topology, error messages) to MAX_TEXT.
+MAX_WORD = 4096
+MAX_TEXT = 1 << 20
+_FREE_TEXT = {
+    "topology",
+    "error",
+    "available_message",
+    "torch_import_error",
+    "ld_library_path",
+    "no_driver_reason",
+}
+# A compute capability is "X.Y" (checks turn it into sm_XY).
+_CAPABILITY = re.compile(r"\d{1,3}\.\d{1,3}")
+_CAPABILITIES = {"capability", "capabilities"}
+# Fields a check compares as versions: they must read as one (a 5000-digit "version" is refused).
+_VERSIONS = {
+    "driver_version",
+    "driver_cuda",
+    "nvcc_version",
+    "python_version",
+    "cuda",
+    "version",
+}
 
 
 @dataclass
@@ -56,11 +89,10 @@ class HostFacts:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HostFacts:
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        kwargs["gpus"] = [GpuFacts(**g) for g in data.get("gpus", [])]
-        return cls(**kwargs)
+    def from_dict(cls, data: Any, source: str = "host.json") -> HostFacts:
+        """From JSON (a recording): every field type-checked; a UsageError names `source` and
+        the field otherwise."""
+        return from_dict(cls, data, source)
 
 
 @dataclass
@@ -103,10 +135,144 @@ class EnvFacts:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EnvFacts:
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        if data.get("torch") is not None:
-            tknown = {f.name for f in fields(TorchFacts)}
-            kwargs["torch"] = TorchFacts(**{k: v for k, v in data["torch"].items() if k in tknown})
-        return cls(**kwargs)
+    def from_dict(cls, data: Any, source: str = "env.json") -> EnvFacts:
+        """From JSON (a recording): every field type-checked; a UsageError names `source` and
+        the field otherwise."""
+        return from_dict(cls, data, source)
+
+
+# ------------------------------------------------------------------ typed reading of recordings
+
+_T = typing.TypeVar("_T")
+
+
+def from_dict(cls: type[_T], data: Any, source: str, where: str = "") -> _T:
+    """A facts dataclass from JSON: unknown keys ignored (older/newer recordings), missing keys
+    take the default, a present key must hold its field's type."""
+    if not isinstance(data, Mapping):
+        raise _bad(source, where or "the file", data, "a JSON object")
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in data:
+            kwargs[f.name] = check_value(
+                data[f.name], hints[f.name], source, f"{where}{f.name}", f.name
+            )
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise UsageError(
+                f"{source}: {where}{f.name} is missing",
+                "re-record it with `envtool doctor --record DIR`",
+            )
+    return cls(**kwargs)
+
+
+def check_fields(
+    data: Any, schema: Mapping[str, Any], source: str, where: str = ""
+) -> dict[str, Any]:
+    """A raw JSON object (a probe's own record file) checked against `schema` (key -> type):
+    the keys present must hold their type; unknown keys are left as they are."""
+    if not isinstance(data, Mapping):
+        raise _bad(source, where or "the file", data, "a JSON object")
+    out = dict(data)
+    for key, hint in schema.items():
+        if key in data:
+            out[key] = check_value(data[key], hint, source, f"{where}{key}", key)
+    return out
+
+
+def check_value(value: Any, hint: Any, source: str, where: str, name: str = "") -> Any:
+    """`value` if it fits the type `hint` (str, int, float, bool, None, list[X], dict[str, X],
+    X | None, Any, a facts dataclass), else a one-line UsageError naming `source` and `where`.
+    `name` (the field's own name) selects the string bounds and the version check."""
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        options = tuple(o for o in options if o is not type(None))
+        if len(options) == 1:
+            return check_value(value, options[0], source, where, name)
+        for option in options:  # int | bool style unions: the first that fits
+            try:
+                return check_value(value, option, source, where, name)
+            except UsageError:
+                continue
+        raise _bad(source, where, value, " or ".join(_type_name(o) for o in options))
+    if hint is Any:
+        return value
+    if origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        if not isinstance(value, list):
+            raise _bad(source, where, value, f"a list of {_type_name(item)}")
+        return [check_value(v, item, source, f"{where}[{i}]", name) for i, v in enumerate(value)]
+    if origin is dict:
+        _, item = typing.get_args(hint) or (str, Any)
+        if not isinstance(value, Mapping):
+            raise _bad(source, where, value, "a JSON object")
+        out = {}
+        for k, v in value.items():
+            if len(k) > MAX_WORD:
+                raise _bad(source, where, k, f"keys of at most {MAX_WORD} characters")
+            out[k] = check_value(v, item, source, f"{where}.{_short(k)}", k)
+        return out
+    if is_dataclass(hint):
+        return from_dict(hint, value, source, f"{where}.")  # type: ignore[type-var]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise _bad(source, where, value, "true or false")
+        return value
+    if hint is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _bad(source, where, value, "an integer")
+        return value
+    if hint is float:
+        if (
+            not isinstance(value, (int, float))
+            or isinstance(value, bool)
+            or not math.isfinite(value)
+        ):
+            raise _bad(source, where, value, "a number")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise _bad(source, where, value, "a string")
+        limit = MAX_TEXT if name in _FREE_TEXT else MAX_WORD
+        if len(value) > limit:
+            raise _bad(source, where, value, f"a string of at most {limit} characters")
+        if name in _CAPABILITIES and not _CAPABILITY.fullmatch(value):
+            raise _bad(source, where, value, 'a compute capability like "9.0"')
+        if name in _VERSIONS and value:
+            from envtool.core.versions import parse_version
+
+            try:
+                parse_version(value)
+            except ValueError:
+                raise _bad(source, where, value, "a version") from None
+        return value
+    raise TypeError(f"check_value: unsupported type {hint!r}")  # a programming error
+
+
+def _type_name(hint: Any) -> str:
+    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    from envtool.core.shell_quote import printable
+
+    text = repr(value)[: limit + 1]
+    return printable(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def _bad(source: str, where: str, value: Any, expected: str) -> UsageError:
+    kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "null" if value is None else type(value).__name__
+    )
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        kind += f" {_short(value)}"
+    return UsageError(
+        f"{source}: {where} is {kind}, expected {expected}",
+        "re-record it with `envtool doctor --record DIR` (the file was edited or is from a "
+        "newer envtool)",
+    )
