@@ -7,6 +7,7 @@ and render. Writes nothing unless the solution verifies (then atomically).
 from __future__ import annotations
 
 import re
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -203,8 +204,6 @@ def lock_environment(
     )
     if dry_run:
         return outcome
-    from filelock import FileLock
-
     from envtool.adapters.lock_io import write_lock, write_text_atomic
 
     try:
@@ -212,7 +211,7 @@ def lock_environment(
     except OSError as exc:
         raise cannot_write(env_dir, exc) from None
     # two envtool processes on one environment write one after the other, never interleaved
-    with FileLock(write_lock_path(env_dir)):
+    with hold_project_lock(env_dir, name):
         write_lock(
             lock_path,
             solved,
@@ -229,12 +228,23 @@ def lock_environment(
 
 
 def write_lock_path(env_dir: Path) -> str:
-    """A lock file outside the project (so users never commit it), one per environment folder."""
+    """A lock file outside the project (so users never commit it), one per environment folder,
+    in the user's cache (not a shared /tmp another user could pre-create)."""
     import hashlib
-    import tempfile
+
+    from envtool.adapters.installer import default_cache_dir
 
     key = hashlib.sha256(str(env_dir.resolve()).encode()).hexdigest()[:16]
-    return str(Path(tempfile.gettempdir()) / f"envtool-write-{key}.lock")
+    return str(default_cache_dir() / "locks" / f"project-{key}.lock")
+
+
+def hold_project_lock(env_dir: Path, label: str) -> AbstractContextManager[None]:
+    """environments/NAME/ of a project, locked: `lock` holds it while writing, `create` and
+    `install NAME` across lock-write/read + install. Always taken before the env (prefix) lock,
+    never after, so the two cannot deadlock."""
+    from envtool.adapters.install_state import hold_file_lock
+
+    return hold_file_lock(Path(write_lock_path(env_dir)), label, on_wait=note)
 
 
 def solved_torch(solved: dict[str, list[Any]]) -> str:

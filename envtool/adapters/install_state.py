@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -72,23 +74,42 @@ def read_incomplete_marker(prefix: Path | str) -> dict[str, Any] | None:
         return None
 
 
+def sibling_name(prefix: Path, suffix: str) -> str:
+    """`.NAME<suffix>` beside the prefix, cut (with a hash of the whole name) to fit one path
+    component: a valid 255-byte env name must still get its lock and its removal folder."""
+    import hashlib
+
+    name = Path(prefix).name
+    full = f".{name}{suffix}"
+    if len(full.encode("utf-8", "surrogateescape")) <= 255:
+        return full
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    room = 255 - len(f".~{digest}{suffix}".encode())
+    head = name.encode("utf-8", "surrogateescape")[:room].decode("utf-8", "ignore")
+    return f".{head}~{digest}{suffix}"
+
+
 def env_lock_path(prefix: Path) -> Path:
-    """The file lock lives beside the prefix (`<envs_dir>/.NAME.lock`) so `remove` can hold it
-    while the prefix itself disappears."""
+    """The file lock lives beside the prefix (`<envs_dir>/.NAME.lock`), a place that exists
+    before the env is created and after it is removed, so `remove` can hold it while the prefix
+    itself disappears and an `install` waiting on it finds whatever is there afterwards."""
     prefix = Path(prefix)
-    return prefix.parent / f".{prefix.name}.lock"
+    return prefix.parent / sibling_name(prefix, ".lock")
 
 
 @contextlib.contextmanager
-def hold_env_lock(
-    prefix: Path, label: str, on_wait: Callable[[str], None] | None = None
+def hold_file_lock(
+    path: Path, label: str, on_wait: Callable[[str], None] | None = None
 ) -> Iterator[None]:
-    """Serialize envtool processes on one environment; say so when we have to wait."""
+    """Hold the lock file `path`; say so when another process holds it and we wait.
+
+    Re-entrant within a process (one FileLock object per path): `create` holds the env lock
+    across lock-write + install, and the installer takes it again inside."""
     from filelock import FileLock, Timeout
 
-    path = env_lock_path(prefix)
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path))
+    lock = FileLock(str(path), is_singleton=True)
     try:
         lock.acquire(timeout=0)
     except Timeout:
@@ -99,6 +120,94 @@ def hold_env_lock(
         yield
     finally:
         lock.release()
+
+
+def hold_env_lock(
+    prefix: Path, label: str, on_wait: Callable[[str], None] | None = None
+) -> contextlib.AbstractContextManager[None]:
+    """The one lock per environment prefix: create (lock-write + install), install, a bundle's
+    install and remove all take it, so none of them sees another's half-done work."""
+    return hold_file_lock(env_lock_path(Path(prefix)), label, on_wait)
+
+
+def env_lock_busy(prefix: Path) -> bool:
+    """Does another process hold the env lock right now (e.g. a removal under way)?"""
+    from filelock import FileLock, Timeout
+
+    path = env_lock_path(Path(prefix))
+    if not path.is_file():
+        return False
+    lock = FileLock(str(path), is_singleton=True)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    except OSError:
+        return False
+    lock.release()
+    return False
+
+
+# --- removal: rename aside, then delete (a kill leaves a folder `list` shows and `remove` ends)
+
+REMOVING = ".removing-"
+_LEFTOVER = re.compile(r"^\.(?P<stem>.+)\.removing-[0-9a-f]{8}$", re.S)
+
+
+def move_aside(prefix: Path) -> Path:
+    """Rename the prefix to a fresh sibling `.NAME.removing-<random>` in one atomic step: from
+    then on NAME is gone (no half-removed env under its name), whatever happens to the delete."""
+    import secrets
+
+    prefix = Path(prefix)
+    while True:
+        aside = prefix.parent / sibling_name(prefix, f"{REMOVING}{secrets.token_hex(4)}")
+        if not aside.exists() and not aside.is_symlink():
+            break
+    os.rename(prefix, aside)
+    return aside
+
+
+def removal_leftovers(prefix: Path) -> list[Path]:
+    """Folders a `remove` of this prefix renamed aside and did not finish deleting."""
+    prefix = Path(prefix)
+    stem = sibling_name(prefix, REMOVING)[: -len(REMOVING)]  # `.NAME` (or its cut form)
+    try:
+        entries = list(prefix.parent.iterdir())
+    except OSError:
+        return []
+    return sorted(
+        e
+        for e in entries
+        if (m := _LEFTOVER.match(e.name)) and f".{m['stem']}" == stem and _is_real_dir(e)
+    )
+
+
+def leftover_name(path: Path) -> str | None:
+    """NAME of a `.NAME.removing-<random>` folder (None: not one)."""
+    m = _LEFTOVER.match(Path(path).name)
+    return m["stem"] if m and _is_real_dir(Path(path)) else None
+
+
+def _is_real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def delete_tree(path: Path) -> None:
+    """Delete a renamed-aside prefix; OSError (a permission error) names the first path that
+    could not go."""
+    import shutil
+
+    def fail(_func: object, failed: str, info: Any) -> None:
+        exc = info[1] if isinstance(info, tuple) else info
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, exc.strerror, failed) from None
+        raise exc
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=fail)
+    else:
+        shutil.rmtree(path, onerror=fail)
 
 
 def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:

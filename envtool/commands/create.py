@@ -133,14 +133,35 @@ def cmd(
         "virtual_overrides": parse_virtual_overrides(virtual),
     }
     request = request_from_yml(text, source, flags)
-    outcome = lock_environment(name, text, source, request, directory, dry_run=dry_run)
-    result = summarize(outcome, name, "create", dry_run)
-    if not dry_run and not no_install:
-        from envtool.adapters.installer import install_from_lock
-        from envtool.adapters.locate import env_prefix
+    if dry_run:
+        outcome = lock_environment(name, text, source, request, directory, dry_run=True)
+        emit(summarize(outcome, name, "create", True), as_json)
+        return
+    from contextlib import ExitStack
 
-        target = env_prefix(name, prefix)
-        report = install_from_lock(outcome.env_dir / "conda-lock.yml", target, progress=not as_json)
-        result.data["install"] = report.to_dict()
-        result.text.append(f"installed {name} into {target}")
+    from envtool.adapters.install_state import hold_env_lock
+    from envtool.adapters.locate import env_prefix, project_env_paths
+    from envtool.locking import hold_project_lock
+    from envtool.output import note
+
+    target = None if no_install else env_prefix(name, prefix)
+    with ExitStack() as held:
+        # One create at a time per environment: the lock written and the env installed from it
+        # agree (two creates racing left a 6-package lock beside an 806-package env). The
+        # project lock first, then the env's: every command takes them in that order.
+        held.enter_context(hold_project_lock(project_env_paths(name, directory)[0], name))
+        if target is not None:
+            held.enter_context(hold_env_lock(target, name, on_wait=note))
+        outcome = lock_environment(name, text, source, request, directory)
+        result = summarize(outcome, name, "create", False)
+        if target is not None:
+            from envtool.adapters.installer import install_from_lock
+            from envtool.commands.remove import finish_interrupted_removal
+
+            finish_interrupted_removal(target, name)
+            report = install_from_lock(
+                outcome.env_dir / "conda-lock.yml", target, progress=not as_json
+            )
+            result.data["install"] = report.to_dict()
+            result.text.append(f"installed {name} into {target}")
     emit(result, as_json)

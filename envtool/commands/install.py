@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,8 @@ from envtool.errors import UsageError
 from envtool.output import Result, emit
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from envtool.core.facts import HostFacts
 
 
@@ -186,12 +189,53 @@ def cmd(
         if picked is not None:
             lock_file = str(picked[0])
             note(f"variant {picked[1].variant.name}: {picked[1].reason}")
-    from envtool.adapters import installer
-    from envtool.adapters.lock_io import read_lock
-
     lock_path, target, override, label = resolve_install_args(
         name, lock_file, prefix, from_dir, channels
     )
+    if dry_run:  # reads only: no lock to wait for
+        result = _install(
+            lock_path, target, override, label, from_dir, platform, force, True, as_json
+        )
+    else:
+        with hold_install_locks(lock_path, target, label):
+            result = _install(
+                lock_path, target, override, label, from_dir, platform, force, False, as_json
+            )
+    emit(result, as_json)
+
+
+@contextlib.contextmanager
+def hold_install_locks(lock_path: Path, target: Path, label: str) -> Iterator[None]:
+    """What every install into an env holds (`install NAME`, `--lock`, `--from` a bundle): the
+    lock file's project folder (so `lock`/`create` cannot rewrite it mid-install), then the env
+    lock (so `remove` or another install cannot run at the same time) — that order, always.
+    Once held, an interrupted removal of the env is finished first."""
+    from envtool.adapters.install_state import hold_env_lock
+    from envtool.commands.remove import finish_interrupted_removal
+    from envtool.locking import hold_project_lock
+    from envtool.output import note
+
+    with hold_project_lock(lock_path.absolute().parent, label):
+        with hold_env_lock(target, label, on_wait=note):
+            finish_interrupted_removal(target, label)
+            yield
+
+
+def _install(
+    lock_path: Path,
+    target: Path,
+    override: list[str],
+    label: str,
+    from_dir: str | None,
+    platform: str | None,
+    force: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> Result:
+    """The install itself (the caller holds the locks unless it is a dry run)."""
+    from envtool.adapters import installer
+    from envtool.adapters.lock_io import read_lock
+
     lock = read_lock(lock_path)
     plat = platform or installer.current_platform()
     if not force:
@@ -205,8 +249,7 @@ def cmd(
             f"  {p['name']} {p['version']} {p['build'] or ''} ({p['manager']}{', cached' if p['cached'] else ''})"
             for p in plan["packages"]
         ]
-        emit(Result("install", {"dry_run": True, "name": label, **plan}, text), as_json)
-        return
+        return Result("install", {"dry_run": True, "name": label, **plan}, text)
     report = installer.install_from_lock(
         lock_path,
         target,
@@ -218,4 +261,4 @@ def cmd(
     text = [
         f"installed {label} at {target} ({report.conda_packages} conda, {report.pip_packages} pip)"
     ]
-    emit(Result("install", {"name": label, **report.to_dict()}, text), as_json)
+    return Result("install", {"name": label, **report.to_dict()}, text)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from envtool.output import Result, emit
@@ -14,7 +16,7 @@ def render_env_table(rows: list[dict]) -> list[str]:
     table = [
         (
             r["name"],
-            r["state"],
+            "removing (interrupted)" if r.get("interrupted") else r["state"],
             r["flavor"] or "-",
             r["cuda"] or "-",
             r["torch"] or "-",
@@ -30,14 +32,45 @@ def render_env_table(rows: list[dict]) -> list[str]:
     ]
 
 
+def removing_rows(root: Path) -> list[dict]:
+    """One row per `.NAME.removing-<random>` folder: a removal under way (its env lock held)
+    or one that was killed or failed midway (`remove NAME` finishes it)."""
+    from envtool.adapters.install_state import env_lock_busy, leftover_name
+
+    try:
+        entries = sorted(root.iterdir())
+    except OSError:
+        return []
+    rows = []
+    for entry in entries:
+        name = leftover_name(entry)
+        if name is None:
+            continue
+        rows.append(
+            {
+                "name": name,
+                "state": "removing",
+                "interrupted": not env_lock_busy(root / name),
+                "flavor": None,
+                "cuda": None,
+                "torch": None,
+                "lock_sha256": None,
+                "prefix": str(entry),
+            }
+        )
+    return rows
+
+
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 def cmd(as_json: bool) -> None:
     """List installed environments; `incomplete` means an install was interrupted."""
+    from envtool.adapters.install_state import leftover_name
     from envtool.adapters.installed import describe_env
     from envtool.adapters.locate import envs_dir, list_env_prefixes
 
-    rows = [describe_env(p) for p in list_env_prefixes()]
+    rows = [describe_env(p) for p in list_env_prefixes() if leftover_name(p) is None]
+    rows += removing_rows(envs_dir())
     text = render_env_table(rows) or [f"no environments under {envs_dir()}"]
     from envtool.commands.info import finish_command
 
@@ -48,4 +81,9 @@ def cmd(as_json: bool) -> None:
                 f"{r['name']} is incomplete (an install was interrupted): run "
                 f"`{r['finish_command']}` to finish it"
             )
+    if any(r["state"] == "removing" and r.get("interrupted") for r in rows):
+        text.append(
+            "removing (interrupted): a removal was stopped midway; run `envtool remove NAME` "
+            "to finish it"
+        )
     emit(Result("list", {"envs_dir": str(envs_dir()), "environments": rows}, text), as_json)

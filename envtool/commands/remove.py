@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
+import os
+from pathlib import Path
 
 import click
 
+from envtool.core.shell_quote import printable
+from envtool.errors import DiagnosedFailure, EnvtoolError, UsageError
 from envtool.output import Result, emit, note
 
 
@@ -31,27 +34,118 @@ def _confirmed(question: str) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json: bool) -> None:
     """Remove an environment. Refuses directories that are not conda environments."""
-    from envtool.adapters.install_state import hold_env_lock
-    from envtool.adapters.locate import env_prefix, looks_like_env
-    from envtool.errors import UsageError
+    from envtool.adapters.install_state import hold_env_lock, removal_leftovers
+    from envtool.adapters.locate import env_prefix
 
     target = env_prefix(name, prefix)
-    if not target.exists():
+    label = name or target.name
+    _check_removable(target)
+    data = {"prefix": str(target), "dry_run": dry_run, "removed": False}
+    leftovers = removal_leftovers(target)
+    what = [str(target)] if _present(target) else []
+    what += [f"{p} (an interrupted removal)" for p in leftovers]
+    if dry_run:
+        emit(Result("remove", data, [f"would remove {w}" for w in what]), as_json)
+        return
+    if not yes and not _confirmed(f"Remove {target}?"):
+        raise UsageError("not removed", "pass --yes to remove without asking")
+    with hold_env_lock(target, label, on_wait=note):
+        # act on what is there now: another envtool may have removed or re-created it meanwhile
+        _check_removable(target)
+        text = remove_prefix(target, label)
+    # The lock file stays: deleting it would let a process already waiting on the old file and a
+    # newcomer on a fresh one both "hold" the lock (filelock's documented pitfall).
+    data["removed"] = True
+    emit(Result("remove", data, text), as_json)
+
+
+def _present(target: Path) -> bool:
+    return target.is_symlink() or target.exists()
+
+
+def _check_removable(target: Path) -> None:
+    """Refuse what is not an env (or a link to one, or the leftover of a removal)."""
+    from envtool.adapters.install_state import removal_leftovers
+    from envtool.adapters.locate import looks_like_env
+
+    if not _present(target):
+        if removal_leftovers(target):
+            return
         raise UsageError(f"no environment at {target}", "see `envtool list`")
+    if target.is_symlink():
+        return  # only the link goes (see remove_prefix)
     if not looks_like_env(target):
         raise UsageError(
             f"{target} does not look like a conda environment (no conda-meta/ records)",
             "refusing to delete it; remove it by hand if you are sure",
         )
-    data = {"prefix": str(target), "dry_run": dry_run, "removed": False}
-    if dry_run:
-        emit(Result("remove", data, [f"would remove {target}"]), as_json)
-        return
-    if not yes and not _confirmed(f"Remove {target}?"):
-        raise UsageError("not removed", "pass --yes to remove without asking")
-    with hold_env_lock(target, target.name, on_wait=note):
-        shutil.rmtree(target)
-    # The lock file stays: deleting it would let a process already waiting on the old file and a
-    # newcomer on a fresh one both "hold" the lock (filelock's documented pitfall).
-    data["removed"] = True
-    emit(Result("remove", data, [f"removed {target}"]), as_json)
+
+
+def remove_prefix(target: Path, label: str) -> list[str]:
+    """Remove the env at `target` (the caller holds its env lock) and any earlier removal's
+    leftovers; lines to report.
+
+    The prefix is first renamed to a sibling `.NAME.removing-<random>` (one atomic step), then
+    deleted: a kill or a permission error midway leaves that folder, which `list` shows as
+    `removing (interrupted)` and the next `remove NAME` (or install) finishes — never an env
+    whose conda-meta/ is gone but bin/ lib/ remain under its name.
+
+    A symlink is removed as a link: what it points to may be shared or live elsewhere (scratch),
+    and deleting through a link is not what `remove NAME` promises. rmtree refuses links too."""
+    from envtool.adapters.install_state import move_aside, removal_leftovers
+
+    text: list[str] = []
+    if target.is_symlink():
+        pointed = os.readlink(target)
+        target.unlink()
+        text.append(f"removed the link {target} (what it points to, {pointed}, was left alone)")
+    elif target.exists():
+        try:
+            aside = move_aside(target)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot remove {target}: cannot rename it in {target.parent} ({exc.strerror})",
+                "nothing was deleted; make that folder writable (or ask its owner) and retry",
+            ) from None
+        _delete(aside, label, target)
+        text.append(f"removed {target}")
+    for leftover in removal_leftovers(target):
+        _delete(leftover, label, target)
+        text.append(f"finished removing {leftover} (an interrupted removal of {label})")
+    return text
+
+
+def finish_interrupted_removal(target: Path, label: str) -> None:
+    """Before an install into `target` (its env lock held): delete what an interrupted `remove`
+    left beside it. One that cannot be deleted does not block the install; we say how to end it."""
+    from envtool.adapters.install_state import removal_leftovers
+
+    for leftover in removal_leftovers(target):
+        note(f"finishing the interrupted removal of {label} ({leftover})")
+        try:
+            _delete(leftover, label, target)
+        except EnvtoolError as exc:
+            note(f"warning: {exc.one_line()}")
+
+
+def _delete(path: Path, label: str, target: Path) -> None:
+    from envtool.adapters.install_state import delete_tree
+
+    try:
+        delete_tree(path)
+    except OSError as exc:
+        raise DiagnosedFailure(
+            f"could not delete everything of {printable(label)}: "
+            f"{printable(str(exc.filename))}: {exc.strerror}; what is left is in {printable(str(path))}",
+            f"fix the permissions there, then run `{remove_command(target)}` to finish",
+        ) from None
+
+
+def remove_command(target: Path) -> str:
+    """The `envtool remove …` that names this env, quoted for a POSIX shell."""
+    from envtool.adapters.locate import envs_dir
+    from envtool.core.shell_quote import join_posix
+
+    if target.parent == envs_dir():
+        return join_posix(["envtool", "remove", target.name])
+    return join_posix(["envtool", "remove", "--prefix", str(target)])

@@ -1,0 +1,369 @@
+"""Lifecycle under races, kills and permission errors: one lock per env, a crash-safe remove.
+
+Real processes (`envtool` subprocesses) against local channels built by channel_builder; a
+kill lands at a chosen point by running the CLI in a child interpreter whose delete step the
+test replaced (no hook the product itself reads). No timed assertions: waits are bounded
+polls, results are checked for consistency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import channel_builder as cb
+import pytest
+from conftest import REPO, run_envtool, start_envtool
+
+from envtool.adapters.install_state import (
+    env_lock_path,
+    hold_env_lock,
+    removal_leftovers,
+)
+from envtool.adapters.lock_io import read_lock
+
+pytestmark = pytest.mark.integration
+
+ENVS_NOTE = "waiting for another envtool on"
+
+
+def list_rows(env: dict[str, str]) -> list[dict]:
+    out = run_envtool("list", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["environments"]
+
+
+def installed_files(prefix: Path) -> set[str]:
+    """Archive stems of the conda packages in a prefix (conda-meta/NAME-VER-BUILD.json)."""
+    return {p.name[: -len(".json")] for p in (prefix / "conda-meta").glob("*.json")}
+
+
+def locked_files(lock: Path) -> set[str]:
+    pkgs = read_lock(lock).hashed_for_platform("linux-64")
+    return {
+        p.file_name.removesuffix(".conda").removesuffix(".tar.bz2")
+        for p in pkgs
+        if p.manager == "conda"
+    }
+
+
+def fake_env(prefix: Path, files: int = 3) -> Path:
+    """A directory `remove` accepts as a conda env (conda-meta/history), with some content."""
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "conda-meta" / "history").write_text("")
+    for sub in ("bin", "lib", "share"):
+        (prefix / sub).mkdir()
+        for i in range(files):
+            (prefix / sub / f"f{i}").write_text("x")
+    return prefix
+
+
+# --- 1. one lock per env: create = lock-write + install, install waits for remove ------------
+
+
+def start_waiting(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    """`envtool ARGS` started and read until it says it waits for another envtool."""
+    proc = start_envtool(*args, env=env, cwd=cwd)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if ENVS_NOTE in line:
+            return proc
+    raise AssertionError(f"{args[0]} did not wait: rc={proc.wait()} {''.join(seen)}")
+
+
+@pytest.fixture
+def race_project(setup: cb.CudaSetup, tmp_path: Path) -> tuple[Path, list[str]]:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "env.yml").write_text("name: race\ndependencies:\n  - python 3.11.*\n")
+    return project, ["-f", "env.yml", "--channel", str(setup.channel), "--driver", "570.86.10"]
+
+
+def test_two_concurrent_creates_leave_a_lock_and_an_env_that_agree(
+    race_project: tuple[Path, list[str]], env: dict[str, str], tmp_path: Path
+) -> None:
+    """Two `create race` with different requests (a CUDA and a CPU build) running together:
+    whichever finishes last, environments/race/conda-lock.yml is what envs/race holds. Each
+    round both are started while an install holds the env, so they overlap for sure."""
+    project, common = race_project
+    prefix = tmp_path / "envs" / "race"
+    lock = project / "environments" / "race" / "conda-lock.yml"
+    for _ in range(3):  # the order the two then run in is the OS's; a few rounds
+        with hold_env_lock(prefix, "race"):
+            procs = [
+                start_waiting("create", "race", *common, "--cuda", cuda, env=env, cwd=project)
+                for cuda in ("12.6", "cpu")
+            ]
+        errs = [p.communicate(timeout=300)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], errs
+        assert installed_files(prefix) == locked_files(lock), errs
+
+
+def test_a_create_stopped_while_another_installs_leaves_the_lock_that_was_installed(
+    race_project: tuple[Path, list[str]], env: dict[str, str], tmp_path: Path
+) -> None:
+    """create A is installing; create B of the same name starts, then is killed (Ctrl-C, a
+    closed terminal). B must not have replaced the lock A is installing from."""
+    project, common = race_project
+    prefix = tmp_path / "envs" / "race"
+    with hold_env_lock(prefix, "race"):
+        first = start_waiting("create", "race", *common, "--cuda", "cpu", env=env, cwd=project)
+        second = start_waiting("create", "race", *common, "--cuda", "12.6", env=env, cwd=project)
+        second.kill()
+        second.wait()
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    lock = project / "environments" / "race" / "conda-lock.yml"
+    assert installed_files(prefix) == locked_files(lock)
+    assert any("cpu" in f for f in locked_files(lock))
+
+
+def test_install_waits_for_a_removal_in_progress_then_installs(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """While a removal holds the env lock (and has deleted conda-meta/ as the old remove did
+    first), `install` waits with the usual message, then installs into what it finds: nothing."""
+    prefix = fake_env(tmp_path / "envs" / "demo")
+    with hold_env_lock(prefix, "demo"):
+        shutil.rmtree(prefix / "conda-meta")  # a removal midway, as the old `remove` left it
+        proc = start_envtool("install", "demo", "--lock", str(setup.lock), env=env)
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if ENVS_NOTE in line:
+                break
+        else:
+            raise AssertionError(f"install did not wait: rc={proc.wait()} {''.join(seen)}")
+        shutil.rmtree(prefix)  # the removal finishes, then releases the lock
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, "".join(seen) + err
+    assert "not a conda environment" not in err
+    rows = {r["name"]: r for r in list_rows(env)}
+    assert rows["demo"]["state"] == "complete"
+    assert run_envtool("verify", "demo", "--lock", str(setup.lock), env=env).returncode == 0
+
+
+def test_install_racing_a_real_remove_never_sees_a_half_removed_env(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """A real `remove` of a large env and an `install` of the same name started right after:
+    install either waits for the removal or comes first; it never refuses a half-gone prefix."""
+    prefix = fake_env(tmp_path / "envs" / "demo", files=4000)
+    remove = start_envtool("remove", "demo", "--yes", env=env)
+    install = start_envtool("install", "demo", "--lock", str(setup.lock), env=env)
+    _, rerr = remove.communicate(timeout=300)
+    _, ierr = install.communicate(timeout=300)
+    assert "not a conda environment" not in ierr
+    assert install.returncode == 0 and remove.returncode == 0, rerr + ierr
+    # remove first (then a fresh install) or install first (then the removal of it)
+    states = [(r["name"], r["state"]) for r in list_rows(env)]
+    assert states in ([], [("demo", "complete")]), states
+    assert not removal_leftovers(prefix)
+
+
+def test_create_lock_and_install_take_the_env_lock(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """A held env lock makes `create` and `install` wait (and say so) rather than race."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "env.yml").write_text("name: held\ndependencies:\n  - python 3.11.*\n")
+    prefix = tmp_path / "envs" / "held"
+    with hold_env_lock(prefix, "held"):
+        proc = start_envtool(
+            "create", "held", "-f", "env.yml", "--channel", str(setup.channel), "--cuda", "cpu",
+            env=env, cwd=project,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if ENVS_NOTE in line:
+                break
+        else:
+            raise AssertionError(f"create did not wait: rc={proc.wait()}")
+        assert not prefix.exists()  # nothing installed while the lock is held
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert installed_files(prefix) == locked_files(
+        project / "environments" / "held" / "conda-lock.yml"
+    )
+    assert env_lock_path(prefix).is_file()  # beside the prefix: survives its removal
+
+
+# --- 2. remove: rename aside, then delete; a kill or a permission error leaves a listed leftover
+
+
+KILLABLE_REMOVE = textwrap.dedent(
+    """
+    import sys, time
+    from envtool.adapters import install_state
+
+    real = install_state.delete_tree
+
+    def stuck(path):
+        # delete part of it (conda-meta/, as an rmtree may), then wait to be killed
+        real(path / "conda-meta")
+        print("PAUSED", path, file=sys.stderr, flush=True)
+        time.sleep(600)
+
+    install_state.delete_tree = stuck
+    from envtool.cli import main
+    main(sys.argv[1:])
+    """
+)
+
+
+def start_stuck_remove(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """`envtool remove ARGS` in a child interpreter whose delete stops midway (test-only patch)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLABLE_REMOVE, "remove", *args],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("PAUSED"):
+            return proc
+    raise AssertionError(f"remove never reached its delete: rc={proc.wait()}")
+
+
+def test_remove_killed_midway_is_listed_and_the_next_remove_finishes_it(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    prefix = fake_env(tmp_path / "envs" / "demo")
+    fake_env(tmp_path / "envs" / "other")
+    proc = start_stuck_remove(env, "demo", "--yes")
+    # the prefix went in one step: no env named demo with bin/ lib/ but no conda-meta/
+    assert not prefix.exists()
+    rows = {r["name"]: r for r in list_rows(env)}
+    assert rows["demo"]["state"] == "removing" and rows["demo"]["interrupted"] is False
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+    rows = {r["name"]: r for r in list_rows(env)}
+    assert rows["demo"]["state"] == "removing" and rows["demo"]["interrupted"] is True
+    assert rows["other"]["state"] != "removing"
+    text = run_envtool("list", env=env).stdout
+    assert "removing (interrupted)" in text and "envtool remove NAME" in text
+
+    again = run_envtool("remove", "demo", "--yes", env=env)
+    assert again.returncode == 0, again.stderr
+    assert "finished removing" in again.stdout
+    assert not removal_leftovers(prefix)
+    assert [r["name"] for r in list_rows(env)] == ["other"]
+    assert run_envtool("remove", "demo", "--yes", env=env).returncode == 2  # nothing left
+
+
+def test_install_after_an_interrupted_remove_cleans_it_up(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    prefix = fake_env(tmp_path / "envs" / "demo")
+    proc = start_stuck_remove(env, "demo", "--yes")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert removal_leftovers(prefix)
+    out = run_envtool("install", "demo", "--lock", str(setup.lock), env=env)
+    assert out.returncode == 0, out.stderr
+    assert "finishing the interrupted removal of demo" in out.stderr
+    assert not removal_leftovers(prefix)
+    assert [(r["name"], r["state"]) for r in list_rows(env)] == [("demo", "complete")]
+
+
+def test_remove_dry_run_names_the_leftover_and_deletes_nothing(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    prefix = fake_env(tmp_path / "envs" / "demo")
+    start_stuck_remove(env, "demo", "--yes").kill()
+    out = run_envtool("remove", "demo", "--dry-run", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "(an interrupted removal)" in out.stdout
+    assert removal_leftovers(prefix)
+
+
+def run_without_privileges(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`envtool ARGS` as root stripped of every capability (no CAP_DAC_OVERRIDE/CAP_FOWNER):
+    files of user nobody are then as closed to it as to any other user. (Dropping to uid
+    nobody itself is not possible here: the interpreter lives under root's 0700 home.)"""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv(1) to drop capabilities")
+    return subprocess.run(
+        [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--", sys.executable, "-m", "envtool"]
+        + list(args),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_remove_hitting_a_permission_error_says_so_and_the_next_remove_finishes_it(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    prefix = fake_env(tmp_path / "envs" / "demo")
+    foreign = prefix / "lib" / "nobodys"  # another user's folder: its files cannot be deleted
+    foreign.mkdir()
+    (foreign / "keep").write_text("x")
+    os.chown(foreign, 65534, 65534)
+    os.chown(foreign / "keep", 65534, 65534)
+    out = run_without_privileges(env, "remove", "demo", "--yes")
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "Permission denied" in out.stderr and "envtool remove demo" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not prefix.exists()
+    rows = {r["name"]: r for r in list_rows(env)}
+    assert rows["demo"]["state"] == "removing" and rows["demo"]["interrupted"] is True
+    again = run_envtool("remove", "demo", "--yes", env=env)  # with the permission back
+    assert again.returncode == 0, again.stderr
+    assert not removal_leftovers(prefix) and list_rows(env) == []
+
+
+def test_remove_of_an_env_it_cannot_rename_changes_nothing(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """The envs dir belongs to someone else: the rename fails and nothing at all is deleted."""
+    envs = tmp_path / "envs"
+    prefix = fake_env(envs / "demo")
+    (envs / ".demo.lock").touch()  # the lock exists (ours); the folder is not writable to us
+    os.chown(envs, 65534, 65534)
+    out = run_without_privileges(env, "remove", "demo", "--yes")
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and "nothing was deleted" in out.stderr
+    assert (prefix / "conda-meta" / "history").is_file() and (prefix / "bin" / "f0").is_file()
+
+
+def test_remove_of_an_env_that_is_a_symlink_removes_the_link_only(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    real = fake_env(tmp_path / "scratch" / "real-env")
+    (tmp_path / "envs").mkdir()
+    link = tmp_path / "envs" / "linked"
+    link.symlink_to(real)
+    out = run_envtool("remove", "linked", "--yes", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "removed the link" in out.stdout
+    assert not link.is_symlink() and not link.exists()
+    assert (real / "conda-meta" / "history").is_file() and (real / "bin" / "f0").is_file()
+
+
+def test_remove_of_an_env_with_a_255_byte_name(env: dict[str, str], tmp_path: Path) -> None:
+    """The longest valid name still gets its lock and its aside folder (cut + hashed)."""
+    name = "n" * 255
+    prefix = fake_env(tmp_path / "envs" / name)
+    out = run_envtool("remove", name, "--yes", env=env)
+    assert out.returncode == 0, out.stderr
+    assert not prefix.exists() and not removal_leftovers(prefix)
+    assert len(env_lock_path(prefix).name.encode()) <= 255
