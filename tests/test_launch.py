@@ -575,3 +575,27 @@ def test_preflight_reads_torch_version_from_the_env_without_importing_it(tmp_pat
     version_py.parent.mkdir(parents=True)
     version_py.write_text("__version__: str = '2.7.1+cu126'\ncuda: Optional[str] = '12.6'\n")
     assert read_torch_version(tmp_path) == "2.7.1+cu126"
+
+
+# --- issue 10: failures named, kills reach every process, hangs bounded, full disks -----------
+
+DDP_FAIL = """
+import os, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    raise ValueError("boom")
+dist.barrier()
+"""
+
+
+def test_a_rank_failing_after_init_process_group_is_named_with_its_exception(
+    tmp_path: Path,
+) -> None:
+    """init_process_group prefixes each traceback line with "[rank1]: "; the exception line is
+    still found (it was dropped: every line looked indented)."""
+    script = tmp_path / "ddp_fail.py"
+    script.write_text(DDP_FAIL)
+    proc = envtool(["launch", str(script), "--cpu"], tmp_path)
+    assert proc.returncode == 1
+    line = next(x for x in proc.stderr.splitlines() if "failed first" in x)
+    assert "rank 1 failed first (exit 1" in line and ": ValueError: boom" in line, proc.stderr

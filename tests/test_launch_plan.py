@@ -191,6 +191,20 @@ def test_parse_last_exception_reads_the_final_traceback_line() -> None:
     assert parse_last_exception("all fine\n") is None
 
 
+def test_parse_last_exception_after_the_distributed_excepthook_prefix() -> None:
+    """init_process_group's excepthook writes "[rank1]: " (with a space) before every line; the
+    space is not indentation (it hid the exception: "rank 1 failed first (exit 1)" alone)."""
+    tb = [
+        "Traceback (most recent call last):",
+        '  File "x.py", line 3, in <module>',
+        "    main()",
+        "ValueError: boom",
+    ]
+    assert parse_last_exception("".join(f"[rank1]: {t}\n" for t in tb)) == "ValueError: boom"
+    both = "".join(f"[default1]:[rank1]: {t}\n" for t in tb)  # the console copy
+    assert parse_last_exception(both) == "ValueError: boom"
+
+
 def test_parse_error_file_of_record_decorator() -> None:
     data = {"message": {"message": "RuntimeError: oops\nmore", "extraInfo": {"timestamp": "1"}}}
     assert parse_error_file(data) == ("RuntimeError: oops", "1")

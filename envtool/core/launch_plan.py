@@ -297,10 +297,16 @@ def parse_last_exception(log_text: str) -> str | None:
     if idx < 0:
         return None
     for line in log_text[idx:].splitlines()[1:]:
-        line = re.sub(r"^\[[^\]]*\]:", "", line)  # torchrun's "[default1]:" prefix
+        line = _LINE_PREFIX.sub("", line)
         if line and not line.startswith((" ", "\t")) and not line.startswith("Traceback"):
             return line.strip()
     return None
+
+
+# Prefixes in front of a rank's lines: torchrun's tee "[default1]:" (no space) and the
+# excepthook init_process_group installs, "[rank1]: " (one space) — either or both. Only that
+# one space goes: a traceback's own indentation ("  File …") must stay to be told apart.
+_LINE_PREFIX = re.compile(r"^(?:\[[A-Za-z_]*\d+\]: ?)+")
 
 
 def parse_error_file(data: dict[str, Any]) -> tuple[str | None, str | None]:
