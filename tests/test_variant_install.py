@@ -1,8 +1,8 @@
 """`envtool install NAME` over variant locks, for real: the variant this host runs is chosen (one
 line why), `--variant` overrides with the host check, `--dry-run` shows the choice, nothing that
 fits is refused with the fix — and the chosen lock is installed from a channel channel_builder
-builds. The host is this machine with its driver set through ENVTOOL_DRIVER_VERSION (the probe's
-override; the host that runs the tests has no GPU)."""
+builds. The host is this machine with its driver set through ENVTOOL_DRIVER_VERSION, or taken
+away with CONDA_OVERRIDE_CUDA="" (the probe's overrides), so the tests mean the same on any host."""
 
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ def install(project: Path, env: dict[str, str], driver: str | None, *args: str):
     e.pop("ENVTOOL_DRIVER_VERSION", None)
     if driver:
         e["ENVTOOL_DRIVER_VERSION"] = driver
+    else:  # no driver, also on a test host that has one (conda's convention: empty = no CUDA)
+        e["CONDA_OVERRIDE_CUDA"] = ""
     return run_envtool("install", "demo", *args, env=e, cwd=project)
 
 
@@ -129,3 +131,59 @@ def test_variant_needs_a_name_and_an_index(project: Path, env: dict[str, str]) -
     (project / "environments" / "demo" / "variants.yml").unlink()
     r = install(project, env, None, "--variant", "cpu")
     assert r.returncode == 2 and "has no variant locks (variants.yml)" in r.stderr
+
+
+def test_readme_one_lock_many_machines_runs(fixtures: Path, tmp_path: Path, env) -> None:
+    """README's "One lock, many machines" transcript, run for real on the fixture channel (after
+    README's create example): each command's printed lines are what it prints; `ENVTOOL_DRIVER_VERSION=…`
+    prefixes are applied; /tmp/proj is this test's folder; `…` stands for any text."""
+    import shlex
+
+    from test_readme import README_TEXT, _blocks, readme_command
+
+    proj = str(tmp_path)
+    fixture_channel = "../shared/fixtures/"
+    create = readme_command(
+        "envtool create demo --no-install --cuda 12.6 --profile ddp --dir /tmp/proj"
+        " --driver 580.65.06 --gpu 9.0"
+        " --channel ../shared/fixtures/repodata/harvested-from-pixi-locks/conda-forge"
+    )
+    argv = [a.replace("/tmp/proj", proj) for a in create.argv]
+    argv = [str(fixtures / a.removeprefix(fixture_channel)) if a.startswith(fixture_channel)
+            else a for a in argv]  # fmt: skip
+    assert run_envtool(*argv, env=env, cwd=tmp_path).returncode == 0
+
+    block = next(
+        [line for _, line in b]
+        for b in _blocks(README_TEXT)
+        if any("--variants auto" in line for _, line in b)
+    )
+    steps: list[tuple[str, list[str]]] = []
+    for line in block:
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            steps[-1][1].append(line)
+    ran = 0
+    for command, expected in steps:
+        words = shlex.split(command, comments=True)
+        if words[0] == "cd":
+            continue
+        e = {k: v for k, v in env.items() if k != "ENVTOOL_DRIVER_VERSION"}
+        while "=" in words[0]:
+            key, _, value = words.pop(0).partition("=")
+            e[key] = value
+        if "ENVTOOL_DRIVER_VERSION" not in e:  # "the laptop", also on a test host with a GPU
+            e["CONDA_OVERRIDE_CUDA"] = ""
+        assert words[0] == "envtool"
+        r = run_envtool(*[w.replace("/tmp/proj", proj) for w in words[1:]], env=e, cwd=tmp_path)
+        ran += 1
+        printed = (r.stdout + r.stderr).splitlines()
+        refused = any(x.startswith("envtool: error:") for x in expected)
+        assert r.returncode == (2 if refused else 0), (command, r.stderr)
+        for want in expected:
+            parts = want.replace("/tmp/proj", proj).split("…")
+            assert any(
+                all(p in got for p in parts) and got.startswith(parts[0]) for got in printed
+            ), (command, want, printed)
+    assert ran == 6

@@ -10,8 +10,8 @@ The choice (`choose_variant`), stated in README.md "One lock, many machines":
   no NVIDIA driver -> `cpu`;
   otherwise the newest CUDA variant whose minimum driver the host meets natively and whose
   architecture list covers every visible GPU (machine code of the same major, or PTX that can
-  JIT for it); when none runs natively, the newest one the driver runs through CUDA
-  minor-version compatibility (with the caveat named); nothing -> a refusal naming the fix (the
+  JIT for it); when none runs natively, the oldest one the driver runs through CUDA
+  minor-version compatibility (the least of it; the caveat named); nothing -> a refusal naming the fix (the
   driver to get, the variant to add, or `--variant cpu`).
 """
 
@@ -474,8 +474,8 @@ def choose_variant(
         if kind == "compat":
             compat.append(v)
         skipped.append(text)
-    if compat:
-        v = compat[0]
+    if compat:  # the oldest such variant: the one that leans least on compatibility
+        v = compat[-1]
         return Choice(
             v,
             "compat",
