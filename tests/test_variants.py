@@ -303,3 +303,14 @@ def test_common_torch_for_a_listed_set() -> None:
     assert common_torch(BUILDS, ["cpu", "cuda12.6"], ["linux-64"]) == "2.7.1"
     assert common_torch(BUILDS, ["cpu", "cuda11.8", "cuda12.6"], ["linux-64"]) is None
     assert common_torch(BUILDS, ["cpu", "cuda12.6"], ["linux-64"], python="3.13") is None
+
+
+def test_a_driver_older_than_the_gpu_itself_names_that_floor(h200) -> None:
+    _, gpus = h200
+    with pytest.raises(UsageError) as exc:
+        choose_variant("470.82.01", gpus, FULL)
+    floor = cu.gpu_min_driver("9.0", "NVIDIA H200")
+    assert (
+        exc.value.message == f"driver 470.82.01 cannot drive NVIDIA H200, sm_90 (needs ≥ {floor})"
+    )
+    assert exc.value.hint.startswith(f"upgrade the NVIDIA driver to ≥ {floor} for this GPU")

@@ -463,6 +463,15 @@ def choose_variant(
             f"{','.join(sorted({CPU, *index.names()}, key=variant_sort_key))}`, "
             "or install on a GPU host",
         )
+    too_old = _driver_below_gpu_floor(driver, gpus)
+    if too_old:  # no CUDA build runs on a GPU its driver cannot drive: the driver is the fix
+        floor, gpu = too_old
+        fixes = [f"upgrade the NVIDIA driver to ≥ {floor} for this GPU"]
+        if cpu is not None and platform in cpu.platforms:
+            fixes.append(f"install the cpu variant: `envtool install {index.name} --variant cpu`")
+        raise UsageError(
+            f"driver {driver} cannot drive {gpu} (needs ≥ {floor})", ", or ".join(fixes)
+        )
     skipped: list[str] = []
     compat: list[Variant] = []
     for v in cudas:
@@ -486,6 +495,15 @@ def choose_variant(
         f"{host}: none of {index.name}'s variants runs here ({'; '.join(skipped) or 'none'})",
         _way_out(index, driver, gpus, cudas, platform),
     )
+
+
+def _driver_below_gpu_floor(driver: str, gpus: Sequence[HostGpu]) -> tuple[str, str] | None:
+    """(floor, GPU label) when the driver is older than a GPU's own floor (core/suggest.py's
+    per-GPU table: an H200 needs ≥ 520.61.05 whatever the CUDA); None otherwise."""
+    from envtool.core.suggest import Gpu, driver_floor_for_gpus
+
+    found = driver_floor_for_gpus(driver, [Gpu(g.capability, g.name) for g in gpus])
+    return (found[0], found[1].label()) if found else None
 
 
 def _way_out(
