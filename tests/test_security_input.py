@@ -545,3 +545,110 @@ def test_replay_of_hostile_tool_output_is_a_verdict_or_one_line(case, tmp_path, 
     (rec / "host" / name).write_text(text)
     _, output = _replay_one_line_or_verdict(rec, capsys)
     assert "root:" not in output  # no external entity was fetched
+
+
+# ------------------------------------------------------------ external programs: bounded waits
+
+
+def _marked_processes(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _gone(marker: str) -> bool:
+    """True once no process carries `marker` (SIGKILLed processes vanish as they are reaped)."""
+    import time
+
+    for _ in range(100):
+        if not _marked_processes(marker):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _hung_tool(path: Path, marker: str) -> None:
+    """A tool that never answers and started a helper of its own (both carry `marker`)."""
+    path.write_text(
+        "#!/bin/sh\n"
+        f"sh -c 'sleep 1000; echo {marker}-helper' &\n"
+        f"sh -c 'sleep 1000; echo {marker}-main'\n"
+    )
+    path.chmod(0o755)
+
+
+def test_run_capture_kills_the_whole_group_on_time_out(tmp_path) -> None:
+    from envtool.adapters.proc import run_capture
+
+    marker = f"envtool-h10-{os.getpid()}-rc"
+    _hung_tool(tmp_path / "tool", marker)
+    res = run_capture([str(tmp_path / "tool")], timeout=0.5)
+    assert res.timed_out and res.returncode is None
+    assert _gone(marker), _marked_processes(marker)
+
+
+@pytest.mark.integration
+def test_doctor_reports_hung_nvidia_smi_and_nvcc_and_leaves_nothing_running(tmp_path) -> None:
+    """A nvidia-smi and an nvcc that never answer: doctor --fast returns, says which did not
+    answer in how long, and no process of theirs survives (was 70 s and orphans)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    marker = f"envtool-h10-{os.getpid()}-doctor"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("nvidia-smi", "nvcc"):
+        _hung_tool(bin_dir / tool, marker)
+    env = dict(os.environ)
+    env |= {"PATH": f"{bin_dir}:{env['PATH']}", "CUDA_HOME": str(tmp_path / "no-cuda")}
+    env["ENVTOOL_NVML_TIMEOUT"] = "2"  # the nvidia-smi bound follows the NVML one
+    rec = tmp_path / "rec"
+    proc = subprocess.run(
+        [sys.executable, "-m", "envtool", "doctor", "--fast", "--verbose", "--record", str(rec)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "nvidia-smi -q -x did not answer in 2 s — the driver may be hung" in proc.stdout
+    assert "nvcc did not answer in 5 s" in proc.stdout
+    assert proc.stdout.count("did not answer") <= 4  # no second nvidia-smi was started
+    assert _gone(marker), _marked_processes(marker)
+    # the time-out is a recorded fact: a replay says the same
+    replay = subprocess.run(
+        [sys.executable, "-m", "envtool", "doctor", "--replay", str(rec), "--verbose"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "nvidia-smi -q -x did not answer in 2 s" in replay.stdout, replay.stderr
+
+
+def test_a_hung_nvidia_smi_beside_a_known_driver_is_a_hung_driver() -> None:
+    import json
+
+    from envtool.adapters.host_probe import facts_from_record
+    from envtool.core.checks import check_nvidia_driver
+    from envtool.core.facts import EnvFacts
+
+    errors = ["nvidia-smi -q -x did not answer in 10 s — the driver may be hung"]
+    raw = {
+        "proc-driver-version.txt": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  "
+        "Sun Jul 27 07:09:17 UTC 2025\n",
+        "probe.json": json.dumps({"errors": errors, "timed_out": ["nvidia-smi"]}),
+    }
+    facts = facts_from_record(raw)
+    assert facts.driver_version == "580.65.06" and facts.driver_hung
+    check = check_nvidia_driver(facts, EnvFacts())
+    assert check.status == "fail" and errors[0] in check.evidence

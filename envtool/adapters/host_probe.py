@@ -88,7 +88,7 @@ _FS_SCHEMA: dict[str, Any] = {
     "cuda_home": str | None,
     "ld_library_hits": list[str],
 }
-_PROBE_SCHEMA: dict[str, Any] = {"errors": list[str]}
+_PROBE_SCHEMA: dict[str, Any] = {"errors": list[str], "timed_out": list[str]}
 
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES",
@@ -108,6 +108,10 @@ _LOAD_PYNVML: Any = object()  # sentinel: import the real pynvml lazily
 # lengthens it for a node that is only slow.
 NVML_TIMEOUT_S = 10.0
 NVML_TIMEOUT_VAR = "ENVTOOL_NVML_TIMEOUT"
+# nvidia-smi is a client of the same driver library: it gets the same bound (ENVTOOL_NVML_TIMEOUT
+# lengthens both), and after one time-out no further nvidia-smi is started (each would block on
+# the same driver). nvcc --version answers in well under a second; 5 s covers a cold NFS mount.
+NVCC_TIMEOUT_S = 5.0
 
 
 def probe_host(
@@ -168,7 +172,8 @@ def collect_host_raw(
     if cuda_home and not os.path.exists(nvcc):
         nvcc = "nvcc"
     pool = ThreadPoolExecutor(max_workers=2)
-    nvcc_future = pool.submit(runner, [nvcc, "--version"], timeout=20.0, env=env)
+    nvcc_future = pool.submit(runner, [nvcc, "--version"], timeout=NVCC_TIMEOUT_S, env=env)
+    timed_out: list[str] = []  # programs that did not answer in time (probe.json "timed_out")
 
     if nvml is _LOAD_PYNVML:
         nvml = _import_pynvml(errors)
@@ -194,17 +199,23 @@ def collect_host_raw(
             # the kill cannot end (stuck in the driver). Skip it (and topology with it).
             errors.append("nvidia-smi: not run (it would block on the same hung driver)")
         else:
-            gpu_count = _collect_smi(raw, errors, runner, env)
+            gpu_count = _collect_smi(raw, errors, runner, env, nvml_timeout, timed_out)
 
-    if gpu_count >= 2:  # topology only means something between GPUs
-        res = runner(["nvidia-smi", "topo", "-m"], timeout=20.0, env=env)
+    if gpu_count >= 2 and "nvidia-smi" not in timed_out:  # topology: only between GPUs
+        res = runner(["nvidia-smi", "topo", "-m"], timeout=nvml_timeout, env=env)
         if res.ok:
             raw[TOPOLOGY] = res.stdout
+        elif res.timed_out:
+            timed_out.append("nvidia-smi")
+            errors.append(_no_answer("nvidia-smi topo -m", nvml_timeout))
 
     res = nvcc_future.result()
     pool.shutdown()
     if res.ok:
         raw[NVCC_VERSION] = res.stdout
+    elif res.timed_out:
+        timed_out.append("nvcc")
+        errors.append(_no_answer(nvcc, NVCC_TIMEOUT_S, "the CUDA toolkit's disk may be hung"))
 
     raw[FS_JSON] = json.dumps(
         {
@@ -214,15 +225,41 @@ def collect_host_raw(
         },
         indent=1,
     )
-    raw[PROBE_JSON] = json.dumps({"errors": errors}, indent=1)
+    probe: dict[str, Any] = {"errors": errors}
+    if timed_out:
+        probe["timed_out"] = sorted(set(timed_out))
+    raw[PROBE_JSON] = json.dumps(probe, indent=1)
     return raw
 
 
-def _collect_smi(raw: dict[str, str], errors: list[str], runner: Runner, env: dict) -> int:
-    """nvidia-smi in decreasing richness; returns the number of GPUs seen."""
-    res = runner(["nvidia-smi", "-q", "-x"], timeout=30.0, env=env)
+def _no_answer(program: str, seconds: float, why: str = "the driver may be hung") -> str:
+    return f"{program} did not answer in {seconds:g} s — {why}"
+
+
+def _collect_smi(
+    raw: dict[str, str],
+    errors: list[str],
+    runner: Runner,
+    env: dict,
+    timeout: float = NVML_TIMEOUT_S,
+    timed_out: list[str] | None = None,
+) -> int:
+    """nvidia-smi in decreasing richness; returns the number of GPUs seen. The first call that
+    does not answer in `timeout` ends it: the next would block on the same driver."""
+    hung = timed_out if timed_out is not None else []
+
+    def smi_run(argv: list[str]) -> Any:
+        res = runner(argv, timeout=timeout, env=env)
+        if res.timed_out:
+            hung.append("nvidia-smi")
+            errors.append(_no_answer(" ".join(argv), timeout))
+        return res
+
+    res = smi_run(["nvidia-smi", "-q", "-x"])
     if res.missing:
         errors.append("nvidia-smi: not found on PATH")
+        return 0
+    if res.timed_out:
         return 0
     if res.ok:
         raw[SMI_XML] = res.stdout
@@ -235,17 +272,18 @@ def _collect_smi(raw: dict[str, str], errors: list[str], runner: Runner, env: di
     else:
         errors.append(f"nvidia-smi -q -x: {_why(res)}")
 
-    res = runner(["nvidia-smi"], timeout=30.0, env=env)
+    res = smi_run(["nvidia-smi"])
     if not res.ok:
-        errors.append(f"nvidia-smi: {_why(res)}")
+        if not res.timed_out:
+            errors.append(f"nvidia-smi: {_why(res)}")
         return 0
     raw[SMI_TABLE] = res.stdout
     # The table truncates long names ('NVIDIA GeForce RTX 2080 ...') and has no capability.
     query = ["nvidia-smi", f"--query-gpu={','.join(smi.QUERY_FIELDS)}", "--format=csv"]
-    res = runner(query, timeout=30.0, env=env)
-    if not res.ok:  # drivers before ~510 do not know `compute_cap`
+    res = smi_run(query)
+    if not res.ok and not res.timed_out:  # drivers before ~510 do not know `compute_cap`
         fields = [f for f in smi.QUERY_FIELDS if f != "compute_cap"]
-        res = runner([query[0], f"--query-gpu={','.join(fields)}", query[2]], timeout=30.0, env=env)
+        res = smi_run([query[0], f"--query-gpu={','.join(fields)}", query[2]])
     if res.ok:
         raw[SMI_QUERY_CSV] = res.stdout
     return len(smi.parse_smi_table(raw[SMI_TABLE]).gpus)
@@ -403,11 +441,9 @@ def facts_from_record(raw: Mapping[str, str], source: str | None = None) -> Host
         return f"{source}/{file}" if source else file
 
     facts = HostFacts()
-    errors = list(
-        check_fields(
-            _json(raw.get(PROBE_JSON), name(PROBE_JSON)), _PROBE_SCHEMA, name(PROBE_JSON)
-        ).get("errors", [])
-    )
+    probe_file = name(PROBE_JSON)
+    probe = check_fields(_json(raw.get(PROBE_JSON), probe_file), _PROBE_SCHEMA, probe_file)
+    errors = list(probe.get("errors", []))
     nvml = check_fields(_json(raw.get(NVML_JSON), name(NVML_JSON)), _NVML_SCHEMA, name(NVML_JSON))
     for i, dev in enumerate(nvml.get("devices") or []):
         check_fields(dev, _NVML_DEVICE_SCHEMA, name(NVML_JSON), f"devices[{i}].")
@@ -462,6 +498,8 @@ def facts_from_record(raw: Mapping[str, str], source: str | None = None) -> Host
     facts.nvcc_version = smi.parse_nvcc_version(raw.get(NVCC_VERSION, ""))
 
     facts.probe_errors = errors
+    if "nvidia-smi" in probe.get("timed_out", []) and facts.has_driver:
+        facts.driver_hung = True  # /proc names a driver that nvidia-smi could not reach
     if not facts.has_driver:
         tried = "; ".join(errors) or "nothing answered"
         facts.no_driver_reason = f"no NVIDIA driver: {tried}"

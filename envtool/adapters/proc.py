@@ -1,11 +1,14 @@
 """Subprocess runner: argv lists only, time-outs and missing programs returned as facts, never raised.
 
+Every command runs in a session of its own and a time-out (or Ctrl-C) kills its whole process
+group: a hung nvidia-smi or nvcc wrapper that started helpers must not leave them running.
 Probes take a `Runner` so tests replace the host with recorded captures.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -37,7 +40,7 @@ def run_capture(
     cwd: str | None = None,
     stdin: str | None = None,
     cancel: threading.Event | None = None,
-    new_session: bool = False,
+    new_session: bool = True,
     kill: Callable[[subprocess.Popen[str]], object] | None = None,
 ) -> ProcResult:
     """Run argv, capture text output. Never raises for a missing program, a crash or a time-out.
@@ -45,9 +48,10 @@ def run_capture(
     `cancel` set while it runs stops it like a time-out (doctor: the driver it would block on
     turned out to be hung). A process that does not die when killed (stuck in the kernel, as on
     a wedged GPU driver) is left behind after a short wait rather than waited for forever.
-    `new_session` + `kill`: for a command that starts processes of its own (torchrun), stop
-    all of them, not only the child (default: SIGKILL the child)."""
-    stop = kill or (lambda p: p.kill())
+    `new_session` (default): the command gets a session and process group of its own, and the
+    default stop SIGKILLs that whole group (the command and every helper it started that did not
+    leave the group); `kill` replaces the stop (torchrun's workers leave the group)."""
+    stop = kill or (kill_group if new_session else (lambda p: p.kill()))
     try:
         proc = subprocess.Popen(
             argv,
@@ -87,6 +91,18 @@ def run_capture(
 
 
 KILL_WAIT_SECONDS = 5.0
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the process group `proc` leads (started with start_new_session), then `proc`."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except OSError:
+        pass
 
 
 def _decode_partial(data: bytes | str | None) -> str:
