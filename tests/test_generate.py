@@ -1,0 +1,316 @@
+"""The generate template for real: a tiny byte-level model trained by the lm template on CPU,
+sampled by generate (KV-cache decode checked against a full forward pass, greedy stable for a
+seed, compiled == eager), served over HTTP with real requests (bad ones too) and stopped by
+SIGTERM, and tensor-parallel over 2 gloo processes under torchrun. OMP_NUM_THREADS=1."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_envtool
+
+GENERATE = REPO / "templates" / "generate.py"
+LM = REPO / "templates" / "lm.py"
+# The model lm trains below: vocabulary of bytes, context 64 (the template reads both back).
+LM_ARGS = ["--cpu", "--size", "tiny", "--vocab-size", "256", "--seq-len", "64"]
+PROMPT = "the quick "
+GREEDY = ["--prompt", PROMPT, "--max-new-tokens", "40", "--temperature", "0", "--repeat", "1"]
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)  # a single-process run must not think it is under torchrun
+    return env
+
+
+def generate(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    argv = [sys.executable, str(GENERATE), "--cpu", *args]
+    return subprocess.run(
+        argv, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def result_of(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, proc.stdout  # rank 0 only, exactly once
+    return json.loads(lines[0].removeprefix("RESULT "))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """OUT dir of a tiny byte-level lm trained for 60 steps on a small text (a few seconds)."""
+    cwd = tmp_path_factory.mktemp("lm")
+    rng = random.Random(0)
+    words = "the quick brown fox jumps over the lazy dog and then some more words".split()
+    (cwd / "input.txt").write_text(" ".join(rng.choice(words) for _ in range(3000)))
+    argv = [sys.executable, str(LM), *LM_ARGS, "--data", "input.txt", "--batch-size", "8"]
+    argv += ["--max-steps", "60", "--lr", "1e-2", "--warmup-steps", "5", "--out-dir", "out"]
+    proc = subprocess.run(
+        argv, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (cwd / "out" / "ckpt.pt").is_file()
+    return cwd / "out"
+
+
+def reference_greedy(ckpt_dir: Path, prompt: bytes, n: int) -> list[int]:
+    """What the lm template's own model predicts, recomputing the whole sequence (no cache)
+    for every new token: the KV-cache decode must give the same tokens."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location("lm_template", LM)
+    lm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lm)
+    model = lm.GPT(lm.parse_config(LM_ARGS))
+    sd = torch.load(ckpt_dir / "ckpt.pt", map_location="cpu", weights_only=True)["model"]
+    model.load_state_dict(sd)
+    model.eval()
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            idx = torch.tensor([ids])
+            x = model.tok_emb(idx) + model.pos_emb(torch.arange(len(ids)))
+            for block in model.blocks:
+                x = block(x)
+            ids.append(int(model.head(model.ln_f(x))[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+# --- static: what the user receives ---
+
+
+def test_template_imports_only_torch_and_stdlib() -> None:
+    tree = ast.parse(GENERATE.read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "relative import in a standalone script"
+            imported.add(node.module.split(".")[0])
+    assert imported - set(sys.stdlib_module_names) == {"torch"}
+    text = GENERATE.read_text()
+    assert text.index("torch.cuda.set_device(local_rank)") < text.index("init_process_group(")
+    assert "finally:\n        dist.destroy_process_group()" in text
+    for command in ("envtool launch gen.py --gpus 1 -- --ckpt out --serve 8000", "torchrun"):
+        assert command in ast.get_docstring(tree)
+
+
+def test_envtool_init_writes_the_generate_template(tmp_path: Path) -> None:
+    proc = run_envtool("init", "gen.py", "--template", "generate", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "gen.py").read_text() == GENERATE.read_text()
+    listed = run_envtool("init", "--list", "--json", cwd=tmp_path, timeout=60)
+    rows = {row["name"]: row for row in json.loads(listed.stdout)["templates"]}
+    assert "RESULT" in rows["generate"]["prints"] and "--serve" in rows["generate"]["description"]
+
+
+# --- one process, CPU ---
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--top-p", "0"], "--top-p must be in (0, 1]"),
+        (["--temperature", "-1"], "--temperature must be >= 0"),
+        (["--size", "7b"], "--size must be one of"),
+        (["--cudagraphs"], "--cudagraphs needs a CUDA GPU"),  # a GPU-only feature, on CPU
+        (["--ckpt", "nowhere"], "--ckpt nowhere: no such file or directory"),
+        (["--size", "tiny", "--seq-len", "64", "--prompt-len", "60"], "exceeds the context (64)"),
+        (["--max-new-tokens", "x"], "invalid int value"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], says: str, tmp_path: Path) -> None:
+    proc = generate(args, tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert says in proc.stderr
+
+
+@pytest.mark.integration
+def test_a_checkpoint_of_another_shape_is_refused_in_one_line(tmp_path: Path) -> None:
+    import torch
+
+    torch.save({"model": {"tok_emb.weight": torch.zeros(256, 48)}}, tmp_path / "ckpt.pt")
+    proc = generate(["--ckpt", str(tmp_path), *GREEDY, "--eager"], tmp_path, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "not an lm model" in proc.stderr
+
+
+@pytest.mark.integration
+def test_greedy_decode_matches_a_full_forward_and_repeats_exactly(
+    trained: Path, tmp_path: Path
+) -> None:
+    first = result_of(generate(["--ckpt", str(trained), *GREEDY, "--eager"], tmp_path))
+    second = result_of(generate(["--ckpt", str(trained / "ckpt.pt"), *GREEDY, "--eager"], tmp_path))
+    assert first["tokens"] == second["tokens"]
+    assert first["tokens"] == reference_greedy(trained, PROMPT.encode(), 40)
+    assert first["text"] == bytes(first["tokens"]).decode("utf-8", errors="replace")
+    assert first["new_tokens"] == 40 and first["prompt_tokens"] == len(PROMPT)
+    assert first["context"] == 64 and first["mbu"] is None  # no GPU: no bandwidth fraction
+
+
+@pytest.mark.integration
+def test_sampling_is_reproducible_for_a_seed(trained: Path, tmp_path: Path) -> None:
+    args = ["--ckpt", str(trained), "--prompt", PROMPT, "--max-new-tokens", "40", "--eager"]
+    args += ["--temperature", "1.0", "--top-k", "50", "--top-p", "0.95", "--repeat", "1"]
+    a = result_of(generate([*args, "--seed", "1"], tmp_path))["tokens"]
+    b = result_of(generate([*args, "--seed", "1"], tmp_path))["tokens"]
+    c = result_of(generate([*args, "--seed", "2"], tmp_path))["tokens"]
+    assert a == b
+    assert a != c  # 40 sampled bytes from a barely trained model: seeds 1 and 2 differ
+
+
+@pytest.mark.integration
+def test_compiled_decode_equals_eager(trained: Path, tmp_path: Path) -> None:
+    """torch.compile of prefill and decode on CPU (inductor's C++ backend; ~35 s the first time
+    on 2 busy cores, seconds once its cache is warm). A small --cache-bucket makes the decode
+    cross attention buckets: every bucket is its own compiled graph."""
+    eager = result_of(generate(["--ckpt", str(trained), *GREEDY, "--eager"], tmp_path))
+    args = ["--ckpt", str(trained), *GREEDY, "--cache-bucket", "32", "--decode-attn", "math"]
+    compiled = result_of(generate(args, tmp_path, timeout=240))
+    assert compiled["mode"] == "compiled"
+    assert compiled["tokens"] == eager["tokens"]
+
+
+# --- tensor parallel: torchrun, 2 processes, gloo ---
+
+
+@pytest.mark.integration
+def test_tensor_parallel_over_two_processes_gives_the_single_process_tokens(
+    trained: Path, tmp_path: Path
+) -> None:
+    single = result_of(generate(["--ckpt", str(trained), *GREEDY, "--eager"], tmp_path))
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    argv += [str(GENERATE), "--cpu", "--ckpt", str(trained), *GREEDY, "--eager"]
+    proc = subprocess.run(
+        argv, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120
+    )
+    tp = result_of(proc)
+    assert tp["world_size"] == 2
+    assert tp["tokens"] == single["tokens"]
+    # each rank holds half of every block's matrices (the embeddings/head stay whole)
+    assert tp["weight_bytes_per_token"] < single["weight_bytes_per_token"]
+
+
+# --- serving ---
+
+
+class Server:
+    """generate.py --serve 0 (any free port) as a child; the port is read off its first line."""
+
+    def __init__(self, args: list[str], cwd: Path) -> None:
+        argv = [sys.executable, str(GENERATE), "--cpu", *args, "--serve", "0"]
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.guard = threading.Timer(120, self.proc.kill)  # a hung server fails, not hangs
+        self.guard.start()
+        line = self.proc.stdout.readline()
+        assert line.startswith("serving http://127.0.0.1:"), line + self.proc.stderr.read()
+        self.base = line.split()[1].removesuffix("/generate")
+
+    def post(self, body: bytes, headers: dict | None = None) -> tuple[int, list[dict]]:
+        req = urllib.request.Request(
+            self.base + "/generate", data=body, method="POST", headers=headers or {}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as reply:
+                return reply.status, [json.loads(x) for x in reply.read().splitlines()]
+        except urllib.error.HTTPError as exc:
+            return exc.code, [json.loads(x) for x in exc.read().splitlines()]
+
+    def stop(self, sig: signal.Signals) -> tuple[int, str, str]:
+        self.proc.send_signal(sig)
+        out, err = self.proc.communicate(timeout=60)
+        self.guard.cancel()
+        return self.proc.returncode, out, err
+
+    def close(self) -> None:
+        self.guard.cancel()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+@pytest.fixture
+def server(trained: Path, tmp_path: Path):
+    s = Server(["--ckpt", str(trained), "--eager", "--max-body", "4096"], tmp_path)
+    yield s
+    s.close()
+
+
+@pytest.mark.integration
+def test_http_generate_answers_streams_and_refuses_bad_requests(
+    server: Server, trained: Path
+) -> None:
+    good = {"prompt": PROMPT, "max_new_tokens": 20, "temperature": 0}
+    status, [reply] = server.post(json.dumps(good).encode())
+    assert status == 200
+    assert reply["tokens"] == reference_greedy(trained, PROMPT.encode(), 20)
+    assert reply["text"] == bytes(reply["tokens"]).decode("utf-8", errors="replace")
+
+    status, lines = server.post(json.dumps({**good, "stream": True}).encode())
+    assert status == 200
+    assert [line["token"] for line in lines[:-1]] == reply["tokens"]  # one line per token
+    assert "".join(line["text"] for line in lines[:-1]) == reply["text"]
+    assert lines[-1]["done"] is True and lines[-1]["tokens"] == reply["tokens"]
+
+    sampled = {**good, "temperature": 0.9, "top_k": 40, "top_p": 0.9, "seed": 3}
+    runs = [server.post(json.dumps(sampled).encode()) for _ in range(2)]
+    assert runs[0][1][0]["tokens"] == runs[1][1][0]["tokens"]  # a seed: the same sample
+
+    bad = [
+        (b'{"prompt": "the",', 400, "malformed JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (json.dumps({**good, "max_new_tokens": "20"}).encode(), 400, "max_new_tokens must be int"),
+        (json.dumps({**good, "stream": 1}).encode(), 400, "stream must be bool"),
+        (json.dumps({**good, "temperature": True}).encode(), 400, "temperature must be"),
+        (json.dumps({**good, "prompt": 5}).encode(), 400, "prompt must be str"),
+        (json.dumps({**good, "max_new_tokens": 0}).encode(), 400, "max_new_tokens must be >= 1"),
+        (json.dumps({**good, "top_p": 0}).encode(), 400, "top_p must be in"),
+        (json.dumps({**good, "temperature": 1e999}).encode(), 400, "is not JSON"),  # Infinity
+        (json.dumps({**good, "colour": "red"}).encode(), 400, "unknown field"),
+        (json.dumps({**good, "prompt": ""}).encode(), 400, "must not be empty"),
+        (json.dumps({**good, "prompt": "x" * 60}).encode(), 413, "exceeds the context (64)"),
+        (json.dumps({**good, "prompt": "x" * 5000}).encode(), 413, "body over 4096 bytes"),
+    ]
+    for body, code, says in bad:
+        status, [error] = server.post(body)
+        assert (status, code) == (code, code) and says in error["error"], (body[:60], error)
+
+    status, [again] = server.post(json.dumps(good).encode())  # still serving, same answer
+    assert status == 200 and again["tokens"] == reply["tokens"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stop_signal_shuts_the_server_down_cleanly(server: Server, sig: signal.Signals) -> None:
+    status, _ = server.post(json.dumps({"prompt": PROMPT, "max_new_tokens": 5}).encode())
+    assert status == 200
+    code, out, err = server.stop(sig)
+    assert code == 0, err[-3000:]
+    assert "Traceback" not in err
+    result = json.loads(out.splitlines()[-1].removeprefix("RESULT "))
+    assert result["stopped"] == sig.name and result["served"] == 1  # the warm-up is not counted
