@@ -358,6 +358,12 @@ def request_from_yml(
     """Merge: explicit flags > what the file asks for > options stored in the previous lock > defaults."""
     from envtool.core.spec import parse_environment_yml
 
+    for key in ("cuda", "torch", "python", "flavor"):
+        if flags.get(key) is not None and not str(flags[key]).strip():
+            # an empty value is not "auto" (--cuda '' from an unset shell variable)
+            raise UsageError(
+                f"--{key} '': empty", f"pass a value, or leave --{key} out for the default"
+            )
     spec = parse_environment_yml(text, source)
     conda = [d.render() for d in spec.dependencies]
     check_specs(spec.dependencies, source)

@@ -652,3 +652,90 @@ def test_a_hung_nvidia_smi_beside_a_known_driver_is_a_hung_driver() -> None:
     assert facts.driver_version == "580.65.06" and facts.driver_hung
     check = check_nvidia_driver(facts, EnvFacts())
     assert check.status == "fail" and errors[0] in check.evidence
+
+
+# ------------------------------------------------------------------------ names, dirs, values
+
+BAD_NAMES = ["a" * 300, "x\x01y", "x\ny", "..", "a/../b", "-rf", "x\x1b]0;t\x07"]
+NAME_COMMANDS = [
+    ["install", "{}"],
+    ["info", "{}"],
+    ["verify", "{}"],
+    ["remove", "{}", "--yes"],
+    ["doctor", "{}", "--fast"],
+    ["shell-hook", "{}"],
+    ["run", "-n", "{}", "true"],
+    ["export", "{}"],
+    ["create", "{}", "--no-install", "--cuda", "cpu"],
+    ["lock", "{}"],
+    ["bundle", "{}", "-o", "out"],
+]
+
+
+@pytest.mark.parametrize(
+    "name",
+    BAD_NAMES,
+    ids=["300-chars", "ctrl-a", "newline", "dotdot", "climb", "option", "osc-escape"],
+)
+@pytest.mark.parametrize("argv", NAME_COMMANDS, ids=lambda a: a[0])
+def test_every_command_refuses_a_bad_env_name_in_one_line(
+    argv, name, tmp_path, capsys, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ENVTOOL_ENVS_DIR", str(tmp_path / "envs"))
+    args = [name if a == "{}" else a for a in argv]
+    if name.startswith("-") and argv[0] != "run":  # an option-looking NAME comes after `--`
+        args = [argv[0], *[a for a in argv[1:] if a != "{}"], "--", name]
+    code, out, err = _run_main(args, capsys)
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 2, (code, out[-300:], err[-300:])
+    assert "Traceback" not in err and len(lines) == 1, err
+    assert "\x1b" not in err and "\x01" not in err  # the name is escaped when echoed
+    assert not (tmp_path / "envs").exists() and not (tmp_path / "environments").exists()
+
+
+@pytest.mark.parametrize("var", ["ENVTOOL_ENVS_DIR", "ENVTOOL_CACHE_DIR"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list"],
+        ["info", "x"],
+        ["doctor", "x", "--fast"],
+        ["remove", "x", "--yes"],
+        ["install", "x", "--lock", "conda-lock.yml"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_a_dir_variable_pointing_at_a_file_is_one_line(
+    var, argv, tmp_path, capsys, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("ENVTOOL_ENVS_DIR", str(tmp_path / "envs"))
+    monkeypatch.setenv(var, str(blocker / "sub") if argv[0] == "list" else str(blocker))
+    (tmp_path / "envs" / "x" / "conda-meta").mkdir(parents=True)
+    (tmp_path / "envs" / "x" / "conda-meta" / "history").write_text("")
+    (tmp_path / "conda-lock.yml").write_text("version: 1\nmetadata: {}\npackage: []\n")
+    code, out, err = _run_main(argv, capsys)
+    lines = [x for x in err.splitlines() if x.strip()]
+    if var == "ENVTOOL_CACHE_DIR" and argv[0] in ("list", "info", "doctor", "remove"):
+        assert code in (0, 1), err  # these never touch the cache
+        return
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert var in lines[0] and "not a directory" in lines[0]
+
+
+def test_empty_values_are_not_defaults(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for argv, words in [
+        (["create", "x", "--no-install", "--cuda", ""], "--cuda '': empty"),
+        (["create", "x", "--no-install", "--cuda", "cpu", "--torch", " "], "--torch '': empty"),
+        (["doctor", "", "--fast"], "NAME '': empty"),
+        (["doctor", "--prefix", "", "--fast"], "--prefix '': empty"),
+        (["launch", "t.py", "--cpu", "--nproc", "100000"], "more than 1024 processes"),
+    ]:
+        code, out, err = _run_main(argv, capsys)
+        lines = [x for x in err.splitlines() if x.strip()]
+        assert code == 2 and len(lines) == 1 and words in lines[0], (argv, err)
+    assert not (tmp_path / "environments").exists()

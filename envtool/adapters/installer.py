@@ -66,10 +66,13 @@ def current_platform() -> str:
 
 def default_cache_dir() -> Path:
     """ENVTOOL_CACHE_DIR, else the user's cache dir: shared by every env, so reinstalls are offline."""
+    from envtool.adapters.locate import checked_dir
+
     if os.environ.get("ENVTOOL_CACHE_DIR"):
-        return Path(os.environ["ENVTOOL_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "envtool"
+        return checked_dir(Path(os.environ["ENVTOOL_CACHE_DIR"]), "ENVTOOL_CACHE_DIR")
+    if os.environ.get("XDG_CACHE_HOME"):
+        return checked_dir(Path(os.environ["XDG_CACHE_HOME"]) / "envtool", "XDG_CACHE_HOME")
+    return checked_dir(Path.home() / ".cache" / "envtool", "HOME")
 
 
 def remap_to_channels(pkg: LockedPackage, channels: list[str]) -> str:

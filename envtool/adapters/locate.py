@@ -31,14 +31,37 @@ def envs_dir(environ: dict[str, str] | None = None) -> Path:
     """<conda root>/envs when conda is installed (so `conda activate NAME` works), else a per-user dir."""
     env = os.environ if environ is None else environ
     if env.get("ENVTOOL_ENVS_DIR"):
-        return Path(env["ENVTOOL_ENVS_DIR"])
+        return checked_dir(Path(env["ENVTOOL_ENVS_DIR"]), "ENVTOOL_ENVS_DIR")
     root = conda_root(env)
     if root is not None:
         return root / "envs"
-    data = env.get("XDG_DATA_HOME") or str(
-        Path(env.get("HOME", str(Path.home()))) / ".local" / "share"
-    )
-    return Path(data) / "envtool" / "envs"
+    if env.get("XDG_DATA_HOME"):
+        return checked_dir(Path(env["XDG_DATA_HOME"]) / "envtool" / "envs", "XDG_DATA_HOME")
+    home = Path(env.get("HOME", str(Path.home())))
+    return checked_dir(home / ".local" / "share" / "envtool" / "envs", "HOME")
+
+
+def checked_dir(path: Path, origin: str) -> Path:
+    """`path`, a directory envtool keeps things in, unless it or the nearest existing folder
+    above it is a file (ENVTOOL_ENVS_DIR/ENVTOOL_CACHE_DIR set to a file): then one line naming
+    the variable it came from, not an OSError deep in a command. It need not exist yet."""
+    for p in (path, *path.parents):
+        try:
+            is_dir = p.is_dir()
+            exists = is_dir or os.path.lexists(p)
+        except OSError:  # ENAMETOOLONG, EACCES on a parent: let the command's own error say it
+            return path
+        if exists:
+            if not is_dir:
+                what = "is" if p == path else f"is under {p}, which is"
+                raise UsageError(
+                    f"{origin}: {path} {what} not a directory",
+                    f"point {origin} at a directory (or unset it)"
+                    if origin.startswith("ENVTOOL_")
+                    else f"move the file {p} away, or set ENVTOOL_ENVS_DIR / ENVTOOL_CACHE_DIR",
+                )
+            return path
+    return path
 
 
 def python_in(prefix: Path) -> Path:
@@ -65,6 +88,9 @@ def resolve_target(
     name: str | None = None, prefix: str | None = None, python: str | None = None
 ) -> Target:
     """-n NAME, --prefix PATH or --python PATH; none given → the python envtool runs under."""
+    for flag, value in (("NAME", name), ("--prefix", prefix), ("--python", python)):
+        if value is not None and not value.strip():  # `doctor ""`: not "the default env"
+            raise UsageError(f"{flag} '': empty", f"pass a {flag}, or leave it out")
     given = [x for x in (name, prefix, python) if x]
     if len(given) > 1:
         raise UsageError(

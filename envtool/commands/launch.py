@@ -22,6 +22,21 @@ if TYPE_CHECKING:
     from envtool.core.facts import HostFacts
 
 
+# One node runs at most this many ranks: each is a python process with torch loaded (hundreds of
+# MB) and, on GPUs, its own CUDA context; 100000 forked the host to a halt instead of failing.
+MAX_NPROC = 1024
+
+
+def _bounded_nproc(value: int | None) -> int | None:
+    if value is not None and value > MAX_NPROC:
+        raise UsageError(
+            f"--nproc {value}: more than {MAX_NPROC} processes on one node "
+            "(each is a python with torch loaded)",
+            f"pass --nproc {MAX_NPROC} or fewer; spread a larger run over --nnodes",
+        )
+    return value
+
+
 @click.command(
     "launch",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -33,7 +48,13 @@ if TYPE_CHECKING:
 @click.option("--prefix", default=None, help="Environment prefix path.")
 @click.option("--python", "python_path", default=None, help="The environment's python.")
 @click.option("--cpu", is_flag=True, help="CPU processes with gloo; ranks see no GPU.")
-@click.option("--nproc", type=click.IntRange(min=1), default=None, help="Processes per node.")
+@click.option(
+    "--nproc",
+    type=click.IntRange(min=1),
+    default=None,
+    callback=lambda _ctx, _param, value: _bounded_nproc(value),
+    help=f"Processes per node (at most {MAX_NPROC}).",
+)
 @click.option("--nnodes", type=click.IntRange(min=1), default=None, help="Number of nodes.")
 @click.option("--node-rank", type=click.IntRange(min=0), default=None, help="This node's rank.")
 @click.option("--rdzv-endpoint", default=None, help="HOST:PORT of the head node.")
