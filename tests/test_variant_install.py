@@ -187,3 +187,38 @@ def test_readme_one_lock_many_machines_runs(fixtures: Path, tmp_path: Path, env)
                 all(p in got for p in parts) and got.startswith(parts[0]) for got in printed
             ), (command, want, printed)
     assert ran == 6
+
+
+def test_info_verify_export_and_doctor_know_the_variant(project: Path, env: dict[str, str]) -> None:
+    import json
+
+    r = install(project, env, "535.104.05")
+    assert r.returncode == 0, r.stderr
+    e = {**env, "ENVTOOL_DRIVER_VERSION": "535.104.05"}
+    r = run_envtool("info", "demo", env=e, cwd=project)
+    assert r.returncode == 0 and "variant        cuda11.8" in r.stdout, r.stdout
+    r = run_envtool("verify", "demo", env=e, cwd=project)  # against the installed variant
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (
+        run_envtool("verify", "demo", "--variant", "cuda11.8", env=e, cwd=project).returncode == 0
+    )
+    r = run_envtool("verify", "demo", "--variant", "cpu", env=e, cwd=project)
+    assert r.returncode == 1  # the cpu variant's packages are not what is installed
+    r = run_envtool("export", "demo", "--variant", "cpu", env=e, cwd=project)
+    assert r.returncode == 0, r.stderr
+    assert "pytorch=2.7.1" in r.stdout and "cuda" not in r.stdout.split("pytorch=2.7.1", 1)[1][:20]
+    r = run_envtool("export", "demo", "--variant", "cuda12.9", env=e, cwd=project)
+    assert r.returncode == 2 and "--variant cuda12.9: demo's lock has no such variant" in r.stderr
+
+    def doctor(driver: str) -> dict:
+        r = run_envtool(
+            "doctor", "demo", "--json", env={**env, "ENVTOOL_DRIVER_VERSION": driver}, cwd=project
+        )
+        doc = json.loads(r.stdout)
+        return next(c for c in doc["checks"] if c["id"] == "variant-choice")
+
+    assert doctor("535.104.05")["status"] == "ok"
+    upgraded = doctor("570.86.10")  # after a driver upgrade
+    assert upgraded["status"] == "warn"
+    assert upgraded["summary"] == "cuda12.6 now runs here; installed variant is cuda11.8"
+    assert upgraded["fix"] == "reinstall to get it: `envtool install demo`"

@@ -314,3 +314,24 @@ def test_a_driver_older_than_the_gpu_itself_names_that_floor(h200) -> None:
         exc.value.message == f"driver 470.82.01 cannot drive NVIDIA H200, sm_90 (needs ≥ {floor})"
     )
     assert exc.value.hint.startswith(f"upgrade the NVIDIA driver to ≥ {floor} for this GPU")
+
+
+def test_the_variant_of_a_lock_file_and_doctors_check() -> None:
+    from envtool.core.variants import check_installed_variant, variant_of_lock_file
+
+    assert variant_of_lock_file("/p/environments/demo/conda-lock.cuda12.6.yml") == "cuda12.6"
+    assert variant_of_lock_file("/p/environments/demo/conda-lock.yml") is None
+    assert variant_of_lock_file(None) is None
+    pick = choose_variant("580.65.06", [HostGpu("9.0")], FULL)
+    ok = check_installed_variant("cuda12.9", "demo", pick, None)
+    assert (ok.id, ok.status) == ("variant-choice", "ok")
+    old = check_installed_variant("cuda11.8", "demo", pick, None)
+    assert (old.status, old.summary) == (
+        "warn",
+        "cuda12.9 now runs here; installed variant is cuda11.8",
+    )
+    assert old.fix == "reinstall to get it: `envtool install demo`"
+    newer = check_installed_variant("cuda12.9", "demo", choose_variant(None, [], FULL), None)
+    assert newer.summary == "installed variant cuda12.9 is not this host's pick (cpu)"
+    gone = check_installed_variant("cuda12.9", "demo", None, "driver 418.43: none — upgrade")
+    assert (gone.status, gone.fix) == ("warn", "upgrade")

@@ -194,3 +194,53 @@ def choose_project_variant(
         else:
             choice = choose_variant(driver, gpus, index, platform, host.no_driver_reason)
     return (env_dir / choice.variant.lock).absolute(), choice
+
+
+def variant_lock_path(name: str, variant: str) -> Path:
+    """`--variant V` of verify/export: environments/NAME/conda-lock.V.yml, known to the index."""
+    from envtool.adapters.locate import project_env_paths
+    from envtool.core.shell_quote import quote_posix
+    from envtool.core.variants import parse_variant
+
+    wanted = parse_variant(variant)
+    env_dir = project_env_paths(name)[0]
+    index = read_index(env_dir)
+    if index is None:
+        raise UsageError(
+            f"--variant {variant}: {env_dir} has no variant locks ({INDEX_FILE})",
+            f"lock them first: `envtool lock {quote_posix(name)} --variants auto`",
+        )
+    row = index.get(wanted)
+    if row is None:
+        raise UsageError(
+            f"--variant {wanted}: {name}'s lock has no such variant",
+            f"use one of {', '.join(index.names())}",
+        )
+    return (env_dir / row.lock).absolute()
+
+
+def doctor_variant_check(host: HostFacts, install_lock: str | None, env_label: str) -> object:
+    """doctor's variant-choice check for an env installed from a variant lock (None otherwise,
+    or when its index is gone): which variant this host would install now."""
+    from envtool.core.shell_quote import quote_posix
+    from envtool.core.variants import check_installed_variant, choose_variant, variant_of_lock_file
+
+    installed = variant_of_lock_file(install_lock)
+    if installed is None or install_lock is None:
+        return None
+    label = env_label if env_label == "NAME" else quote_posix(env_label)
+    env_dir = Path(install_lock).parent
+    try:
+        index = read_index(env_dir)
+    except UsageError:
+        return None  # a broken index is lock --check's finding
+    if index is None:
+        return None
+    platform = host.platform or "linux-64"
+    try:
+        pick = choose_variant(
+            host.driver_version, host_gpus(host), index, platform, host.no_driver_reason
+        )
+    except UsageError as exc:
+        return check_installed_variant(installed, label, None, exc.one_line())
+    return check_installed_variant(installed, label, pick, None)

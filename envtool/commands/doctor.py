@@ -400,6 +400,11 @@ def cmd(
                 (record_dir / DEEP_FILE).write_text(json.dumps(deep_result, indent=2))
 
     checks = run_checks(host, env) + run_deep_checks(deep_result)
+    from envtool.adapters.variant_lock import doctor_variant_check
+
+    # installed from variant locks: is it still the variant this host would pick?
+    if picked := doctor_variant_check(host, env.install_lock, env.name or "NAME"):
+        checks.append(picked)  # type: ignore[arg-type]
     if as_json:
         sys.stdout.write(render_doctor_json(checks, host, env) + "\n")
     else:

@@ -113,6 +113,7 @@ def run_export(
 )
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (atomically).")
 @click.option("--dry-run", is_flag=True, help="Print the export; write nothing.")
+@click.option("--variant", help="Export this variant of NAME's variant locks (cpu, cuda12.6, …).")
 def cmd(
     name: str | None,
     lock_file: Path | None,
@@ -120,12 +121,19 @@ def cmd(
     fmt: str,
     output: Path | None,
     dry_run: bool,
+    variant: str | None = None,
 ) -> None:
     """Write a portable environment.yml (or @EXPLICIT file) from environments/NAME/conda-lock.yml.
 
     Top-level specs are pinned to the locked versions without build strings, except CUDA builds,
     which keep a glob (pytorch=2.7.1=*cuda126*) so a re-solve cannot fall back to CPU.
     """
+    if variant is not None:  # environments/NAME/conda-lock.<variant>.yml, known to the index
+        from envtool.adapters.variant_lock import variant_lock_path
+
+        if not name or lock_file:
+            raise UsageError("--variant picks among NAME's variant locks", "give NAME, not --lock")
+        name, lock_file = None, variant_lock_path(name, variant)
     text = run_export(name, lock_file, platform, fmt, output, dry_run)
     if output is None or dry_run:
         click.echo(text, nl=False)

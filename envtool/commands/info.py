@@ -41,6 +41,10 @@ def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
 
     target = existing_env(name, prefix)
     row = describe_env(target)
+    from envtool.core.variants import variant_of_lock_file
+
+    if variant := variant_of_lock_file(row.get("lock_path")):  # installed from variant locks
+        row["variant"] = variant
     plan = (read_state_record(target) or {}).get("plan") or {}
     row["plan"] = plan
     text = [f"{k:14} {v}" for k, v in row.items() if k != "plan" and v is not None]

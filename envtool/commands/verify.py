@@ -15,8 +15,17 @@ from envtool.output import Result, emit
 @click.option(
     "--lock", "lock_file", help="Compare with this lock (default: the one it was installed from)."
 )
+@click.option(
+    "--variant", help="Compare with this variant's lock of NAME's variant locks (cuda12.6, cpu…)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-def cmd(name: str | None, prefix: str | None, lock_file: str | None, as_json: bool) -> None:
+def cmd(
+    name: str | None,
+    prefix: str | None,
+    lock_file: str | None,
+    as_json: bool,
+    variant: str | None = None,
+) -> None:
     """Compare an installed environment with its lock; exit 1 when they differ."""
     from envtool.adapters.install_state import (
         read_incomplete_marker,
@@ -30,6 +39,12 @@ def cmd(name: str | None, prefix: str | None, lock_file: str | None, as_json: bo
 
     target = existing_env(name, prefix)
     lock = Path(lock_file) if lock_file else None
+    if variant is not None:  # environments/NAME/conda-lock.<variant>.yml, known to the index
+        from envtool.adapters.variant_lock import variant_lock_path
+
+        if not name or lock_file:
+            raise UsageError("--variant picks among NAME's variant locks", "give NAME, not --lock")
+        lock = variant_lock_path(name, variant)
     if lock is None:
         # an interrupted first install has no state record yet; its marker names the lock
         recorded = (read_state_record(target) or {}).get("lock_path") or (

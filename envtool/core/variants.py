@@ -591,3 +591,44 @@ def check_chosen(
         f"--variant {name}: {text} ({_host_label(driver, gpus)})",
         f"{instead}pass --force to install it anyway",
     )
+
+
+# ----------------------------------------------------------------------------- after install
+
+_LOCK_FILE = re.compile(r"^conda-lock\.(cpu|cuda\d{1,3}\.\d{1,3})\.yml$")
+
+
+def variant_of_lock_file(path: str | None) -> str | None:
+    """'…/environments/demo/conda-lock.cuda12.6.yml' -> 'cuda12.6'; any other lock -> None."""
+    if not path:
+        return None
+    m = _LOCK_FILE.match(path.replace("\\", "/").rsplit("/", 1)[-1])
+    return m.group(1) if m else None
+
+
+def check_installed_variant(
+    installed: str, env_label: str, pick: Choice | None, refusal: str | None
+) -> Any:
+    """doctor's "variant-choice" check: the installed variant against the one this host would
+    install now (e.g. after a driver upgrade: 'cuda12.9 now runs here; reinstall to get it')."""
+    from envtool.core.checks import Check
+
+    cid = "variant-choice"
+    install = f"envtool install {env_label}"
+    if pick is None:
+        return Check(
+            cid,
+            "warn",
+            f"installed variant {installed}, and no variant of this lock runs here now",
+            [refusal or "no variant fits"],
+            refusal.split(" — ", 1)[-1] if refusal and " — " in refusal else None,
+        )
+    if pick.variant.name == installed:
+        return Check(cid, "ok", f"installed variant {installed} is this host's pick", [pick.reason])
+    newer = variant_sort_key(pick.variant.name) > variant_sort_key(installed)
+    summary = (
+        f"{pick.variant.name} now runs here; installed variant is {installed}"
+        if newer
+        else f"installed variant {installed} is not this host's pick ({pick.variant.name})"
+    )
+    return Check(cid, "warn", summary, [pick.reason], f"reinstall to get it: `{install}`")
