@@ -189,6 +189,26 @@ def test_compiled_decode_equals_eager(trained: Path, tmp_path: Path) -> None:
     assert compiled["tokens"] == eager["tokens"]
 
 
+@pytest.mark.integration
+def test_an_fsdp_checkpoint_samples_like_the_same_weights_saved_by_torch(tmp_path: Path) -> None:
+    """fsdp saves DCP shards behind OUT/latest; generate reads them whole. The same weights
+    converted to a plain ckpt.pt (the lm format) must give the same tokens."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    (tmp_path / "input.txt").write_text("the lazy dog sleeps " * 200)
+    argv = [sys.executable, str(REPO / "templates" / "fsdp.py"), *LM_ARGS, "--data", "input.txt"]
+    argv += ["--batch-size", "8", "--max-steps", "10", "--warmup-steps", "2", "--out-dir", "out"]
+    proc = subprocess.run(
+        argv, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    step_dir = tmp_path / "out" / (tmp_path / "out" / "latest").read_text().strip()
+    dcp_to_torch_save(step_dir, tmp_path / "ckpt.pt")
+    from_dcp = result_of(generate(["--ckpt", "out", *GREEDY, "--eager"], tmp_path))
+    from_torch = result_of(generate(["--ckpt", "ckpt.pt", *GREEDY, "--eager"], tmp_path))
+    assert from_dcp["tokens"] == from_torch["tokens"] and len(from_dcp["tokens"]) == 40
+
+
 # --- tensor parallel: torchrun, 2 processes, gloo ---
 
 
