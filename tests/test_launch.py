@@ -599,3 +599,38 @@ def test_a_rank_failing_after_init_process_group_is_named_with_its_exception(
     assert proc.returncode == 1
     line = next(x for x in proc.stderr.splitlines() if "failed first" in x)
     assert "rank 1 failed first (exit 1" in line and ": ValueError: boom" in line, proc.stderr
+
+
+@pytest.mark.parametrize("bind_host", ["127.0.0.1", "0.0.0.0"])
+def test_an_explicit_rdzv_endpoint_on_a_busy_port_is_one_line_exit_2(
+    tmp_path: Path, bind_host: str
+) -> None:
+    busy = socket.socket()
+    busy.bind((bind_host, 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        proc = envtool(
+            ["launch", str(RANK_FILE), "--cpu", "--rdzv-endpoint", f"127.0.0.1:{port}", "--", "o"],
+            tmp_path,
+        )
+    finally:
+        busy.close()
+    assert proc.returncode == 2, proc.stderr
+    assert f"port {port} on 127.0.0.1 is in use — pick another --rdzv-endpoint port or omit it" in (
+        proc.stderr
+    )
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_an_explicit_free_rdzv_endpoint_still_runs(tmp_path: Path) -> None:
+    from envtool.adapters.ports import probe_free_port
+
+    port = probe_free_port()
+    out = tmp_path / "o"
+    proc = envtool(
+        ["launch", str(RANK_FILE), "--cpu", "--rdzv-endpoint", f"127.0.0.1:{port}", "--", str(out)],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in out.iterdir()} == {"rank-0", "rank-1"}

@@ -34,3 +34,26 @@ def probe_is_local_address(host: str) -> bool:
         except OSError:
             continue
     return False
+
+
+def probe_port_in_use(host: str, port: int) -> bool:
+    """Would a rendezvous store fail to listen on `port`? torch's TCPStore listens on every
+    address (and sets SO_REUSEADDR, so a TIME_WAIT leftover is no conflict): a listener on
+    the port at any local address, or on `host` itself, makes it fail with a traceback."""
+    import errno
+
+    addresses = [("0.0.0.0", socket.AF_INET)]
+    try:
+        for family, _, _, _, sockaddr in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP):
+            addresses.append((sockaddr[0], family))
+    except OSError:
+        pass
+    for address, family in addresses:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((address, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+    return False

@@ -174,6 +174,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
             opts["as_json"],
         )
         return 0
+    check_rendezvous_port(opts, nnodes, endpoint_is_local)
     if plan.backend == "nccl" and not opts["skip_checks"]:
         preflight_doctor(target, host_facts or probe_host())
     for line in plan.notes:
@@ -248,6 +249,28 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     if opts["as_json"]:
         emit(Result("launch", data={"manifest": manifest}, exit_code=outcome.exit_code), True)
     return outcome.exit_code
+
+
+def check_rendezvous_port(opts: dict[str, Any], nnodes: int, endpoint_is_local: bool) -> None:
+    """An explicit --rdzv-endpoint this node will listen on (one node, or the head node) must
+    have its port free: torchrun would otherwise end in a store traceback."""
+    from envtool.adapters.ports import probe_is_local_address, probe_port_in_use
+    from envtool.core.launch_plan import parse_endpoint
+
+    if not opts["rdzv_endpoint"]:
+        return
+    host, port = parse_endpoint(opts["rdzv_endpoint"])
+    if nnodes > 1 and (opts["node_rank"] or 0) != 0:
+        return  # a worker node connects to the head's store; it listens on nothing
+    if not (endpoint_is_local or probe_is_local_address(host)):
+        return  # another machine's port: not ours to probe
+    if probe_port_in_use(host, port):
+        fix = (
+            "pick another --rdzv-endpoint port or omit it"
+            if nnodes == 1
+            else "pick another --rdzv-endpoint port (the same on every node)"
+        )
+        raise UsageError(f"port {port} on {host} is in use", fix)
 
 
 def preflight_torch(target: Any) -> str | None:
