@@ -169,7 +169,14 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        import io
+
+        from envtool.output import terminal_text
+
+        shown = io.StringIO()  # click echoes the bad value: escape it like every other line
+        exc.show(file=shown)
+        sys.stderr.write(terminal_text(shown.getvalue()))
+        sys.stderr.flush()
         sys.exit(2)
     except EnvtoolError as exc:
         if debug:  # the traceback, and still the exit code of the error (2 for usage)
@@ -183,7 +190,10 @@ def main(argv: list[str] | None = None) -> None:
             sys.stdout.write(
                 render_error_json(_command_name(args), exc.message, exc.hint, exc.exit_code) + "\n"
             )
-        click.echo(f"envtool: error: {exc.one_line()}", err=True)
+        from envtool.core.shell_quote import printable
+
+        # one line, whatever the message holds: names, lock fields, probed text
+        click.echo(f"envtool: error: {printable(exc.one_line())}", err=True)
         _echo_detail(exc.detail)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

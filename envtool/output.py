@@ -39,15 +39,26 @@ def render_error_json(command: str, message: str, hint: str | None, exit_code: i
 
 
 def emit(result: Result, as_json: bool) -> None:
+    """Print `result`. Human text is where values from probes, locks, conda-meta and names reach
+    the terminal: control characters in them are escaped here (an ESC sequence in a GPU name
+    must not drive the terminal); a newline stays a line break. JSON needs nothing: json.dumps
+    writes ESC as \\u001b."""
     if as_json:
         sys.stdout.write(render_json(result) + "\n")
     else:
         for line in result.text:
-            sys.stdout.write(line + "\n")
+            sys.stdout.write(terminal_text(line) + "\n")
     sys.stdout.flush()
 
 
+def terminal_text(text: str) -> str:
+    """`text` for a terminal: control characters but newline and tab shown as \\xNN."""
+    from envtool.core.shell_quote import printable
+
+    return printable(str(text), keep_newlines=True)
+
+
 def note(message: str) -> None:
-    """Progress and diagnostics go to stderr so stdout stays parseable."""
-    sys.stderr.write(message + "\n")
+    """Progress and diagnostics go to stderr so stdout stays parseable (escaped like emit)."""
+    sys.stderr.write(terminal_text(message) + "\n")
     sys.stderr.flush()

@@ -507,3 +507,162 @@ def test_an_env_file_pip_entry_with_a_newline_is_refused(entry: str, tmp_path: P
     assert out.returncode == 2, out.stdout + out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "pip entry" in out.stderr
     assert "\x1b" not in out.stderr
+
+
+# --- terminal escapes: data never reaches the terminal as control characters --------------------
+
+ESC_NAME = "NVIDIA H100\x1b]0;pwned\x07 80GB\x1b[2J\x9b31m"
+FAKE_SMI = f"""import sys
+name = {ESC_NAME!r}
+args = sys.argv[1:]
+if args[:1] in (["-q"], ["topo"]):
+    sys.exit(9)
+if args and args[0].startswith("--query-gpu="):
+    print("index, name, uuid, pci.bus_id, memory.total [MiB], compute_cap, mig.mode.current")
+    print(f"0, {{name}}, GPU-0, 00000000:00:09.0, 81559 MiB, 9.0, Disabled")
+    sys.exit(0)
+print("| NVIDIA-SMI 590.48.01              Driver Version: 590.48.01      CUDA Version: 13.1     |")
+print(f"|   0  {{name}}          On  |   00000000:00:09.0 Off |                    0 |")
+"""
+
+
+def no_control(text: str) -> bool:
+    return not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", text)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_gpu_name_with_escape_codes_is_printed_escaped(as_json: bool, tmp_path: Path) -> None:
+    """nvidia-smi (here a fake on PATH; NVML is absent on this host) names the GPU."""
+    _stub(tmp_path / "bin" / "nvidia-smi", FAKE_SMI)
+    env = base_env(tmp_path)
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    env.pop("ENVTOOL_DRIVER_VERSION", None)
+    args = ["doctor", "--fast", "--python", sys.executable, "-v"] + (["--json"] if as_json else [])
+    out = run_envtool(*args, env=env, cwd=tmp_path)
+    assert out.returncode in (0, 1), out.stderr
+    assert no_control(out.stdout) and no_control(out.stderr)
+    if as_json:
+        names = [g["name"] for g in json.loads(out.stdout)["facts"]["host"]["gpus"]]
+        assert names == [ESC_NAME]  # the data itself is kept, escaped by JSON
+    else:
+        assert "\\x1b]0;pwned\\x07" in out.stdout
+
+
+def test_conda_meta_fields_with_escape_codes_are_printed_escaped(tmp_path: Path) -> None:
+    prefix = make_env(tmp_path / "envs" / "demo", {})
+    record = {
+        "name": "evil\x1b]0;pwned\x07",
+        "version": "1.0\x1b[2J",
+        "build": "b\x07",
+        "build_number": 0,
+        "channel": "https://x\x1b[31m",
+        "fn": "evil-1.0-b.conda",
+        "files": [],
+    }
+    (prefix / "conda-meta" / "evil-1.0-b.json").write_text(json.dumps(record))
+    torch = {**record, "name": "pytorch", "version": "2.7.1\x1b[2J", "build": "cuda126\x07"}
+    torch["fn"] = "pytorch-2.7.1-cuda126.conda"
+    (prefix / "conda-meta" / "pytorch-2.7.1-cuda126.json").write_text(json.dumps(torch))
+    env = base_env(tmp_path)
+    for args in (["list"], ["info", "demo"], ["doctor", "demo", "--fast"]):
+        out = run_envtool(*args, env=env, cwd=tmp_path)
+        assert "Traceback" not in out.stderr, out.stderr
+        assert no_control(out.stdout) and no_control(out.stderr), args
+        assert "2.7.1\\x1b[2J" in out.stdout, args
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["shell-hook", "--prefix", "/nonexistent/\x1b]0;pwned\x07\x1b[2J"],
+        ["shell-hook", "demo", "--shell", "\x1b[2Jbash"],
+        ["launch", "/nonexistent/\x1b[2J.py", "--slurm", "--nodes", "1", "--cpu"],
+    ],
+)
+def test_error_lines_escape_control_characters(args: list[str], tmp_path: Path) -> None:
+    out = run_envtool(*args, env=base_env(tmp_path), cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert "\\x1b" in out.stderr and no_control(out.stderr) and no_control(out.stdout)
+
+
+# --- writes: never replace a device node, never follow a planted link ---------------------------
+
+
+def _char_device(path: Path) -> Path:
+    import stat
+
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is
+    except PermissionError:
+        pytest.skip("mknod needs CAP_MKNOD (root)")
+    return path
+
+
+def test_init_force_onto_a_device_node_is_refused(tmp_path: Path) -> None:
+    import stat
+
+    node = _char_device(tmp_path / "full")
+    out = run_envtool("init", str(node), "--force", env=base_env(tmp_path), cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "not a regular file" in out.stderr
+    assert stat.S_ISCHR(os.lstat(node).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]  # no temp file left
+
+
+@pytest.mark.integration
+def test_export_output_replaces_a_planted_link_and_refuses_a_device(setup, tmp_path: Path) -> None:
+    import stat
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    link = tmp_path / "out.yml"
+    link.symlink_to(victim)
+    env = base_env(tmp_path)
+    out = run_envtool("export", "--lock", str(setup.lock), "-o", str(link), env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert victim.read_text() == "keep me"
+    assert not link.is_symlink() and "dependencies:" in link.read_text()
+    node = _char_device(tmp_path / "node")
+    out = run_envtool("export", "--lock", str(setup.lock), "-o", str(node), env=env, cwd=tmp_path)
+    assert out.returncode == 2 and "not a regular file" in out.stderr, out.stderr
+    assert stat.S_ISCHR(os.lstat(node).st_mode)
+
+
+def _record(tmp_path: Path, record: Path) -> subprocess.CompletedProcess[str]:
+    _stub(tmp_path / "bin" / "nvidia-smi", FAKE_SMI)
+    env = base_env(tmp_path)
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    args = ["doctor", "--fast", "--python", sys.executable, "--record", str(record)]
+    return run_envtool(*args, env=env, cwd=tmp_path)
+
+
+def test_doctor_record_does_not_write_through_planted_links(tmp_path: Path) -> None:
+    from envtool.commands.doctor import ENV_FILE, HOST_DIR
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    record = tmp_path / "rec"
+    (record / HOST_DIR).mkdir(parents=True)
+    planted = [record / "host.json", record / ENV_FILE, record / HOST_DIR / "nvidia-smi.txt"]
+    for link in planted:
+        link.symlink_to(victim)
+    out = _record(tmp_path, record)
+    assert out.returncode in (0, 1), out.stderr
+    assert victim.read_text() == "keep me"
+    for path in planted:
+        assert not path.is_symlink() and path.is_file(), path
+    assert json.loads((record / "host.json").read_text())["gpus"][0]["name"] == ESC_NAME
+
+
+def test_doctor_record_refuses_a_planted_host_folder_link(tmp_path: Path) -> None:
+    from envtool.commands.doctor import HOST_DIR
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    record = tmp_path / "rec"
+    record.mkdir()
+    (record / HOST_DIR).symlink_to(elsewhere)
+    out = _record(tmp_path, record)
+    assert out.returncode == 2, out.stderr
+    assert "symbolic link" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert list(elsewhere.iterdir()) == []

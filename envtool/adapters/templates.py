@@ -8,11 +8,10 @@ destination directory, then os.replace, so an interrupted `envtool init` leaves 
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from envtool.errors import UsageError, cannot_write
+from envtool.errors import UsageError
 
 DEFAULT_FILENAME = "train.py"
 
@@ -110,21 +109,11 @@ def plan_init(name: str, dest: str | os.PathLike[str] | None, force: bool) -> In
 
 
 def apply_init(plan: InitPlan) -> int:
-    """Write the template to plan.target atomically; returns the number of bytes written."""
+    """Write the template to plan.target atomically; returns the number of bytes written.
+    write_atomic refuses a device node or directory at the target (`init /dev/full --force`
+    as root replaced the node with a regular file)."""
+    from envtool.adapters.files import write_atomic
+
     data = plan.source.read_bytes()
-    try:
-        plan.target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(
-            dir=plan.target.parent, prefix=f".{plan.target.name}.", suffix=".tmp"
-        )
-    except OSError as exc:
-        raise cannot_write(plan.target, exc) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a script the user owns should be readable
-        os.replace(tmp, plan.target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(plan.target, data, mode=0o644)  # a script the user owns should be readable
     return len(data)

@@ -130,13 +130,23 @@ def read_install_facts(env: EnvFacts, prefix: Path, with_drift: bool) -> None:
 
 
 def write_record(directory: Path, record: dict[str, str], host: HostFacts, env: EnvFacts) -> None:
+    """Each file through write_atomic: a symlink planted in DIR is replaced, never written
+    through; a planted link for the host/ folder itself is refused."""
+    import os
+
+    from envtool.adapters.files import write_atomic
+
     hdir = directory / HOST_DIR
+    if os.path.islink(hdir):
+        raise UsageError(
+            f"--record {hdir}: is a symbolic link", "pass a new directory for the recording"
+        )
     hdir.mkdir(parents=True, exist_ok=True)
     for name, text in record.items():
         safe = Path(name).name  # keys are file names; never let one escape DIR
-        (hdir / safe).write_text(text)
-    (directory / "host.json").write_text(json.dumps(host.to_dict(), indent=2))
-    (directory / ENV_FILE).write_text(json.dumps(env.to_dict(), indent=2))
+        write_atomic(hdir / safe, text)
+    write_atomic(directory / "host.json", json.dumps(host.to_dict(), indent=2))
+    write_atomic(directory / ENV_FILE, json.dumps(env.to_dict(), indent=2))
 
 
 def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, EnvFacts]:
@@ -397,7 +407,9 @@ def cmd(
             note("envtool doctor: running --deep (GPU matmuls, all-reduce) in the environment…")
             deep_result = probe_deep(str(target.python), _deep_gpu_count(host, env), cpu=deep_cpu)
             if record_dir is not None:
-                (record_dir / DEEP_FILE).write_text(json.dumps(deep_result, indent=2))
+                from envtool.adapters.files import write_atomic
+
+                write_atomic(record_dir / DEEP_FILE, json.dumps(deep_result, indent=2))
 
     checks = run_checks(host, env) + run_deep_checks(deep_result)
     from envtool.adapters.variant_lock import doctor_variant_check
@@ -408,7 +420,11 @@ def cmd(
     if as_json:
         sys.stdout.write(render_doctor_json(checks, host, env) + "\n")
     else:
-        sys.stdout.write("\n".join(render_human(checks, host, env, verbose, deep_result)) + "\n")
+        from envtool.output import terminal_text
+
+        # GPU names, driver strings, package fields: escaped before they reach the terminal
+        text = "\n".join(render_human(checks, host, env, verbose, deep_result))
+        sys.stdout.write(terminal_text(text) + "\n")
     sys.stdout.flush()
     if overall(checks) == "fail":
         raise click.exceptions.Exit(1)

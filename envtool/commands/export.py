@@ -57,8 +57,9 @@ def run_export(
     dry_run: bool,
 ) -> str:
     """Build the export text; write it to `output` (atomically) unless dry_run. Returns the text."""
+    from envtool.adapters.files import write_atomic
     from envtool.adapters.locate import project_lock_path
-    from envtool.adapters.lock_io import read_lock, write_text_atomic
+    from envtool.adapters.lock_io import read_lock
     from envtool.core.export import (
         explicit_platform,
         plan_export,
@@ -92,7 +93,7 @@ def run_export(
         if dry_run:
             note(f"dry run: would write {len(text.splitlines())} lines to {output}")
         else:
-            write_text_atomic(output, text)
+            write_atomic(output, text)
             note(f"wrote {output}")
     return text
 
