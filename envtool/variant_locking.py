@@ -400,3 +400,13 @@ def variants_command(
         name, yml_text, source, requested, directory, force=force, dry_run=dry_run
     )
     return summarize_variants(outcome, dry_run)
+
+
+def indexed_variants(env_dir: Path) -> str | None:
+    """The `--variants` value the index was locked with ('auto', 'cpu,cuda12.6'); None without
+    a readable index (`envtool lock NAME` of a project that has only variant locks)."""
+    try:
+        index = read_index(env_dir)
+    except UsageError:
+        return None
+    return ",".join(index.requested) if index else None

@@ -232,3 +232,22 @@ def test_each_variant_lock_installs_with_rattler_alone(project, run_cli, tmp_pat
         assert stub.read_text() == f"BUILD = '{tag}'\n"
         versions = list((prefix / "share" / "cuda-version").glob("VERSION"))
         assert [p.read_text().strip() for p in versions] == ([v.cuda] if v.cuda else [])
+
+
+def test_dry_run_writes_nothing_and_plain_lock_relocks_the_variants(
+    harvested, project, run_cli, tmp_path
+) -> None:
+    env_dir = project(harvested / "conda-forge", ["python=3.12", "pytorch"])
+    rc, out, err = run_cli(["lock", "demo", "--variants", "cpu,cuda12.6", "--dry-run"], tmp_path)
+    assert rc == 0, err
+    assert "plan: conda-forge flavor, CUDA 12.6 (target), needs driver ≥ 560.28.03" in out
+    assert "dry run: nothing written" in out
+    assert sorted(p.name for p in env_dir.iterdir()) == ["environment.yml"]
+    rc, _, err = run_cli(["lock", "demo", "--variants", "cpu,cuda12.6"], tmp_path)
+    assert rc == 0, err
+    # a project with variant locks only: `envtool lock NAME` re-locks them (not this host's pick)
+    rc, out, _ = run_cli(["lock", "demo"], tmp_path)
+    assert rc == 0 and "variant locks are up to date (cpu, cuda12.6)" in out
+    assert not (env_dir / "conda-lock.yml").exists()
+    rc, out, _ = run_cli(["lock", "demo", "--json"], tmp_path)
+    assert rc == 0 and '"requested": [' in out

@@ -77,6 +77,10 @@ def cmd(
             f"create it with `envtool create {quote_posix(name)} --no-install`",
         )
     yml_text = read_text(yml_path, ENV_FILE_LIMIT, what="environment file")
+    if variants is None and not lock_path.exists():  # a variants-only project: re-lock those
+        from envtool.variant_locking import indexed_variants
+
+        variants = indexed_variants(env_dir)
     if variants is not None:  # variant locks: envtool/variant_locking.py
         from envtool.variant_locking import variants_command
 
