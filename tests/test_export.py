@@ -54,7 +54,11 @@ def test_export_real_lock_is_portable(fixtures, tmp_path, monkeypatch, run_cli, 
         code, out, _ = run_cli(["export", "demo"] + (["--platform", platform] if platform else []))
         assert code == 0
         exported = parse_environment_yml(out, "export")
-        platforms = [platform] if platform else view.platforms
+        # by default every platform, unless they locked different torch builds (CUDA here, CPU
+        # there): then the first CUDA kind's platforms, named in the header (issue 12 item 3)
+        header = re.search(r"^# Exported by envtool from \S+ for (.+)\.$", out, re.MULTILINE)
+        platforms = [platform] if platform else header.group(1).split(", ")
+        assert set(platforms) <= set(view.platforms)
         assert exported.prefix is None and "prefix:" not in out
         assert not any(
             c.startswith(("https://conda.anaconda.org", "file:")) for c in exported.channels
@@ -111,9 +115,13 @@ def test_export_drops_platform_specific_packages_and_warns(
     _project(fixtures, tmp_path, *LOCKS[0])
     monkeypatch.chdir(tmp_path)
     _, out, err = run_cli(["export", "demo"])
-    names = [d.name for d in parse_environment_yml(out, "x").dependencies]
-    assert "pytorch-cuda" not in names  # not locked for osx-arm64
-    assert "pytorch-cuda: locked for linux-64, win-64 only" in err
+    rendered = [d.render() for d in parse_environment_yml(out, "x").dependencies]
+    # osx-arm64 locked the CPU build: one file cannot ask for both, so the default export is for
+    # the CUDA platforms and keeps their CUDA (it dropped the glob and pytorch-cuda; issue 12)
+    assert "for linux-64, win-64." in out.splitlines()[0]
+    assert "pytorch::pytorch=2.3.1=*cuda11.8*" in rendered
+    assert "pytorch::pytorch-cuda=11.8" in rendered
+    assert "export --platform osx-arm64 for the others" in err
     _, out, _ = run_cli(["export", "demo", "--platform", "linux-64"])
     rendered = [d.render() for d in parse_environment_yml(out, "x").dependencies]
     assert "pytorch::pytorch=2.3.1=*cuda11.8*" in rendered

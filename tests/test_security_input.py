@@ -739,3 +739,199 @@ def test_empty_values_are_not_defaults(tmp_path, capsys, monkeypatch) -> None:
         lines = [x for x in err.splitlines() if x.strip()]
         assert code == 2 and len(lines) == 1 and words in lines[0], (argv, err)
     assert not (tmp_path / "environments").exists()
+
+
+# ---------------------------------------------------------------- permissions, as a non-root user
+
+NOBODY = 65534
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def _can_run_as_nobody() -> str | None:
+    """Why the permission tests cannot run here (None: they can). The venv's python lives under
+    /root (0700), so envtool runs as nobody under the system python of the same version with the
+    venv's site-packages on PYTHONPATH."""
+    import sys
+
+    if os.geteuid() != 0:
+        return "needs root to switch to uid 65534"
+    if not SYSTEM_PYTHON.exists():
+        return f"no {SYSTEM_PYTHON} to run envtool as nobody"
+    import subprocess
+
+    out = subprocess.run(
+        [str(SYSTEM_PYTHON), "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if out != str(sys.version_info[:2]):
+        return f"{SYSTEM_PYTHON} is {out}, the venv is {sys.version_info[:2]}"
+    return None
+
+
+def _nobody_envtool(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
+    import site
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    site_dirs = [p for p in site.getsitepackages() if p.startswith(sys.prefix)]
+    full = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.pathsep.join([str(REPO), *site_dirs]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "LANG": "C.UTF-8",
+        **env,
+    }
+
+    def drop() -> None:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+
+    proc = subprocess.run(
+        [str(SYSTEM_PYTHON), "-s", "-m", "envtool", *args],
+        env=full,
+        cwd=cwd,
+        preexec_fn=drop,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def nobody_world():
+    """A world nobody can read: a small built channel and a lock over it, under a 0755 dir."""
+    import shutil
+    import tempfile
+
+    import channel_builder as cb
+
+    why = _can_run_as_nobody()
+    if why:
+        pytest.skip(why)
+    base = Path(tempfile.mkdtemp(prefix="envtool-nobody-"))
+    base.chmod(0o755)
+    channel = cb.build_channel(base / "channel", cb.synthetic_graph(2, 1))
+    records = cb.solve_records(channel, ["synthetic-all"], cuda=None)
+    lock = cb.write_lock(base / "lock" / "conda-lock.yml", records, channel.as_uri())
+    for root, dirs, files in os.walk(base):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644)
+    yield base, lock
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _home(work: Path, owner: int = NOBODY) -> Path:
+    home = work / "home"
+    home.mkdir(parents=True)
+    os.chown(home, owner, owner)
+    return home
+
+
+def _case_dir(base: Path, name: str) -> Path:
+    work = base / name
+    work.mkdir()
+    work.chmod(0o755)
+    return work
+
+
+def _assert_one_line_naming(code: int, out: str, err: str, path: Path) -> None:
+    lines = [x for x in err.splitlines() if x.strip() and not x.startswith("installing")]
+    assert code == 2, (code, out[-400:], err[-800:])
+    assert "Traceback" not in err, err[-1500:]
+    assert len(lines) == 1 and lines[0].startswith("envtool: error:"), err[-800:]
+    assert str(path) in lines[0], lines[0]
+
+
+def test_install_under_a_read_only_prefix_parent(nobody_world) -> None:
+    base, lock = nobody_world
+    work = _case_dir(base, "ro-parent")
+    home = _home(work)
+    ro = work / "ro"  # root's, 0755: nobody cannot create in it
+    ro.mkdir()
+    env = {"HOME": str(home), "ENVTOOL_CACHE_DIR": str(home / "cache")}
+    args = ["install", "--lock", str(lock), "--prefix", str(ro / "env")]
+    _assert_one_line_naming(*_nobody_envtool(args, env, home), ro)
+    assert not (ro / "env").exists()
+
+
+def test_install_with_an_unwritable_cache_dir(nobody_world) -> None:
+    base, lock = nobody_world
+    work = _case_dir(base, "ro-cache")
+    home = _home(work)
+    cache = work / "cache"
+    cache.mkdir()
+    env = {"HOME": str(home), "ENVTOOL_CACHE_DIR": str(cache)}
+    args = ["install", "--lock", str(lock), "--prefix", str(home / "env")]
+    _assert_one_line_naming(*_nobody_envtool(args, env, home), cache)
+
+
+def test_install_with_a_file_where_the_cache_dir_goes(nobody_world) -> None:
+    base, lock = nobody_world
+    work = _case_dir(base, "file-cache")
+    home = _home(work)
+    blocker = home / "cache"
+    blocker.write_text("x")
+    os.chown(blocker, NOBODY, NOBODY)
+    env = {"HOME": str(home), "ENVTOOL_CACHE_DIR": str(blocker / "envtool")}
+    args = ["install", "--lock", str(lock), "--prefix", str(home / "env")]
+    _assert_one_line_naming(*_nobody_envtool(args, env, home), blocker)
+
+
+def test_install_into_an_unwritable_envs_dir(nobody_world) -> None:
+    base, lock = nobody_world
+    work = _case_dir(base, "ro-envs")
+    home = _home(work)
+    envs = work / "envs"
+    envs.mkdir()
+    env = {"HOME": str(home), "ENVTOOL_CACHE_DIR": str(home / "c"), "ENVTOOL_ENVS_DIR": str(envs)}
+    args = ["install", "x", "--lock", str(lock)]
+    _assert_one_line_naming(*_nobody_envtool(args, env, home), envs)
+
+
+def test_install_with_an_unwritable_home(nobody_world) -> None:
+    base, lock = nobody_world
+    work = _case_dir(base, "ro-home")
+    home = _home(work, owner=0)  # root's: nothing under it can be created
+    args = ["install", "x", "--lock", str(lock)]
+    _assert_one_line_naming(*_nobody_envtool(args, {"HOME": str(home)}, home), home)
+
+
+def test_bundle_into_an_unwritable_dir(nobody_world) -> None:
+    base, lock = nobody_world
+    work = _case_dir(base, "ro-bundle")
+    home = _home(work)
+    ro = work / "ro"
+    ro.mkdir()
+    env = {"HOME": str(home), "ENVTOOL_CACHE_DIR": str(home / "cache")}
+    args = ["bundle", "--lock", str(lock), "-o", str(ro / "out")]
+    _assert_one_line_naming(*_nobody_envtool(args, env, home), ro / "out")
+    assert not (ro / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "argv", [["remove", "x", "--yes"], ["install", "x", "--lock", "{lock}", "--force"]]
+)
+def test_another_users_env_is_refused_in_one_line(argv, nobody_world) -> None:
+    from conftest import run_envtool
+
+    base, lock = nobody_world
+    work = _case_dir(base, f"other-user-{argv[0]}")
+    envs = work / "envs"
+    envs.mkdir()
+    root_env = {**os.environ, "ENVTOOL_ENVS_DIR": str(envs)}
+    root_env["ENVTOOL_CACHE_DIR"] = str(work / "root-cache")
+    made = run_envtool("install", "x", "--lock", str(lock), env=root_env, cwd=work)
+    assert made.returncode == 0, made.stderr
+    home = _home(work)
+    env = {"HOME": str(home), "ENVTOOL_CACHE_DIR": str(home / "c"), "ENVTOOL_ENVS_DIR": str(envs)}
+    args = [str(lock) if a == "{lock}" else a for a in argv]
+    code, out, err = _nobody_envtool(args, env, home)
+    _assert_one_line_naming(code, out, err, envs)
+    assert (envs / "x" / "conda-meta").is_dir()  # root's env is intact

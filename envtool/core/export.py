@@ -111,11 +111,41 @@ def _warn_cpu_torch(
             )
 
 
+def _torch_kind(lock: Lock, platform: str) -> str:
+    """'cuda126' / 'cuda12.1' for a CUDA pytorch build, 'cpu' otherwise (or no pytorch)."""
+    pkg = lock.conda(platform).get("pytorch")
+    m = _CUDA_TAG.search(pkg.build) if pkg else None
+    return m.group(0) if m else "cpu"
+
+
+def _one_torch_build_kind(lock: Lock, platforms: list[str], warnings: list[str]) -> list[str]:
+    """One environment.yml has no per-platform specs: when the platforms locked different torch
+    builds (a CUDA 12.6 build on linux-64, the CPU build on osx-arm64), a file for all of them
+    must drop the CUDA glob and cuda-version/pytorch-cuda, and a solver then picks any build (the
+    silent CPU fallback). Export the platforms of the first CUDA kind instead (linux-64 first)
+    and say how to get the others."""
+    kinds = {p: _torch_kind(lock, p) for p in platforms}
+    if len(set(kinds.values())) <= 1:
+        return platforms
+    order = sorted(platforms, key=lambda p: (kinds[p] == "cpu", p != "linux-64", p))
+    kept = [p for p in platforms if kinds[p] == kinds[order[0]]]
+    others = [p for p in platforms if p not in kept]
+    described = ", ".join(f"{p}: {kinds[p]}" for p in platforms)
+    warnings.append(
+        f"the platforms locked different torch builds ({described}); one environment.yml cannot "
+        f"ask for each, so this export is for {', '.join(kept)} — export "
+        + " and ".join(f"--platform {p}" for p in others)
+        + " for the others"
+    )
+    return kept
+
+
 def plan_export(
     lock: Lock, request: EnvSpec | None, platforms: list[str], name: str | None
 ) -> ExportPlan:
     """Which specs, channels and pip lines a portable environment.yml of this lock holds."""
     warnings: list[str] = []
+    platforms = _one_torch_build_kind(lock, platforms, warnings)
     per_platform = {p: lock.conda(p) for p in platforms}
     wanted = request.dependencies if request is not None else _root_specs(lock, platforms)
     specs: list[CondaSpec] = []

@@ -573,12 +573,20 @@ def _plan_platform(
                 f"pytorch-cuda {cuda}.*",
                 "pytorch-mutex * cuda",
             ]
+            # CUDA 12+: cuda-version is a spec, not only a constraint, so the written
+            # environment.yml (these specs) holds it too: a plain re-solve of that file brought
+            # cuda-version 12.6 in next to the 12.1 runtime (fixtures; issue 12 item 3). The
+            # nvidia channel's 12.x packages depend on it; 11.x ones do not (and no cuda-version
+            # 11.7 need exist), so there it stays a constraint.
+            pinned = parse_version(cuda)[0] >= 12
+            if pinned:
+                specs.append(f"cuda-version {cuda}.*")
             # The nvidia channel drags in a newer cuda-version unless every toolkit-versioned
             # runtime package is pinned to the planned CUDA (fixtures: 12.1 ask -> 12.6 leak).
             constraints += [
                 f"{n} {cuda}.*"
                 for n in TOOLKIT_VERSIONED
-                if n not in ("pytorch-cuda", "cudatoolkit")
+                if n not in ("pytorch-cuda", "cudatoolkit") and not (pinned and n == "cuda-version")
             ]
         else:
             # `cpuonly` is only a pointer to this mutex build; the mutex is what selects CPU.
