@@ -255,8 +255,12 @@ def test_legacy_cuda_plan_pins_runtime_packages_to_one_cuda() -> None:
     plan = plan_environment(Request(cuda="12.1", flavor="pytorch"), None, None)
     pp = plan.platforms[0]
     assert "pytorch-cuda 12.1.*" in pp.specs and "pytorch-mutex * cuda" in pp.specs
-    assert "cuda-version 12.1.*" in pp.constraints and "cuda-cudart 12.1.*" in pp.constraints
+    # CUDA 12: cuda-version is a spec, so the written environment.yml pins it too
+    assert "cuda-version 12.1.*" in pp.specs and "cuda-cudart 12.1.*" in pp.constraints
     assert plan.channels == ("pytorch", "nvidia", "conda-forge")
+    # CUDA 11: a constraint only (the nvidia channel's 11.x packages do not depend on it)
+    pp = plan_environment(Request(cuda="11.7", flavor="pytorch"), None, None).platforms[0]
+    assert "cuda-version 11.7.*" in pp.constraints and "cuda-version 11.7.*" not in pp.specs
 
 
 def test_legacy_cpu_plan_selects_the_cpu_mutex() -> None:
