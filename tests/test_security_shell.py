@@ -666,3 +666,36 @@ def test_doctor_record_refuses_a_planted_host_folder_link(tmp_path: Path) -> Non
     assert out.returncode == 2, out.stderr
     assert "symbolic link" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert list(elsewhere.iterdir()) == []
+
+
+def test_launch_dry_run_is_pasteable_with_hostile_args_and_variables(tmp_path: Path) -> None:
+    """`launch --dry-run` prints the command to copy: run the printed text with bash (a stub
+    python records its argv) — the arguments arrive exact and nothing in them runs."""
+    seen = tmp_path / "argv.json"
+    python = tmp_path / "py $(touch PWNED_py)'" / "python"
+    _stub(
+        python,
+        "import json, sys\n"
+        "if sys.argv[1:3] == ['-m', 'torch.distributed.run']:\n"
+        f"    open({str(seen)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+        "else:  # the torch version launch asks for\n    print('2.7.1')\n",
+    )
+    script = tmp_path / "t $(touch PWNED_t).py"
+    script.write_text("")
+    env = {**base_env(tmp_path), "OMP_NUM_THREADS": "1\ntouch PWNED_omp"}
+    args = ["--python", str(python), "--cpu", "--dry-run"]
+    out = run_envtool("launch", str(script), *args, "--", *HOSTILE_ARGS, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-s"],
+        input=out.stdout,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    argv = json.loads(seen.read_text())
+    assert argv[-len(HOSTILE_ARGS) - 1 :] == [str(script), *HOSTILE_ARGS]
+    assert pwned(tmp_path) == []

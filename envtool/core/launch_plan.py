@@ -9,7 +9,6 @@ Also parses what torchrun leaves behind after a failure (its "Root Cause" block,
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -241,10 +240,13 @@ def plan_launch(req: LaunchRequest) -> LaunchPlan:
 
 def render_dry_run(plan: LaunchPlan) -> list[str]:
     """The exact command and the environment additions, copy-pasteable."""
+    from envtool.core.shell_quote import join_posix, printable, quote_posix
+
     lines = ["# environment added to the activated environment:"]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in plan.env_add.items()]
-    lines += [f"# {n}" for n in plan.notes]
-    lines += ["# command:", shlex.join(plan.argv)]
+    lines += [f"export {k}={quote_posix(v)}" for k, v in plan.env_add.items()]
+    # a note quotes the caller's variables: a newline there must not start a command line
+    lines += [f"# {printable(n)}" for n in plan.notes]
+    lines += ["# command:", join_posix(plan.argv)]
     return lines
 
 
