@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 HOST_DIR = "host"  # DIR/host/<raw probe outputs, one file each>
 ENV_FILE = "env.json"  # DIR/env.json: EnvFacts.to_dict()
-DEEP_FILE = "deep.json"  # DIR/deep.json: --deep results, when --deep ran
+DEEP_FILE = "deep.json"
+COLLECT_ENV = "collect_env.txt"  # a raw capture folder's `python -m torch.utils.collect_env`  # DIR/deep.json: --deep results, when --deep ran
 
 
 # --------------------------------------------------------------------------- probing
@@ -173,6 +174,11 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
             f"--replay {hdir}: is a symbolic link", "pass the recording itself, not links into it"
         )
     host_json = directory / "host.json"
+    recorded = os.path.lexists(env_path) or hdir.is_dir() or os.path.lexists(host_json)
+    if not recorded:  # a folder of raw captures (a bug report): nvidia-smi outputs, collect_env
+        captured = [n for n in (*RECORD_FILES, COLLECT_ENV) if os.path.lexists(directory / n)]
+        if captured:
+            return _replay_captures(directory, captured, driver)
     if not os.path.lexists(env_path) or not (hdir.is_dir() or os.path.lexists(host_json)):
         raise UsageError(
             f"--replay {directory}: not a doctor recording (needs {ENV_FILE} and {HOST_DIR}/)",
@@ -194,6 +200,28 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
 
         host = apply_overrides(host, driver=driver)
     return host, env
+
+
+def _replay_captures(
+    directory: Path, names: list[str], driver: str | None
+) -> tuple[HostFacts, EnvFacts]:
+    """Facts from a folder of raw captures under the record's file names (`nvidia-smi.txt`,
+    `nvidia-smi-q.xml`, `query.csv`, `topo.txt`, …) plus `collect_env.txt` (what
+    `python -m torch.utils.collect_env` printed): host facts parsed as a recording's are, env facts
+    from collect_env (none without it)."""
+    from envtool.adapters.host_probe import apply_overrides, facts_from_record
+    from envtool.core.collect_env import parse_collect_env
+
+    text = {n: _recorded_bytes(directory / n).decode("utf-8", errors="replace") for n in names}
+    source = f"--replay {directory}"
+    host = facts_from_record({n: v for n, v in text.items() if n != COLLECT_ENV}, source)
+    HostFacts.from_dict(host.to_dict(), source)
+    if COLLECT_ENV in text:
+        env = parse_collect_env(text[COLLECT_ENV])
+        env.python_exe = COLLECT_ENV  # the python that printed it
+    else:
+        env = EnvFacts(status="not-probed")
+    return (apply_overrides(host, driver=driver) if driver else host), env
 
 
 def _recorded_bytes(path: Path) -> bytes:
