@@ -361,3 +361,53 @@ def flip_byte(path: Path, offset: int = -10) -> None:
     data = bytearray(path.read_bytes())
     data[offset] ^= 0xFF
     path.write_bytes(bytes(data))
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def edit_lock(src: Path, dest: Path, edits: dict[str, dict]) -> Path:
+    """A copy of the conda-lock v1 `src` at `dest` with package entries changed: edits maps a
+    package name to the fields to set (`hash` is merged into the entry's hash mapping)."""
+    import yaml
+
+    data = yaml.safe_load(Path(src).read_text())
+    for entry in data["package"]:
+        for key, value in edits.get(entry["name"], {}).items():
+            if key == "hash":
+                entry["hash"] = {**entry["hash"], **value}
+            else:
+                entry[key] = value
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+def run_paused(point: str, seconds: float, argv: list[str]) -> None:
+    """`envtool ARGV` in this process with the installer's test seam set to sleep at `point`
+    (after-download, mid-link, after-link), announcing it on stderr, so a test can kill the
+    install there. Run in a child: `python -c 'import channel_builder; …run_paused(…)'`."""
+    import time
+
+    from envtool.adapters import installer
+    from envtool.cli import main
+
+    def pause(at: str) -> None:
+        if at == point:
+            sys.stderr.write(f"PAUSED AT {point}\n")
+            sys.stderr.flush()
+            time.sleep(seconds)
+
+    installer._pause_hook = pause
+    main(argv)
+
+
+def paused_argv(point: str, seconds: float, *args: str) -> list[str]:
+    """The argv of a child `envtool ARGS` paused at `point` (see run_paused)."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import channel_builder as cb; "
+        "cb.run_paused(sys.argv[2], float(sys.argv[3]), sys.argv[4:])"
+    )
+    return [sys.executable, "-c", code, str(Path(__file__).parent), point, str(seconds), *args]

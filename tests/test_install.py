@@ -264,7 +264,7 @@ def test_tampered_package_is_refused_and_nothing_is_linked(
     assert "pytorch 2.7.1" in err.value.message and "hash mismatch" in err.value.message
     assert list((prefix / "conda-meta").glob("*.json")) == []  # nothing linked at all
     assert not (prefix / "lib").exists()
-    assert install_state.read_install_state(prefix) == "incomplete"
+    assert install_state.read_install_state(prefix) is None  # refused before the marker
     assert not (cache / "archives" / target.name).exists()  # the bad file is not kept
 
 

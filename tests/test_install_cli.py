@@ -192,11 +192,13 @@ def test_an_absolute_path_as_name_still_names_that_env(env: dict[str, str], tmp_
 def _start_paused(
     setup: cb.CudaSetup, env: dict[str, str], point: str, seconds: str = "60"
 ) -> subprocess.Popen:
-    paused = dict(env, ENVTOOL_TEST_PAUSE_AT=point, ENVTOOL_TEST_PAUSE_S=seconds)
-    proc = start_envtool("install", "demo", "--lock", str(setup.lock), env=paused)
+    argv = cb.paused_argv(point, float(seconds), "install", "demo", "--lock", str(setup.lock))
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stderr is not None
     for line in proc.stderr:  # block until the installer says it reached the point
-        if f"ENVTOOL_TEST_PAUSE_AT={point}" in line:
+        if f"PAUSED AT {point}" in line:
             return proc
     raise AssertionError(f"installer exited before {point}: rc={proc.wait()}")
 

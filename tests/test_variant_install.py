@@ -127,7 +127,7 @@ def test_a_hand_edited_variant_lock_is_not_installed(project: Path, env: dict[st
 
 def test_variant_needs_a_name_and_an_index(project: Path, env: dict[str, str]) -> None:
     r = install(project, env, None, "--lock", "x.yml", "--variant", "cpu")
-    assert r.returncode == 2 and "--variant picks among NAME's variant locks" in r.stderr
+    assert r.returncode == 2 and "--variant picks among variant locks" in r.stderr
     (project / "environments" / "demo" / "variants.yml").unlink()
     r = install(project, env, None, "--variant", "cpu")
     assert r.returncode == 2 and "has no variant locks (variants.yml)" in r.stderr
@@ -222,3 +222,39 @@ def test_info_verify_export_and_doctor_know_the_variant(project: Path, env: dict
     assert upgraded["status"] == "warn"
     assert upgraded["summary"] == "cuda12.6 now runs here; installed variant is cuda11.8"
     assert upgraded["fix"] == "reinstall to get it: `envtool install demo`"
+
+
+def test_a_bundle_carries_every_variant_and_chooses_offline(
+    project: Path, env: dict[str, str]
+) -> None:
+    bundle = project / "bundle"
+    r = run_envtool("bundle", "demo", "-o", str(bundle), "--dry-run", env=env, cwd=project)
+    assert r.returncode == 0 and "(every variant)" in r.stdout, r.stderr
+    r = run_envtool("bundle", "demo", "-o", str(bundle), env=env, cwd=project)
+    assert r.returncode == 0, r.stderr
+    assert "variants cpu, cuda11.8, cuda12.6" in r.stdout
+    names = sorted(p.name for p in bundle.iterdir())
+    assert names == [
+        "bundle.json",
+        "channel",
+        "conda-lock.cpu.yml",
+        "conda-lock.cuda11.8.yml",
+        "conda-lock.cuda12.6.yml",
+        "conda-lock.yml",
+        "variants.yml",
+    ]
+    assert (bundle / "conda-lock.yml").read_bytes() == (bundle / "conda-lock.cpu.yml").read_bytes()
+    builds = {p.name for p in (bundle / "channel" / "linux-64").glob("pytorch-*.conda")}
+    assert len(builds) == 3  # cpu, cuda118, cuda126
+    # the offline machine: the project is gone, the channel too; the bundle chooses
+    (project / "environments").rename(project / "moved")
+    e = {**env, "ENVTOOL_DRIVER_VERSION": "535.104.05"}
+    r = run_envtool("install", "--from", str(bundle), env=e, cwd=project)
+    assert r.returncode == 0, r.stderr
+    assert "variant cuda11.8: driver 535.104.05 → cuda11.8 variant" in r.stderr
+    assert installed_build(env) == "BUILD = 'cuda118'\n"
+    r = run_envtool(
+        "install", "demo", "--from", str(bundle), "--variant", "cpu", env=e, cwd=project
+    )
+    assert r.returncode == 0, r.stderr
+    assert installed_build(env) == "BUILD = 'cpu'\n"

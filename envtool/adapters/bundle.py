@@ -24,14 +24,25 @@ from envtool.output import note
 LOCK_NAME = "conda-lock.yml"
 CHANNEL_NAME = "channel"
 MANIFEST_NAME = "bundle.json"
+MANIFEST_LIMIT = 16 * 1024 * 1024  # a list of file names
 
 
 def read_bundle_name(bundle: Path) -> str | None:
     """The environment name `envtool bundle NAME` recorded, if any (older bundles: none)."""
-    try:
-        name = json.loads((bundle / MANIFEST_NAME).read_text(encoding="utf-8")).get("name")
-    except (OSError, ValueError, AttributeError):
+    from envtool.adapters.files import read_bytes
+    from envtool.core.safe_load import parse_json
+
+    path = bundle / MANIFEST_NAME
+    if not (path.exists() or path.is_symlink()):
         return None
+    # a bundle comes from elsewhere: bounded, no symlink followed, strict JSON
+    data = parse_json(
+        read_bytes(path, MANIFEST_LIMIT, follow_symlinks=False, what="bundle manifest"),
+        str(path),
+        "write the bundle again with `envtool bundle NAME -o DIR`",
+    )
+    name = data.get("name") if isinstance(data, dict) else None
+    # a name that cannot name an env here (`../evil`) is not taken: DIR's name is used
     return name if isinstance(name, str) and valid_env_name(name) else None
 
 
@@ -98,7 +109,7 @@ def _fill_bundle(
             sub = "pypi" if pkg.manager == "pip" else pkg.subdir
             dest = channel / sub / pkg.file_name
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(verified, dest)
+            _copy_atomic(verified, dest)
             files.append(f"{CHANNEL_NAME}/{sub}/{pkg.file_name}")
             if progress:
                 note(f"  bundled {sub}/{pkg.file_name}")
@@ -111,7 +122,7 @@ def _fill_bundle(
     leftover = channel / ".tmp"  # rattler's indexer scratch dir; not part of a channel
     if leftover.is_dir() and not any(leftover.iterdir()):
         leftover.rmdir()
-    shutil.copyfile(lock.path, out_dir / LOCK_NAME)
+    _copy_atomic(lock.path, out_dir / LOCK_NAME)
     return {
         "bundle": str(out_dir),
         "lock": str(out_dir / LOCK_NAME),
@@ -120,3 +131,19 @@ def _fill_bundle(
         "platforms": plats,
         "files": sorted(files),
     }
+
+
+def _copy_atomic(src: Path, dest: Path) -> None:
+    """Copy through an exclusive random temp beside dest, then rename: a link planted at dest
+    (an existing bundle DIR is written again) is replaced, never written through."""
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as fh:
+            shutil.copyfileobj(fh, out, 1 << 20)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

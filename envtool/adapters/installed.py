@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
+import stat
+import time
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
@@ -13,19 +14,125 @@ from envtool.core.drift import PackageId, diff_packages
 
 
 def read_conda_meta(prefix: Path) -> list[dict[str, Any]]:
-    """conda-meta/<name>-<version>-<build>.json, as conda, mamba and rattler write them."""
+    """conda-meta/<name>-<version>-<build>.json, as conda, mamba and rattler write them (records
+    that do not parse are left out here; `check_prefix_records` reports them)."""
     out = []
     for meta in sorted((Path(prefix) / "conda-meta").glob("*.json")):
         if meta.name.startswith("envtool-"):
             continue
-        try:
-            data = json.loads(meta.read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(data, dict) or "name" not in data:
-            continue
-        out.append(data)
+        data = _load_record(meta)
+        if isinstance(data, dict) and _record_problem(data) is None:
+            out.append(data)
     return out
+
+
+def _load_record(meta: Path) -> Any:
+    """One record's JSON, or None when it cannot be read (truncated, not JSON, too large)."""
+    from envtool.adapters.files import RECORD_LIMIT, read_bytes
+    from envtool.core.safe_load import parse_json
+    from envtool.errors import UsageError
+
+    try:
+        return parse_json(read_bytes(meta, RECORD_LIMIT, what="package record"), str(meta))
+    except (UsageError, OSError):
+        return None
+
+
+def unsafe_path(rel: Any) -> str | None:
+    """Why a path from a package record or a package's paths.json could name something outside
+    the prefix, or None: it must be relative, normalized, with no '..' and no control bytes."""
+    if not isinstance(rel, str) or not rel:
+        return "not a path"
+    if rel.startswith("/") or "\\" in rel or "\x00" in rel:
+        return "absolute, or not a POSIX path"
+    if any(ord(c) < 0x20 for c in rel):
+        return "control characters in the path"
+    parts = rel.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "not a normalized relative path (.., . or //)"
+    return None
+
+
+def _record_problem(data: dict[str, Any]) -> str | None:
+    """Why a parsed record is not a usable package record, or None."""
+    if not all(isinstance(data.get(k), str) and data.get(k) for k in ("name", "version", "build")):
+        return "no name, version or build"
+    files = data.get("files", [])
+    paths = (
+        (data.get("paths_data") or {}).get("paths", [])
+        if isinstance(data.get("paths_data"), dict)
+        else []
+    )
+    if not isinstance(files, list) or not isinstance(paths, list):
+        return "its files are not a list"
+    if not all(isinstance(p, dict) for p in paths):
+        return "its paths_data is not a list of entries"
+    return None
+
+
+def record_paths(data: dict[str, Any]) -> list[Any]:
+    """Every path a record says its package owns (what an unlink would remove)."""
+    paths = (data.get("paths_data") or {}).get("paths", [])
+    return [*data.get("files", []), *(p.get("_path") for p in paths)]
+
+
+def check_prefix_records(prefix: Path) -> list[Path]:
+    """Check every conda-meta/*.json of an existing prefix before anything is linked or
+    unlinked: rattler removes the files a record lists for any package not in the lock, so a
+    record listing `../../x` (or a path through a symlinked folder that leaves the prefix) would
+    delete files outside the env. Such a record is refused with one line naming it. Records
+    that do not parse (truncated, not JSON) are returned: the caller sets them aside and their
+    package is linked again, so one bad file cannot block every later install."""
+    from envtool.errors import UsageError
+
+    prefix = Path(prefix)
+    meta_dir = prefix / "conda-meta"
+    if not meta_dir.is_dir():
+        return []
+    root = os.path.realpath(prefix)
+    damaged: list[Path] = []
+    parents: dict[str, Path] = {}  # each folder resolved once (~50k files, a few k folders)
+    for meta in sorted(meta_dir.glob("*.json")):
+        if meta.is_symlink() or not meta.is_file():
+            damaged.append(meta)
+            continue
+        data = _load_record(meta)
+        if not isinstance(data, dict) or _record_problem(data) is not None:
+            damaged.append(meta)
+            continue
+        for rel in record_paths(data):
+            why = unsafe_path(rel)
+            if why is None:
+                parent = rel.rpartition("/")[0]
+                if parent not in parents:
+                    parents[parent] = meta
+                    real = os.path.realpath(prefix / parent) if parent else root
+                    if real != root and not real.startswith(root + os.sep):
+                        why = f"its folder {parent!r} leads out of the environment (a symlink)"
+            if why:
+                raise UsageError(
+                    f"{meta}: package record lists {rel!r} ({why}); nothing was changed",
+                    f"a package put this record there: move {meta.name} out of conda-meta/ "
+                    "(its files are then left alone), or remove the environment and install again",
+                )
+    return damaged
+
+
+def set_aside_records(prefix: Path, records: list[Path], say: Any = None) -> list[Path]:
+    """Move damaged records into conda-meta/envtool/damaged/ (kept for a look, out of the
+    readers' way); their packages then count as not installed and are linked again."""
+    if not records:
+        return []
+    aside = Path(prefix) / "conda-meta" / "envtool" / "damaged"
+    aside.mkdir(parents=True, exist_ok=True)
+    moved = []
+    for meta in records:
+        dest = aside / f"{meta.name}.{os.getpid()}.{int(time.time())}"
+        os.replace(meta, dest)
+        moved.append(dest)
+        if say is not None:
+            say(f"  {meta.name}: damaged package record set aside ({dest}); relinking its package")
+    return moved
 
 
 def read_pip_dists(
@@ -75,9 +182,12 @@ def compute_drift(
     lock_path: Path | str,
     platform: str | None = None,
     check_files: bool = False,
+    full: bool = False,
 ) -> dict[str, Any]:
     """Installed vs locked: {clean, missing, extra, changed} (doctor and `envtool verify`);
-    with check_files also `damaged`: installed packages whose files are gone from disk."""
+    with check_files also `damaged`: installed packages whose files are gone from disk or of
+    another size than their records say (`full`: or another sha256), and `damaged_records`:
+    conda-meta/*.json that do not parse."""
     from envtool.adapters.installer import current_platform
     from envtool.adapters.lock_io import read_lock
 
@@ -90,22 +200,71 @@ def compute_drift(
     records = read_conda_meta(Path(prefix))
     drift = diff_packages(read_installed_ids(Path(prefix), records), locked)
     if check_files:
-        drift["damaged"] = damaged_packages(Path(prefix), records)
-        drift["clean"] = drift["clean"] and not drift["damaged"]
+        drift["damaged"] = damaged_packages(Path(prefix), records, full=full)
+        drift["damaged_records"] = [
+            str(m)
+            for m in sorted((Path(prefix) / "conda-meta").glob("*.json"))
+            if not isinstance(d := _load_record(m), dict) or _record_problem(d) is not None
+        ]
+        drift["clean"] = drift["clean"] and not drift["damaged"] and not drift["damaged_records"]
     drift["platform"] = plat
     drift["lock_path"] = str(lock.path)
     return drift
 
 
-def damaged_packages(prefix: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Conda packages some of whose recorded files (conda-meta `files`) are gone from disk: a
-    deleted file, a half-removed package. One lstat per file (~50k in a CUDA torch env)."""
+def damaged_packages(
+    prefix: Path, records: list[dict[str, Any]], full: bool = False
+) -> list[dict[str, Any]]:
+    """Conda packages some of whose recorded files are gone from disk or changed: a deleted file,
+    a half-removed package, a file of another size than its record says (one lstat per file,
+    ~50k in a CUDA torch env); with `full` also a file whose sha256 differs from the record's."""
     out = []
     for r in records:
-        gone = [f for f in r.get("files", []) if not os.path.lexists(prefix / f)]
-        if gone:
-            out.append({"name": r["name"], "missing_files": len(gone), "first": gone[0]})
+        gone: list[str] = []
+        changed: list[str] = []
+        entries = {e.get("_path"): e for e in (r.get("paths_data") or {}).get("paths", [])}
+        for f in r.get("files", []):
+            try:
+                st = os.lstat(prefix / f)
+            except OSError:
+                gone.append(f)
+                continue
+            e = entries.get(f)
+            if e is None or e.get("path_type", "hardlink") not in ("hardlink", "copy"):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                changed.append(f)
+                continue
+            # a file rewritten for the prefix has other bytes than the package's (conda and
+            # rattler record sha256_in_prefix then); its size is only known by that hash
+            rewritten = e.get("prefix_placeholder") or e.get("file_mode")
+            size = e.get("size_in_bytes")
+            if not rewritten and isinstance(size, int) and st.st_size != size:
+                changed.append(f)
+                continue
+            sha = e.get("sha256_in_prefix") or (None if rewritten else e.get("sha256"))
+            if full and isinstance(sha, str) and _sha256(prefix / f) != sha.lower():
+                changed.append(f)
+        if gone or changed:
+            out.append(
+                {
+                    "name": r["name"],
+                    "missing_files": len(gone),
+                    "changed_files": len(changed),
+                    "first": (gone + changed)[0],
+                }
+            )
     return sorted(out, key=lambda row: row["name"])
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def describe_env(prefix: Path) -> dict[str, Any]:

@@ -2,41 +2,48 @@
 
 Order of work, chosen so nothing is ever half-done or unverified:
   1. read the lock (lock_io.read_lock, the one reader), pick the platform's packages;
-  2. take the per-environment file lock, write the `incomplete` marker;
+  2. take the per-environment file lock; check the prefix's package records; fetch (step 3);
+     then write the `incomplete` marker;
   3. fetch every archive into envtool's archive cache and check its sha256/md5 against the
-     lock — the lock is the authority: a bad cached copy is discarded and fetched again, a bad
-     fetched copy is refused, and nothing is linked until every archive passed;
-  4. build records from the verified archives and let rattler link them: packages already
+     lock — the lock is the authority: a bad cached copy is replaced only by a fetched copy
+     that matches, a bad fetched copy is refused; each archive is then validated in Python
+     (structure, its own index.json names the locked package, paths.json stays in the prefix);
+  4. build records from the verified archives and let rattler link them (an extracted copy in
+     rattler's cache is checked against the archive's paths.json first): packages already
      extracted in rattler's cache are given under their lock URL, the others as file:// URLs
      of the verified copies (so rattler never downloads anything itself); rattler writes
      conda-meta, removes packages the lock no longer has, and converges on a re-run;
   5. install the lock's `manager: pip` entries with uv (`--require-hashes --no-deps`);
   6. write conda-meta/envtool/state.json, then drop the marker.
 
-Test hook: ENVTOOL_TEST_PAUSE_AT=after-download|mid-link|after-link (after-link: before the
-pip part) makes the installer sleep at that point so tests can SIGKILL it deterministically
-(ENVTOOL_TEST_PAUSE_S, default 60 s).
+Everything that can refuse an install (prefix records, hashes, archive validity, relabelled
+archives) runs before step 2's marker, so a refused install leaves a healthy env healthy.
+`_pause_hook` is a no-op seam that tests replace to kill an install at a known point.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import stat
+import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envtool.adapters import install_state
+from envtool.adapters.installed import check_prefix_records, set_aside_records
 from envtool.adapters.lock_io import read_lock
 from envtool.core.lock_model import Lock, LockedPackage
-from envtool.errors import DiagnosedFailure, UsageError
+from envtool.errors import DiagnosedFailure, UsageError, cannot_write
 from envtool.output import note
 
 
@@ -75,8 +82,9 @@ def default_cache_dir() -> Path:
     return checked_dir(Path.home() / ".cache" / "envtool", "HOME")
 
 
-def remap_to_channels(pkg: LockedPackage, channels: list[str]) -> str:
-    """The URL of the same file in a local channel (bundles, mirrors): matched by file name."""
+def remap_to_channels(pkg: LockedPackage, channels: list[str], offline: bool = False) -> str:
+    """The URL of the same file in a local channel (bundles, mirrors): matched by file name.
+    `offline` (a bundle): a file not there is an error, never fetched from the lock's URL."""
     for ch in channels:
         root = _channel_dir(ch)
         if root is None:
@@ -89,7 +97,7 @@ def remap_to_channels(pkg: LockedPackage, channels: list[str]) -> str:
         ):
             if candidate.is_file():
                 return candidate.resolve().as_uri()
-    if pkg.manager == "pip":  # a conda mirror need not hold wheels: keep the locked URL
+    if pkg.manager == "pip" and not offline:  # a conda mirror need not hold wheels: keep the URL
         return pkg.url
     raise UsageError(
         f"{pkg.name} {pkg.version}: {pkg.file_name} is not in {', '.join(channels)}",
@@ -122,44 +130,80 @@ def archive_matches(path: Path, pkg: LockedPackage) -> bool:
     return False  # a lock entry without a hash cannot be verified: refuse
 
 
-def fetch_url(url: str, dest: Path) -> None:
-    """file:// → copy; http(s) → urllib. Written to a temp name, then renamed."""
-    tmp = dest.with_name(dest.name + f".part{os.getpid()}")
-    parsed = urllib.parse.urlparse(url)
+def cache_path(archive_dir: Path, file_name: str) -> Path:
+    """archive_dir/file_name, confined: the name is a plain file name (lock_model checked it when
+    the lock was read) and the resolved path must still be directly under the resolved cache."""
+    root = archive_dir.resolve()
+    dest = root / file_name
+    if dest.parent != root or dest.name != file_name or file_name in ("", ".", ".."):
+        raise UsageError(
+            f"{file_name!r}: not a plain archive file name", "fix or regenerate the lock"
+        )
+    return dest
+
+
+def _is_own_file(path: Path) -> bool:
+    """A regular file of the cache itself (not a link someone planted, not a device)."""
     try:
-        if parsed.scheme == "file":
-            src = Path(urllib.request.url2pathname(parsed.path))
-            shutil.copyfile(src, tmp)
-        elif parsed.scheme in ("http", "https"):
-            with urllib.request.urlopen(url, timeout=60) as resp, open(tmp, "wb") as out:
-                shutil.copyfileobj(resp, out, 1 << 20)
-        else:
-            raise UsageError(f"{url}: unsupported URL scheme", "use file://, http:// or https://")
-        os.replace(tmp, dest)
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def fetch_url(url: str, dest: Path) -> Path:
+    """file:// → copy; http(s) → urllib. Streamed into a fresh exclusive temp file beside `dest`
+    (mkstemp: a random name, O_EXCL, so no planted link or other process can aim the write);
+    returns the temp path — the caller renames it over `dest` only once its hash is right."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in ("file", "http", "https"):
+        raise UsageError(f"{url}: unsupported URL scheme", "use file://, http:// or https://")
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     except OSError as exc:
+        raise cannot_write(dest.parent, exc) from None
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if parsed.scheme == "file":
+                src = Path(urllib.request.url2pathname(parsed.path))
+                with open(src, "rb") as fh:
+                    shutil.copyfileobj(fh, out, 1 << 20)
+            else:
+                with urllib.request.urlopen(url, timeout=60) as resp:
+                    shutil.copyfileobj(resp, out, 1 << 20)
+        return tmp
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
-        raise DiagnosedFailure(
-            f"could not fetch {url} ({exc})",
-            "check the network, or install offline with `envtool install --from BUNDLE_DIR`",
-        ) from exc
+        if isinstance(exc, OSError):
+            raise DiagnosedFailure(
+                f"could not fetch {url} ({getattr(exc, 'strerror', None) or exc})",
+                "check the network, or install offline with `envtool install --from BUNDLE_DIR`",
+            ) from exc
+        raise
 
 
 def fetch_verified(pkg: LockedPackage, url: str, archive_dir: Path, report: InstallReport) -> Path:
-    """A local archive whose hash matches the lock, or a refusal naming the package."""
+    """A local archive whose hash matches the lock, or a refusal naming the package.
+
+    The cached copy is only ever replaced by a fetched file that matched the hash: a lock (or a
+    source) with the wrong hash cannot destroy a good cached archive."""
     archive_dir.mkdir(parents=True, exist_ok=True)
-    dest = archive_dir / pkg.file_name
-    if dest.is_file():
+    dest = cache_path(archive_dir, pkg.file_name)
+    stale = False
+    if _is_own_file(dest):
         if archive_matches(dest, pkg):
             report.reused.append(pkg.file_name)
             return dest
-        # A corrupt or tampered cache entry: the lock decides, so fetch it again.
-        note(f"  {pkg.file_name}: cached copy does not match the lock's hash, fetching again")
-        dest.unlink()
-        report.refetched.append(pkg.file_name)
-    fetch_url(url, dest)
-    if not archive_matches(dest, pkg):
-        got = file_digest(dest, "sha256")
-        dest.unlink(missing_ok=True)
+        stale = True  # kept until a fetched copy passes: the lock may be the wrong one
+    tmp = fetch_url(url, dest)
+    try:
+        ok = archive_matches(tmp, pkg)
+        got = "" if ok else file_digest(tmp, "sha256")
+        if ok:
+            os.replace(tmp, dest)  # replaces a planted link itself, never writes through it
+    finally:
+        tmp.unlink(missing_ok=True)
+    if not ok:
         raise DiagnosedFailure(
             f"{pkg.name} {pkg.version} ({pkg.file_name}): hash mismatch — the lock says "
             f"sha256 {pkg.sha256 or '(none)'} / md5 {pkg.md5 or '(none)'}, {url} has sha256 {got}; "
@@ -167,6 +211,9 @@ def fetch_verified(pkg: LockedPackage, url: str, archive_dir: Path, report: Inst
             "the package source changed or was tampered with; re-lock (`envtool lock NAME`) "
             "only if you trust the new file",
         )
+    if stale:
+        note(f"  {pkg.file_name}: cached copy did not match the lock's hash; fetched again")
+        report.refetched.append(pkg.file_name)
     report.fetched.append(pkg.file_name)
     return dest
 
@@ -181,6 +228,7 @@ def plan_install(
     platform: str,
     channels_override: list[str] | None,
     cache_dir: Path,
+    offline: bool = False,
 ) -> dict[str, Any]:
     """What an install would do (for --dry-run): no file is written."""
     lock.require_platform(platform, _install_hint(lock, platform))
@@ -188,8 +236,8 @@ def plan_install(
     archive_dir = cache_dir / "archives"
     rows = []
     for p in pkgs:
-        url = remap_to_channels(p, channels_override) if channels_override else p.url
-        cached = p.manager == "conda" and (archive_dir / p.file_name).is_file()
+        url = remap_to_channels(p, channels_override, offline) if channels_override else p.url
+        cached = p.manager == "conda" and _is_own_file(archive_dir / p.file_name)
         rows.append(
             {
                 "name": p.name,
@@ -219,11 +267,13 @@ def install_from_lock(
     cache_dir: Path | str | None = None,
     progress: bool = True,
     force: bool = False,
+    offline: bool = False,
 ) -> InstallReport:
     """Install a conda-lock.yml into prefix; converge if the prefix exists or was interrupted.
 
     `force` is for callers that already decided to skip host checks; the install itself always
-    verifies hashes. `channels_override` remaps every URL to the same file in those channels.
+    verifies hashes. `channels_override` remaps every URL to the same file in those channels;
+    `offline` (a bundle): a file missing there is an error, never fetched from the lock's URL.
     """
     started = time.monotonic()
     lock = read_lock(Path(lock_path))
@@ -245,7 +295,9 @@ def install_from_lock(
     report = InstallReport(str(prefix), str(lock.path), lock.sha256, platform)
 
     urls = {
-        p.file_name: (remap_to_channels(p, channels_override) if channels_override else p.url)
+        p.file_name: (
+            remap_to_channels(p, channels_override, offline) if channels_override else p.url
+        )
         for p in pkgs
     }
     if pip_pkgs:  # a bad pip entry is refused before anything is fetched or linked
@@ -253,12 +305,19 @@ def install_from_lock(
 
         pip_requirements(pip_pkgs, urls, str(lock.path))
     with install_state.hold_env_lock(prefix, prefix.name, on_wait=note):
-        install_state.write_incomplete_marker(prefix, lock.sha256, lock.path)
+        # Everything that can refuse the install runs before the prefix is touched: a refused
+        # install leaves a healthy env healthy (no marker) and the archive cache as it was.
+        damaged_records = check_prefix_records(prefix) if prefix.is_dir() else []
         say(f"fetching {len(conda_pkgs)} packages (hash-checked against {lock.path.name})")
         archives = _fetch_all(conda_pkgs, urls, cache / "archives", report, say)
+        contents = {
+            p.file_name: read_archive_contents(archives[p.file_name], p) for p in conda_pkgs
+        }
+        install_state.write_incomplete_marker(prefix, lock.sha256, lock.path)
         _pause_hook("after-download")
+        set_aside_records(prefix, damaged_records, say)
         say(f"linking {len(conda_pkgs)} packages into {prefix}")
-        from_local = _link(conda_pkgs, archives, prefix, platform, cache / "rattler", say)
+        from_local = _link(conda_pkgs, archives, contents, prefix, platform, cache / "rattler", say)
         _restore_locked_urls(prefix, [p for p in conda_pkgs if p.file_name in from_local])
         _pause_hook("after-link")
         if pip_pkgs:
@@ -331,9 +390,153 @@ class _LinkReporter:
         return operation
 
 
+@dataclass
+class ArchiveContents:
+    """What a verified archive says about itself: info/index.json and info/paths.json."""
+
+    index: dict[str, Any]
+    paths: list[dict[str, Any]] | None  # None: an old package without info/paths.json
+    index_bytes: bytes = b""
+    paths_bytes: bytes | None = None
+
+
+_INFO_LIMIT = 64 * 1024 * 1024  # info/paths.json of the largest CUDA packages is a few MB
+
+
+def read_archive_contents(path: Path, pkg: LockedPackage) -> ArchiveContents:
+    """Validate a hash-verified archive in Python before rattler sees it, and read its own
+    index.json and paths.json. A file with the right hash can still be no package at all (rattler's
+    reader then crashed the interpreter in about a third of runs), or another package than the
+    lock says (a relabelled archive), or one shipping paths that leave the prefix: refused here,
+    with one line naming the lock entry, before anything is linked."""
+    import tarfile
+    import zipfile
+
+    def refuse(reason: str) -> UsageError:
+        return UsageError(
+            f"{pkg.name} {pkg.version} ({pkg.file_name}): {reason}; nothing was linked",
+            "the lock names a file that is not this package: regenerate the lock from a channel "
+            "you trust (`envtool lock NAME --force`)",
+        )
+
+    members: dict[str, bytes] = {}
+    try:
+        if pkg.file_name.endswith(".conda"):
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+                info = [n for n in names if n.startswith("info-") and n.endswith(".tar.zst")]
+                body = [n for n in names if n.startswith("pkg-") and n.endswith(".tar.zst")]
+                if len(info) != 1 or len(body) != 1:
+                    raise refuse("not a conda package (no info-*.tar.zst and pkg-*.tar.zst)")
+                with zf.open(body[0]) as fh:  # a zstd frame, not decompressed here (size)
+                    if fh.read(4) != b"\x28\xb5\x2f\xfd":
+                        raise refuse("not a conda package (its pkg part is not zstd data)")
+                import zstandard
+
+                with zf.open(info[0]) as fh:
+                    reader = zstandard.ZstdDecompressor().stream_reader(fh)
+                    members = _info_members(tarfile.open(fileobj=reader, mode="r|"))
+        else:  # .tar.bz2: conda writes info/ first, so the scan stops early
+            with tarfile.open(path, mode="r|bz2") as tf:
+                members = _info_members(tf)
+    except UsageError:
+        raise
+    except ImportError:  # no zstandard: rattler reads the info part alone
+        return ArchiveContents({}, None)
+    except Exception as exc:  # zipfile, tarfile, zstd, EOF, a member too large
+        raise refuse(f"not a valid conda package ({_first_line(exc)})") from None
+    if "info/index.json" not in members:
+        raise refuse("not a conda package (no info/index.json)")
+    from envtool.core.safe_load import parse_json
+
+    index = parse_json(members["info/index.json"], f"{pkg.file_name}: info/index.json")
+    if not isinstance(index, dict):
+        raise refuse("info/index.json is not a mapping")
+    own = (index.get("name"), str(index.get("version")), index.get("build"))
+    locked = (pkg.name, pkg.version, pkg.build or own[2])
+    if own != locked:
+        raise refuse(f"the archive is {' '.join(map(str, own))}, the lock says {' '.join(locked)}")
+    paths = None
+    if "info/paths.json" in members:
+        data = parse_json(members["info/paths.json"], f"{pkg.file_name}: info/paths.json")
+        paths = data.get("paths") if isinstance(data, dict) else None
+        if not isinstance(paths, list) or not all(isinstance(e, dict) for e in paths):
+            raise refuse("info/paths.json has no list of paths")
+        from envtool.adapters.installed import unsafe_path
+
+        for entry in paths:
+            why = unsafe_path(entry.get("_path"))
+            if why is None and str(entry["_path"]).startswith("conda-meta/"):
+                why = "a file in conda-meta/, where package records live"
+            if why:
+                raise refuse(f"it ships {entry.get('_path')!r} ({why})")
+    return ArchiveContents(index, paths, members["info/index.json"], members.get("info/paths.json"))
+
+
+def _info_members(tf: Any) -> dict[str, bytes]:
+    """info/index.json and info/paths.json from a tar stream (bounded), stopping once both are
+    read or the info/ part is over."""
+    out: dict[str, bytes] = {}
+    for member in tf:
+        name = member.name.removeprefix("./")
+        if name in ("info/index.json", "info/paths.json"):
+            if not member.isfile() or member.size > _INFO_LIMIT:
+                raise ValueError(f"{name} is not a small regular file")
+            fh = tf.extractfile(member)
+            out[name] = fh.read() if fh is not None else b""
+            if len(out) == 2:
+                break
+        elif out and not name.startswith("info/"):
+            break
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def verify_extracted(entry: Path, contents: ArchiveContents) -> str | None:
+    """Is rattler's extracted copy of a package (which it hardlinks into prefixes) still what the
+    verified archive holds? Its info/index.json and info/paths.json must be the archive's own, and
+    every file the size and sha256 paths.json gives. Returns the first difference, or None."""
+    if contents.paths is None:
+        return None  # nothing to compare with (an old package); rattler's own check stands
+    for rel, want in (
+        ("info/index.json", contents.index_bytes),
+        ("info/paths.json", contents.paths_bytes),
+    ):
+        try:
+            if (entry / rel).read_bytes() != want:
+                return f"{rel} differs from the archive's"
+        except OSError:
+            return f"{rel} is missing"
+    for item in contents.paths:
+        rel = item["_path"]
+        target = entry / rel
+        if item.get("path_type", "hardlink") in ("softlink", "directory"):
+            if not os.path.lexists(target):
+                return f"{rel} is missing"
+            continue
+        try:
+            st = os.lstat(target)
+        except OSError:
+            return f"{rel} is missing"
+        if not stat.S_ISREG(st.st_mode):
+            return f"{rel} is not a regular file"
+        size = item.get("size_in_bytes")
+        if isinstance(size, int) and st.st_size != size:
+            return f"{rel} has {st.st_size} bytes, the package {size}"
+        sha = item.get("sha256")
+        if isinstance(sha, str) and file_digest(target, "sha256") != sha.lower():
+            return f"{rel} does not match its sha256"
+    return None
+
+
 def _link(
     pkgs: list[LockedPackage],
     archives: dict[str, Path],
+    contents: dict[str, ArchiveContents],
     prefix: Path,
     platform: str,
     rattler_cache: Path,
@@ -346,17 +549,38 @@ def _link(
     from rattler.platform import Subdir
 
     from_local: set[str] = set()
+    damaged = _damaged_in(prefix)
+    if damaged:
+        say(f"  relinking {len(damaged)} damaged package(s): {', '.join(sorted(damaged))}")
+    installed = _installed_ids(prefix)
+    # What rattler will link (not installed yet, or damaged) from its extracted cache must be
+    # what the verified archive holds: a changed extracted copy is dropped, re-extracted below.
+    for p in pkgs:
+        if (p.name, p.version, p.build) in installed and p.name not in damaged:
+            continue
+        entry = rattler_cache / f"{p.name}-{p.version}-{p.build}"
+        if entry.is_dir() and not entry.is_symlink():
+            why = verify_extracted(entry, contents[p.file_name])
+            if why:
+                say(f"  {entry.name}: extracted copy changed ({why}); extracting it again")
+                shutil.rmtree(entry)
 
     async def run() -> None:
         from rattler.package_cache import PackageCache
 
         index = await PackageCache(rattler_cache).index() if rattler_cache.is_dir() else None
-        # The records come from the verified archives themselves (noarch, build number, depends).
+        # The records come from the verified (and validated) archives themselves.
         read = await asyncio.gather(
-            *(RepoDataRecord.from_package_archive(archives[p.file_name]) for p in pkgs)
+            *(RepoDataRecord.from_package_archive(archives[p.file_name]) for p in pkgs),
+            return_exceptions=True,  # never leave a reader running while the loop closes
         )
         records = []
         for p, rec in zip(pkgs, read, strict=True):
+            if isinstance(rec, BaseException):
+                raise UsageError(
+                    f"{p.name} {p.version} ({p.file_name}): rattler cannot read it ({_first_line(rec)})",
+                    "regenerate the lock from a channel you trust",
+                )
             rec.channel = _channel_of(p.url)
             if p.md5:
                 rec.md5 = bytes.fromhex(p.md5)
@@ -366,9 +590,6 @@ def _link(
                 rec.url = archives[p.file_name].resolve().as_uri()
                 from_local.add(p.file_name)
             records.append(rec)
-        damaged = _damaged_in(prefix)
-        if damaged:
-            say(f"  relinking {len(damaged)} damaged package(s): {', '.join(sorted(damaged))}")
         await install(
             records,
             target_prefix=prefix,
@@ -380,25 +601,93 @@ def _link(
         )
         await asyncio.sleep(0.05)  # let rattler's background tasks finish before the loop closes
 
-    try:
-        asyncio.run(run())
-    except Exception as exc:
-        if isinstance(exc, (UsageError, DiagnosedFailure)):
+    failure: BaseException | None = None
+    with _rust_stderr_captured() as captured:
+        try:
+            asyncio.run(run())
+        except (UsageError, DiagnosedFailure, KeyboardInterrupt, SystemExit):
             raise
+        except BaseException as exc:  # pyo3's PanicException is a BaseException
+            failure = exc
+    if failure is not None:
         raise DiagnosedFailure(
-            f"linking into {prefix} failed: {exc}",
+            f"linking into {prefix} failed: {_first_line(failure)}{captured.summary()}",
             "the environment is marked incomplete; run the same install again to finish it",
-        ) from exc
+        ) from None
     return from_local
 
 
+class _Captured:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def summary(self) -> str:
+        """rattler's panic message (its stderr), in one line."""
+        for line in self.text.splitlines():
+            if "panicked at" in line:
+                rest = self.text.split(line, 1)[1].strip().splitlines()
+                return f" (rattler panicked: {rest[0] if rest else line.strip()})"
+        return ""
+
+
+@contextlib.contextmanager
+def _rust_stderr_captured() -> Iterator[_Captured]:
+    """Rust panics write a backtrace straight to fd 2: collect it while rattler links (our own
+    progress lines still reach the terminal through a copy of the real stderr) and keep it to
+    one line in the error. Anything else rattler printed is passed through afterwards."""
+    import sys
+
+    captured = _Captured()
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        sink = tempfile.TemporaryFile()
+    except (OSError, ValueError):
+        yield captured
+        return
+    original = sys.stderr
+    try:
+        sys.stderr = open(
+            saved,
+            "w",
+            closefd=False,
+            encoding=getattr(original, "encoding", None) or "utf-8",
+            errors="replace",
+        )  # noqa: SIM115
+        os.dup2(sink.fileno(), 2)
+        yield captured
+    finally:
+        sys.stderr.flush()
+        sys.stderr = original
+        os.dup2(saved, 2)
+        os.close(saved)
+        sink.seek(0)
+        captured.text = sink.read(1 << 20).decode("utf-8", "replace")
+        sink.close()
+        if captured.text and not captured.summary():
+            original.write(captured.text)
+            original.flush()
+
+
 def _damaged_in(prefix: Path) -> set[str]:
-    """Installed packages with files gone from disk: the install relinks them (converge)."""
+    """Installed packages with files gone from disk or of the wrong size: the install relinks
+    them (converge)."""
     from envtool.adapters.installed import damaged_packages, read_conda_meta
 
     if not (prefix / "conda-meta").is_dir():
         return set()
     return {row["name"] for row in damaged_packages(prefix, read_conda_meta(prefix))}
+
+
+def _installed_ids(prefix: Path) -> set[tuple[str, str, str]]:
+    from envtool.adapters.installed import read_conda_meta
+
+    if not (prefix / "conda-meta").is_dir():
+        return set()
+    return {
+        (str(r.get("name")), str(r.get("version")), str(r.get("build")))
+        for r in read_conda_meta(prefix)
+    }
 
 
 def _channel_of(url: str) -> str:
@@ -471,7 +760,6 @@ def _install_pip(
 
 
 def _pause_hook(point: str) -> None:
-    """Test hook (see module docstring): sleep here so a test can kill us at this point."""
-    if os.environ.get("ENVTOOL_TEST_PAUSE_AT") == point:
-        note(f"ENVTOOL_TEST_PAUSE_AT={point}: pausing")
-        time.sleep(float(os.environ.get("ENVTOOL_TEST_PAUSE_S", "60")))
+    """A seam for tests, and a no-op: tests that must kill an install at a known point
+    (after-download, mid-link, after-link) replace this function in a child process
+    (tests/channel_builder.run_paused). No environment variable or flag reaches it."""

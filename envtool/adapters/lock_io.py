@@ -19,9 +19,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from envtool.core.lock_model import Lock, LockedPackage, file_name_of, parse_build_from_file_name
+from envtool.core.lock_model import (
+    Lock,
+    LockedPackage,
+    entry_problem,
+    file_name_of,
+    parse_build_from_file_name,
+    platform_problem,
+)
 from envtool.core.lockfile import PipPackage, SolvedPackage, dependency_map
-from envtool.errors import UsageError, cannot_write
+from envtool.errors import UsageError
 
 _preload: threading.Thread | None = None
 
@@ -174,26 +181,16 @@ def _all_ascii(obj: Any) -> bool:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write beside the target, then os.replace: readers see the old file or the new one."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise cannot_write(path, exc) from None
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:  # plain open: the user's umask decides the mode
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise cannot_write(path, exc) from None
-        raise
+    """Write beside the target, then os.replace: readers see the old file or the new one
+    (files.write_atomic: an exclusive random temp name, so a planted link is never followed)."""
+    from envtool.adapters.files import write_atomic
+
+    write_atomic(path, text)
 
 
 def load_yaml(data: Any) -> Any:
-    """YAML (bytes, text or a file) with libyaml's safe loader when present, else PyYAML's
-    SafeLoader: real locks are 100k+ lines and the pure-Python loader takes seconds on them."""
+    """YAML of envtool's own writer with libyaml's safe loader (tests compare written locks);
+    a lock from outside is read by read_lock, strictly (safe_load.parse_yaml)."""
     import yaml
 
     return yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
@@ -215,28 +212,23 @@ def read_lock(lock_path: Path | str) -> Lock:
             f"{lock_path}: a directory, not a lock file",
             f"pass the file: --lock {lock_path / 'conda-lock.yml'}",
         )
-    if not lock_path.is_file():
+    if not lock_path.exists():  # anything else there (a FIFO, a device) read_bytes refuses
         raise UsageError(
             f"{lock_path}: no such lock file",
             "run `envtool lock NAME` (or `envtool create NAME`) first, or pass --lock FILE",
         )
-    try:
-        data = lock_path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{lock_path}: cannot read the lock ({exc})", "check the file") from None
+    from envtool.adapters.files import LOCK_FILE_LIMIT, read_bytes
+    from envtool.core.safe_load import parse_yaml
+
+    data = read_bytes(lock_path, LOCK_FILE_LIMIT, what="lock file")
     digest = hashlib.sha256(data).hexdigest()
     key = (str(lock_path.resolve()), digest)
     if key in _LOCK_CACHE:  # `install` reads the lock for its checks, then to install
         return _LOCK_CACHE[key]
-    import yaml
-
-    try:
-        content = load_yaml(data)
-    except (yaml.YAMLError, ValueError) as exc:  # ValueError: bytes that are not UTF-8
-        raise UsageError(
-            f"{lock_path}: cannot read the lock ({_first_line(exc)})",
-            "check the file, or regenerate it with `envtool lock NAME`",
-        ) from None
+    # strict: no aliases (a 3 KB `[*i]` bomb), no duplicate keys (rattler refuses those files)
+    content = parse_yaml(
+        data, str(lock_path), "check the file, or regenerate it with `envtool lock NAME`"
+    )
     if not isinstance(content, dict) or content.get("version") not in (1, 2):
         raise UsageError(
             f"{lock_path}: not a conda-lock file (version 1 or 2)",
@@ -278,6 +270,10 @@ def _lock_v1(content: dict[str, Any]) -> Lock:
         for deps in entries.values()
     ]
     meta = content["metadata"]
+    for plat in meta["platforms"]:
+        problem = platform_problem(str(plat))
+        if problem:
+            raise ValueError(f"metadata: {problem}")
     return Lock(
         packages=packages,
         platforms=[str(p) for p in meta["platforms"]],
@@ -329,18 +325,28 @@ def _locked_package(dep: dict[str, Any], optional: bool) -> LockedPackage:
         raise ValueError(f"package {name}: unknown manager {manager!r}")
     url = str(dep["url"])
     hashes = dep.get("hash") or {}
+    if not isinstance(hashes, dict):
+        raise ValueError(f"package {name}: hash is not a mapping")
+    for algo in ("sha256", "md5"):
+        # YAML reads an unquoted all-digit hash as a number: refused, never silently dropped
+        if hashes.get(algo) not in (None, "") and not isinstance(hashes[algo], str):
+            raise ValueError(f"package {name}: {algo} is not a string of hex digits")
     build = ""
     if manager == "conda":  # old locks have no `build:`; the archive's name holds it
         build = dep.get("build") or parse_build_from_file_name(file_name_of(url), name, version)
-    return LockedPackage(
+    pkg = LockedPackage(
         name=name,
         version=version,
         manager=manager,
         platform=str(dep["platform"]),
         url=url,
-        build=build or "",
-        md5=str(hashes["md5"]) if hashes.get("md5") else None,
-        sha256=str(hashes["sha256"]) if hashes.get("sha256") else None,
-        dependencies=tuple(sorted(dep.get("dependencies") or {})),
+        build=str(build or ""),
+        md5=hashes.get("md5") or None,
+        sha256=hashes.get("sha256") or None,
+        dependencies=tuple(sorted(str(d) for d in dep.get("dependencies") or {})),
         optional=optional,
     )
+    problem = entry_problem(pkg)
+    if problem:
+        raise ValueError(f"package {name!r} ({pkg.platform}): {problem}")
+    return pkg

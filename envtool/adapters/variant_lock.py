@@ -22,6 +22,7 @@ from envtool.core.variants import (
     lock_file_name,
     parse_index,
     render_index,
+    variant_sort_key,
 )
 from envtool.errors import UsageError
 
@@ -155,26 +156,39 @@ def choose_project_variant(
     """`envtool install NAME` in a project with variant locks: the lock this host installs and
     why (None when environments/NAME has no index). `variant` (--variant) overrides the choice,
     after the host check unless `force`."""
-    from envtool.adapters.host_probe import probe_host
     from envtool.adapters.locate import project_env_paths
     from envtool.core.shell_quote import quote_posix
-    from envtool.core.variants import check_chosen, choose_variant, parse_variant
 
     env_dir = project_env_paths(name)[0]
-    index = read_index(env_dir)
+    relock = f"re-lock: `envtool lock {quote_posix(name)} --variants …`"
+    first = f"lock them first: `envtool lock {quote_posix(name)} --variants auto`"
+    return choose_in(env_dir, variant, platform, force, relock, first)
+
+
+def choose_in(
+    folder: Path,
+    variant: str | None,
+    platform: str | None,
+    force: bool,
+    relock: str,
+    no_index: str,
+) -> tuple[Path, Choice] | None:
+    """The variant lock in `folder` (a project's environments/NAME, or a bundle DIR) this host
+    installs, and why; None when `folder` has no index and no --variant was given."""
+    from envtool.adapters.host_probe import probe_host
+    from envtool.core.variants import check_chosen, choose_variant, parse_variant
+
+    index = read_index(folder)
     if index is None:
         if variant is None:
             return None
         raise UsageError(
-            f"--variant {variant}: {env_dir} has no variant locks ({INDEX_FILE})",
-            f"lock them first: `envtool lock {quote_posix(name)} --variants auto`",
+            f"--variant {variant}: {folder} has no variant locks ({INDEX_FILE})", no_index
         )
-    problems = index_problems(env_dir, index)
+    problems = index_problems(folder, index)
     if problems:
-        raise UsageError(
-            problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
-            f"re-lock: `envtool lock {quote_posix(name)} --variants {','.join(index.requested)}`",
-        )
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UsageError(problems[0] + more, relock.replace("…", ",".join(index.requested)))
     if platform is None:
         from envtool.adapters.installer import current_platform
 
@@ -193,7 +207,58 @@ def choose_project_variant(
             choice = check_chosen(parse_variant(variant), driver, gpus, index, platform)
         else:
             choice = choose_variant(driver, gpus, index, platform, host.no_driver_reason)
-    return (env_dir / choice.variant.lock).absolute(), choice
+    return (folder / choice.variant.lock).absolute(), choice
+
+
+def choose_bundle_variant(
+    bundle: Path, variant: str | None, platform: str | None, force: bool
+) -> tuple[Path, Choice] | None:
+    """`envtool install --from DIR` of a bundle that carries every variant: chosen on the
+    offline machine, like `install NAME`."""
+    from envtool.core.shell_quote import quote_posix
+
+    again = "write the bundle again with `envtool bundle NAME -o DIR`"
+    bundle = Path(bundle).expanduser()
+    got = choose_in(
+        bundle,
+        variant,
+        platform,
+        force,
+        again,
+        f"{again}: {quote_posix(str(bundle))} carries one lock",
+    )
+    return got
+
+
+def write_variant_bundle(
+    env_dir: Path, out_dir: Path, name: str, platforms: list[str] | None, progress: bool
+) -> dict[str, object]:
+    """`envtool bundle NAME -o DIR` of a project with variant locks: every variant's lock and
+    files in one bundle (one channel), plus the index, so `install --from DIR` chooses on the
+    offline machine. DIR/conda-lock.yml is the cpu variant's when there is one (what an
+    envtool that knows no variants installs), else the newest CUDA variant's."""
+    from envtool.adapters.bundle import write_bundle
+    from envtool.adapters.files import LOCK_FILE_LIMIT, read_bytes, write_atomic
+    from envtool.core.shell_quote import quote_posix
+
+    index = read_index(env_dir)
+    assert index is not None
+    problems = index_problems(env_dir, index)
+    if problems:
+        raise UsageError(
+            problems[0],
+            f"re-lock: `envtool lock {quote_posix(name)} --variants {','.join(index.requested)}`",
+        )
+    # cpu last: write_bundle copies each lock to DIR/conda-lock.yml, the last one stays
+    order = sorted(index.variants, key=lambda v: (v.cuda is None, variant_sort_key(v.name)))
+    files: set[str] = set()
+    data: dict[str, object] = {}
+    for v in order:
+        data = write_bundle(env_dir / v.lock, out_dir, platforms, progress=progress, name=name)
+        files.update(str(f) for f in data["files"])  # type: ignore[attr-defined]
+        write_atomic(out_dir / v.lock, read_bytes(env_dir / v.lock, LOCK_FILE_LIMIT, what="lock"))
+    write_atomic(out_dir / INDEX_FILE, read_bytes(index_path(env_dir), INDEX_LIMIT))
+    return {**data, "variants": index.names(), "files": sorted(files)}
 
 
 def variant_lock_path(name: str, variant: str) -> Path:
@@ -244,3 +309,19 @@ def doctor_variant_check(host: HostFacts, install_lock: str | None, env_label: s
     except UsageError as exc:
         return check_installed_variant(installed, label, None, exc.one_line())
     return check_installed_variant(installed, label, pick, None)
+
+
+def variant_bundle_files(env_dir: Path, platforms: list[str] | None) -> list[str]:
+    """What `bundle --dry-run` of a project with variant locks would carry: every variant's
+    files (each once)."""
+    from envtool.adapters.bundle import bundle_platforms
+    from envtool.adapters.lock_io import read_lock
+
+    index = read_index(env_dir)
+    assert index is not None
+    files: set[str] = set()
+    for v in index.variants:
+        lock = read_lock(env_dir / v.lock)
+        for plat in bundle_platforms(lock, platforms):
+            files.update(p.file_name for p in lock.for_platform(plat))
+    return sorted(files)

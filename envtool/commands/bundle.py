@@ -49,6 +49,25 @@ def cmd(
         raise UsageError(
             f"-o {out_dir}: directory exists and is not a bundle", "pick a new directory"
         )
+    from envtool.adapters import variant_lock as vl
+
+    if name and not lock_file and vl.has_index(lock.parent):  # every variant; install picks
+        if dry_run:
+            files = vl.variant_bundle_files(lock.parent, list(platforms) or None)
+            text = [f"would bundle {len(files)} files (every variant) into {out}"]
+            emit(Result("bundle", {"dry_run": True, "files": files}, text), as_json)
+            return
+        data = vl.write_variant_bundle(
+            lock.parent, out, name, list(platforms) or None, progress=not as_json
+        )
+        text = [
+            f"bundled {len(data['files'])} files of variants {', '.join(data['variants'])} "  # type: ignore[arg-type]
+            f"into {out}",
+            f"install offline with: envtool install --from {quote_posix(str(out))}   "
+            "(the variant is chosen on that machine)",
+        ]
+        emit(Result("bundle", data, text), as_json)
+        return
     if dry_run:
         from envtool.adapters.bundle import bundle_platforms
         from envtool.adapters.lock_io import read_lock

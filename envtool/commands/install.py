@@ -118,7 +118,10 @@ def resolve_install_args(
         if not name and not prefix:  # the name `envtool bundle NAME` recorded, not DIR's
             from envtool.adapters.bundle import read_bundle_name
 
-            name = read_bundle_name(bundle)
+            recorded = read_bundle_name(bundle)
+            if recorded is not None:
+                _refuse_replacing(recorded, env_prefix(recorded, None), lock, from_dir)
+            name = recorded
     elif lock_file:
         lock = Path(lock_file)
     elif name:
@@ -134,6 +137,25 @@ def resolve_install_args(
     label = name or (Path(prefix).name if prefix else lock.resolve().parent.name)
     target = env_prefix(label, prefix)
     return lock, target, override, label
+
+
+def _refuse_replacing(name: str, target: Path, lock: Path, from_dir: str) -> None:
+    """A bundle names its env; that name must not silently replace an env already there (one
+    installed from this very lock is only converged: nothing of it is replaced)."""
+    from envtool.adapters.install_state import read_state_record
+    from envtool.adapters.lock_io import read_lock
+
+    if not (target.exists() or target.is_symlink()):
+        return
+    record = read_state_record(target) or {}
+    if record.get("lock_sha256") and record.get("lock_sha256") == read_lock(lock).sha256:
+        return
+    raise UsageError(
+        f"--from {from_dir}: the bundle installs as {name!r}, and {target} already holds "
+        "another environment; nothing was changed",
+        f"name the env to install into: `envtool install NAME --from {quote_posix(str(from_dir))}` "
+        f"(`envtool install {quote_posix(name)} --from {quote_posix(str(from_dir))}` replaces it)",
+    )
 
 
 @click.command("install")
@@ -237,12 +259,13 @@ def _install(
     from envtool.adapters.lock_io import read_lock
 
     lock = read_lock(lock_path)
+    offline = from_dir is not None  # a bundle: a file missing from it is never downloaded
     plat = platform or installer.current_platform()
     if not force:
         check_host(lock.custom_metadata, plat)
     if dry_run:
         plan = installer.plan_install(
-            lock, target, plat, override or None, installer.default_cache_dir()
+            lock, target, plat, override or None, installer.default_cache_dir(), offline
         )
         text = [f"would install {len(plan['packages'])} packages into {target} from {lock_path}"]
         text += [
@@ -257,6 +280,7 @@ def _install(
         channels_override=override or None,
         progress=not as_json,
         force=force,
+        offline=offline,
     )
     text = [
         f"installed {label} at {target} ({report.conda_packages} conda, {report.pip_packages} pip)"

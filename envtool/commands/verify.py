@@ -16,6 +16,11 @@ from envtool.output import Result, emit
     "--lock", "lock_file", help="Compare with this lock (default: the one it was installed from)."
 )
 @click.option(
+    "--full",
+    is_flag=True,
+    help="Also compare every file's sha256 with its package record (slower: reads every file).",
+)
+@click.option(
     "--variant", help="Compare with this variant's lock of NAME's variant locks (cuda12.6, cpu…)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
@@ -23,6 +28,7 @@ def cmd(
     name: str | None,
     prefix: str | None,
     lock_file: str | None,
+    full: bool,
     as_json: bool,
     variant: str | None = None,
 ) -> None:
@@ -62,13 +68,22 @@ def cmd(
             raise UsageError(
                 f"no lock known for {target}", "pass --lock environments/NAME/conda-lock.yml"
             )
-    drift = compute_drift(target, lock, check_files=True)
+    drift = compute_drift(target, lock, check_files=True, full=full)
     state = read_install_state(target)
     drift["install_state"] = state
-    text = render_drift(drift)
+    text = render_drift({**drift, "damaged": []}) if not drift["clean"] else render_drift(drift)
+    for row in drift["damaged"]:
+        what = []
+        if row["missing_files"]:
+            what.append(f"{row['missing_files']} gone")
+        if row["changed_files"]:
+            what.append(f"{row['changed_files']} changed")
+        text.append(f"damaged  {row['name']}: files {', '.join(what)} (first: {row['first']})")
+    for record in drift["damaged_records"]:
+        text.append(f"damaged  {record}: not a readable package record")
     if state == "incomplete":
         text.append("the last install did not finish: run `envtool install` again")
-    elif drift.get("damaged"):
+    elif drift.get("damaged") or drift.get("damaged_records"):
         text.append("`envtool install` again relinks the damaged packages from the cache")
     bad = not drift["clean"] or state == "incomplete"
     emit(

@@ -7,6 +7,7 @@ conda-lock's writer sees it) is core/lockfile.py.
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +17,63 @@ from envtool.errors import UsageError
 ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
 
 
+PIP_SUFFIXES = (".whl", ".tar.gz", ".zip")  # wheels, and the sdists uv may lock
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")  # controls and whitespace: never in a field
+# Package names as conda and PEP 508 spell them; they become requirement lines and export text.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+_SUBDIR = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
 def file_name_of(url: str) -> str:
-    """'https://…/linux-64/x-1.0-h0_0.conda#md5' -> 'x-1.0-h0_0.conda'."""
+    """'https://…/linux-64/x-1.0-h0_0.conda#md5' -> 'x-1.0-h0_0.conda' (percent-decoded)."""
     return urllib.parse.unquote(url.rsplit("/", 1)[-1].split("#", 1)[0])
+
+
+def archive_name_problem(file_name: str, manager: str = "conda") -> str | None:
+    """Why `file_name` (already percent-decoded) cannot name a file in envtool's archive cache,
+    or None: it must be one plain file name — it is joined to the cache dir and a bundle's
+    channel dir, and a lock can come from anyone (`..%2F..%2Fx.conda` decodes to a path)."""
+    suffixes = ARCHIVE_SUFFIXES if manager == "conda" else PIP_SUFFIXES
+    if not file_name or file_name in (".", ".."):
+        return "no file name"
+    if "/" in file_name or "\\" in file_name or ".." in file_name:
+        return f"archive file name {file_name!r} is a path, not a file name"
+    if _CONTROL.search(file_name) or "%" in file_name:  # '%' left after decoding: double-encoded
+        return f"archive file name {file_name!r} holds control, space or '%' characters"
+    if file_name.startswith(".") or len(file_name.encode("utf-8", "surrogateescape")) > 255:
+        return f"archive file name {file_name!r} is not a plain file name"
+    if not file_name.endswith(suffixes) or file_name in suffixes:
+        return f"archive file name {file_name!r} does not end in {' or '.join(suffixes)}"
+    return None
+
+
+def entry_problem(pkg: LockedPackage) -> str | None:
+    """Why a lock entry cannot be trusted to become paths, requirement lines or export text, or
+    None. Every field envtool writes anywhere is checked here, once, when the lock is read."""
+    if not _NAME.fullmatch(pkg.name):
+        return f"package name {pkg.name!r} is not a package name"
+    if not _SUBDIR.fullmatch(pkg.platform):
+        return f"platform {pkg.platform!r} is not a platform name"
+    for label, value in (("version", pkg.version), ("build", pkg.build), ("url", pkg.url)):
+        if _CONTROL.search(value):
+            return f"{label} {value!r} holds control or space characters"
+    if pkg.version == "" or pkg.url == "":
+        return "no version or no url"
+    for label, value, size in (("sha256", pkg.sha256, 64), ("md5", pkg.md5, 32)):
+        if value is not None and (len(value) != size or not _HEX.fullmatch(value)):
+            return f"{label} {value!r} is not {size} hex digits"
+    problem = archive_name_problem(file_name_of(pkg.url), pkg.manager)
+    if problem:
+        return problem
+    if pkg.manager == "conda" and not _SUBDIR.fullmatch(pkg.subdir):
+        return f"subdir {pkg.subdir!r} (from the url) is not a platform name"
+    return None
+
+
+def platform_problem(platform: str) -> str | None:
+    """Why a lock's platform name cannot be used (it names folders and export lines), or None."""
+    return None if _SUBDIR.fullmatch(platform) else f"platform {platform!r} is not a platform name"
 
 
 def parse_build_from_file_name(file_name: str, name: str, version: str) -> str | None:
@@ -57,7 +112,12 @@ class LockedPackage:
 
     @property
     def file_name(self) -> str:
-        return file_name_of(self.url)
+        """The archive's plain file name (read_lock refused every entry for which it is not)."""
+        name = file_name_of(self.url)
+        problem = archive_name_problem(name, self.manager)
+        if problem:  # defence in depth: a model built without read_lock
+            raise UsageError(f"package {self.name}: {problem}", "fix or regenerate the lock")
+        return name
 
     @property
     def subdir(self) -> str:

@@ -1,0 +1,473 @@
+"""Adversarial tests for install, the archive cache, lock reading, bundles, verify and the
+@EXPLICIT export: crafted locks, planted links, hostile package records, invalid archives.
+
+Every install is real (py-rattler from channels tests/channel_builder.py builds); every refusal
+is checked to be one line, the right exit code, and to leave files outside envtool's places,
+the archive cache and a healthy env exactly as they were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import channel_builder as cb
+import pytest
+from conftest import run_envtool
+
+from envtool.adapters import install_state
+from envtool.adapters.installed import compute_drift
+from envtool.adapters.installer import InstallReport, fetch_verified, install_from_lock
+from envtool.adapters.lock_io import read_lock
+from envtool.errors import UsageError
+
+pytestmark = pytest.mark.integration
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("envtool: error:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def _md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def _archive(setup: cb.CudaSetup, name: str) -> Path:
+    return next(setup.channel.glob(f"*/{name}*.conda"))
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENVTOOL_ENVS_DIR", str(tmp_path / "envs"))
+    return tmp_path / "cache"
+
+
+# ------------------------------------------------------------ 1. archive names from the lock
+
+HOSTILE_URLS = [
+    "linux-64/..%2F..%2Fvictim.conda",  # percent-encoded separators
+    "linux-64/..%2f..%2fvictim.conda",
+    "linux-64/%2E%2E%2F%2E%2E%2Fvictim.conda",
+    "linux-64/x%252F..%252Fvictim.conda",  # double-encoded
+    "linux-64/..%5C..%5Cvictim.conda",  # backslashes
+    "linux-64/victim%00.conda",  # NUL
+    "linux-64/victim%0A.conda",  # newline
+    "linux-64/victim%1B%5B31m.conda",  # ESC
+    "linux-64/..",
+    "linux-64/.conda",
+    "linux-64/victim.txt",  # not an archive
+    "linux-64/%2Fetc%2Fvictim.conda",  # absolute after decoding
+    "..%2F..%2F/victim.conda",  # a hostile subdir
+]
+
+
+@pytest.mark.parametrize("tail", HOSTILE_URLS)
+def test_an_archive_name_that_is_not_a_plain_file_name_refuses_the_lock(
+    tail: str, setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Old code: `..%2F` in the URL's last segment wrote (and with a wrong hash deleted) a file
+    outside the archive cache."""
+    victim = tmp_path / "cache" / "victim.conda"  # where `archives/../victim.conda` lands
+    victim.parent.mkdir(parents=True)
+    victim.write_text("precious\n")
+    base = setup.channel.as_uri()
+    lock = cb.edit_lock(
+        setup.lock,
+        tmp_path / "hostile.yml",
+        {"python_abi": {"url": f"{base}/{tail}", "hash": {"sha256": "0" * 64}}},
+    )
+    for args in (["--dry-run"], []):
+        out = run_envtool("install", "demo", "--lock", str(lock), *args, env=env)
+        line = _one_line_error(out)
+        assert "python_abi" in line and str(lock) in line
+    assert victim.read_text() == "precious\n"
+    assert not (tmp_path / "envs" / "demo").exists()
+
+
+def test_a_pip_entry_name_that_is_a_path_or_a_line_is_refused(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    for edit in (
+        {"name": "envtool-demo\n--index-url http://evil"},
+        {"url": setup.wheel.parent.as_uri() + "/..%2F..%2Fevil.whl"},
+    ):
+        lock = cb.edit_lock(setup.lock, tmp_path / "pip.yml", {"envtool-demo": edit})
+        out = run_envtool("install", "demo", "--lock", str(lock), "--dry-run", env=env)
+        assert "envtool-demo" in _one_line_error(out)
+
+
+# ------------------------------------------------- 2. a refused install keeps what was good
+
+
+def test_a_refused_install_keeps_the_good_cached_archive_and_the_env_complete(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    assert run_envtool("install", "demo", "--lock", str(setup.lock), env=env).returncode == 0
+    good = _archive(setup, "pytorch-2.7.1-cuda126")
+    cached = tmp_path / "cache" / "archives" / good.name
+    before = cached.read_bytes()
+    wrong = cb.edit_lock(
+        setup.lock, tmp_path / "wrong.yml", {"pytorch": {"hash": {"sha256": "a" * 64}}}
+    )
+    out = run_envtool("install", "demo", "--lock", str(wrong), env=env)
+    assert "hash mismatch" in _one_line_error(out, 1)
+    assert cached.read_bytes() == before  # old code deleted the good copy
+    listed = json.loads(run_envtool("list", "--json", env=env).stdout)["environments"]
+    assert {r["name"]: r["state"] for r in listed}["demo"] == "complete"  # old: incomplete
+    assert run_envtool("verify", "demo", "--lock", str(setup.lock), env=env).returncode == 0
+
+
+def test_a_link_planted_in_the_archive_cache_is_replaced_not_written_through(
+    setup: cb.CudaSetup, cache: Path, tmp_path: Path
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    pkg = next(p for p in read_lock(setup.lock).packages if p.name == "python_abi")
+    archives = cache / "archives"
+    archives.mkdir(parents=True)
+    (archives / pkg.file_name).symlink_to(victim)
+    # the old temp name was predictable: ARCHIVE.part<pid>
+    (archives / f"{pkg.file_name}.part{os.getpid()}").symlink_to(victim)
+    report = InstallReport("", "", "", "linux-64")
+    path = fetch_verified(pkg, pkg.url, archives, report)
+    assert victim.read_text() == "precious\n"
+    assert not path.is_symlink() and cb.sha256_of(path) == pkg.sha256
+
+
+# ------------------------------------------------------------------- 4. reading a lock
+
+
+def test_a_yaml_alias_bomb_lock_is_refused_at_once(env: dict[str, str], tmp_path: Path) -> None:
+    rows = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 10):  # 10**10 strings if expanded (old: ~3 GB, 80 s for a smaller one)
+        prev = "a" if i == 1 else f"a{i - 1}"
+        rows.append(
+            f"a{i}: &a{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]"
+        )
+    bomb = tmp_path / "bomb.yml"
+    bomb.write_text(
+        "version: 1\n" + "\n".join(rows) + "\nmetadata:\n  platforms: [*a9]\npackage: []\n"
+    )
+    out = run_envtool("install", "x", "--lock", str(bomb), "--dry-run", env=env)
+    assert "aliases" in _one_line_error(out)
+
+
+def test_duplicate_keys_in_a_lock_are_refused(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    text = setup.lock.read_text().replace(
+        "  manager: conda\n", "  manager: conda\n  manager: pip\n", 1
+    )
+    lock = tmp_path / "dup.yml"
+    lock.write_text(text)
+    out = run_envtool("install", "demo", "--lock", str(lock), "--dry-run", env=env)
+    assert "duplicate key 'manager'" in _one_line_error(out)
+
+
+@pytest.mark.parametrize(
+    "hashes",
+    [
+        {"sha256": int("1" * 64)},  # all digits: YAML reads a number (old: silently ignored)
+        {"sha256": "1" * 63},
+        {"sha256": "g" * 64},
+        {"md5": "0" * 31 + "\n"},
+        {"md5": ["x"]},
+    ],
+)
+def test_a_hash_that_is_not_hex_of_the_right_length_refuses_the_entry(
+    hashes: dict, setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    lock = cb.edit_lock(setup.lock, tmp_path / "h.yml", {"libtorch": {"hash": hashes}})
+    out = run_envtool("install", "demo", "--lock", str(lock), "--dry-run", env=env)
+    assert "libtorch" in _one_line_error(out)
+
+
+def test_a_lock_that_is_a_fifo_or_huge_is_refused(env: dict[str, str], tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.yml"
+    os.mkfifo(fifo)
+    assert "not a regular file" in _one_line_error(
+        run_envtool("install", "x", "--lock", str(fifo), "--dry-run", env=env, timeout=60)
+    )
+
+
+# --------------------------------------------------- 5. an archive relabelled as another
+
+
+def test_a_lock_that_relabels_an_archive_is_refused_before_linking(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    other = _archive(setup, "cuda-version-")  # a real package, right hashes, wrong label
+    mirror = tmp_path / "mirror" / "linux-64"
+    mirror.mkdir(parents=True)
+    shutil.copy(other, mirror / "python_abi-3.11-8_cp311.conda")
+    lock = cb.edit_lock(
+        setup.lock,
+        tmp_path / "relabel.yml",
+        {
+            "python_abi": {
+                "url": (mirror / "python_abi-3.11-8_cp311.conda").as_uri(),
+                "hash": {"sha256": cb.sha256_of(other), "md5": _md5(other)},
+            }
+        },
+    )
+    out = run_envtool("install", "demo", "--lock", str(lock), env=env)
+    line = _one_line_error(out)
+    assert "python_abi" in line and "the archive is cuda-version 12.6" in line
+    assert not (tmp_path / "envs" / "demo" / "conda-meta" / "envtool" / "incomplete.json").exists()
+    assert not list((tmp_path / "envs" / "demo").glob("conda-meta/*.json"))
+
+
+# ------------------------------------------------------------- 6. prefix package records
+
+
+@pytest.fixture
+def demo(setup: cb.CudaSetup, cache: Path, tmp_path: Path) -> Path:
+    prefix = tmp_path / "envs" / "demo"
+    install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
+    return prefix
+
+
+def _evil_record(prefix: Path, files: list[str]) -> Path:
+    """A complete record (a copy of a real one, as rattler writes them) for a package `evil`
+    that is not in the lock, listing `files`: the next install removes what it lists."""
+    real = json.loads(next((prefix / "conda-meta").glob("python_abi-*.json")).read_text())
+    real.update(name="evil", version="1.0", build="0", fn="evil-1.0-0.conda", files=files)
+    real["paths_data"] = {
+        "paths_version": 1,
+        "paths": [{"_path": f, "path_type": "hardlink", "size_in_bytes": 9} for f in files],
+    }
+    record = prefix / "conda-meta" / "evil-1.0-0.json"
+    record.write_text(json.dumps(real))
+    return record
+
+
+def test_a_record_listing_paths_outside_the_prefix_is_refused_and_nothing_is_removed(
+    setup: cb.CudaSetup, demo: Path, tmp_path: Path
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    record = _evil_record(demo, ["../../victim"])
+    with pytest.raises(UsageError) as err:
+        install_from_lock(setup.lock, demo, platform="linux-64", progress=False)
+    assert str(record) in err.value.message and "../../victim" in err.value.message
+    assert victim.read_text() == "precious\n" and record.exists()
+    assert install_state.read_install_state(demo) == "complete"  # nothing was changed
+
+
+def test_a_record_path_through_a_symlinked_folder_is_refused(
+    setup: cb.CudaSetup, demo: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("precious\n")
+    (demo / "share" / "out").symlink_to(outside)
+    _evil_record(demo, ["share/out/victim"])
+    with pytest.raises(UsageError) as err:
+        install_from_lock(setup.lock, demo, platform="linux-64", progress=False)
+    assert "leads out of the environment" in err.value.message
+    assert (outside / "victim").read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("content", ["{", "", "[]", '{"name": "python_abi"}', "\x00" * 10])
+def test_a_damaged_record_is_set_aside_and_its_package_relinked(
+    content: str, setup: cb.CudaSetup, demo: Path
+) -> None:
+    """Old code: a truncated conda-meta/*.json blocked every later install (rattler refused)."""
+    record = next((demo / "conda-meta").glob("python_abi-*.json"))
+    record.write_text(content)
+    drift = compute_drift(demo, setup.lock, "linux-64", check_files=True)
+    assert not drift["clean"] and drift["damaged_records"] == [str(record)]
+    install_from_lock(setup.lock, demo, platform="linux-64", progress=False)
+    assert json.loads(record.read_text())["name"] == "python_abi"  # relinked: a fresh record
+    assert list((demo / "conda-meta" / "envtool" / "damaged").iterdir())
+    assert compute_drift(demo, setup.lock, "linux-64", check_files=True)["clean"]
+
+
+def test_a_package_that_ships_a_conda_meta_record_is_refused(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    evil_record = json.dumps({"name": "x", "version": "1", "build": "0", "files": ["../../victim"]})
+    channel = cb.build_channel(
+        tmp_path / "evil-channel",
+        [cb.Pkg("evil", "1.0", "h0_0", files={"conda-meta/x-1-0.json": evil_record})],
+    )
+    lock = cb.write_lock(
+        tmp_path / "evil.yml", cb.solve_records(channel, ["evil"], cuda=None), channel.as_uri()
+    )
+    out = run_envtool("install", "evil", "--lock", str(lock), env=env)
+    line = _one_line_error(out)
+    assert "conda-meta/x-1-0.json" in line and "evil 1.0" in line
+    assert not (tmp_path / "envs" / "evil" / "conda-meta" / "x-1-0.json").exists()
+
+
+# ------------------------------------------------------ 7. rattler's extracted package cache
+
+
+def test_a_changed_file_in_the_extracted_cache_is_repaired_and_verify_reports_drift(
+    setup: cb.CudaSetup, demo: Path, cache: Path, tmp_path: Path
+) -> None:
+    extracted = next((cache / "rattler").glob("libtorch-*/lib/libtorch_cuda.so"))
+    original = extracted.read_bytes()
+    with open(extracted, "r+b") as fh:  # in place: rattler hardlinks, so `demo` changes too
+        fh.write(b"X" * len(original))  # same size: only a hash notices
+    other = tmp_path / "envs" / "other"
+    install_from_lock(setup.lock, other, platform="linux-64", progress=False)
+    assert (other / "lib" / "libtorch_cuda.so").read_bytes() == original  # old: the changed file
+
+    assert compute_drift(demo, setup.lock, "linux-64", check_files=True)["clean"]  # size only
+    full = compute_drift(demo, setup.lock, "linux-64", check_files=True, full=True)
+    assert [r["name"] for r in full["damaged"]] == ["libtorch"]
+
+    with open(demo / "lib" / "libtorch_cuda.so", "ab") as fh:  # another size: install sees it
+        fh.write(b"more")
+    assert not compute_drift(demo, setup.lock, "linux-64", check_files=True)["clean"]
+    install_from_lock(setup.lock, demo, platform="linux-64", progress=False)
+    assert (demo / "lib" / "libtorch_cuda.so").read_bytes() == original
+    assert compute_drift(demo, setup.lock, "linux-64", check_files=True, full=True)["clean"]
+
+
+def test_verify_full_flag_reports_a_changed_file(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    assert run_envtool("install", "demo", "--lock", str(setup.lock), env=env).returncode == 0
+    target = tmp_path / "envs" / "demo" / "share" / "cuda-version" / "VERSION"
+    target.write_bytes(b"9" * target.stat().st_size)
+    assert run_envtool("verify", "demo", env=env).returncode == 0
+    out = run_envtool("verify", "demo", "--full", env=env)
+    assert out.returncode == 1 and "damaged  cuda-version: files 1 changed" in out.stdout
+
+
+# ------------------------------------------------- 8. a right-hash file that is no package
+
+
+def _bogus_archives(tmp_path: Path, setup: cb.CudaSetup) -> dict[str, Path]:
+    good = _archive(setup, "python_abi-").read_bytes()
+    out = {}
+    for kind in ("random", "zip-without-parts", "truncated", "zstd-garbage"):
+        path = tmp_path / kind / "linux-64" / "python_abi-3.11-8_cp311.conda"
+        path.parent.mkdir(parents=True)
+        if kind == "random":
+            path.write_bytes(random.Random(1).randbytes(5000))
+        elif kind == "zip-without-parts":
+            with zipfile.ZipFile(path, "w") as zf:
+                zf.writestr("hello.txt", "x")
+        elif kind == "truncated":
+            path.write_bytes(good[: len(good) // 2])
+        else:
+            with zipfile.ZipFile(path, "w") as zf:
+                zf.writestr("metadata.json", '{"conda_pkg_format_version":2}')
+                zf.writestr(
+                    "info-python_abi-3.11-8_cp311.tar.zst", b"\x28\xb5\x2f\xfd" + b"\x00" * 64
+                )
+                zf.writestr(
+                    "pkg-python_abi-3.11-8_cp311.tar.zst", b"\x28\xb5\x2f\xfd" + b"\x00" * 64
+                )
+        out[kind] = path
+    return out
+
+
+def test_an_archive_with_the_right_hash_that_is_no_package_is_refused_every_time(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Old code crashed the interpreter (exit -6 PyGILState_Release, or -11) in ~1/3 of runs."""
+    for kind, bad in _bogus_archives(tmp_path, setup).items():
+        lock = cb.edit_lock(
+            setup.lock,
+            tmp_path / f"{kind}.yml",
+            {
+                "python_abi": {
+                    "url": bad.as_uri(),
+                    "hash": {"sha256": cb.sha256_of(bad), "md5": _md5(bad)},
+                }
+            },
+        )
+        for i in range(5 if kind == "random" else 2):
+            e = dict(env, ENVTOOL_CACHE_DIR=str(tmp_path / f"cache-{kind}-{i}"))
+            out = run_envtool("install", f"e{i}", "--lock", str(lock), env=e)
+            line = _one_line_error(out)
+            assert "python_abi" in line and "not a" in line, line
+            assert not (
+                tmp_path / "envs" / f"e{i}" / "conda-meta" / "envtool" / "incomplete.json"
+            ).exists()
+
+
+# ---------------------------------------------------------------------------- 9. bundles
+
+
+def test_a_bundle_does_not_replace_an_existing_env_of_its_name(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    out = run_envtool("bundle", "--lock", str(setup.lock), "-o", str(tmp_path / "b"), env=env)
+    assert out.returncode == 0, out.stderr
+    manifest = tmp_path / "b" / "bundle.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "name": "mine"}))
+    # `mine` is another env (another lock: only cuda-version)
+    small = cb.write_lock(
+        tmp_path / "small.yml",
+        cb.solve_records(setup.channel, ["cuda-version 12.6.*"]),
+        setup.channel.as_uri(),
+    )
+    assert run_envtool("install", "mine", "--lock", str(small), env=env).returncode == 0
+    before = sorted(p.name for p in (tmp_path / "envs" / "mine" / "conda-meta").glob("*.json"))
+    out = run_envtool("install", "--from", str(tmp_path / "b"), env=env)
+    assert "'mine'" in _one_line_error(out) and "already holds" in out.stderr
+    assert (
+        sorted(p.name for p in (tmp_path / "envs" / "mine" / "conda-meta").glob("*.json")) == before
+    )
+    # named explicitly, it is the user's choice; a re-run of the same bundle converges
+    assert run_envtool("install", "mine", "--from", str(tmp_path / "b"), env=env).returncode == 0
+    assert run_envtool("install", "--from", str(tmp_path / "b"), env=env).returncode == 0
+
+
+def test_an_offline_install_with_a_wheel_missing_from_the_bundle_fails_naming_it(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    assert (
+        run_envtool(
+            "bundle", "--lock", str(setup.lock), "-o", str(tmp_path / "b"), env=env
+        ).returncode
+        == 0
+    )
+    wheel = next((tmp_path / "b" / "channel" / "pypi").glob("*.whl"))
+    wheel.unlink()  # the lock's original file:// URL still exists: old code fetched it
+    out = run_envtool("install", "demo", "--from", str(tmp_path / "b"), env=env)
+    assert wheel.name in _one_line_error(out)
+    assert not (tmp_path / "envs" / "demo").exists()
+
+
+def test_a_bundle_manifest_that_is_a_link_is_refused(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    assert (
+        run_envtool(
+            "bundle", "--lock", str(setup.lock), "-o", str(tmp_path / "b"), env=env
+        ).returncode
+        == 0
+    )
+    manifest = tmp_path / "b" / "bundle.json"
+    (tmp_path / "elsewhere.json").write_text(manifest.read_text())
+    manifest.unlink()
+    manifest.symlink_to(tmp_path / "elsewhere.json")
+    out = run_envtool("install", "--from", str(tmp_path / "b"), env=env)
+    assert "symbolic link" in _one_line_error(out)
+
+
+# ------------------------------------------------------------------- 11. test hooks
+
+
+def test_the_old_pause_variables_do_nothing(setup: cb.CudaSetup, env: dict[str, str]) -> None:
+    """ENVTOOL_TEST_PAUSE_AT/S were honoured in normal use (and a bad value crashed)."""
+    e = dict(env, ENVTOOL_TEST_PAUSE_AT="after-download", ENVTOOL_TEST_PAUSE_S="soon")
+    out = run_envtool("install", "demo", "--lock", str(setup.lock), env=e, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "PAUSED AT" not in out.stderr and "pausing" not in out.stderr
