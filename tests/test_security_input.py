@@ -935,3 +935,20 @@ def test_another_users_env_is_refused_in_one_line(argv, nobody_world) -> None:
     code, out, err = _nobody_envtool(args, env, home)
     _assert_one_line_naming(code, out, err, envs)
     assert (envs / "x" / "conda-meta").is_dir()  # root's env is intact
+
+
+@pytest.mark.parametrize("case", ["billion-laughs", "too-large", "duplicate-key", "utf-16"])
+def test_export_reads_the_request_beside_the_lock_bounded(case, tmp_path) -> None:
+    """export reads the lock's request files (metadata.sources) like every env file."""
+    import shutil
+
+    from envtool.commands.export import read_request
+    from envtool.errors import UsageError
+
+    src = _env_file_cases(tmp_path)[case]
+    lock_dir = tmp_path / "environments" / "x"
+    lock_dir.mkdir(parents=True)
+    shutil.copy(src, lock_dir / "environment.yml")
+    with pytest.raises(UsageError) as info:
+        read_request(lock_dir / "conda-lock.yml", ["environment.yml"])
+    assert "environment.yml" in info.value.one_line() and len(info.value.one_line()) < 600

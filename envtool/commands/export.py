@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from envtool.core.shell_quote import quote_posix
-from envtool.errors import UsageError, not_utf8
+from envtool.errors import UsageError
 from envtool.output import note
 
 if TYPE_CHECKING:
@@ -42,10 +42,10 @@ def read_request(lock_path: Path, sources: list[str]) -> EnvSpec | None:
 
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise not_utf8(path, exc) from None
+    """A request file beside the lock: read like every env file (regular, size-capped)."""
+    from envtool.adapters.files import ENV_FILE_LIMIT, read_text
+
+    return read_text(path, ENV_FILE_LIMIT, what="environment file")
 
 
 def run_export(
