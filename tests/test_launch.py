@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -634,3 +635,49 @@ def test_an_explicit_free_rdzv_endpoint_still_runs(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert {p.name for p in out.iterdir()} == {"rank-0", "rank-1"}
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs (a full disk on demand); skipped where mounting is not allowed."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True
+    )
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(disk: Path, leave_kib: int) -> None:
+    """Fill the tiny disk up to `leave_kib` KiB of free space."""
+    stat = os.statvfs(disk)
+    free = stat.f_bavail * stat.f_frsize
+    (disk / "filler").write_bytes(b"\0" * max(0, free - leave_kib * 1024))
+
+
+@pytest.mark.parametrize("leave_kib", [0, 12], ids=["full-at-start", "fills-mid-run"])
+def test_a_full_run_dir_disk_is_one_line_exit_1_naming_the_disk(
+    tmp_path: Path, tiny_disk: Path, leave_kib: int
+) -> None:
+    (tiny_disk / "runs").mkdir()
+    fill(tiny_disk, leave_kib)
+    marker = uuid.uuid4().hex
+    args = [str(tmp_path / "o"), "--steps", "3000"]
+    proc = envtool(
+        ["launch", str(RANK_FILE), "--cpu", "--run-dir", str(tiny_disk / "runs"), "--", *args],
+        tmp_path,
+        marker,
+        timeout=180,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Exception in thread" not in proc.stderr  # the log copier no longer dies loudly
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("envtool: error")]
+    assert len(ours) == 1, proc.stderr[-2000:]
+    assert "No space left on device" in ours[0] and str(tiny_disk / "runs") in ours[0]
+    assert "is full" in ours[0] and "--run-dir on another disk" in ours[0]
+    assert leftovers(marker) == []

@@ -30,7 +30,7 @@ from envtool.core.launch_plan import (
     parse_last_exception,
     parse_root_cause,
 )
-from envtool.errors import UsageError
+from envtool.errors import DiagnosedFailure, UsageError
 
 GRACE_SECONDS = 20.0  # after a forwarded Ctrl-C/SIGTERM: time for ranks to checkpoint and exit
 
@@ -44,6 +44,7 @@ class LaunchOutcome:
     failure: RankFailure | None = None
     rank_logs: dict[str, str] = field(default_factory=dict)
     killed_leftovers: int = 0
+    log_error: RunDirError | None = None  # the run folder stopped taking writes (full disk)
 
 
 def _now() -> str:
@@ -103,10 +104,34 @@ def make_run_dir(path: Path) -> None:
 
 
 def write_manifest(path: Path, data: dict[str, Any]) -> None:
-    """Whole file or nothing: write beside, then rename."""
+    """Whole file or nothing: write beside, then rename. A run folder that cannot take it (a
+    full disk, a quota) is a RunDirError naming the file and the disk."""
     from envtool.adapters.lock_io import write_text_atomic
 
-    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    try:
+        write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    except UsageError as exc:  # files.write_atomic's one line; the OSError is its context
+        cause = exc.__context__
+        if isinstance(cause, OSError):
+            raise RunDirError(path, cause) from None
+        raise
+
+
+class RunDirError(DiagnosedFailure):
+    """The run folder stopped taking writes (full disk, quota, gone): the run cannot be
+    recorded. Exit 1 — envtool worked, the run's place did not."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        import errno
+
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        where = f" (the disk holding {path.parent} is full)" if full else ""
+        super().__init__(
+            f"cannot write {path}: {exc.strerror or exc}{where}",
+            "free space there or pass --run-dir on another disk",
+        )
+        self.path = path
+        self.errno = exc.errno
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -130,6 +155,7 @@ def apply_launch(
     env = {**environ, **plan.env_add}
     received: list[int] = []
     pid: list[int] = []
+    log_errors: list[RunDirError] = []
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
@@ -153,7 +179,9 @@ def apply_launch(
                 _signal_group(proc.pid, received[0])
             launcher_log = run_dir / "launcher.log"
             copier = threading.Thread(
-                target=_copy_stream, args=(proc.stderr, console, launcher_log), daemon=True
+                target=_copy_stream,
+                args=(proc.stderr, console, launcher_log, log_errors),
+                daemon=True,
             )
             copier.start()
             if on_started is not None:
@@ -175,6 +203,7 @@ def apply_launch(
         interrupted_by=signal.Signals(received[0]).name if received else None,
         rank_logs=find_rank_logs(Path(plan.log_dir)),
         killed_leftovers=leftovers,
+        log_error=log_errors[0] if log_errors else None,
     )
     if code != 0:
         outcome.failure = read_failure(plan, _read_text(launcher_log))
@@ -208,18 +237,41 @@ def _signal_group(pid: int, signum: int) -> None:
         pass
 
 
-def _copy_stream(src: IO[bytes] | None, console: IO[bytes], log_path: Path) -> None:
+def _copy_stream(
+    src: IO[bytes] | None, console: IO[bytes], log_path: Path, errors: list[RunDirError]
+) -> None:
+    """torchrun's stderr to the console and launcher.log. A log that stops taking writes (a
+    full disk) is noted in `errors` and dropped; the console copy goes on, so torchrun never
+    blocks on a pipe nobody reads (and no thread dies with a traceback)."""
     if src is None:
         return
-    with open(log_path, "ab") as log:
-        for line in iter(src.readline, b""):
-            log.write(line)
-            log.flush()
+    log: IO[bytes] | None = None
+    try:
+        log = open(log_path, "ab")  # noqa: SIM115  (closed below, whatever happens)
+    except OSError as exc:
+        errors.append(RunDirError(log_path, exc))
+    for line in iter(src.readline, b""):
+        if log is not None:
             try:
-                console.write(line)
-                console.flush()
-            except (OSError, ValueError):
-                pass  # console closed: keep logging
+                log.write(line)
+                log.flush()
+            except OSError as exc:
+                errors.append(RunDirError(log_path, exc))
+                log = _close_quietly(log)
+        try:
+            console.write(line)
+            console.flush()
+        except (OSError, ValueError):
+            pass  # console closed: keep logging
+    _close_quietly(log)
+
+
+def _close_quietly(log: IO[bytes] | None) -> None:
+    if log is not None:
+        try:
+            log.close()
+        except OSError:
+            pass  # the buffered tail could not be written either: already reported
 
 
 def kill_run(pid: int, run_id: str) -> int:

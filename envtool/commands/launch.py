@@ -218,7 +218,10 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
             driver=facts["driver"],
             gpus=facts["gpus"],
         )
-        launcher.write_manifest(manifest_path, manifest)  # a crash still leaves what started
+        try:
+            launcher.write_manifest(manifest_path, manifest)  # a crash still leaves what started
+        except launcher.RunDirError as exc:  # apply_launch stops the run: it cannot be recorded
+            raise DiagnosedFailure(f"run {run_id} stopped: {exc.message}", exc.hint) from None
 
     outcome = launcher.apply_launch(
         plan, environ, stdout_to_stderr=opts["as_json"], on_started=record_facts
@@ -233,7 +236,17 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     if outcome.failure is not None:
         manifest["failed_rank"] = outcome.failure.rank
         manifest["failure"] = outcome.failure.__dict__
-    launcher.write_manifest(manifest_path, manifest)
+    try:
+        launcher.write_manifest(manifest_path, manifest)
+        disk_error = outcome.log_error
+    except launcher.RunDirError as exc:
+        disk_error = exc
+    if disk_error is not None and (outcome.exit_code != 0 or disk_error is not outcome.log_error):
+        # the run folder's disk is the story (the ranks died writing to it): one line, exit 1
+        ended = "failed" if outcome.exit_code != 0 else "finished"
+        raise DiagnosedFailure(f"run {run_id} {ended}, and {disk_error.message}", disk_error.hint)
+    if disk_error is not None:
+        note(f"envtool: warning: {disk_error.message}: launcher.log is incomplete")
     from envtool.core.launch_plan import render_failure
 
     if outcome.interrupted_by:
