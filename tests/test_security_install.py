@@ -471,3 +471,36 @@ def test_the_old_pause_variables_do_nothing(setup: cb.CudaSetup, env: dict[str, 
     out = run_envtool("install", "demo", "--lock", str(setup.lock), env=e, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "PAUSED AT" not in out.stderr and "pausing" not in out.stderr
+
+
+# ------------------------------------------------------- 5. lock --check: the lock's own content
+
+
+def test_lock_check_reports_a_lock_whose_url_and_sha256_were_edited(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "environment.yml").write_text(
+        f"name: e\nchannels:\n  - {setup.channel.as_uri()}\ndependencies:\n  - pytorch 2.7.*\n"
+    )
+    args = ["--channel", str(setup.channel), "--cuda", "12.6", "--driver", "570.86.10"]
+    made = run_envtool(
+        "create", "e", "-f", "environment.yml", "--no-install", *args, env=env, cwd=project
+    )
+    assert made.returncode == 0, made.stderr
+    assert run_envtool("lock", "e", "--check", env=env, cwd=project).returncode == 0
+    lock = project / "environments" / "e" / "conda-lock.yml"
+    good = lock.read_text()
+    pkg = next(p for p in read_lock(lock).packages if p.name == "libtorch")
+    evil = tmp_path / "evil" / pkg.file_name
+    evil.parent.mkdir()
+    evil.write_bytes(b"not the package")
+    lock.write_text(good.replace(pkg.url, evil.as_uri()).replace(pkg.sha256, cb.sha256_of(evil)))
+    out = run_envtool("lock", "e", "--check", env=env, cwd=project)
+    assert out.returncode == 1 and "edited since envtool wrote it" in out.stderr, out.stderr
+    # the no-op re-lock does not keep the edited lock either: it solves again
+    relock = run_envtool("lock", "e", env=env, cwd=project)
+    assert relock.returncode == 0, relock.stderr
+    assert evil.as_uri() not in lock.read_text()
+    assert run_envtool("lock", "e", "--check", env=env, cwd=project).returncode == 0

@@ -27,7 +27,14 @@ from envtool.core.lock_model import (
     parse_build_from_file_name,
     platform_problem,
 )
-from envtool.core.lockfile import PipPackage, SolvedPackage, dependency_map
+from envtool.core.lockfile import (
+    DIGEST_PLACEHOLDER,
+    KEY_DIGEST,
+    PipPackage,
+    SolvedPackage,
+    dependency_map,
+    with_content_digest,
+)
 from envtool.errors import UsageError
 
 _preload: threading.Thread | None = None
@@ -128,7 +135,9 @@ def write_lock(
             channels=[Channel.from_string(c) for c in channels],
             platforms=sorted(packages),
             sources=sources,
-            custom_metadata=dict(sorted(custom_metadata.items())),
+            custom_metadata=dict(
+                sorted({**custom_metadata, KEY_DIGEST: DIGEST_PLACEHOLDER}.items())
+            ),
         ),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,6 +146,8 @@ def write_lock(
         tmp = tmpdir / path.name
         with _libyaml_emitter():
             write_conda_lock_file(lock, tmp, metadata_choices=None)
+        # the lock's own content digest (lock --check: an edited url/sha256 is not fresh)
+        tmp.write_bytes(with_content_digest(tmp.read_bytes()))
         os.replace(tmp, path)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)

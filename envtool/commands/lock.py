@@ -7,6 +7,7 @@ conda-lock are imported. `--check` exits 1 when the lock is stale.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -38,6 +39,15 @@ def current_input_hash(yml_text: str, stored: dict[str, Any]) -> str:
         list(stored.get("channels") or []), list(stored.get("platforms") or [])
     )
     return compute_input_hash(yml_text, stored, identity, __version__)
+
+
+def lock_edited(lock_path: Path) -> str | None:
+    """None when the lock's bytes are what envtool wrote (its recorded content digest matches);
+    else 'edited' or 'no digest'. Bounded read: the lock may come from anyone."""
+    from envtool.adapters.files import LOCK_FILE_LIMIT, read_bytes
+    from envtool.core.lockfile import content_digest_state
+
+    return content_digest_state(read_bytes(lock_path, LOCK_FILE_LIMIT, what="lock file"))
 
 
 @click.command("lock")
@@ -102,12 +112,18 @@ def cmd(
     fresh = False
     if stamp is not None and stored is not None:
         fresh = current_input_hash(yml_text, stored) == stamp
+    edited = lock_edited(lock_path) if fresh else None
+    fresh = fresh and edited is None  # an unchanged request is not enough: the lock itself too
     if check:
         if not fresh:  # the CLI prints the error (and, with --json, its envelope)
             if not lock_path.is_file():
                 state = "missing"
             elif stamp is None:  # conda-lock's own, or hand-edited: no way to tell if it is fresh
                 state = "not envtool's (it records no input hash, so freshness is unknown)"
+            elif edited == "edited":
+                state = "edited since envtool wrote it (its content digest no longer matches)"
+            elif edited == "no digest":
+                state = "unverified (written by an envtool that recorded no content digest)"
             else:
                 state = "stale"
             raise DiagnosedFailure(

@@ -73,6 +73,38 @@ def render_options(options: dict[str, Any]) -> str:
     return json.dumps(options, sort_keys=True, separators=(",", ":"))
 
 
+# The lock's own content digest: sha256 of the file's bytes without the line that records it.
+# The input hash says the *request* is unchanged; this says the *lock* is what envtool wrote (an
+# edited url/sha256 is not "fresh"). An integrity check against edits, not a signature: whoever
+# edits the file can recompute it.
+KEY_DIGEST = "envtool_lock_sha256"
+DIGEST_PLACEHOLDER = "x" * 64  # written first, replaced by the digest of the rendered file
+_DIGEST_LINE = re.compile(rb"^[ \t]*" + KEY_DIGEST.encode() + rb":[^\n]*\n?", re.MULTILINE)
+_DIGEST_VALUE = re.compile(
+    rb"^[ \t]*" + KEY_DIGEST.encode() + rb":[ \t]*'?([0-9a-f]{64})'?[ \t]*\r?$", re.MULTILINE
+)
+
+
+def lock_content_digest(lock_bytes: bytes) -> str:
+    """sha256 of a conda-lock.yml without its content-digest line (the first one)."""
+    return hashlib.sha256(_DIGEST_LINE.sub(b"", lock_bytes, count=1)).hexdigest()
+
+
+def with_content_digest(lock_bytes: bytes) -> bytes:
+    """The rendered lock with DIGEST_PLACEHOLDER replaced by its content digest (quoted: a
+    digest of digits only must stay a string)."""
+    digest = lock_content_digest(lock_bytes)
+    return lock_bytes.replace(DIGEST_PLACEHOLDER.encode(), f"'{digest}'".encode(), 1)
+
+
+def content_digest_state(lock_bytes: bytes) -> str | None:
+    """None when the lock is what envtool wrote; else why not ('no digest', 'edited')."""
+    m = _DIGEST_VALUE.search(lock_bytes)
+    if m is None:
+        return "no digest"
+    return None if m.group(1).decode() == lock_content_digest(lock_bytes) else "edited"
+
+
 _REQUEST_LINE = re.compile(r"^\s*" + KEY_REQUEST + r":\s*'(.*)'\s*$", re.MULTILINE)
 
 
