@@ -952,3 +952,71 @@ def test_export_reads_the_request_beside_the_lock_bounded(case, tmp_path) -> Non
     with pytest.raises(UsageError) as info:
         read_request(lock_dir / "conda-lock.yml", ["environment.yml"])
     assert "environment.yml" in info.value.one_line() and len(info.value.one_line()) < 600
+
+
+# ------------------------------------------------------------- the env's own files and python
+
+
+def _fake_env(tmp: Path, probe_output: str | None = None) -> Path:
+    """An env prefix whose `python` prints `probe_output` (a hijacked or broken interpreter)."""
+    prefix = tmp / "env"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "conda-meta").mkdir()
+    (prefix / "conda-meta" / "history").write_text("")
+    site = prefix / "lib" / "python3.11" / "site-packages"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "version.py").write_text("__version__ = '2.5.1+cu121'\ncuda = '12.1'\n")
+    py = prefix / "bin" / "python"
+    out = (probe_output or "").replace("'", "'\\''")
+    py.write_text(f"#!/bin/sh\nprintf '%s\\n' '{out}'\n")
+    py.chmod(0o755)
+    return prefix
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '{"torch": {"version": ["2.5"], "cuda": "12.1"}}',
+        '{"torch": {"version": "2.5.1", "capabilities": [9.0]}}',
+        '{"torch": {"version": "2.5.1", "cuda": "' + "9" * 5000 + '"}}',
+        '{"python_version": {"a": 1}}',
+        '{"site_dirs": [1, 2]}',
+        '{"torch": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"torch": {"version": "2.5.1", "arch_list": "sm_90"}}',
+    ],
+    ids=[
+        "list-version",
+        "float-cap",
+        "5000-digit-cuda",
+        "dict-python",
+        "int-site",
+        "deep",
+        "str-list",
+    ],
+)
+def test_a_hostile_probe_output_is_a_crashed_probe_not_a_traceback(payload, tmp_path, capsys):
+    prefix = _fake_env(tmp_path, "ENVTOOL_PROBE_JSON:" + payload)
+    code, out, err = _run_main(["doctor", "--prefix", str(prefix), "--verbose"], capsys)
+    assert code in (0, 1) and "Traceback" not in err, (code, err[-800:])
+    assert "crashed importing torch" in out or "unusable probe output" in out, out[-800:]
+
+
+@pytest.mark.parametrize("case", ["fifo-record", "fifo-installer", "huge-version", "deep-record"])
+def test_doctor_fast_reads_the_envs_files_bounded(case, tmp_path, capsys) -> None:
+    prefix = _fake_env(tmp_path)
+    meta = prefix / "conda-meta"
+    site = prefix / "lib" / "python3.11" / "site-packages"
+    if case == "fifo-record":
+        os.mkfifo(meta / "pytorch-2.5.1-cuda121.json")
+    elif case == "fifo-installer":
+        (site / "torch-2.5.1.dist-info").mkdir()
+        os.mkfifo(site / "torch-2.5.1.dist-info" / "INSTALLER")
+        os.mkfifo(site / "torch-2.5.1.dist-info" / "METADATA")
+    elif case == "huge-version":
+        rec = {"name": "pytorch", "version": "9" * 5000, "build": "cuda121_0"}
+        _write_json(meta / "pytorch-9-cuda121_0.json", rec)
+        (site / "torch" / "version.py").write_text(f"__version__ = '{'9' * 5000}'\n")
+    elif case == "deep-record":
+        (meta / "cuda-version-12.1-h0.json").write_text("[" * 100_000 + "]" * 100_000)
+    code, out, err = _run_main(["doctor", "--prefix", str(prefix), "--fast", "--verbose"], capsys)
+    assert code in (0, 1) and "Traceback" not in err, (code, err[-800:])

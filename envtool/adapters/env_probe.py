@@ -8,7 +8,6 @@ Nothing here raises: a time-out, a crash or a missing python is a status in EnvF
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -16,9 +15,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from envtool.adapters.files import RECORD_LIMIT, read_bytes
 from envtool.adapters.locate import Target
 from envtool.adapters.proc import Runner, run_capture
-from envtool.core.facts import EnvFacts, TorchFacts
+from envtool.core.facts import EnvFacts, TorchFacts, check_value, from_dict
+from envtool.errors import UsageError
 
 SCRIPT = Path(__file__).with_name("env_probe_script.py")
 MARKER = "ENVTOOL_PROBE_JSON:"  # same string as in env_probe_script.py (it cannot import us)
@@ -95,11 +96,19 @@ def probe_env(
             f"probe finished but python {_exit_text(res.returncode)} at exit: {_tail(res.stderr)}"
         )
 
-    facts.python_version = data.get("python_version")
-    facts.torch_import_error = data.get("torch_import_error")
-    if isinstance(data.get("torch"), dict):
-        facts.torch = _torch_facts(data["torch"])
-    site_dirs = [d for d in data.get("site_dirs", []) if isinstance(d, str)]
+    # the env's python (or whatever sits at its path) is not trusted to print the format: every
+    # value is type-checked here, so a check never meets a list where a version goes
+    source = f"{target.python} (probe output)"
+    try:
+        for key in ("python_version", "torch_import_error"):
+            setattr(facts, key, check_value(data.get(key), str | None, source, key, key))
+        if isinstance(data.get("torch"), dict):
+            facts.torch = from_dict(TorchFacts, _torch_fields(data["torch"]), source, "torch.")
+        site_dirs = check_value(data.get("site_dirs") or [], list[str], source, "site_dirs")
+    except UsageError as exc:
+        facts.status, facts.error = "crashed", f"unusable probe output: {exc.message}"
+        facts.torch = facts.python_version = facts.torch_import_error = None
+        return facts
     # Also look where the interpreter looks (user site, a venv's site-packages) for extra torches.
     seen = {os.path.realpath(p["location"]) for p in facts.pip_torch}  # same dir, other spelling
     for entry in read_pip_torch([Path(d) for d in site_dirs]):
@@ -110,11 +119,13 @@ def probe_env(
 
 
 def _parse_output(stdout: str) -> dict[str, Any] | None:
+    from envtool.core.safe_load import parse_json
+
     for line in reversed(stdout.splitlines()):
         if line.startswith(MARKER):
             try:
-                data = json.loads(line[len(MARKER) :])
-            except json.JSONDecodeError:
+                data = parse_json(line[len(MARKER) :], "probe output")  # bounded depth
+            except UsageError:
                 return None
             return data if isinstance(data, dict) else None
     return None
@@ -134,22 +145,18 @@ def _tail(text: str, limit: int = 2000) -> str:
     return text[-limit:] if text else "(no output)"
 
 
-def _torch_facts(d: dict[str, Any]) -> TorchFacts:
+def _torch_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """The script's torch dict with what old torches report loosely made plain: a cudnn or
+    device count that is not an int is unknown, an empty list is a list (then type-checked)."""
+
     def as_int(v: Any) -> int | None:
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
-    return TorchFacts(
-        version=d.get("version"),
-        cuda=d.get("cuda"),
-        cudnn=as_int(d.get("cudnn")),
-        nccl=d.get("nccl"),
-        is_available=d.get("is_available"),
-        available_message=d.get("available_message"),
-        device_count=as_int(d.get("device_count")),
-        arch_list=list(d.get("arch_list") or []),
-        capabilities=list(d.get("capabilities") or []),
-        path=d.get("path"),
-    )
+    out = dict(d)
+    out["cudnn"], out["device_count"] = as_int(d.get("cudnn")), as_int(d.get("device_count"))
+    out["arch_list"] = d.get("arch_list") or []
+    out["capabilities"] = d.get("capabilities") or []
+    return out
 
 
 # ---------------------------------------------------------------- static reads (no python)
@@ -175,12 +182,11 @@ def read_conda_packages(prefix: Path) -> dict[str, dict[str, str]]:
         name = path.name.rsplit("-", 2)[0]  # <name>-<version>-<build>.json; skip unrelated early
         if name not in RELEVANT_CONDA:
             continue
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        rec = _read_json(path)
+        if rec is None or rec.get("name") not in RELEVANT_CONDA:
             continue  # a half-written record is the installer's problem, reported elsewhere
-        if not isinstance(rec, dict) or rec.get("name") not in RELEVANT_CONDA:
-            continue
+        if not _is_version(rec.get("version")):
+            continue  # not a record conda or envtool wrote (a 5000-digit "version")
         out[rec["name"]] = {
             "version": str(rec.get("version", "")),
             "build": str(rec.get("build", "")),
@@ -218,10 +224,7 @@ def read_pip_torch(site_dirs: list[Path]) -> list[dict[str, str]]:
             if entry.is_dir():
                 meta = entry / ("METADATA" if m.group(2) == "dist-info" else "PKG-INFO")
                 version = _metadata_version(meta) or version
-                try:
-                    installer = (entry / "INSTALLER").read_text().strip() or "unknown"
-                except OSError:
-                    pass
+                installer = (_read_small(entry / "INSTALLER", 4096) or "").strip() or "unknown"
             found.append(
                 {
                     "name": "torch",
@@ -234,16 +237,50 @@ def read_pip_torch(site_dirs: list[Path]) -> list[dict[str, str]]:
 
 
 def _metadata_version(path: Path) -> str | None:
-    try:
-        with path.open(encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("Version:"):
-                    return line.split(":", 1)[1].strip()
-                if not line.strip():
-                    break  # headers end at the first blank line
-    except OSError:
-        return None
+    text = _read_small(path, RECORD_LIMIT)
+    for line in (text or "").splitlines():
+        if line.startswith("Version:"):
+            version = line.split(":", 1)[1].strip()
+            return version if _is_version(version) else None
+        if not line.strip():
+            break  # headers end at the first blank line
     return None
+
+
+def _read_small(path: Path, limit: int) -> str | None:
+    """A file of the environment, read as the probe reads everything there: regular files only,
+    non-blocking (a FIFO named INSTALLER must not hang doctor), at most `limit` bytes; None
+    when it is not that."""
+    try:
+        return read_bytes(path, limit).decode("utf-8", errors="replace")
+    except UsageError:
+        return None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    from envtool.core.safe_load import parse_json
+
+    text = _read_small(path, RECORD_LIMIT)
+    if text is None:
+        return None
+    try:
+        data = parse_json(text, str(path))
+    except UsageError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _is_version(value: Any) -> bool:
+    """A version string the checks can compare (they parse it; 5000 digits is none)."""
+    from envtool.core.versions import parse_version
+
+    if not isinstance(value, str) or len(value) > 256:
+        return False
+    try:
+        parse_version(value)
+    except ValueError:
+        return False
+    return True
 
 
 def read_installed(prefix: Path) -> tuple[dict[str, dict[str, str]], list[dict[str, str]]]:
@@ -261,15 +298,16 @@ def read_torch_static(prefix: Path) -> TorchFacts | None:
     None when no torch is installed under `prefix`."""
     for d in site_packages_dirs(prefix):
         vfile = d / "torch" / "version.py"
-        try:
-            text = vfile.read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        text = _read_small(vfile, 1 << 20)
+        if text is None:
             continue
         v = _VERSION_LINE.search(text)
         c = _CUDA_LINE.search(text)
+        version = v.group(1) if v and _is_version(v.group(1)) else None
+        cuda = c.group(1) if c and c.group(1) and _is_version(c.group(1)) else None
         return TorchFacts(
-            version=v.group(1) if v else None,
-            cuda=(c.group(1) or None) if c else None,
+            version=version,
+            cuda=cuda,
             path=str(d / "torch" / "__init__.py"),
         )
     return None
