@@ -48,7 +48,7 @@ class _Refused(Exception):
         self.line = mark.line + 1 if mark is not None else None
 
 
-_LOADER: type | None = None
+_STRICT_SAFE_LOADER: type | None = None
 
 # Raised by strict_loader()'s loader on an alias or a duplicate key (.reason, .line).
 YamlRefused = _Refused
@@ -57,10 +57,10 @@ YamlRefused = _Refused
 def strict_loader() -> type:
     """The loader parse_yaml uses, for a caller that needs the composed nodes (line numbers in
     its own errors); it raises YamlRefused. Check the value with check_depth afterwards."""
-    global _LOADER
-    if _LOADER is None:
-        _LOADER = _loader_class()
-    return _LOADER
+    global _STRICT_SAFE_LOADER
+    if _STRICT_SAFE_LOADER is None:
+        _STRICT_SAFE_LOADER = _loader_class()
+    return _STRICT_SAFE_LOADER
 
 
 def parse_yaml(data: str | bytes, source: str, hint: str = "fix the file") -> Any:
