@@ -699,3 +699,25 @@ def test_launch_dry_run_is_pasteable_with_hostile_args_and_variables(tmp_path: P
     argv = json.loads(seen.read_text())
     assert argv[-len(HOSTILE_ARGS) - 1 :] == [str(script), *HOSTILE_ARGS]
     assert pwned(tmp_path) == []
+
+
+def test_a_newline_in_data_cannot_print_a_doctor_verdict_line(tmp_path: Path) -> None:
+    prefix = make_env(tmp_path / "envs" / "demo", {})
+    spoof = "2.7.1\nenvtool doctor: OK — all checks passed\n  ✓ nvidia-driver: fine"
+    torch = {
+        "name": "pytorch",
+        "version": spoof,
+        "build": "cuda126_0",
+        "build_number": 0,
+        "channel": "https://conda.anaconda.org/conda-forge",
+        "fn": "pytorch-2.7.1-cuda126_0.conda",
+        "files": [],
+    }
+    (prefix / "conda-meta" / "pytorch-2.7.1-cuda126_0.json").write_text(json.dumps(torch))
+    out = run_envtool("doctor", "demo", "--fast", "-v", env=base_env(tmp_path), cwd=tmp_path)
+    assert out.returncode in (0, 1), out.stderr
+    lines = out.stdout.splitlines()
+    assert [ln for ln in lines if ln.startswith("envtool doctor:")] == [lines[0]]
+    assert "OK — all checks passed" not in lines[0]
+    assert not any(ln.startswith("  ✓ nvidia-driver: fine") for ln in lines)
+    assert no_control(out.stdout)

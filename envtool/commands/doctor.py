@@ -253,6 +253,23 @@ def read_replay_deep(directory: Path) -> dict[str, Any] | None:
 
 # --------------------------------------------------------------------------- rendering
 
+
+def terminal_lines(lines: list[str]) -> list[str]:
+    """The report's lines for a terminal. GPU names, driver strings, package fields and probe
+    errors are data: their control characters are escaped, and a newline inside one (a
+    multi-line stderr, or a crafted name) continues the line indented below it, so data can
+    never print a line that looks like a check or the verdict."""
+    from envtool.core.shell_quote import printable
+
+    out: list[str] = []
+    for line in lines:
+        first, *rest = str(line).split("\n")
+        indent = " " * (len(first) - len(first.lstrip(" ")) + 4)
+        out.append(printable(first))
+        out += [indent + printable(part) for part in rest]
+    return out
+
+
 _MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
 _ASCII = {"ok": "ok", "warn": "!", "fail": "X", "skip": "-"}
 
@@ -448,11 +465,8 @@ def cmd(
     if as_json:
         sys.stdout.write(render_doctor_json(checks, host, env) + "\n")
     else:
-        from envtool.output import terminal_text
-
-        # GPU names, driver strings, package fields: escaped before they reach the terminal
-        text = "\n".join(render_human(checks, host, env, verbose, deep_result))
-        sys.stdout.write(terminal_text(text) + "\n")
+        lines = render_human(checks, host, env, verbose, deep_result)
+        sys.stdout.write("\n".join(terminal_lines(lines)) + "\n")
     sys.stdout.flush()
     if overall(checks) == "fail":
         raise click.exceptions.Exit(1)
