@@ -364,6 +364,15 @@ def request_from_yml(
             raise UsageError(
                 f"--{key} '': empty", f"pass a value, or leave --{key} out for the default"
             )
+    for key in ("cuda", "torch", "python", "driver"):
+        value = str(flags.get(key) or "")
+        if len(value) > 64 or any(len(p) > 16 for p in re.findall(r"\w+", value)):
+            # no version has a 5000-digit part: refused before anything compares it, and the
+            # value is not echoed whole
+            example = {"cuda": "12.4", "torch": "2.7", "python": "3.11", "driver": "550.54.14"}
+            raise UsageError(
+                f"--{key} {value[:24]}…: not a version", f"e.g. --{key} {example[key]}"
+            )
     spec = parse_environment_yml(text, source)
     conda = [d.render() for d in spec.dependencies]
     check_specs(spec.dependencies, source)

@@ -1020,3 +1020,12 @@ def test_doctor_fast_reads_the_envs_files_bounded(case, tmp_path, capsys) -> Non
         (meta / "cuda-version-12.1-h0.json").write_text("[" * 100_000 + "]" * 100_000)
     code, out, err = _run_main(["doctor", "--prefix", str(prefix), "--fast", "--verbose"], capsys)
     assert code in (0, 1) and "Traceback" not in err, (code, err[-800:])
+
+
+@pytest.mark.parametrize("flag", ["--torch", "--python", "--cuda", "--driver"])
+def test_a_5000_digit_version_flag_is_one_short_line(flag, run_cli, tmp_path) -> None:
+    value = "2." + "9" * 5000
+    code, out, err = run_cli(["create", "x", "--no-install", flag, value, *H200[2:]], tmp_path)
+    _one_line_error(code, out, err, flag)
+    code, out, err = run_cli(["doctor", "--fast", "--driver", value], tmp_path)
+    _one_line_error(code, out, err, "--driver")

@@ -423,6 +423,7 @@ def cmd(
         try:
             parse_version(driver)
         except ValueError:
+            shown = driver if len(driver) <= 40 else driver[:39] + "…"  # not 5000 digits back
             raise UsageError(
                 f"--driver {driver!r}: not a driver version", "use e.g. --driver 535.54.03"
             ) from None
