@@ -425,7 +425,7 @@ def cmd(
         except ValueError:
             shown = driver if len(driver) <= 40 else driver[:39] + "…"  # not 5000 digits back
             raise UsageError(
-                f"--driver {driver!r}: not a driver version", "use e.g. --driver 535.54.03"
+                f"--driver {shown!r}: not a driver version", "use e.g. --driver 535.54.03"
             ) from None
 
     deep_result = None
