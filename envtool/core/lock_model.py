@@ -190,20 +190,35 @@ def toposorted(packages: list[LockedPackage]) -> list[LockedPackage]:
 def _toposort_names(graph: dict[str, set[str]]) -> list[str]:
     """conda's toposort (safe mode): layers of ready names, each sorted; on a cycle the name with
     the fewest open dependencies (then the first by name) goes next. pip -> python is dropped so
-    python comes before pip."""
+    python comes before pip.
+
+    Kahn's algorithm by layers: each name counts its open dependencies and knows its dependents,
+    so a layer costs what it touches (conda's loop rescans every name per layer: quadratic in a
+    dependency chain, 10k packages took 15 s, 50k over 300 s)."""
     data = {k: set(v) - {k} for k, v in graph.items()}
     if "python" in data:
         data["python"].discard("pip")
     for extra in set().union(*data.values()) - set(data):
         data[extra] = set()  # a dependency outside the graph (virtual, other manager)
+    dependents: dict[str, list[str]] = {k: [] for k in data}
+    for name, deps in data.items():
+        for dep in deps:
+            dependents[dep].append(name)
+    open_deps = {k: len(v) for k, v in data.items()}
+    done: set[str] = set()
     order: list[str] = []
-    while data:
-        ready = sorted(k for k, v in data.items() if not v)
+    ready = sorted(k for k, n in open_deps.items() if n == 0)
+    while len(done) < len(data):
         if not ready:  # a cycle: break it where conda does
-            ready = [min(data.items(), key=lambda kv: (len(kv[1]), kv[0]))[0]]
+            ready = [min((k for k in data if k not in done), key=lambda k: (open_deps[k], k))]
         order += ready
+        done.update(ready)
+        following: list[str] = []
         for name in ready:
-            del data[name]
-        for deps in data.values():
-            deps.difference_update(ready)
+            for dependent in dependents[name]:
+                if dependent not in done:
+                    open_deps[dependent] -= 1
+                    if open_deps[dependent] == 0:
+                        following.append(dependent)
+        ready = sorted(following)
     return order
