@@ -681,3 +681,54 @@ def test_a_full_run_dir_disk_is_one_line_exit_1_naming_the_disk(
     assert "No space left on device" in ours[0] and str(tiny_disk / "runs") in ours[0]
     assert "is full" in ours[0] and "--run-dir on another disk" in ours[0]
     assert leftovers(marker) == []
+
+
+def wait_for_ranks(ready: Path, proc: subprocess.Popen[str], n: int = 2) -> None:
+    deadline = time.monotonic() + 60
+    while not all((ready / f"rank-{r}").exists() for r in range(n)):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "ranks never started"
+        time.sleep(0.1)
+
+
+def wait_gone(marker: str, bound: float = 120.0) -> list[int]:
+    """Poll until no process carries the marker (a generous bound, not a speed check)."""
+    deadline = time.monotonic() + bound
+    while (left := leftovers(marker)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+@pytest.mark.parametrize("deaf", [False, True], ids=["ranks-obey", "ranks-ignore-signals"])
+def test_sigkill_of_envtool_takes_torchrun_and_every_rank_with_it(
+    tmp_path: Path, deaf: bool
+) -> None:
+    """No handler of envtool's runs on SIGKILL: torchrun gets SIGTERM as its parent-death
+    signal and stops its workers (a rank deaf to SIGTERM is SIGKILLed by torchrun after 30 s)."""
+    marker = uuid.uuid4().hex
+    ready = tmp_path / "ready"
+    args = [
+        str(tmp_path / "out"),
+        "--steps",
+        "100000",
+        "--sleep",
+        "0.05",
+        "--ready-dir",
+        str(ready),
+    ]
+    args += ["--ignore-signals"] if deaf else []
+    proc = start_envtool(
+        "launch", str(RANK_FILE), "--cpu", "--", *args, cwd=tmp_path, env=launch_env(marker)
+    )
+    try:
+        wait_for_ranks(ready, proc)
+        assert len(leftovers(marker)) >= 4  # envtool, torchrun, two ranks
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+        assert wait_gone(marker) == []
+        assert not (tmp_path / "out" / "rank-0").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in leftovers(marker):
+            os.kill(pid, signal.SIGKILL)

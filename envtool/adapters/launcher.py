@@ -172,6 +172,7 @@ def apply_launch(
             stdout=sys.stderr.fileno() if stdout_to_stderr else None,  # --json: clean stdout
             stderr=subprocess.PIPE,
             start_new_session=True,  # the terminal's Ctrl-C reaches envtool only; we forward it
+            preexec_fn=_die_with_parent(os.getpid()),
         )
         pid.append(proc.pid)
         try:
@@ -208,6 +209,27 @@ def apply_launch(
     if code != 0:
         outcome.failure = read_failure(plan, _read_text(launcher_log))
     return outcome
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """preexec_fn for torchrun: SIGTERM when envtool dies, even by SIGKILL (no handler of ours
+    runs then). torchrun's SIGTERM handler stops its workers (SIGTERM, then SIGKILL after 30 s)
+    although they live in sessions of their own. Linux only; elsewhere None (no preexec)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def arm() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # envtool died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
 
 
 def _wait(proc: subprocess.Popen[bytes], received: list[int], grace: float) -> int:
