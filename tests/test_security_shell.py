@@ -8,6 +8,7 @@ assert that no such file appears and that the value arrives byte-exact.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -421,7 +422,7 @@ def stray(tmp_path: Path) -> tuple[Path, str]:
     import channel_builder as cb
 
     wheel = cb.build_wheel(tmp_path / "stray", name="stray_pkg", version="6.6")
-    return wheel, cb.sha256_of(wheel)
+    return wheel, hashlib.sha256(wheel.read_bytes()).hexdigest()
 
 
 def _injections(stray: tuple[Path, str]) -> dict[str, dict]:
