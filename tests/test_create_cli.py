@@ -274,8 +274,9 @@ def test_channel_resolution(tmp_path) -> None:
 
 
 @pytest.mark.integration
-def test_create_installs_the_lock_it_wrote(setup, run_cli, tmp_path) -> None:
+def test_create_installs_the_lock_it_wrote(setup, run_cli, tmp_path, monkeypatch) -> None:
     """Without --no-install: plan -> solve -> lock -> the installer, over a real installable channel."""
+    monkeypatch.setenv("ENVTOOL_DRIVER_VERSION", "580.65.06")  # a host whose driver runs 12.6
     (tmp_path / "env.yml").write_text("name: e2e\ndependencies:\n  - python\n  - pytorch\n")
     prefix = tmp_path / "prefix"
     rc, out, err = run_cli(
@@ -298,6 +299,53 @@ def test_create_installs_the_lock_it_wrote(setup, run_cli, tmp_path) -> None:
     assert f"installed e2e into {prefix}" in out
     metas = [p.name for p in (prefix / "conda-meta").glob("pytorch-*.json")]
     assert len(metas) == 1 and "cuda126" in metas[0]
+
+
+def _error_line(err: str) -> str:
+    (line,) = [x for x in err.splitlines() if x.startswith("envtool: error: ")]
+    return line
+
+
+@pytest.mark.integration
+def test_create_and_install_refuse_a_cuda_build_on_a_gpu_less_host_alike(
+    setup, run_cli, tmp_path, monkeypatch
+) -> None:
+    """One host check (issue 12 item 4): create used to install a CUDA build on a GPU-less host
+    silently while `install` of the very lock it wrote refused. Now create refuses before it
+    installs with install's line, and --force proceeds in both; --no-install only locks."""
+    from envtool.adapters.host_probe import probe_host
+
+    for var in ("ENVTOOL_DRIVER_VERSION", "CONDA_OVERRIDE_CUDA"):
+        monkeypatch.delenv(var, raising=False)
+    if probe_host().has_driver:
+        pytest.skip("this host has an NVIDIA driver: the GPU-less refusal cannot happen here")
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "env.yml").write_text("name: e2e\ndependencies:\n  - python\n  - pytorch\n")
+    prefix = tmp_path / "prefix"
+    args = ["-f", "env.yml", "--channel", str(setup.channel), "--prefix", str(prefix)]
+    create = ["create", "e2e", "--cuda", "12.6", *args, *H200]
+
+    rc, _, err = run_cli(create, tmp_path)
+    assert rc == 2, err
+    refused = _error_line(err)
+    assert "the lock is a CUDA 12.6 build but this host has no usable NVIDIA driver" in refused
+    assert "pass --force" in refused and "Traceback" not in err
+    assert not prefix.exists()  # nothing installed
+    lock = tmp_path / "environments" / "e2e" / "conda-lock.yml"
+    assert lock.is_file() and "locked environments/e2e/conda-lock.yml; not installed" in err
+
+    rc, _, err = run_cli(["install", "--lock", str(lock), "--prefix", str(prefix)], tmp_path)
+    assert rc == 2 and _error_line(err) == refused  # the same line, word for word
+    assert not prefix.exists()
+
+    rc, out, err = run_cli([*create, "--force"], tmp_path)
+    assert rc == 0, err
+    assert f"installed e2e into {prefix}" in out
+    assert [p.name for p in (prefix / "conda-meta").glob("pytorch-*.json")][0].count("cuda126")
+
+    # --no-install locks and checks nothing
+    rc, _, err = run_cli(["create", "e2", "--cuda", "12.6", *args[:4], "--no-install"], tmp_path)
+    assert rc == 0, err
 
 
 SUGGESTED = re.compile(r"pass (--cuda [0-9a-z.]*[0-9a-z])")

@@ -86,6 +86,11 @@ project_dir_option = click.option(
 @project_dir_option
 @click.option("--prefix", default=None, help="Install prefix (default: <conda root>/envs/NAME).")
 @click.option("--no-install", is_flag=True, help="Solve and lock only.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Install even if this host's driver/GPUs can't run the build (as install --force).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan and solution summary; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 def cmd(
@@ -106,6 +111,7 @@ def cmd(
     no_install: bool,
     dry_run: bool,
     as_json: bool,
+    force: bool = False,
 ) -> None:
     """Plan, solve, verify and lock environments/NAME (then install it, unless --no-install)."""
     if file_ and profile:
@@ -155,13 +161,21 @@ def cmd(
         outcome = lock_environment(name, text, source, request, directory)
         result = summarize(outcome, name, "create", False)
         if target is not None:
-            from envtool.adapters.installer import install_from_lock
+            from envtool.adapters.installer import current_platform, install_from_lock
+            from envtool.commands.install import check_host
             from envtool.commands.remove import finish_interrupted_removal
 
+            lock_path = outcome.env_dir / "conda-lock.yml"
+            if not force:  # install's host check, its line and its --force: one rule
+                from envtool.adapters.lock_io import read_lock
+
+                try:
+                    check_host(read_lock(lock_path).custom_metadata, current_platform())
+                except UsageError:
+                    note(f"locked {lock_path}; not installed")
+                    raise
             finish_interrupted_removal(target, name)
-            report = install_from_lock(
-                outcome.env_dir / "conda-lock.yml", target, progress=not as_json
-            )
+            report = install_from_lock(lock_path, target, progress=not as_json, force=force)
             result.data["install"] = report.to_dict()
             result.text.append(f"installed {name} into {target}")
     emit(result, as_json)

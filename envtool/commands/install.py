@@ -19,80 +19,22 @@ if TYPE_CHECKING:
 
 
 def plan_host_check(meta: dict[str, str], platform: str, host: HostFacts) -> list[tuple[str, str]]:
-    """Can this host run the locked build? [(problem, fix)]; empty when it can. Pure.
+    """Can this host run the locked build? [(problem, fix)]; empty when it can (the one host
+    check, core.host_check, that create and verify use too)."""
+    from envtool.core.host_check import host_problems
 
-    Reads envtool's custom_metadata (envtool_cuda / envtool_platforms_cuda, envtool_min_driver,
-    envtool_gpu_archs) and HostFacts; a lock without that metadata is not judged.
-    """
-    from envtool.core.cuda import arch_covered, driver_supports, parse_arch_list
-
-    cuda = _locked_cuda(meta, platform)
-    if not cuda or cuda == "cpu":
-        return []
-    problems: list[tuple[str, str]] = []
-    if not host.has_driver:
-        reason = host.no_driver_reason or "no NVIDIA driver found"
-        return [
-            (
-                f"the lock is a CUDA {cuda} build but this host has no usable NVIDIA driver ({reason})",
-                "install on a GPU node, or pass --force to install anyway (e.g. on a login node)",
-            )
-        ]
-    driver = host.driver_version
-    from envtool.core.suggest import Gpu, suggest_cuda
-
-    # the one answer create and doctor give: a GPU this driver cannot drive gets "upgrade the
-    # driver for this GPU", not a CUDA to re-create with
-    s = suggest_cuda(driver, [Gpu(g.capability, g.name) for g in host.gpus if g.capability], None)
-    if s.kind == "driver" and s.gpu:
-        problems.append(
-            (f"driver {driver} cannot drive {s.gpu} (needs >= {s.driver})", s.upgrade())
-        )
-    verdict = driver_supports(driver, cuda)
-    floor = meta.get("envtool_min_driver") or verdict.min_driver
-    if verdict.mode == "no":
-        way = "" if s.kind == "driver" else ", re-create with `--cuda auto`"
-        problems.append(
-            (
-                f"driver {driver} cannot run the locked CUDA {cuda} build (needs >= {floor})",
-                f"upgrade the driver{way}, or pass --force",
-            )
-        )
-    archs_text = meta.get("envtool_gpu_archs", "")
-    if archs_text.strip():
-        try:
-            archs = parse_arch_list(archs_text)
-        except ValueError:
-            archs = ()
-        for gpu in host.gpus:
-            if gpu.capability and archs and not arch_covered(gpu.capability, archs):
-                problems.append(
-                    (
-                        f"GPU {gpu.index} ({gpu.name}, sm_{gpu.capability.replace('.', '')}) is not in "
-                        f"the locked build's archs ({archs_text})",
-                        "pick a CUDA version whose builds cover this GPU, or pass --force",
-                    )
-                )
-    return problems
-
-
-def _locked_cuda(meta: dict[str, str], platform: str) -> str | None:
-    for item in meta.get("envtool_platforms_cuda", "").split():
-        plat, _, cuda = item.partition("=")
-        if plat == platform:
-            return cuda
-    return meta.get("envtool_cuda") or meta.get("cuda")
+    return host_problems(meta, platform, host)
 
 
 def check_host(meta: dict[str, str], platform: str) -> None:
-    """Probe the host; a driver or GPU that cannot run the locked build is a UsageError."""
+    """Probe the host; a driver or GPU that cannot run the locked build is a UsageError — the
+    same line for create, install NAME, --lock and --from (each skips it with --force)."""
     from envtool.adapters.host_probe import probe_host
+    from envtool.core.host_check import host_refusal
 
-    problems = plan_host_check(meta, platform, probe_host())
-    if problems:
-        problem, fix = problems[0]
-        extra = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise UsageError(problem + extra, fix)
+    refusal = host_refusal(meta, platform, probe_host())
+    if refusal is not None:
+        raise refusal
 
 
 def resolve_install_args(
