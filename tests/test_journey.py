@@ -163,3 +163,42 @@ def test_info_on_an_unfinished_env_given_by_path_prints_a_command_that_finishes_
     finished = run_envtool(*shlex.split(command)[1:], env=env)
     assert finished.returncode == 0, finished.stderr
     assert run_envtool("verify", "--prefix", str(prefix), env=env).returncode == 0
+
+
+def test_verify_relink_hint_is_a_command_this_host_runs_with_force_where_the_host_check_needs_it(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """verify said "`envtool install` again relinks…": no lock, no prefix, and on a host the
+    lock's CUDA build does not run (here: no driver) install refuses without --force. The hint
+    is now the command, with --force exactly when the one host check refuses (issue 12 item 8)."""
+    import json
+    import shlex
+
+    from envtool.adapters.host_probe import probe_host
+
+    gpu_less = {
+        k: v for k, v in env.items() if k not in ("ENVTOOL_DRIVER_VERSION", "CONDA_OVERRIDE_CUDA")
+    }
+    if probe_host(gpu_less).has_driver:
+        pytest.skip("this host has an NVIDIA driver: no GPU-less host check here")
+    prefix = tmp_path / "envs" / "demo"
+    installed = run_envtool("install", "--lock", str(setup.lock), "--prefix", str(prefix), env=env)
+    assert installed.returncode == 0, installed.stderr
+    record = json.loads(next((prefix / "conda-meta").glob("cuda-version-*.json")).read_text())
+    (prefix / record["files"][0]).unlink()
+
+    def hint(e: dict[str, str]) -> str:
+        out = run_envtool("verify", "--prefix", str(prefix), env=e)
+        assert out.returncode == 1, out.stderr
+        line = next(x for x in out.stdout.splitlines() if "relinks the damaged" in x)
+        return line.split("`")[1]
+
+    plain = f"envtool install --lock {setup.lock.resolve()} --prefix {prefix}"
+    assert hint(env) == plain  # the driver runs the lock's CUDA: no --force
+    forced = hint(gpu_less)
+    assert forced == plain + " --force"
+    refused = run_envtool(*shlex.split(plain)[1:], env=gpu_less)
+    assert refused.returncode == 2 and "pass --force" in refused.stderr
+    again = run_envtool(*shlex.split(forced)[1:], env=gpu_less)
+    assert again.returncode == 0, again.stderr
+    assert run_envtool("verify", "--prefix", str(prefix), env=gpu_less).returncode == 0

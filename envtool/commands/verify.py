@@ -82,12 +82,32 @@ def cmd(
     for record in drift["damaged_records"]:
         text.append(f"damaged  {record}: not a readable package record")
     if state == "incomplete":
-        text.append("the last install did not finish: run `envtool install` again")
+        again = _install_again(name, prefix, target, lock)
+        text.append(f"the last install did not finish: run `{again}`")
     elif drift.get("damaged") or drift.get("damaged_records"):
-        text.append("`envtool install` again relinks the damaged packages from the cache")
+        again = _install_again(name, prefix, target, lock)
+        text.append(f"`{again}` relinks the damaged packages from the cache")
     bad = not drift["clean"] or state == "incomplete"
     emit(
         Result("verify", {"prefix": str(target), **drift}, text, exit_code=1 if bad else 0), as_json
     )
     if bad:
         raise click.exceptions.Exit(1)
+
+
+def _install_again(name: str | None, prefix: str | None, target: Path, lock: Path) -> str:
+    """The install that relinks or finishes this env from the lock verify compared with, with
+    --force when the one host check (core.host_check, as install applies it) refuses that lock
+    on this host: without it the printed command would only be refused."""
+    from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.installer import current_platform
+    from envtool.adapters.lock_io import read_lock
+    from envtool.core.hints import finish_install_command
+    from envtool.core.host_check import host_refusal
+
+    meta = read_lock(lock).custom_metadata
+    force = host_refusal(meta, current_platform(), probe_host()) is not None
+    by_prefix = prefix is not None or not name
+    return finish_install_command(
+        None if by_prefix else name, str(target), str(lock.absolute()), force
+    )

@@ -10,11 +10,16 @@ from __future__ import annotations
 from envtool.core.shell_quote import quote_posix
 
 
-def finish_install_command(name: str | None, prefix: str | None, lock_path: str | None) -> str:
+def finish_install_command(
+    name: str | None, prefix: str | None, lock_path: str | None, force: bool = False
+) -> str:
     """`envtool install demo --lock /p/environments/demo/conda-lock.yml` for an env known by its
     NAME (installed at the envs dir's NAME), `envtool install --lock FILE --prefix P` for one
-    given by its prefix. Without a recorded lock, the same with a LOCK_FILE placeholder."""
+    given by its prefix. Without a recorded lock, the same with a LOCK_FILE placeholder.
+    `force`: the host check refuses that lock here (core.host_check), so the command says
+    --force (without it, the command given would only be refused)."""
     lock = quote_posix(lock_path) if lock_path else "LOCK_FILE"
+    tail = " --force" if force else ""
     if name:
-        return f"envtool install {quote_posix(name)} --lock {lock}"
-    return f"envtool install --lock {lock} --prefix {quote_posix(prefix or 'PREFIX')}"
+        return f"envtool install {quote_posix(name)} --lock {lock}{tail}"
+    return f"envtool install --lock {lock} --prefix {quote_posix(prefix or 'PREFIX')}{tail}"
