@@ -128,3 +128,36 @@ def test_the_written_script_runs(in_tmp: Path, run_cli) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("RESULT ") and json.loads(last[7:])["step"] == 2
+
+
+def test_the_suggested_commands_fit_the_gpus_this_host_has() -> None:
+    from envtool.commands.init import render_written
+
+    cpu = render_written("train.py", "ddp", 0)
+    assert cpu[-1] == "  envtool launch train.py --cpu --nproc 2" and "--gpus" not in "".join(cpu)
+    assert "  torchrun --standalone --nproc-per-node 2 train.py" in cpu
+    gpu = render_written("train.py", "ddp", 1)
+    assert gpu[-1] == "  envtool launch train.py --gpus 1"
+    assert "  torchrun --standalone --nproc-per-node 1 train.py" in gpu
+
+
+@pytest.mark.integration
+def test_the_suggested_launch_runs_on_this_host(in_tmp: Path, run_cli) -> None:
+    """init printed `envtool launch train.py --gpus 2` whatever the host: on a GPU-less one that
+    command exits 2 (issue 12 item 8). The printed launch line now runs here, with real torchrun."""
+    import shlex
+
+    from conftest import run_envtool
+
+    code, out, _ = run_cli(["init", "--json"])
+    assert code == 0
+    launch = json.loads(out)["launch"]  # the envelope carries the line the text shows last
+    code, text, _ = run_cli(["init", "--force"])
+    assert code == 0 and text.splitlines()[-1] == f"  {launch}"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    tiny = ["--hidden", "16", "--depth", "1", "--batch-size", "4", "--dataset-size", "64"]
+    tiny += ["--max-steps", "2", "--warmup-steps", "1", "--ckpt-every", "-1", "--log-every", "1"]
+    proc = run_envtool(*shlex.split(launch)[1:], "--", *tiny, cwd=in_tmp, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '"step": 2' in proc.stdout

@@ -51,8 +51,17 @@ def cmd(
         emit(Result("init", data, [f"would {verb} {plan.target} (template {template})"]), as_json)
         return
     size = apply_init(plan)
-    data.update(written=True, bytes=size)
-    emit(Result("init", data, render_written(plan.target, template)), as_json)
+    text = render_written(plan.target, template, visible_gpus())
+    data.update(written=True, bytes=size, launch=text[-1].strip())
+    emit(Result("init", data, text), as_json)
+
+
+def visible_gpus() -> int:
+    """GPUs ranks would see on this host (after CUDA_VISIBLE_DEVICES), as `launch` counts them."""
+    from envtool.adapters.host_probe import probe_host
+    from envtool.commands.launch import summarize_host
+
+    return int(summarize_host(probe_host())["visible_gpus"])
 
 
 def render_list(templates: dict, directory: str) -> Result:
@@ -66,14 +75,18 @@ def render_list(templates: dict, directory: str) -> Result:
     return Result("init", {"templates": rows, "directory": directory}, text)
 
 
-def render_written(target: object, template: str) -> list[str]:
+def render_written(target: object, template: str, gpus: int) -> list[str]:
+    """The lines after a write: commands that run on this host — one rank per visible GPU, or
+    (no GPU) two CPU ranks, which the templates run with gloo; the launch line is last."""
     from envtool.core.shell_quote import quote_posix
 
     path = quote_posix(str(target))  # the lines are pasted into a shell
+    n = gpus if gpus > 0 else 2
+    launch = f"--gpus {gpus}" if gpus > 0 else "--cpu --nproc 2"
     return [
         f"wrote {target} (template {template})",
-        "run it:",
+        "run it:" if gpus > 0 else "run it (no GPU visible here: CPU processes):",
         f"  python {path} --help",
-        f"  torchrun --standalone --nproc-per-node 2 {path}",
-        f"  envtool launch {path} --gpus 2",
+        f"  torchrun --standalone --nproc-per-node {n} {path}",
+        f"  envtool launch {path} {launch}",
     ]
