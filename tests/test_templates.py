@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -474,3 +475,85 @@ def test_resuming_another_models_checkpoint_is_one_line_not_a_traceback(
     assert proc.returncode != 0
     assert said in proc.stderr and "another --out-dir" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# --- --fp8 (lm, fsdp): what a CPU can check; the speed and loss curves are GPU evidence
+# (docs/benchmarks-gpu.md, "FP8 and nanoGPT") ---
+
+
+def load_template(name: str):
+    """The template as a module (its main() does not run): to call its pieces directly."""
+    module_name = f"template_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, template(name))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # torch.compile and pickling look modules up by name
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["lm", "fsdp"])
+def test_fp8_without_fp8_tensor_cores_is_refused_in_one_line_with_exit_2(
+    name: str, tmp_path: Path
+) -> None:
+    proc = single_process(name, ["--fp8", "--max-steps", "2"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        "--fp8: needs an NVIDIA GPU with FP8 tensor cores (sm_89+: L4, L40S, H100, H200, B200)"
+    ]
+    assert "RESULT " not in proc.stdout and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["lm", "fsdp"])
+@pytest.mark.parametrize("magnitude", [1e-4, 1.0, 1e3])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fp8_matmul_tracks_the_exact_product_and_its_gradients_at_any_magnitude(
+    name: str, magnitude: float, dtype: str
+) -> None:
+    """Per-tensor scaling makes FP8 work for activations and gradients of any size (unscaled,
+    1e-4 would underflow e4m3, 1e3 overflow e5m2's useful precision); the gradients come back in
+    the parameters' own dtype (fp32 master weights under DDP, bf16 under FSDP's policy)."""
+    import torch
+
+    mod = load_template(name)
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(int(magnitude * 1e4) + len(dtype))
+    x = (torch.randn(4, 32, 128, generator=gen) * magnitude).to(dt).requires_grad_()
+    w = (torch.randn(96, 128, generator=gen) * 0.02).to(dt).requires_grad_()
+    grad = torch.randn(4, 32, 96, generator=gen) * magnitude
+    y = mod.FP8Matmul.apply(x, w)
+    y.backward(grad.to(y.dtype))
+
+    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+    y64 = x64 @ w64.t()
+    y64.backward(grad.double())
+
+    def rel(a, b) -> float:
+        return ((a.double() - b).norm() / b.norm()).item()
+
+    assert y.dtype == torch.bfloat16 and x.grad.dtype == dt and w.grad.dtype == dt
+    # e4m3 (3 mantissa bits) forward, e5m2 (2 bits) gradients: a few percent, never more
+    assert 1e-3 < rel(y, y64) < 0.06
+    assert 1e-3 < rel(x.grad, x64.grad) < 0.09
+    assert 1e-3 < rel(w.grad, w64.grad) < 0.09
+
+
+@pytest.mark.parametrize("name", ["lm", "fsdp"])
+def test_fp8_model_has_the_bf16_models_parameters_so_checkpoints_move_between_them(
+    name: str,
+) -> None:
+    import torch
+
+    mod = load_template(name)
+    models = []
+    for fp8 in (False, True):
+        cfg = mod.parse_config(["--size", "tiny", "--vocab-size", "256", "--seq-len", "64"])
+        cfg.fp8 = fp8
+        torch.manual_seed(0)
+        models.append(mod.GPT(cfg))
+    plain, fp8 = (m.state_dict() for m in models)
+    assert list(plain) == list(fp8)
+    assert all(torch.equal(plain[k], fp8[k]) for k in plain)
+    assert sum(isinstance(m, mod.Linear) and m.fp8 for m in models[1].modules()) == 4 * 2
+    assert models[1].head.__class__ is not mod.Linear  # the tied head stays a bf16 matmul

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Issue 16 evidence, one device call on nvidia-h200 (one GPU): nanoGPT (train.py @3adf61e1,
+# unmodified, synthetic tokens) and the lm template side by side, same shape, micro-batch,
+# accumulation, torch.compile and bf16; the template also with --fp8. Then fp8-vs-bf16 loss
+# agreement on real byte-level text (Python stdlib sources). Each stage is skipped when the
+# call's time is short, so the whole script ends inside one 10-minute command.
+#
+# Needs (carried, git-ignored): .fp8bench/nanogpt/{train,model,configurator}.py, .fp8bench/corpus.txt
+# Usage (repo root): bash bench/gpu/fp8_round.sh [CPU]   # CPU: a --cpu --size tiny rehearsal
+# Logs: $OUT/fp8.tgz (one log per run) and $OUT/summary.txt (bench/gpu/fp8_table.py).
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+CPU=${1:-}
+ROOT=$PWD
+PY=${PY:-$(command -v python3)}
+OUT=${OUT:-/tmp/fp8out}
+EV=/tmp/fp8ev
+rm -rf "$EV" && mkdir -p "$EV" "$OUT"
+SECONDS=0
+
+save() { tar czf "$OUT/fp8.tgz" -C /tmp fp8ev; }
+# run NAME TIMEOUT_S SKIP_AFTER_S CMD...: skipped when SECONDS > SKIP_AFTER_S
+run() {
+  local name=$1 limit=$2 after=$3; shift 3
+  if [ "$SECONDS" -gt "$after" ]; then echo "=== $name SKIPPED (t=${SECONDS}s)" | tee "$EV/$name.txt"; return; fi
+  [ $((585 - SECONDS)) -lt "$limit" ] && limit=$((585 - SECONDS))  # the call's 600 s
+  echo "=== $name (t=${SECONDS}s, limit ${limit}s): $*"
+  local t0=$SECONDS
+  timeout -k 5 "$limit" "$@" > "$EV/$name.txt" 2>&1
+  local rc=$?
+  echo "rc=$rc wall=$((SECONDS - t0))s" >> "$EV/$name.txt"
+  grep -E "RESULT|rc=|Error|error:" "$EV/$name.txt" | tail -3
+  save
+}
+
+{ nvidia-smi -L; $PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())'; } > "$EV/env.txt" 2>&1
+cat "$EV/env.txt"
+
+# nanoGPT's synthetic dataset: random GPT-2 token ids (no meta.pkl: vocab 50304, as the template)
+NG=/tmp/nanogpt && rm -rf $NG && cp -r "$ROOT/.fp8bench/nanogpt" $NG && mkdir -p $NG/data/synth
+$PY -c "
+import numpy as np
+r = np.random.default_rng(0)
+for s in ('train', 'val'):
+    r.integers(0, 50257, 4_000_000, dtype=np.uint16).tofile('$NG/data/synth/' + s + '.bin')"
+
+if [ -n "$CPU" ]; then  # rehearsal: every command below, tiny, on CPU
+  NGX="--device=cpu --compile=False --dtype=float32 --n_layer=2 --n_head=2 --n_embd=64"
+  TX="--cpu --size tiny"
+  SH13="--batch-size 2 --grad-accum 2 --seq-len 64"; NS13="--batch_size=2 --gradient_accumulation_steps=2 --block_size=64"
+  SH124="$SH13"; NS124="$NS13"; LOSS_STEPS=20; LOSS_SEQ=64
+else
+  NGX="--compile=True --dtype=bfloat16"
+  TX="--compile"
+  SH13="--size 1.3b --batch-size 16 --grad-accum 8 --seq-len 1024"
+  NS13="--n_layer=24 --n_head=16 --n_embd=2048 --batch_size=16 --gradient_accumulation_steps=8 --block_size=1024"
+  SH124="--size 124m --batch-size 16 --grad-accum 4 --seq-len 1024"
+  NS124="--n_layer=12 --n_head=12 --n_embd=768 --batch_size=16 --gradient_accumulation_steps=4 --block_size=1024"
+  LOSS_STEPS=300; LOSS_SEQ=1024
+fi
+# 12 optimizer steps, every one logged (a sync per step in both scripts: nanoGPT's loss.item())
+NGC="--dataset=synth --max_iters=12 --eval_iters=1 --eval_interval=100000 --log_interval=1 --out_dir=/tmp/ngout --always_save_checkpoint=False"
+T="--max-steps 12 --log-every 1 --warmup-steps 5 --ckpt-every -1 --resume never --out-dir /tmp/tout"
+TP=$ROOT/templates/lm.py
+
+run nanogpt-1.3b 170 60  bash -c "cd $NG && $PY train.py $NGC $NGX $NS13"
+run lm-1.3b-bf16 170 230 $PY $TP $T $TX $SH13
+run lm-1.3b-fp8  170 400 $PY $TP $T $TX $SH13 --fp8
+# loss agreement: real text as bytes, 124M, eager, same seed -> same init and data order
+L="--size 124m --data $ROOT/.fp8bench/corpus.txt --vocab-size 256 --seq-len $LOSS_SEQ --batch-size 16 --max-steps $LOSS_STEPS --warmup-steps 30 --log-every 25 --ckpt-every -1 --resume never --out-dir /tmp/lout"
+[ -n "$CPU" ] && L="$L --cpu --size tiny"
+run loss-bf16 60 420 $PY $TP $L
+run loss-fp8  60 460 $PY $TP $L --fp8
+run nanogpt-124m 80 470 bash -c "cd $NG && $PY train.py $NGC $NGX $NS124"
+run lm-124m-bf16 80 490 $PY $TP $T $TX $SH124
+# FSDP2 (one GPU) with per-block compile and --fp8, and a DCP checkpoint: does it compose?
+run fsdp-tiny-fp8 45 510 $PY $ROOT/templates/fsdp.py --size tiny --max-steps 6 --log-every 1 $TX --fp8 --ckpt-every 3 --out-dir /tmp/fout
+# a bf16 candidate: Inductor's coordinate-descent tuning of its Triton kernels (no code change)
+run lm-124m-bf16-cdt 80 520 env TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1 $PY $TP $T $TX $SH124
+run lm-124m-fp8 60 530 $PY $TP $T $TX $SH124 --fp8
+
+$PY "$ROOT/bench/gpu/fp8_table.py" "$EV" | tee "$OUT/summary.txt"
+cp "$OUT/summary.txt" "$EV/summary.txt"
+save
+echo "total ${SECONDS}s"
