@@ -399,3 +399,24 @@ def test_install_leaves_dev_packages_out_and_export_keeps_them(tmp_path, run_cli
     code, out, _ = run_cli(["export", "--lock", str(lock)])
     rendered = [d.render() for d in parse_environment_yml(out, "x").dependencies]
     assert code == 0 and rendered == ["pytest=8.3.2"]  # the one package nothing depends on
+
+
+def test_export_takes_dir_like_create_and_lock(fixtures, tmp_path, monkeypatch, run_cli) -> None:
+    """`create NAME --dir D` / `lock NAME --dir D` write D/environments/NAME; export found NAME
+    only under the cwd (issue 12 item 8). `export NAME --dir D` from elsewhere exports the same
+    text as `export NAME` in D; a wrong D names the command that makes the lock there."""
+    project = tmp_path / "proj"
+    _project(fixtures, project, *LOCKS[2])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code, here, _ = run_cli(["export", "demo"], project)
+    assert code == 0
+    code, there, err = run_cli(["export", "demo", "--dir", str(project)], elsewhere)
+    assert code == 0, err
+    assert there == here and "pytorch=" in there
+    code, _, err = run_cli(["export", "demo", "--dir", str(elsewhere)], project)
+    assert code == 2 and "Traceback" not in err
+    assert f"run `envtool lock demo --dir {elsewhere}`" in err
+    lock = project / "environments" / "demo" / "conda-lock.yml"
+    code, _, err = run_cli(["export", "--lock", str(lock), "--dir", str(project)], elsewhere)
+    assert code == 2 and "give NAME with --dir, or --lock FILE alone" in err

@@ -261,14 +261,15 @@ def write_variant_bundle(
     return {**data, "variants": index.names(), "files": sorted(files)}
 
 
-def variant_lock_path(name: str, variant: str) -> Path:
-    """`--variant V` of verify/export: environments/NAME/conda-lock.V.yml, known to the index."""
+def variant_lock_path(name: str, variant: str, directory: str | None = None) -> Path:
+    """`--variant V` of verify/export: environments/NAME/conda-lock.V.yml, known to the index
+    (in the project folder `directory`, default: cwd)."""
     from envtool.adapters.locate import project_env_paths
     from envtool.core.shell_quote import quote_posix
     from envtool.core.variants import parse_variant
 
     wanted = parse_variant(variant)
-    env_dir = project_env_paths(name)[0]
+    env_dir = project_env_paths(name, directory)[0]
     index = read_index(env_dir)
     if index is None:
         raise UsageError(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from envtool.commands.create import project_dir_option
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import UsageError
 from envtool.output import note
@@ -55,10 +56,12 @@ def run_export(
     fmt: str,
     output: Path | None,
     dry_run: bool,
+    directory: str | None = None,
 ) -> str:
-    """Build the export text; write it to `output` (atomically) unless dry_run. Returns the text."""
+    """Build the export text; write it to `output` (atomically) unless dry_run. Returns the text.
+    NAME's lock is environments/NAME/conda-lock.yml in the project folder `directory` (cwd)."""
     from envtool.adapters.files import write_atomic
-    from envtool.adapters.locate import project_lock_path
+    from envtool.adapters.locate import project_env_paths
     from envtool.adapters.lock_io import read_lock
     from envtool.core.export import (
         explicit_platform,
@@ -71,12 +74,13 @@ def run_export(
     if (name is None) == (lock_file is None):
         raise UsageError("give NAME or --lock FILE (one of them)", "e.g. `envtool export myenv`")
     if lock_file is None:
-        lock_file = project_lock_path(str(name))
+        lock_file = project_env_paths(str(name), directory)[2].absolute()
         if not lock_file.is_file():
+            where = f" --dir {quote_posix(directory)}" if directory else ""
             raise UsageError(
                 f"{lock_file}: no lock for environment {name!r}",
-                f"run `envtool lock {quote_posix(name)}` (or `envtool create {quote_posix(name)}`) first, "
-                "or pass --lock FILE",
+                f"run `envtool lock {quote_posix(name)}{where}` (or `envtool create "
+                f"{quote_posix(name)}{where}`) first, or pass --lock FILE",
             )
     lock = read_lock(lock_file)
     if fmt == "explicit":
@@ -115,6 +119,7 @@ def run_export(
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (atomically).")
 @click.option("--dry-run", is_flag=True, help="Print the export; write nothing.")
 @click.option("--variant", help="Export this variant of NAME's variant locks (cpu, cuda12.6, …).")
+@project_dir_option
 def cmd(
     name: str | None,
     lock_file: Path | None,
@@ -123,18 +128,24 @@ def cmd(
     output: Path | None,
     dry_run: bool,
     variant: str | None = None,
+    directory: str | None = None,
 ) -> None:
     """Write a portable environment.yml (or @EXPLICIT file) from environments/NAME/conda-lock.yml.
 
     Top-level specs are pinned to the locked versions without build strings, except CUDA builds,
     which keep a glob (pytorch=2.7.1=*cuda126*) so a re-solve cannot fall back to CPU.
     """
+    if directory is not None and lock_file is not None:
+        raise UsageError(
+            f"--dir {directory}: --dir is the project folder holding environments/NAME",
+            "give NAME with --dir, or --lock FILE alone",
+        )
     if variant is not None:  # environments/NAME/conda-lock.<variant>.yml, known to the index
         from envtool.adapters.variant_lock import variant_lock_path
 
         if not name or lock_file:
             raise UsageError("--variant picks among NAME's variant locks", "give NAME, not --lock")
-        name, lock_file = None, variant_lock_path(name, variant)
-    text = run_export(name, lock_file, platform, fmt, output, dry_run)
+        name, lock_file = None, variant_lock_path(name, variant, directory)
+    text = run_export(name, lock_file, platform, fmt, output, dry_run, directory)
     if output is None or dry_run:
         click.echo(text, nl=False)
