@@ -7,7 +7,8 @@ prefix's `etc/conda/activate.d` scripts for the shell (CUDA packages set variabl
 The text is built here, not by rattler's activator: rattler puts the prefix and the state's
 values inside double quotes, so an env name holding `$(…)` or a backtick ran a command when the
 hook was eval'd. Every value goes through `shell_quote.quote(shell, …)`; only the caller's own
-`$PATH` is left to expand, as a separate unquoted reference. `activated_environ` (used by `run`
+`$PATH` is left to expand, as a separate unquoted reference. The text holds no terminal control
+character (quote_printable writes them as the shell's escapes), so printing it is safe too. `activated_environ` (used by `run`
 and `launch`) evaluates the same bash text, so both paths share one renderer.
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from envtool.adapters.proc import run_capture
-from envtool.core.shell_quote import quote
+from envtool.core.shell_quote import quote_printable as quote
 from envtool.errors import DiagnosedFailure, UsageError
 
 SHELLS = ("bash", "zsh", "sh", "fish", "powershell")

@@ -42,6 +42,35 @@ def quote(shell: str, value: str) -> str:
     raise ValueError(f"unknown shell {shell!r}")
 
 
+# what a terminal acts on, inside a quoted word: C0 controls but tab and newline, DEL, C1
+_WORD_CONTROL = re.compile(r"([\x00-\x08\x0b-\x1f\x7f-\x9f]+)")
+
+
+def quote_printable(shell: str, value: str) -> str:
+    """quote(shell, value) as a text with no terminal control characters in it (a script that
+    is printed, not only eval'd: `envtool shell-hook`). Control characters are written as the
+    shell's own escape outside the quotes: sh `"$(printf '\\033')"`, fish `\\u001b`,
+    PowerShell `[char]0x1b`; the shell still gets the exact value."""
+    if not _WORD_CONTROL.search(value):
+        return quote(shell, value)
+    parts: list[str] = []
+    for i, part in enumerate(_WORD_CONTROL.split(value)):
+        if not part:
+            continue
+        if i % 2 == 0:
+            parts.append(quote(shell, part))
+        elif shell == "fish":
+            parts.append("".join(f"\\u{ord(c):04x}" for c in part))
+        elif shell == "powershell":
+            parts.append(" + ".join(f"[char]0x{ord(c):02x}" for c in part))
+        else:  # printf's octal escapes are POSIX; a C1 character is its UTF-8 bytes
+            octal = "".join(f"\\{b:03o}" for b in part.encode("utf-8", "surrogateescape"))
+            parts.append(f"\"$(printf '{octal}')\"")
+    if shell == "powershell":
+        return "(" + " + ".join(parts) + ")"
+    return "".join(parts)
+
+
 def join_posix(words: list[str]) -> str:
     """A command line for sh/bash from words (each quoted)."""
     return " ".join(quote_posix(w) for w in words)
