@@ -404,3 +404,23 @@ def test_an_unpinned_torch_with_an_extra_cuda_index_can_get_pypis_newer_build(
     if warned:
         assert extra[0].startswith(f"{torch}: torch is not pinned")
         assert "pin torch==X.Y.Z+cu121, or use --index-url" in extra[0]
+
+
+def test_a_pytorch_channel_file_notes_that_the_channel_stopped_at_2_5(fixtures, run_cli) -> None:
+    """A legacy pytorch-channel file is frozen at torch 2.5 there; inspect said nothing of it
+    unless torch was pinned past the end (issue 12 item 8). Text and --json carry the note; a
+    conda-forge file gets none, and a pin past the end is the problem alone, not twice."""
+    note = "the pytorch conda channel stopped publishing at torch 2.5"
+    for name in (
+        "facebookresearch__esm__environment.yml",
+        "aqlaboratory__openfold__environment.yml",
+    ):
+        path = fixtures / "envs" / name
+        code, out, _ = run_cli(["inspect", str(path)])
+        assert code == 0 and f"Note: {note}: newer torch is on conda-forge" in out
+        code, out, _ = run_cli(["inspect", str(path), "--json"])
+        assert code == 0 and any(note in n for n in json.loads(out)["notes"])
+    forge = _ask(_env(["pytorch=2.7.1=*cuda*", "cuda-version=12.6"]))
+    assert forge.flavor == "conda-forge" and forge.notes == []
+    past = _ask(_env(["pytorch=2.6", "pytorch-cuda=12.4"], channels=("pytorch", "nvidia")))
+    assert any("stopped at torch 2.5" in p for p in past.problems) and past.notes == []

@@ -50,6 +50,7 @@ class CudaAsk:
     problems: list[str] = field(default_factory=list)
     via: str = ""  # human phrase: "cudatoolkit (pytorch channel)"
     torch_version: str | None = None  # "1.12.*" / "2.1.0+cu121", for the sentence
+    notes: list[str] = field(default_factory=list)  # true of the file, not wrong in it
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -60,6 +61,7 @@ class CudaAsk:
             "torch": self.torch,
             "python": self.python,
             "problems": list(self.problems),
+            "notes": list(self.notes),
         }
 
 
@@ -268,7 +270,23 @@ def inspect_env(env: EnvSpec) -> CudaAsk:
             known = ", ".join(cuda_knowledge.known_cuda_versions())
             problems.append(f"CUDA {ask.cuda} is not a known CUDA release (known: {known})")
     ask.problems = problems
+    if ask.flavor == "pytorch-channel" or (
+        ask.flavor != "pip-wheel" and torch_channel == "pytorch"
+    ):
+        _note_pytorch_channel_end(ask)
     return ask
+
+
+def _note_pytorch_channel_end(ask: CudaAsk) -> None:
+    """A file that takes torch from the legacy pytorch channel is frozen there: say so once (a
+    torch pinned past the end is already a problem naming it)."""
+    last = cuda_knowledge.load_cuda_data().pytorch_channel_last
+    if any(f"stopped at torch {last}" in p for p in ask.problems):
+        return
+    ask.notes.append(
+        f"the pytorch conda channel stopped publishing at torch {last}: newer torch is on "
+        "conda-forge (`envtool create NAME --flavor conda-forge`) or pip wheels"
+    )
 
 
 def _pip_ask(ask: CudaAsk, pip_torch: PipLine, lines: list[PipLine], problems: list[str]) -> None:
@@ -436,6 +454,7 @@ def render_inspect_text(ask: CudaAsk, source: str) -> list[str]:
     if ask.min_driver:
         head += f"; needs NVIDIA driver ≥ {ask.min_driver}"
     lines = [head + "."]
+    lines += [f"Note: {n}." for n in ask.notes]
     if ask.problems:
         lines.append("Problems:")
         lines += [f"  - {p}" for p in ask.problems]
