@@ -175,7 +175,7 @@ def test_a_name_that_leaves_the_envs_dir_is_refused(
     env = {**env, "ENVTOOL_ENVS_DIR": str(root / "envs")}
     out = run_envtool(*args, env=env, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
-    assert "not an environment name (it leaves" in out.stderr and "Traceback" not in out.stderr
+    assert "not a valid environment name (it leaves" in out.stderr and "Traceback" not in out.stderr
     assert (root / "conda-meta" / "history").exists()
 
 

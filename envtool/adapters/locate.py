@@ -154,7 +154,7 @@ def check_env_name(name: str) -> str:
     with one line when it is not a plain folder name conda would accept."""
     if name in (".", "..") or ".." in Path(name).parts or "/" in name:
         raise UsageError(
-            f"{printable(name)!r}: not an environment name (it leaves {envs_dir()})",
+            f"{printable(name)!r}: not a valid environment name (it leaves {envs_dir()})",
             "pass --prefix PATH",
         )
     if not valid_env_name(name):
