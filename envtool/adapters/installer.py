@@ -670,8 +670,8 @@ def _rust_stderr_captured() -> Iterator[_Captured]:
 
 
 def _damaged_in(prefix: Path) -> set[str]:
-    """Installed packages with files gone from disk or of the wrong size: the install relinks
-    them (converge)."""
+    """Installed packages with files gone from disk, of the wrong size, or modified since they
+    were linked with another sha256: the install relinks them (converge)."""
     from envtool.adapters.installed import damaged_packages, read_conda_meta
 
     if not (prefix / "conda-meta").is_dir():
@@ -704,10 +704,11 @@ def _restore_locked_urls(prefix: Path, pkgs: list[LockedPackage]) -> None:
     by_file = {p.file_name: p for p in pkgs}
     if not by_file:
         return
+    from envtool.adapters.installed import load_record
+
     for meta in (prefix / "conda-meta").glob("*.json"):
-        try:
-            data = json.loads(meta.read_text())
-        except (OSError, ValueError):
+        data = load_record(meta)  # bounded and strict, like every record read
+        if not isinstance(data, dict):
             continue
         p = by_file.get(data.get("fn", ""))
         if p is None or data.get("url") == p.url:
@@ -731,7 +732,9 @@ def _install_pip(
             "add python to the environment's conda dependencies and re-lock",
         )
     req = install_state.envtool_meta_dir(prefix) / "pip-requirements.txt"
-    req.write_text(pip_requirements(pkgs, urls, "the lock"))  # the one checked writer
+    from envtool.adapters.files import write_atomic
+
+    write_atomic(req, pip_requirements(pkgs, urls, "the lock"))  # the one checked writer
     offline = all(urls[p.file_name].startswith("file://") for p in pkgs)
     argv = [
         uv_binary(),
