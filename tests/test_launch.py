@@ -732,3 +732,64 @@ def test_sigkill_of_envtool_takes_torchrun_and_every_rank_with_it(
             proc.kill()
         for pid in leftovers(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_shows_envtools_lines_not_torchruns_traceback(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """torchrun answers a forwarded Ctrl-C/SIGTERM with a SignalException traceback of its own
+    (and each rank with KeyboardInterrupt's): it reached the console before envtool's summary
+    and read as a crash (issue 12 item 8). After envtool's stop, stderr is envtool's lines only:
+    what it is doing, then the summary; torchrun's traceback is kept in launcher.log."""
+    marker = uuid.uuid4().hex
+    ready = tmp_path / "ready"
+    args = [str(tmp_path / "out"), "--steps", "2000", "--sleep", "0.05", "--ready-dir", str(ready)]
+    proc = start_envtool(
+        "launch", str(RANK_FILE), "--cpu", "--", *args, cwd=tmp_path, env=launch_env(marker)
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (ready / "rank-1").exists() or not (ready / "rank-0").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "ranks never started"
+            time.sleep(0.1)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in leftovers(marker):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig
+    lines = err.splitlines()
+    after = lines[next(i for i, x in enumerate(lines) if x.startswith("envtool: run ")) + 1 :]
+    name = signal.Signals(sig).name
+    assert after[0].startswith(f"envtool: {name}: stopping every rank"), err
+    assert after[-1].startswith(f"envtool: stopped by {name}; every rank ended"), err
+    assert all(x.startswith("envtool: ") for x in after), err
+    assert "Traceback" not in err and "SignalException" not in err
+    launcher_log = (only_run_dir(tmp_path) / "launcher.log").read_text()
+    assert "SignalException" in launcher_log and "Traceback" in launcher_log  # kept, not lost
+
+
+def test_after_a_stop_a_rank_traceback_of_a_real_error_still_reaches_the_console(
+    tmp_path: Path,
+) -> None:
+    """Only the tracebacks the stop itself caused are held back (StopConsole)."""
+    stop = launcher.StopConsole(tmp_path / "launcher.log")
+    feed = [
+        b"W1201 torch/distributed/elastic/agent/server/api.py:753] Received 2 death signal\n",
+        b"[default0]:Traceback (most recent call last):\n",
+        b'[default0]:  File "train.py", line 3, in <module>\n',
+        b"[default0]:KeyboardInterrupt\n",
+        b"[default1]:saving checkpoint at step 7\n",
+        b"[default1]:[rank1]: Traceback (most recent call last):\n",
+        b'[default1]:[rank1]:   File "train.py", line 9, in save\n',
+        b"[default1]:[rank1]: OSError: [Errno 28] No space left on device\n",
+        b"Traceback (most recent call last):\n",
+        b"torch.distributed.elastic.multiprocessing.api.SignalException: got signal: 2\n",
+    ]
+    shown = [line for raw in feed for line in stop.feed(raw, "SIGINT")] + stop.flush()
+    assert shown[0].startswith(b"envtool: SIGINT: stopping every rank")
+    assert shown[1:] == [feed[4], *feed[5:8]]

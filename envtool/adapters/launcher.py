@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -162,6 +163,9 @@ def apply_launch(
         if pid:
             _signal_group(pid[0], signum)  # torchrun passes it on to every worker
 
+    def stopped_by() -> str | None:  # the signal envtool forwarded: the stop is envtool's
+        return signal.Signals(received[0]).name if received else None
+
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         started = _now()
@@ -181,7 +185,7 @@ def apply_launch(
             launcher_log = run_dir / "launcher.log"
             copier = threading.Thread(
                 target=_copy_stream,
-                args=(proc.stderr, console, launcher_log, log_errors),
+                args=(proc.stderr, console, launcher_log, log_errors, stopped_by),
                 daemon=True,
             )
             copier.start()
@@ -260,13 +264,20 @@ def _signal_group(pid: int, signum: int) -> None:
 
 
 def _copy_stream(
-    src: IO[bytes] | None, console: IO[bytes], log_path: Path, errors: list[RunDirError]
+    src: IO[bytes] | None,
+    console: IO[bytes],
+    log_path: Path,
+    errors: list[RunDirError],
+    stopped_by: Callable[[], str | None] | None = None,
 ) -> None:
     """torchrun's stderr to the console and launcher.log. A log that stops taking writes (a
     full disk) is noted in `errors` and dropped; the console copy goes on, so torchrun never
-    blocks on a pipe nobody reads (and no thread dies with a traceback)."""
+    blocks on a pipe nobody reads (and no thread dies with a traceback). Once envtool stopped
+    the run (`stopped_by` names the signal), the console gets what StopConsole lets through;
+    launcher.log still gets every line."""
     if src is None:
         return
+    after_stop = StopConsole(log_path)
     log: IO[bytes] | None = None
     try:
         log = open(log_path, "ab")  # noqa: SIM115  (closed below, whatever happens)
@@ -280,12 +291,69 @@ def _copy_stream(
             except OSError as exc:
                 errors.append(RunDirError(log_path, exc))
                 log = _close_quietly(log)
+        signame = stopped_by() if stopped_by is not None else None
+        _to_console(console, [line] if signame is None else after_stop.feed(line, signame))
+    _to_console(console, after_stop.flush())
+    _close_quietly(log)
+
+
+def _to_console(console: IO[bytes], lines: list[bytes]) -> None:
+    for line in lines:
         try:
             console.write(line)
             console.flush()
         except (OSError, ValueError):
             pass  # console closed: keep logging
-    _close_quietly(log)
+
+
+# torchrun's tee prefix ([default0]:) and init_process_group's excepthook prefix ([rank1]: )
+_RANK_PREFIX = re.compile(rb"^(?:\[[A-Za-z_]*\d+\]:)?(?:\[rank\d+\]: ?)?")
+
+
+class StopConsole:
+    """The console after envtool stopped a run (Ctrl-C, SIGTERM): torchrun answers the signal
+    with a traceback of its own (SignalException) and each rank with a KeyboardInterrupt
+    traceback, which came before envtool's summary and looked like a crash. Those go to
+    launcher.log only; envtool says once, first, what it is doing. Other rank lines (and a rank
+    traceback ending in a real error) still reach the console."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.announced = False
+        self.blocks: dict[bytes, list[bytes]] = {}  # a rank's traceback, until its last line
+
+    def feed(self, line: bytes, signame: str) -> list[bytes]:
+        out: list[bytes] = []
+        if not self.announced:
+            self.announced = True
+            out.append(
+                f"envtool: {signame}: stopping every rank (a second Ctrl-C stops them at once); "
+                f"torchrun's shutdown messages go to {self.log_path}\n".encode()
+            )
+        m = _RANK_PREFIX.match(line)
+        prefix, body = (m.group(0), line[m.end() :]) if m else (b"", line)
+        if not prefix:
+            return out  # torchrun's own: its warnings and its traceback for the signal
+        text = body.strip()
+        block = self.blocks.get(prefix)
+        if block is None:
+            if text.startswith(b"Traceback (most recent call last)"):
+                self.blocks[prefix] = [line]
+                return out
+            return [*out, line]
+        block.append(line)
+        if body[:1] in (b" ", b"\t") or not text or text.startswith((b"Traceback", b"During")):
+            return out  # a frame of the traceback
+        del self.blocks[prefix]  # its exception line: the block is whole
+        if text.startswith(b"KeyboardInterrupt") or b"SignalException" in text:
+            return out  # the rank stopped by our signal: nothing to show
+        return out + block
+
+    def flush(self) -> list[bytes]:
+        """Tracebacks cut short when torchrun's stream ended: shown, not lost."""
+        lines = [line for block in self.blocks.values() for line in block]
+        self.blocks.clear()
+        return lines
 
 
 def _close_quietly(log: IO[bytes] | None) -> None:
