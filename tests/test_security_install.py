@@ -94,6 +94,19 @@ def test_an_archive_name_that_is_not_a_plain_file_name_refuses_the_lock(
     assert not (tmp_path / "envs" / "demo").exists()
 
 
+@pytest.mark.parametrize(
+    "edit", [{"version": "1/../../../../victim"}, {"build": "h0/../../x"}, {"version": "2..0"}]
+)
+def test_a_version_or_build_that_is_a_path_is_refused(
+    edit: dict, setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """version and build name rattler's cache folder (`name-version-build`), which a changed
+    extracted copy makes envtool delete: never a path."""
+    lock = cb.edit_lock(setup.lock, tmp_path / "v.yml", {"libtorch": edit})
+    out = run_envtool("install", "demo", "--lock", str(lock), "--dry-run", env=env)
+    assert "libtorch" in _one_line_error(out)
+
+
 def test_a_pip_entry_name_that_is_a_path_or_a_line_is_refused(
     setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
 ) -> None:

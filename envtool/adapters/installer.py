@@ -559,7 +559,8 @@ def _link(
         if (p.name, p.version, p.build) in installed and p.name not in damaged:
             continue
         entry = rattler_cache / f"{p.name}-{p.version}-{p.build}"
-        if entry.is_dir() and not entry.is_symlink():
+        inside = entry.resolve().parent == rattler_cache.resolve()  # lock_model checked the parts
+        if inside and entry.is_dir() and not entry.is_symlink():
             why = verify_extracted(entry, contents[p.file_name])
             if why:
                 say(f"  {entry.name}: extracted copy changed ({why}); extracting it again")

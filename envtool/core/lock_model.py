@@ -60,6 +60,10 @@ def entry_problem(pkg: LockedPackage) -> str | None:
             return f"{label} {value!r} holds control or space characters"
     if pkg.version == "" or pkg.url == "":
         return "no version or no url"
+    for label, value in (("version", pkg.version), ("build", pkg.build)):
+        # both name folders (rattler's cache entry `name-version-build`): never a path
+        if "/" in value or "\\" in value or ".." in value:
+            return f"{label} {value!r} is a path"
     for label, value, size in (("sha256", pkg.sha256, 64), ("md5", pkg.md5, 32)):
         if value is not None and (len(value) != size or not _HEX.fullmatch(value)):
             return f"{label} {value!r} is not {size} hex digits"
