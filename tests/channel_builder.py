@@ -42,6 +42,7 @@ class Pkg:
     build_number: int = 0
     files: dict[str, str] = field(default_factory=dict)  # relative path -> text
     symlinks: dict[str, str] = field(default_factory=dict)  # relative path -> target
+    tar_bz2: bool = False  # the legacy .tar.bz2 format instead of .conda
 
 
 def _real_python() -> Path:
@@ -166,7 +167,7 @@ def synthetic_graph(n: int, files_per_pkg: int = 5) -> list[Pkg]:
 
 def build_channel(root: Path, pkgs: list[Pkg]) -> Path:
     """Assemble each package as a .conda under root/<subdir>/ and index the channel."""
-    from rattler_build import assemble_package
+    from rattler_build import ArchiveType, assemble_package
 
     root.mkdir(parents=True, exist_ok=True)
     for sub in ("noarch", "linux-64"):
@@ -198,6 +199,7 @@ def build_channel(root: Path, pkgs: list[Pkg]) -> Path:
             compression_level=1,
             timestamp=STAMP,
             detect_prefix=False,
+            archive_type=ArchiveType.TarBz2 if pkg.tar_bz2 else ArchiveType.Conda,
         )
     index_channel(root)
     return root

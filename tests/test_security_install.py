@@ -628,3 +628,37 @@ def test_a_rattler_panic_is_one_line_without_a_backtrace(
         err.value.message
     )
     assert "tokio" not in capfd.readouterr().err  # the backtrace did not reach the terminal
+
+
+def test_tar_bz2_packages_are_validated_and_installed(env: dict[str, str], tmp_path: Path) -> None:
+    """The legacy format goes through the same Python validation (info/ is read from the tar
+    stream): a good one installs, one relabelled as another package is refused."""
+    channel = cb.build_channel(
+        tmp_path / "ch",
+        [
+            cb.Pkg("legacy", "1.0", "h0_0", files={"share/legacy.txt": "x\n"}, tar_bz2=True),
+            cb.Pkg("other", "2.0", "h0_0", files={"share/other.txt": "y\n"}, tar_bz2=True),
+        ],
+    )
+    lock = cb.write_lock(
+        tmp_path / "l.yml", cb.solve_records(channel, ["legacy"], cuda=None), channel.as_uri()
+    )
+    assert read_lock(lock).packages[0].file_name.endswith(".tar.bz2")
+    out = run_envtool("install", "legacy", "--lock", str(lock), env=env)
+    assert out.returncode == 0, out.stderr
+    other = next(channel.glob("*/other-2.0-h0_0.tar.bz2"))
+    fake = tmp_path / "fake" / "legacy-1.0-h0_0.tar.bz2"
+    fake.parent.mkdir()
+    shutil.copy(other, fake)
+    relabel = cb.edit_lock(
+        lock,
+        tmp_path / "r.yml",
+        {
+            "legacy": {
+                "url": fake.as_uri(),
+                "hash": {"sha256": cb.sha256_of(fake), "md5": _md5(fake)},
+            }
+        },
+    )
+    out = run_envtool("install", "legacy2", "--lock", str(relabel), env=env)
+    assert "the archive is other 2.0" in _one_line_error(out)
