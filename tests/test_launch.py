@@ -734,6 +734,53 @@ def test_sigkill_of_envtool_takes_torchrun_and_every_rank_with_it(
             os.kill(pid, signal.SIGKILL)
 
 
+HANG = """
+import os, sys, time
+rank = int(os.environ["RANK"])
+print(f"rank {rank} start", flush=True)
+if rank == 0:  # rank 0 goes on a little, then waits (as in a collective) for the stuck rank 1
+    for i in range(3):
+        time.sleep(0.2)
+        print(f"rank 0 step {i}", flush=True)
+time.sleep(600)
+"""
+
+RANK0_PRINTS = """
+import os, time
+rank = int(os.environ["RANK"])
+for i in range(int(os.environ.get("STEPS", "30"))):
+    time.sleep(0.2)
+    if rank == 0:  # the usual "print on rank 0 only": rank 1's log never grows
+        print(f"step {i}", flush=True)
+"""
+
+
+def test_a_hung_run_is_warned_about_and_stopped_by_hang_timeout(tmp_path: Path) -> None:
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    marker = uuid.uuid4().hex
+    proc = envtool(["launch", str(script), "--cpu", "--hang-timeout", "4"], tmp_path, marker)
+    assert proc.returncode == 1, proc.stderr
+    assert "envtool: warning: no rank's log has grown for" in proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if "made no progress" in x)
+    assert line.startswith("envtool: rank 1 made no progress for ") and "--hang-timeout 4" in line
+    assert "failed first" not in proc.stderr  # not the rank torchrun saw die of our SIGTERM
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    assert manifest["failed_rank"] == 1 and manifest["hang"]["rank"] == 1
+    assert manifest["exit_code"] == 1
+    assert wait_gone(marker) == []
+
+
+def test_a_rank_that_never_prints_is_not_a_hang_while_rank_zero_progresses(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "quiet.py"
+    script.write_text(RANK0_PRINTS)
+    proc = envtool(["launch", str(script), "--cpu", "--hang-timeout", "2"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "made no progress" not in proc.stderr and "warning: no rank" not in proc.stderr
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_stop_shows_envtools_lines_not_torchruns_traceback(
     tmp_path: Path, sig: signal.Signals

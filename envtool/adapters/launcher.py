@@ -46,6 +46,7 @@ class LaunchOutcome:
     rank_logs: dict[str, str] = field(default_factory=dict)
     killed_leftovers: int = 0
     log_error: RunDirError | None = None  # the run folder stopped taking writes (full disk)
+    hang: Hang | None = None  # stopped by --hang-timeout
 
 
 def _now() -> str:
@@ -145,11 +146,13 @@ def apply_launch(
     grace: float = GRACE_SECONDS,
     stdout_to_stderr: bool = False,
     on_started: Callable[[], None] | None = None,
+    hang_timeout: float | None = None,
 ) -> LaunchOutcome:
     """Run the plan's torchrun, forward SIGINT/SIGTERM, clean up, report the first failure.
 
     `on_started` runs once torchrun is on its way (manifest facts are gathered there, off the
-    path to the ranks' first step); signals are already being forwarded by then."""
+    path to the ranks' first step); signals are already being forwarded by then. No rank log
+    growing for a while is warned about; for `hang_timeout` seconds, the run is stopped."""
     run_dir = Path(plan.run_dir)
     make_run_dir(run_dir)
     console = console if console is not None else sys.stderr.buffer
@@ -191,7 +194,8 @@ def apply_launch(
             copier.start()
             if on_started is not None:
                 on_started()
-            code = _wait(proc, received, grace)
+            watch = ProgressWatch(plan, hang_timeout)
+            code = _wait(proc, received, grace, watch)
         except BaseException:  # e.g. on_started failed: never leave the run going unwatched
             kill_run(proc.pid, plan.run_id)
             proc.wait()
@@ -209,6 +213,7 @@ def apply_launch(
         rank_logs=find_rank_logs(Path(plan.log_dir)),
         killed_leftovers=leftovers,
         log_error=log_errors[0] if log_errors else None,
+        hang=watch.hang,
     )
     if code != 0:
         outcome.failure = read_failure(plan, _read_text(launcher_log))
@@ -236,7 +241,12 @@ def _die_with_parent(parent: int) -> Callable[[], None] | None:
     return arm
 
 
-def _wait(proc: subprocess.Popen[bytes], received: list[int], grace: float) -> int:
+def _wait(
+    proc: subprocess.Popen[bytes],
+    received: list[int],
+    grace: float,
+    watch: ProgressWatch | None = None,
+) -> int:
     deadline: float | None = None
     while True:
         try:
@@ -244,7 +254,9 @@ def _wait(proc: subprocess.Popen[bytes], received: list[int], grace: float) -> i
             break
         except subprocess.TimeoutExpired:
             pass
-        if received and deadline is None:
+        if watch is not None and not received and watch.hang is None and watch.check():
+            _signal_group(proc.pid, signal.SIGTERM)  # as a Ctrl-C would: torchrun stops ranks
+        if (received or (watch and watch.hang)) and deadline is None:
             deadline = time.monotonic() + grace
         # a second Ctrl-C means "now": do not wait out the grace period
         if deadline is not None and (time.monotonic() > deadline or len(received) > 1):
@@ -253,7 +265,92 @@ def _wait(proc: subprocess.Popen[bytes], received: list[int], grace: float) -> i
             break
     if received:
         return 128 + received[0]  # the shell convention for "stopped by signal N"
+    if watch is not None and watch.hang is not None:
+        return 1
     return 128 - rc if rc < 0 else rc
+
+
+HANG_WARN_SECONDS = 300.0  # no rank log grew this long: say so (without --hang-timeout too)
+
+
+@dataclass
+class Hang:
+    rank: int  # the rank silent longest: the likely one stuck (the others wait on it)
+    rank_silent: float  # seconds since its log last grew
+    all_silent: float  # seconds since any rank's log grew
+    log: str | None
+
+
+class ProgressWatch:
+    """Progress = a rank's log files (stdout.log/stderr.log of the latest attempt) grew, read
+    from their mtimes. A hung collective silences every rank, so the run counts as stuck when
+    no rank's log grew; the rank silent longest is named (it stopped first). A script that
+    prints on rank 0 only is fine: rank 0's log growing is progress for the run."""
+
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        hang_timeout: float | None,
+        warn_after: float = HANG_WARN_SECONDS,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        from envtool.output import note
+
+        self.plan = plan
+        self.timeout = hang_timeout
+        self.warn_after = min(warn_after, hang_timeout / 2) if hang_timeout else warn_after
+        self.say = say or note
+        self.warned = False
+        self.next_scan = 0.0
+        self.hang: Hang | None = None
+
+    def check(self) -> bool:
+        """Look (at most once a second); True once the run is stuck past the time-out."""
+        if time.monotonic() < self.next_scan:
+            return False
+        self.next_scan = time.monotonic() + 1.0
+        last = self._last_writes()
+        if not last:
+            return False  # no worker yet (rendezvous, startup): nothing to judge
+        now = time.time()
+        silent = now - max(last.values())
+        local = min(last, key=lambda r: (last[r], r))
+        rank = local + (self.plan.node_rank or 0) * self.plan.nproc_per_node
+        if silent < self.warn_after:
+            self.warned = False
+        elif not self.warned:
+            self.warned = True
+            stop = (
+                f"--hang-timeout stops it at {self.timeout:g} s"
+                if self.timeout
+                else "Ctrl-C stops it; --hang-timeout SECONDS stops such a run by itself"
+            )
+            self.say(
+                f"envtool: warning: no rank's log has grown for {silent:.0f} s (rank {rank} "
+                f"silent longest); still waiting — {stop}"
+            )
+        if self.timeout and silent >= self.timeout:
+            log = find_rank_logs(Path(self.plan.log_dir)).get(str(local))
+            self.hang = Hang(rank, now - last[local], silent, log)
+            return True
+        return False
+
+    def _last_writes(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        try:
+            logs = find_rank_logs(Path(self.plan.log_dir))
+        except OSError:  # an attempt folder torchrun is replacing right now
+            return out
+        for local, stderr_log in logs.items():
+            times = []
+            for name in ("stdout.log", "stderr.log"):
+                try:
+                    times.append(Path(stderr_log).with_name(name).stat().st_mtime)
+                except OSError:
+                    pass
+            if times:
+                out[int(local)] = max(times)
+        return out
 
 
 def _signal_group(pid: int, signum: int) -> None:

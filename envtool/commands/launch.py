@@ -69,6 +69,13 @@ def _bounded_nproc(value: int | None) -> int | None:
     show_default=True,
     help="Worker-group restarts torchrun allows before the run fails.",
 )
+@click.option(
+    "--hang-timeout",
+    type=click.FloatRange(min=1),
+    default=None,
+    metavar="SECONDS",
+    help="Stop the run when no rank's log has grown for this long (default: only warn).",
+)
 @click.option("--all-ranks", is_flag=True, help="Show every rank on the console, not rank 0.")
 @click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
 @click.option("--skip-checks", is_flag=True, help="Skip the doctor's pre-flight checks.")
@@ -224,7 +231,11 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
             raise DiagnosedFailure(f"run {run_id} stopped: {exc.message}", exc.hint) from None
 
     outcome = launcher.apply_launch(
-        plan, environ, stdout_to_stderr=opts["as_json"], on_started=record_facts
+        plan,
+        environ,
+        stdout_to_stderr=opts["as_json"],
+        on_started=record_facts,
+        hang_timeout=opts["hang_timeout"],
     )
     manifest.update(
         start_time=outcome.started,
@@ -233,6 +244,10 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         interrupted_by=outcome.interrupted_by,
         rank_logs=outcome.rank_logs,
     )
+    if outcome.hang is not None:  # the hung rank, not the one torchrun saw die of our SIGTERM
+        outcome.failure = None
+        manifest["failed_rank"] = outcome.hang.rank
+        manifest["hang"] = outcome.hang.__dict__
     if outcome.failure is not None:
         manifest["failed_rank"] = outcome.failure.rank
         manifest["failure"] = outcome.failure.__dict__
@@ -249,7 +264,14 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         note(f"envtool: warning: {disk_error.message}: launcher.log is incomplete")
     from envtool.core.launch_plan import render_failure
 
-    if outcome.interrupted_by:
+    if outcome.hang is not None:
+        hang = outcome.hang
+        note(
+            f"envtool: rank {hang.rank} made no progress for {hang.rank_silent:.0f} s (no rank's "
+            f"log grew for {hang.all_silent:.0f} s) — stopped by --hang-timeout "
+            f"{opts['hang_timeout']:g}; logs: {hang.log or plan.run_dir + '/'}"
+        )
+    elif outcome.interrupted_by:
         note(
             f"envtool: stopped by {outcome.interrupted_by}; every rank ended — logs: {plan.run_dir}/"
         )
