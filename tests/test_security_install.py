@@ -662,3 +662,39 @@ def test_tar_bz2_packages_are_validated_and_installed(env: dict[str, str], tmp_p
     )
     out = run_envtool("install", "legacy2", "--lock", str(relabel), env=env)
     assert "the archive is other 2.0" in _one_line_error(out)
+
+
+def test_a_decompression_bomb_in_the_info_part_is_refused_after_a_bounded_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The info tar is read as a stream up to a cap (1 GiB; 1 MiB here): a right-hash archive
+    whose info part inflates without end costs bounded time."""
+    import io
+    import tarfile
+
+    import zstandard
+
+    from envtool.adapters import installer
+    from envtool.core.lock_model import LockedPackage
+
+    monkeypatch.setattr(installer, "_SCAN_LIMIT", 1 << 20)
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w") as tf:
+        big = tarfile.TarInfo("info/aaa-padding")
+        big.size = 4 << 20
+        tf.addfile(big, io.BytesIO(b"\0" * big.size))
+        index = json.dumps({"name": "bomb", "version": "1", "build": "0"}).encode()
+        entry = tarfile.TarInfo("info/index.json")
+        entry.size = len(index)
+        tf.addfile(entry, io.BytesIO(index))
+    archive = tmp_path / "bomb-1-0.conda"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("metadata.json", '{"conda_pkg_format_version":2}')
+        zf.writestr("info-bomb-1-0.tar.zst", zstandard.ZstdCompressor().compress(tar.getvalue()))
+        zf.writestr("pkg-bomb-1-0.tar.zst", zstandard.ZstdCompressor().compress(b""))
+    pkg = LockedPackage("bomb", "1", "conda", "linux-64", archive.as_uri(), build="0")
+    with pytest.raises(UsageError) as err:
+        installer.read_archive_contents(archive, pkg)
+    assert "no info/index.json in the first 1 MiB" in err.value.message
+    monkeypatch.setattr(installer, "_SCAN_LIMIT", 64 << 20)
+    assert installer.read_archive_contents(archive, pkg).index["name"] == "bomb"

@@ -150,6 +150,9 @@ def _is_own_file(path: Path) -> bool:
         return False
 
 
+FETCH_LIMIT = 16 << 30  # the largest conda packages (CUDA libraries) are ~3 GiB
+
+
 def fetch_url(url: str, dest: Path) -> Path:
     """file:// → copy; http(s) → urllib. Streamed into a fresh exclusive temp file beside `dest`
     (mkstemp: a random name, O_EXCL, so no planted link or other process can aim the write);
@@ -170,7 +173,16 @@ def fetch_url(url: str, dest: Path) -> Path:
                     shutil.copyfileobj(fh, out, 1 << 20)
             else:
                 with urllib.request.urlopen(url, timeout=60) as resp:
-                    shutil.copyfileobj(resp, out, 1 << 20)
+                    size = 0
+                    while chunk := resp.read(1 << 20):
+                        size += len(chunk)
+                        if size > FETCH_LIMIT:  # a server that never stops must not fill the disk
+                            raise DiagnosedFailure(
+                                f"{url}: larger than {FETCH_LIMIT >> 30} GiB, not a package; "
+                                "nothing was linked",
+                                "check the lock's URL",
+                            )
+                        out.write(chunk)
         return tmp
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
@@ -434,11 +446,13 @@ def read_archive_contents(path: Path, pkg: LockedPackage) -> ArchiveContents:
                 import zstandard
 
                 with zf.open(info[0]) as fh:
-                    reader = zstandard.ZstdDecompressor().stream_reader(fh)
+                    reader = _Capped(zstandard.ZstdDecompressor().stream_reader(fh))
                     members = _info_members(tarfile.open(fileobj=reader, mode="r|"))
         else:  # .tar.bz2: conda writes info/ first, so the scan stops early
-            with tarfile.open(path, mode="r|bz2") as tf:
-                members = _info_members(tf)
+            import bz2
+
+            with bz2.open(path, "rb") as fh:
+                members = _info_members(tarfile.open(fileobj=_Capped(fh), mode="r|"))
     except UsageError:
         raise
     except ImportError:  # no zstandard: rattler reads the info part alone
@@ -471,6 +485,25 @@ def read_archive_contents(path: Path, pkg: LockedPackage) -> ArchiveContents:
             if why:
                 raise refuse(f"it ships {entry.get('_path')!r} ({why})")
     return ArchiveContents(index, paths, members["info/index.json"], members.get("info/paths.json"))
+
+
+_SCAN_LIMIT = 1 << 30  # decompressed bytes read looking for info/: a bomb stops here
+
+
+class _Capped:
+    """A read-only stream that refuses to yield more than _SCAN_LIMIT bytes (a decompression
+    bomb in an archive with the right hash costs a bounded time, not the disk or an hour)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.seen = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size if size is not None and size >= 0 else 1 << 20)
+        self.seen += len(data)
+        if self.seen > _SCAN_LIMIT:
+            raise ValueError(f"no info/index.json in the first {_SCAN_LIMIT >> 20} MiB")
+        return data
 
 
 def _info_members(tf: Any) -> dict[str, bytes]:
