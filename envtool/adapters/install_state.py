@@ -150,12 +150,13 @@ def env_lock_busy(prefix: Path) -> bool:
 
 # --- removal: rename aside, then delete (a kill leaves a folder `list` shows and `remove` ends)
 
-REMOVING = ".removing-"
-_LEFTOVER = re.compile(r"^\.(?P<stem>.+)\.removing-[0-9a-f]{8}$", re.S)
+# `#` cannot occur in an env NAME (check_env_name refuses it): no env can be taken for a leftover
+REMOVING = "#removing-"
+_LEFTOVER = re.compile(r"^\.(?P<stem>.+)#removing-[0-9a-f]{8}$", re.S)
 
 
 def move_aside(prefix: Path) -> Path:
-    """Rename the prefix to a fresh sibling `.NAME.removing-<random>` in one atomic step: from
+    """Rename the prefix to a fresh sibling `.NAME#removing-<random>` in one atomic step: from
     then on NAME is gone (no half-removed env under its name), whatever happens to the delete."""
     import secrets
 
@@ -171,7 +172,8 @@ def move_aside(prefix: Path) -> Path:
 def removal_leftovers(prefix: Path) -> list[Path]:
     """Folders a `remove` of this prefix renamed aside and did not finish deleting."""
     prefix = Path(prefix)
-    stem = sibling_name(prefix, REMOVING)[: -len(REMOVING)]  # `.NAME` (or its cut form)
+    suffix = REMOVING + "0" * 8  # as long as move_aside's, so a long NAME is cut the same way
+    stem = sibling_name(prefix, suffix)[: -len(suffix)]  # `.NAME` (or its cut form)
     try:
         entries = list(prefix.parent.iterdir())
     except OSError:
@@ -184,7 +186,7 @@ def removal_leftovers(prefix: Path) -> list[Path]:
 
 
 def leftover_name(path: Path) -> str | None:
-    """NAME of a `.NAME.removing-<random>` folder (None: not one)."""
+    """NAME of a `.NAME#removing-<random>` folder (None: not one)."""
     m = _LEFTOVER.match(Path(path).name)
     return m["stem"] if m and _is_real_dir(Path(path)) else None
 
