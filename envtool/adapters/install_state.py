@@ -20,6 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from envtool.core.shell_quote import printable
+from envtool.errors import UsageError
+
 META_DIR = "envtool"  # under conda-meta/
 INCOMPLETE = "incomplete.json"
 STATE = "state.json"
@@ -108,14 +111,20 @@ def hold_file_lock(
     from filelock import FileLock, Timeout
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path), is_singleton=True)
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        if on_wait is not None:
-            on_wait(f"waiting for another envtool on {label}…")
-        lock.acquire()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path), is_singleton=True)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if on_wait is not None:
+                on_wait(f"waiting for another envtool on {label}…")
+            lock.acquire()
+    except OSError as exc:  # an envs dir or cache that is not ours to write: nothing was done
+        raise UsageError(
+            f"cannot lock {printable(label)}: {exc.filename or path}: {exc.strerror or exc}",
+            f"nothing was changed; make {path.parent} writable (or ask its owner)",
+        ) from None
     try:
         yield
     finally:
