@@ -19,8 +19,10 @@ from envtool.core.lockfile import compute_input_hash, parse_lock_stamp, plan_cus
 from envtool.core.plan import (
     DEFAULT_CHANNELS,
     NO_CUDA_PLATFORMS,
+    CudaBuild,
     Plan,
     Request,
+    planned_gpus,
     render_plan,
 )
 from envtool.errors import DiagnosedFailure, UsageError, cannot_write
@@ -153,26 +155,41 @@ def lock_environment(
 
         preload_lock_writer()
     note(f"solving {name} for {', '.join(request.platforms)} …")
-    plan, solved = discover_plan_solve(
-        channels,
-        discover,
-        # the planner the solver calls again for a suggested --cuda, to check it solves
-        lambda builds, cuda: with_file_limits(
+    listed: list[list[CudaBuild] | None] = [None]  # the channel's builds the last plan saw
+
+    def planner(builds: list[CudaBuild] | None, cuda: str | None) -> Plan:
+        """The planner the solver calls again for a suggested --cuda, to check it solves."""
+        listed[0] = builds
+        return with_file_limits(
             plan_environment(replace(request, cuda=cuda) if cuda else request, host, builds),
             request,
-        ),
-        cache_dir,
-    )
+        )
+
+    plan, solved = discover_plan_solve(channels, discover, planner, cache_dir)
     for w in plan.warnings:
         note(f"warning: {w}")
     for n in plan.notes:
         note(f"note: {n}")
-    problems = [p for pp in plan.platforms for p in verify_solution(pp, solved[pp.platform])]
+    problems = [
+        p
+        for pp in plan.platforms
+        for p in verify_solution(
+            pp,
+            solved[pp.platform],
+            gpus=plan.gpus,
+            driver=plan.driver,
+            flavor=plan.flavor,
+            available=None if listed[0] is None else {b.cuda for b in listed[0] if b.cuda},
+        )
+    ]
     if problems:
         raise DiagnosedFailure(
             "the solution is not what the plan asked for, nothing written: "
             + "; ".join(f"{p.platform}: {p.message}" for p in problems),
-            "pin the CUDA runtime packages (cuda-version=X.Y), or pick another --cuda/--torch",
+            next(
+                (p.hint for p in problems if p.hint),
+                "pin the CUDA runtime packages (cuda-version=X.Y), or pick another --cuda/--torch",
+            ),
         )
     resolved = resolved_request(request, plan)
     # create writes the request file; lock leaves the user's file (and its comments) alone
@@ -276,10 +293,17 @@ def resolve_for_lock(channel: str) -> str:
 
 def resolved_request(request: Request, plan: Plan) -> Request:
     """The request as re-locked later: `auto` replaced by the CUDA it resolved to on this host, so
-    `envtool lock` on another machine (or no GPU) re-solves the same target."""
+    `envtool lock` on another machine (or no GPU) re-solves the same target; the GPUs the plan was
+    made for (--gpu or probed) recorded as distinct compute capabilities, so that target keeps its
+    `__cuda_arch` (and arch check) on a login node. Recorded this way, the input hash changes with
+    the GPUs only when the plan does: a different lowest/extra capability, not a GPU count, a
+    spelling (sm_90 / 9.0) or any GPU of a CPU plan."""
     any_cuda = any(p.cuda for p in plan.platforms)
     return replace(
-        request, cuda=plan.cuda if any_cuda and plan.cuda else "cpu", channels=tuple(plan.channels)
+        request,
+        cuda=plan.cuda if any_cuda and plan.cuda else "cpu",
+        channels=tuple(plan.channels),
+        gpus=planned_gpus(plan) if any_cuda else (),
     )
 
 

@@ -6,6 +6,7 @@ away with CONDA_OVERRIDE_CUDA="" (the probe's overrides), so the tests mean the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import channel_builder as cb
@@ -70,6 +71,28 @@ def test_each_host_gets_its_variant_and_says_why(project: Path, env: dict[str, s
     assert r.returncode == 0, r.stderr
     assert "variant cpu: " in r.stderr and "→ cpu variant" in r.stderr
     assert installed_build(env) == "BUILD = 'cpu'\n"
+
+
+def test_install_json_says_which_variant_and_why(project: Path, env: dict[str, str]) -> None:
+    """--json carries the choice the note prints: variant, mode and the one-line reason (dry run
+    and a real install alike); an install from --lock chose no variant and says none."""
+    r = install(project, env, "535.104.05", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["variant"] == {
+        "variant": "cuda11.8",
+        "mode": "native",
+        "reason": "driver 535.104.05 → cuda11.8 variant; cuda12.6 needs ≥ 560.28.03",
+    }
+    r = install(project, env, "535.104.05", "--variant", "cuda12.6", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["variant"]["variant"] == "cuda12.6" and data["variant"]["mode"] == "compat"
+    assert "minor-version compatibility" in data["variant"]["reason"]
+    assert installed_build(env) == "BUILD = 'cuda126'\n"
+    lock = project / "environments" / "demo" / "conda-lock.cpu.yml"
+    r = install(project, env, None, "--lock", str(lock), "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "variant" not in json.loads(r.stdout)
 
 
 def test_variant_override_is_host_checked(project: Path, env: dict[str, str]) -> None:

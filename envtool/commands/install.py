@@ -145,6 +145,7 @@ def cmd(
         raise UsageError(
             "--variant picks among NAME's variant locks", "give NAME, without --lock/--from"
         )
+    choice = None  # the variant an index chose (and why), for --json as for the note
     if name and not lock_file and not from_dir:  # variant locks: the one this host runs
         from envtool.adapters.variant_lock import choose_project_variant
         from envtool.output import note
@@ -152,7 +153,8 @@ def cmd(
         picked = choose_project_variant(name, variant, platform, force)
         if picked is not None:
             lock_file = str(picked[0])
-            note(f"variant {picked[1].variant.name}: {picked[1].reason}")
+            choice = picked[1]
+            note(f"variant {choice.variant.name}: {choice.reason}")
     lock_path, target, override, label = resolve_install_args(
         name, lock_file, prefix, from_dir, channels
     )
@@ -165,6 +167,12 @@ def cmd(
             result = _install(
                 lock_path, target, override, label, from_dir, platform, force, False, as_json
             )
+    if choice is not None:
+        result.data["variant"] = {
+            "variant": choice.variant.name,
+            "mode": choice.mode,
+            "reason": choice.reason,
+        }
     emit(result, as_json)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -269,3 +270,17 @@ def toolkit_supports_gpu(cuda: str, capability: str | tuple[int, int]) -> bool:
     if row is None or row.last_cuda_major is None:
         return True
     return parse_version(cuda)[0] <= row.last_cuda_major
+
+
+def capability_text(capability: str | tuple[int, int]) -> str:
+    """'sm_90a', 'sm_90', '9.0' or (9, 0) -> '9.0': a compute capability as conda's `__cuda_arch`
+    writes it (CEP 46: `{major}.{minor}`, subarchitecture letters dropped). ValueError if not one."""
+    major, minor, _ = _split_arch(capability_to_arch(capability))
+    return f"{major}.{minor}"
+
+
+def cuda_arch_version(capabilities: Iterable[str | tuple[int, int]]) -> str | None:
+    """The `__cuda_arch` virtual package's version for these GPUs (CEP 46, as py-rattler detects
+    it): the lowest compute capability among them, '9.0'; None without GPUs."""
+    found = sorted({capability_text(c) for c in capabilities}, key=parse_version)
+    return found[0] if found else None

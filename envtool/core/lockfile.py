@@ -133,8 +133,12 @@ def plan_custom_metadata(
     envtool_version: str,
     solved_torch: str = "",
 ) -> dict[str, str]:
-    """What envtool records about the plan inside the lock (all str, sorted by the writer)."""
+    """What envtool records about the plan inside the lock (all str, sorted by the writer).
+    `envtool_cuda_arch` (the plan's `__cuda_arch`) only when the plan has one: a CPU plan or one
+    made without GPUs records no GPU assumption."""
+    arch = {"envtool_cuda_arch": plan.cuda_arch} if plan.cuda_arch else {}
     return {
+        **arch,
         "envtool_version": envtool_version,
         "envtool_flavor": plan.flavor,
         "envtool_cuda": plan.cuda or "cpu",

@@ -142,6 +142,9 @@ class Plan:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     picked: bool = False  # the CUDA was chosen by envtool (auto or a major), not named X.Y
+    # the `__cuda_arch` virtual package (conda CEP 46, as py-rattler detects it): the lowest
+    # compute capability among the GPUs planned for; None for CPU plans and without GPUs
+    cuda_arch: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -154,6 +157,7 @@ class Plan:
             "python": self.python,
             "driver": self.driver,
             "gpus": list(self.gpus),
+            "cuda_arch": self.cuda_arch,
             "channels": list(self.channels),
             "platforms": [
                 {
@@ -261,8 +265,9 @@ def plan_environment(
             warnings.append(f"{p} has no CUDA builds: planning the CPU build for {p}")
 
     channels = request.channels or DEFAULT_CHANNELS[request.flavor]
+    cuda_arch = _cuda_arch(gpus) if cuda else None
     platforms = tuple(
-        _plan_platform(request, p, None if p in NO_CUDA_PLATFORMS else cuda, torch)
+        _plan_platform(request, p, None if p in NO_CUDA_PLATFORMS else cuda, torch, cuda_arch)
         for p in request.platforms
     )
     return Plan(
@@ -281,7 +286,32 @@ def plan_environment(
         warnings=tuple(warnings),
         notes=tuple(notes),
         picked=cuda is not None and (want == "auto" or want.isdigit()),
+        cuda_arch=cuda_arch,
     )
+
+
+def _cuda_arch(gpus: tuple[str, ...]) -> str | None:
+    """`__cuda_arch` for these GPUs: the lowest of their compute capabilities."""
+    return cu.cuda_arch_version(_capabilities(gpus))
+
+
+def _capabilities(gpus: tuple[str, ...]) -> tuple[str, ...]:
+    """Distinct compute capabilities ('9.0'), lowest first; one no parser reads is left out
+    (check_request refuses a bad --gpu; a probed one is no evidence)."""
+    out = set()
+    for g in gpus:
+        try:
+            out.add(cu.capability_text(g))
+        except ValueError:
+            continue
+    return tuple(sorted(out, key=parse_version))
+
+
+def planned_gpus(plan: Plan) -> tuple[str, ...]:
+    """The GPUs a CUDA plan was made for, as the lock records them: distinct compute capabilities
+    ('9.0'), lowest first. Two H200s or eight, `--gpu 9.0` or `--gpu sm_90`: the same plan, the
+    same record. A CPU plan records none (no GPU changes it)."""
+    return _capabilities(plan.gpus) if plan.cuda else ()
 
 
 def check_request(request: Request, host: HostFacts | None = None) -> None:
@@ -444,10 +474,12 @@ def _pick_cuda(
             f"no CUDA build of torch runs on driver {driver} (runs CUDA ≤ {native})"
             + (" with these GPUs" if gpus else "")
             + ": "
-            + "; ".join(s.reasons)
+            + "; ".join(dict.fromkeys(s.reasons))
         )
     else:
-        head = f"no CUDA {request.cuda}.x build of torch with these GPUs: " + "; ".join(s.reasons)
+        head = f"no CUDA {request.cuda}.x build of torch with these GPUs: " + "; ".join(
+            dict.fromkeys(s.reasons)
+        )
     raise Refusal(head, s, _way_out(s, request))
 
 
@@ -548,7 +580,11 @@ def _spec_name(spec: str) -> str:
 
 
 def _plan_platform(
-    request: Request, platform: str, cuda: str | None, torch: str | None
+    request: Request,
+    platform: str,
+    cuda: str | None,
+    torch: str | None,
+    cuda_arch: str | None = None,
 ) -> PlatformPlan:
     """Specs that force the intended build: a CUDA build for CUDA plans (never the newer CPU build
     a bare `pytorch` + `cuda-version` lets win), the CPU build for CPU plans."""
@@ -594,6 +630,8 @@ def _plan_platform(
     virtual = dict(_DEFAULT_VIRTUAL[platform])
     if cuda:
         virtual["__cuda"] = cuda
+        if cuda_arch:  # CEP 46: only beside __cuda; build string 0
+            virtual["__cuda_arch"] = cuda_arch
     for name, value in request.virtual_overrides:
         virtual[name] = value
     vps = tuple(_split_virtual(n, v) for n, v in sorted(virtual.items()))
