@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from email.parser import HeaderParser
@@ -38,17 +39,20 @@ def load_record(meta: Path) -> Any:
         return None
 
 
+_PATH_BYTES = re.compile(r"[\x00-\x1f]")  # NUL and control characters (a backslash is a name byte)
+
+
 def unsafe_path(rel: Any) -> str | None:
     """Why a path from a package record or a package's paths.json could name something outside
     the prefix, or None: it must be relative, normalized, with no '..' and no control bytes."""
     if not isinstance(rel, str) or not rel:
         return "not a path"
-    if rel.startswith("/") or "\\" in rel or "\x00" in rel:
-        return "absolute, or not a POSIX path"
-    if any(ord(c) < 0x20 for c in rel):
+    if rel.startswith("/"):
+        return "an absolute path"
+    if _PATH_BYTES.search(rel):
         return "control characters in the path"
     parts = rel.split("/")
-    if any(part in ("", ".", "..") for part in parts):
+    if "" in parts or "." in parts or ".." in parts:
         return "not a normalized relative path (.., . or //)"
     return None
 
@@ -100,7 +104,7 @@ def check_prefix_records(prefix: Path) -> list[Path]:
         if not isinstance(data, dict) or _record_problem(data) is not None:
             damaged.append(meta)
             continue
-        for rel in record_paths(data):
+        for rel in dict.fromkeys(record_paths(data)):  # files and paths_data repeat
             why = unsafe_path(rel)
             if why is None:
                 parent = rel.rpartition("/")[0]
