@@ -255,7 +255,7 @@ def test_remove_killed_midway_is_listed_and_the_next_remove_finishes_it(
     assert rows["demo"]["state"] == "removing" and rows["demo"]["interrupted"] is True
     assert rows["other"]["state"] != "removing"
     text = run_envtool("list", env=env).stdout
-    assert "removing (interrupted)" in text and "envtool remove NAME" in text
+    assert "removing (interrupted)" in text and "run `envtool remove demo --yes` to finish" in text
 
     again = run_envtool("remove", "demo", "--yes", env=env)
     assert again.returncode == 0, again.stderr
@@ -330,17 +330,20 @@ def test_remove_hitting_a_permission_error_says_so_and_the_next_remove_finishes_
     assert not removal_leftovers(prefix) and list_rows(env) == []
 
 
+@pytest.mark.parametrize("lock_there", [True, False], ids=["lock-file-there", "no-lock-file"])
 def test_remove_of_an_env_it_cannot_rename_changes_nothing(
-    env: dict[str, str], tmp_path: Path
+    env: dict[str, str], tmp_path: Path, lock_there: bool
 ) -> None:
-    """The envs dir belongs to someone else: the rename fails and nothing at all is deleted."""
+    """The envs dir belongs to someone else: the lock or the rename fails, nothing is deleted."""
     envs = tmp_path / "envs"
     prefix = fake_env(envs / "demo")
-    (envs / ".demo.lock").touch()  # the lock exists (ours); the folder is not writable to us
+    if lock_there:
+        (envs / ".demo.lock").touch()  # the lock exists (ours); the folder is not writable to us
     os.chown(envs, 65534, 65534)
     out = run_without_privileges(env, "remove", "demo", "--yes")
     assert out.returncode == 2, out.stderr
-    assert "Traceback" not in out.stderr and "nothing was deleted" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert "nothing was deleted" in out.stderr or "nothing was changed" in out.stderr
     assert (prefix / "conda-meta" / "history").is_file() and (prefix / "bin" / "f0").is_file()
 
 
@@ -367,3 +370,27 @@ def test_remove_of_an_env_with_a_255_byte_name(env: dict[str, str], tmp_path: Pa
     assert out.returncode == 0, out.stderr
     assert not prefix.exists() and not removal_leftovers(prefix)
     assert len(env_lock_path(prefix).name.encode()) <= 255
+
+
+def test_a_killed_remove_of_a_255_byte_name_is_found_and_finished(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    name = "n" * 255
+    prefix = fake_env(tmp_path / "envs" / name)
+    start_stuck_remove(env, name, "--yes").kill()
+    assert removal_leftovers(prefix)  # the cut + hashed aside name still maps back to NAME
+    out = run_envtool("remove", name, "--yes", env=env)
+    assert out.returncode == 0, out.stderr
+    assert not removal_leftovers(prefix) and list_rows(env) == []
+
+
+def test_an_env_named_like_an_aside_folder_is_never_taken_for_one(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Aside folders hold a `#`, which no env NAME may: `.demo.removing-12345678` is an env."""
+    lookalike = fake_env(tmp_path / "envs" / ".demo.removing-12345678")
+    out = run_envtool("install", "demo", "--lock", str(setup.lock), env=env)
+    assert out.returncode == 0, out.stderr
+    assert run_envtool("remove", "demo", "--yes", env=env).returncode == 0
+    assert (lookalike / "conda-meta" / "history").is_file()
+    assert [r["name"] for r in list_rows(env)] == [".demo.removing-12345678"]

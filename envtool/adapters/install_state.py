@@ -20,6 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from envtool.core.shell_quote import printable
+from envtool.errors import UsageError
+
 META_DIR = "envtool"  # under conda-meta/
 INCOMPLETE = "incomplete.json"
 STATE = "state.json"
@@ -108,14 +111,20 @@ def hold_file_lock(
     from filelock import FileLock, Timeout
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path), is_singleton=True)
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        if on_wait is not None:
-            on_wait(f"waiting for another envtool on {label}…")
-        lock.acquire()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path), is_singleton=True)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if on_wait is not None:
+                on_wait(f"waiting for another envtool on {label}…")
+            lock.acquire()
+    except OSError as exc:  # an envs dir or cache that is not ours to write: nothing was done
+        raise UsageError(
+            f"cannot lock {printable(label)}: {exc.filename or path}: {exc.strerror or exc}",
+            f"nothing was changed; make {path.parent} writable (or ask its owner)",
+        ) from None
     try:
         yield
     finally:
@@ -150,12 +159,13 @@ def env_lock_busy(prefix: Path) -> bool:
 
 # --- removal: rename aside, then delete (a kill leaves a folder `list` shows and `remove` ends)
 
-REMOVING = ".removing-"
-_LEFTOVER = re.compile(r"^\.(?P<stem>.+)\.removing-[0-9a-f]{8}$", re.S)
+# `#` cannot occur in an env NAME (check_env_name refuses it): no env can be taken for a leftover
+REMOVING = "#removing-"
+_LEFTOVER = re.compile(r"^\.(?P<stem>.+)#removing-[0-9a-f]{8}$", re.S)
 
 
 def move_aside(prefix: Path) -> Path:
-    """Rename the prefix to a fresh sibling `.NAME.removing-<random>` in one atomic step: from
+    """Rename the prefix to a fresh sibling `.NAME#removing-<random>` in one atomic step: from
     then on NAME is gone (no half-removed env under its name), whatever happens to the delete."""
     import secrets
 
@@ -171,7 +181,8 @@ def move_aside(prefix: Path) -> Path:
 def removal_leftovers(prefix: Path) -> list[Path]:
     """Folders a `remove` of this prefix renamed aside and did not finish deleting."""
     prefix = Path(prefix)
-    stem = sibling_name(prefix, REMOVING)[: -len(REMOVING)]  # `.NAME` (or its cut form)
+    suffix = REMOVING + "0" * 8  # as long as move_aside's, so a long NAME is cut the same way
+    stem = sibling_name(prefix, suffix)[: -len(suffix)]  # `.NAME` (or its cut form)
     try:
         entries = list(prefix.parent.iterdir())
     except OSError:
@@ -184,7 +195,7 @@ def removal_leftovers(prefix: Path) -> list[Path]:
 
 
 def leftover_name(path: Path) -> str | None:
-    """NAME of a `.NAME.removing-<random>` folder (None: not one)."""
+    """NAME of a `.NAME#removing-<random>` folder (None: not one)."""
     m = _LEFTOVER.match(Path(path).name)
     return m["stem"] if m and _is_real_dir(Path(path)) else None
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from envtool.core.shell_quote import printable
 from envtool.output import Result, emit
 
 
@@ -33,7 +34,7 @@ def render_env_table(rows: list[dict]) -> list[str]:
 
 
 def removing_rows(root: Path) -> list[dict]:
-    """One row per `.NAME.removing-<random>` folder: a removal under way (its env lock held)
+    """One row per `.NAME#removing-<random>` folder: a removal under way (its env lock held)
     or one that was killed or failed midway (`remove NAME` finishes it)."""
     from envtool.adapters.install_state import env_lock_busy, leftover_name
 
@@ -81,9 +82,13 @@ def cmd(as_json: bool) -> None:
                 f"{r['name']} is incomplete (an install was interrupted): run "
                 f"`{r['finish_command']}` to finish it"
             )
-    if any(r["state"] == "removing" and r.get("interrupted") for r in rows):
-        text.append(
-            "removing (interrupted): a removal was stopped midway; run `envtool remove NAME` "
-            "to finish it"
-        )
+    for r in rows:
+        if r["state"] == "removing" and r.get("interrupted"):
+            from envtool.commands.remove import remove_command
+
+            r["finish_command"] = remove_command(envs_dir() / r["name"])
+            text.append(
+                f"{printable(r['name'])} was being removed (interrupted): run "
+                f"`{r['finish_command']} --yes` to finish it"
+            )
     emit(Result("list", {"envs_dir": str(envs_dir()), "environments": rows}, text), as_json)

@@ -85,7 +85,7 @@ def remove_prefix(target: Path, label: str) -> list[str]:
     """Remove the env at `target` (the caller holds its env lock) and any earlier removal's
     leftovers; lines to report.
 
-    The prefix is first renamed to a sibling `.NAME.removing-<random>` (one atomic step), then
+    The prefix is first renamed to a sibling `.NAME#removing-<random>` (one atomic step), then
     deleted: a kill or a permission error midway leaves that folder, which `list` shows as
     `removing (interrupted)` and the next `remove NAME` (or install) finishes — never an env
     whose conda-meta/ is gone but bin/ lib/ remain under its name.
