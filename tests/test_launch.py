@@ -840,3 +840,11 @@ def test_after_a_stop_a_rank_traceback_of_a_real_error_still_reaches_the_console
     shown = [line for raw in feed for line in stop.feed(raw, "SIGINT")] + stop.flush()
     assert shown[0].startswith(b"envtool: SIGINT: stopping every rank")
     assert shown[1:] == [feed[4], *feed[5:8]]
+
+
+def test_hang_timeout_with_slurm_is_refused_not_ignored(tmp_path: Path) -> None:
+    proc = envtool(
+        ["launch", str(RANK_FILE), "--slurm", "--nodes", "1", "--cpu", "--hang-timeout", "60"],
+        tmp_path,
+    )
+    assert proc.returncode == 2 and "--hang-timeout watches a local run" in proc.stderr

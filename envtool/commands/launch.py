@@ -110,6 +110,11 @@ def cmd(ctx: click.Context, **opts: Any) -> None:
         )
     run_id = new_run_id()
     if opts["slurm"]:
+        if opts["hang_timeout"] is not None:  # the batch job runs torchrun without envtool
+            raise UsageError(
+                "--hang-timeout watches a local run; a --slurm job is not watched by envtool",
+                "drop --hang-timeout (bound the job with --time)",
+            )
         result = launch_slurm(opts, target, script, run_id)
         emit(result, opts["as_json"])
         return
