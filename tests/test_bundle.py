@@ -39,7 +39,6 @@ def _env(tmp_path: Path, tag: str) -> dict[str, str]:
         ENVTOOL_CACHE_DIR=str(tmp_path / f"cache-{tag}"),
         ENVTOOL_DRIVER_VERSION="570.86.10",
     )
-    e.pop("ENVTOOL_TEST_PAUSE_AT", None)
     return e
 
 

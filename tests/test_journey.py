@@ -7,22 +7,27 @@ file:// channel that channel_builder builds (no network).
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
 
 import channel_builder as cb
 import pytest
-from conftest import run_envtool, start_envtool
+from conftest import run_envtool
 
 pytestmark = pytest.mark.integration
 
 
 def _interrupt_install(setup: cb.CudaSetup, env: dict[str, str], prefix: Path) -> None:
     """Ctrl-C an install into `prefix` after its downloads, before anything is linked."""
-    paused = dict(env, ENVTOOL_TEST_PAUSE_AT="after-download", ENVTOOL_TEST_PAUSE_S="60")
-    proc = start_envtool("install", "--lock", str(setup.lock), "--prefix", str(prefix), env=paused)
+    argv = cb.paused_argv(
+        "after-download", 60.0, "install", "--lock", str(setup.lock), "--prefix", str(prefix)
+    )  # the installer's test seam: no variable in the product pauses it
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stderr is not None
     for line in proc.stderr:
-        if "ENVTOOL_TEST_PAUSE_AT=after-download" in line:
+        if "PAUSED AT after-download" in line:
             break
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
@@ -136,7 +141,9 @@ def test_verify_sees_a_file_deleted_from_an_installed_package_and_install_repair
     assert out.returncode == 1, out.stderr
     data = json.loads(out.stdout)
     assert not data["clean"] and not data["missing"] and not data["changed"]
-    assert data["damaged"] == [{"name": "cuda-version", "missing_files": 1, "first": victim}]
+    assert data["damaged"] == [
+        {"name": "cuda-version", "missing_files": 1, "changed_files": 0, "first": victim}
+    ]
     text = run_envtool("verify", "--prefix", str(prefix), env=env)
     assert f"damaged  cuda-version: 1 file gone (first: {victim})" in text.stdout
     # the next install relinks it (rattler alone skips a package whose record is in conda-meta)

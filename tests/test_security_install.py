@@ -355,7 +355,7 @@ def test_verify_full_flag_reports_a_changed_file(
     os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))  # same size, same mtime
     assert run_envtool("verify", "demo", env=env).returncode == 0  # only a hash can tell
     out = run_envtool("verify", "demo", "--full", env=env)
-    assert out.returncode == 1 and "damaged  cuda-version: files 1 changed" in out.stdout
+    assert out.returncode == 1 and "damaged  cuda-version: 1 file changed" in out.stdout
 
 
 # ------------------------------------------------- 8. a right-hash file that is no package

@@ -73,12 +73,12 @@ def cmd(
     drift["install_state"] = state
     text = render_drift({**drift, "damaged": []}) if not drift["clean"] else render_drift(drift)
     for row in drift["damaged"]:
-        what = []
-        if row["missing_files"]:
-            what.append(f"{row['missing_files']} gone")
-        if row["changed_files"]:
-            what.append(f"{row['changed_files']} changed")
-        text.append(f"damaged  {row['name']}: files {', '.join(what)} (first: {row['first']})")
+        what = [
+            f"{n} file{'s' if n > 1 else ''} {how}"
+            for n, how in ((row["missing_files"], "gone"), (row["changed_files"], "changed"))
+            if n
+        ]
+        text.append(f"damaged  {row['name']}: {', '.join(what)} (first: {row['first']})")
     for record in drift["damaged_records"]:
         text.append(f"damaged  {record}: not a readable package record")
     if state == "incomplete":
