@@ -161,9 +161,10 @@ def test_a_blackwell_gpu_solves_on_a_cuda_line_that_has_sm_120(
     )  # fmt: skip
     assert rc == 2
     line = err.strip().splitlines()[-1]
-    assert "CUDA 12.6 builds carry" in line and "not GPU capability 12.0" in line
-    suggested = re.search(r"pass --cuda (\d+\.\d+)", line)
+    assert "CUDA 12.6 builds carry" in line and "not GPU capability 12.0 (sm_120)" in line
+    suggested = re.search(r"pass --cuda (\d+\.\d+), whose builds run on sm_120$", line)
     assert suggested and suggested.group(1) in ("12.8", "12.9", "13.0"), line
+    assert "update the NVIDIA driver" not in line  # 580 runs it: only the GPU ruled 12.6 out
     data = _dry_json(
         run_cli, tmp_path, conda_forge, "--gpu", "12.0", "--driver", DRIVER,
         "--cuda", suggested.group(1),

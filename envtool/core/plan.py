@@ -531,8 +531,11 @@ def _check_explicit_cuda(
     candidates = _candidates(request, torch_series, builds) if cuda_wanted else []
 
     # the suggestion a refusal names: what this driver and these GPUs run among the real builds
-    def refuse(message: str) -> Refusal:
+    def refuse(message: str, arch: bool = False) -> Refusal:
         s = suggest_cuda(driver, gpus, candidates if listed else None, flavor=request.flavor)
+        if arch and s.kind == "cuda":  # the driver runs it: only the GPUs ruled this CUDA out
+            on = ", ".join(dict.fromkeys(g.label() for g in gpus))
+            return Refusal(message, s, f"pass --cuda {s.cuda}, whose builds run on {on}")
         return Refusal(message, s, _way_out(s, request))
 
     mode = "target"
@@ -556,7 +559,7 @@ def _check_explicit_cuda(
             )
     problem = gpu_problem(cuda, gpus)
     if problem:
-        raise refuse(problem)
+        raise refuse(problem, arch=True)
     if not cuda_wanted or not listed:
         return cuda, mode  # nothing discovered (no channel listing): the verifier still checks
     if cuda not in candidates:

@@ -127,12 +127,12 @@ def gpu_problem(cuda: str, gpus: Sequence[Gpu]) -> str | None:
     for g in gpus:
         try:
             if not cu.arch_covered(g.capability, archs):
-                missing.append(g.capability)
+                missing.append(f"{g.capability} ({cu.capability_to_arch(g.capability)})")
         except ValueError:
             continue  # an unparseable capability is not evidence against a build
     if missing:
-        return (
-            f"CUDA {cuda} builds carry {' '.join(archs)}, not GPU capability {', '.join(missing)}"
+        return f"CUDA {cuda} builds carry {' '.join(archs)}, not GPU capability " + ", ".join(
+            dict.fromkeys(missing)
         )
     return None
 
