@@ -394,3 +394,16 @@ def test_an_env_named_like_an_aside_folder_is_never_taken_for_one(
     assert run_envtool("remove", "demo", "--yes", env=env).returncode == 0
     assert (lookalike / "conda-meta" / "history").is_file()
     assert [r["name"] for r in list_rows(env)] == [".demo.removing-12345678"]
+
+
+def test_a_relative_envs_dir_does_not_make_the_re_entrant_lock_wait_for_itself(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The install command and the installer take the env lock under two spellings of one
+    path (relative, absolute): one process, one lock, no self-deadlock."""
+    env = dict(env, ENVTOOL_ENVS_DIR="rel-envs")
+    out = run_envtool(
+        "install", "demo", "--lock", str(setup.lock), env=env, cwd=tmp_path, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "rel-envs" / "demo" / "conda-meta").is_dir()

@@ -110,7 +110,9 @@ def hold_file_lock(
     across lock-write + install, and the installer takes it again inside."""
     from filelock import FileLock, Timeout
 
-    path = Path(path)
+    # one key per lock file however the caller spelled it (a relative envs dir, a symlinked
+    # parent): two FileLock objects on one file in one process would wait for each other
+    path = Path(os.path.realpath(Path(path).parent)) / Path(path).name
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(path), is_singleton=True)
