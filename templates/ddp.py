@@ -1,6 +1,8 @@
 """Train a model with DistributedDataParallel (DDP): a general template to adapt.
 
 One file, torch + the Python standard library only: it is yours now, edit it freely.
+Blocks between `# --- shared: NAME ---` and `# --- end shared ---` are the same code in
+envtool's other templates (its tests keep the copies identical); in your copy, edit freely.
 Put your model under "# --- MODEL ---" and your dataset under "# --- DATA ---"; the rest
 (distributed setup, sampler, mixed precision, accumulation, checkpoint/resume, preemption)
 stays as it is. By default it learns a synthetic classification task (random inputs labelled by
@@ -133,6 +135,7 @@ def build_model(cfg: Config) -> nn.Module:
     return nn.Sequential(*layers)
 
 
+# --- shared: lr_schedule ---
 def lr_at(step: int, cfg: Config) -> float:
     """Linear warm-up, then cosine decay to min_lr: a function of the step, so resume-safe."""
     if step < cfg.warmup_steps:
@@ -143,7 +146,11 @@ def lr_at(step: int, cfg: Config) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
 
 
+# --- end shared ---
+
+
 # --- CHECKPOINT ---
+# --- shared: rng_state ---
 def rng_state(use_cuda: bool) -> dict:
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if use_cuda:
@@ -179,6 +186,10 @@ def gather_rng_states(use_cuda: bool, group) -> list:
     ]
 
 
+# --- end shared ---
+
+
+# --- shared: checkpoint_file ---
 def save_checkpoint(path: Path, model, optimizer, train_state: dict, use_cuda: bool, group) -> None:
     """Every rank sends its RNG state; rank 0 writes a temp file and renames it over the old
     checkpoint, so a crash mid-write never leaves a truncated ckpt.pt behind."""
@@ -209,12 +220,16 @@ def load_checkpoint(path: Path, model, optimizer, use_cuda: bool) -> dict:
     return {k: ckpt[k] for k in ("step", "epoch", "batch_in_epoch")}
 
 
+# --- end shared ---
+
+
+# --- shared: resume_check ---
 def check_resume_agrees(resume_step: int | None, path: Path, world_size: int, group) -> None:
     """Every rank must start from the same step (resume_step; None: no checkpoint). A
     checkpoint only some ranks can see (rank 0 wrote it to a node-local --out-dir), or one at
-    another step (a stale one from an older run on a node's own disk), would have them run
-    different numbers of steps and then wait forever in a collective the others skip. Stop all
-    of them with the reason."""
+    another step (a stale one from an older run on a node's own disk), would have them load
+    and run different steps, and then wait forever in a collective the others skip. Stop all
+    of them with the reason, before any collective load (fsdp's dcp.load)."""
     if world_size == 1:
         return
     # One round: every rank's step (-1: not resuming) gives both the count and the steps.
@@ -237,7 +252,11 @@ def check_resume_agrees(resume_step: int | None, path: Path, world_size: int, gr
         )
 
 
+# --- end shared ---
+
+
 # --- SIGNALS ---
+# --- shared: stop_signal ---
 STOP = {"signal": None}
 
 
@@ -251,6 +270,10 @@ def on_stop_signal(signum, frame):
             os.write(2, b"SIGINT: stopping after this step (a second SIGINT aborts)\n")
 
 
+# --- end shared ---
+
+
+# --- shared: loader_workers ---
 def spare_loader_worker(rank_pid: int, _worker_id: int) -> None:
     # torchrun (os.killpg) and Slurm signal every process of the rank, DataLoader workers
     # included: a SIGTERM would kill them mid-step and crash the rank it is meant to stop cleanly.
@@ -270,6 +293,9 @@ def spare_loader_worker(rank_pid: int, _worker_id: int) -> None:
         os._exit(0)  # what torch's own worker handler does for its parent's SIGTERM
 
     threading.Thread(target=exit_on_sigterm_from_rank, daemon=True).start()
+
+
+# --- end shared ---
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,6 +2,8 @@
 and optimizer state are sharded across GPUs, so models too big for one GPU's memory train.
 
 One file, torch + the Python standard library only: it is yours now, edit it freely.
+Blocks between `# --- shared: NAME ---` and `# --- end shared ---` are the same code in
+envtool's other templates (its tests keep the copies identical); in your copy, edit freely.
 Reads top to bottom: config -> distributed setup -> data -> model -> shard -> resume -> loop.
 The model code is the same as the `lm` template's (a copy: templates are independent files).
 
@@ -14,6 +16,7 @@ Run it:
     torchrun --nnodes 2 --nproc-per-node 8 --node-rank R --rdzv-backend c10d \\
         --rdzv-endpoint HOST:29500 train.py
     envtool launch train.py --slurm --nodes 2 --gpus-per-node 8 --submit   # Slurm batch job
+    python train.py --size 1.3b --compile --fp8            # FP8 matmuls (H100/H200, L40S, B200)
 
 What it prints (rank 0 only):
     step N loss X lr Y tokens/s Z mfu W      every --log-every steps
@@ -140,6 +143,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
 
 
 # --- DATA ---
+# --- shared: token_data ---
 class SyntheticTokens(Dataset):
     """Random token windows whose second half repeats the first: learnable (loss falls as the
     model learns to copy), deterministic per index, no memory, no files."""
@@ -174,6 +178,9 @@ class ByteTokens(Dataset):
     def __getitem__(self, i: int):
         window = self.tokens[i * self.seq_len : (i + 1) * self.seq_len + 1]
         return window[:-1], window[1:]
+
+
+# --- end shared ---
 
 
 # --- MODEL ---
@@ -351,6 +358,7 @@ def peak_tflops_for(device: torch.device, override: float | None) -> float | Non
 # --- end shared ---
 
 
+# --- shared: lr_schedule ---
 def lr_at(step: int, cfg: Config) -> float:
     """Linear warm-up, then cosine decay to min_lr: a function of the step, so resume-safe."""
     if step < cfg.warmup_steps:
@@ -361,7 +369,11 @@ def lr_at(step: int, cfg: Config) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
 
 
+# --- end shared ---
+
+
 # --- CHECKPOINT ---
+# --- shared: rng_state ---
 def rng_state(use_cuda: bool) -> dict:
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if use_cuda:
@@ -395,6 +407,9 @@ def gather_rng_states(use_cuda: bool, group) -> list:
         torch.load(io.BytesIO(bytes(t[: int(n)].tolist())), weights_only=True)
         for t, n in zip(gathered, sizes, strict=True)
     ]
+
+
+# --- end shared ---
 
 
 def save_checkpoint(out_dir: Path, model, optimizer, train_state: dict, use_cuda: bool, group):
@@ -470,12 +485,13 @@ def load_checkpoint(step_dir: Path, extra: dict, model, optimizer, use_cuda: boo
     return {k: extra[k] for k in ("step", "epoch", "batch_in_epoch")}
 
 
+# --- shared: resume_check ---
 def check_resume_agrees(resume_step: int | None, path: Path, world_size: int, group) -> None:
     """Every rank must start from the same step (resume_step; None: no checkpoint). A
-    checkpoint only some ranks can see (a node-local --out-dir), or one at another step (a
-    stale one from an older run on a node's own disk), would have them load and run different
-    steps, and then wait forever in a collective the others skip. Stop all of them with the
-    reason. Call it before dcp.load, which is itself collective."""
+    checkpoint only some ranks can see (rank 0 wrote it to a node-local --out-dir), or one at
+    another step (a stale one from an older run on a node's own disk), would have them load
+    and run different steps, and then wait forever in a collective the others skip. Stop all
+    of them with the reason, before any collective load (fsdp's dcp.load)."""
     if world_size == 1:
         return
     # One round: every rank's step (-1: not resuming) gives both the count and the steps.
@@ -498,7 +514,11 @@ def check_resume_agrees(resume_step: int | None, path: Path, world_size: int, gr
         )
 
 
+# --- end shared ---
+
+
 # --- SIGNALS ---
+# --- shared: stop_signal ---
 STOP = {"signal": None}
 
 
@@ -512,6 +532,10 @@ def on_stop_signal(signum, frame):
             os.write(2, b"SIGINT: stopping after this step (a second SIGINT aborts)\n")
 
 
+# --- end shared ---
+
+
+# --- shared: loader_workers ---
 def spare_loader_worker(rank_pid: int, _worker_id: int) -> None:
     # torchrun (os.killpg) and Slurm signal every process of the rank, DataLoader workers
     # included: a SIGTERM would kill them mid-step and crash the rank it is meant to stop cleanly.
@@ -531,6 +555,9 @@ def spare_loader_worker(rank_pid: int, _worker_id: int) -> None:
         os._exit(0)  # what torch's own worker handler does for its parent's SIGTERM
 
     threading.Thread(target=exit_on_sigterm_from_rank, daemon=True).start()
+
+
+# --- end shared ---
 
 
 def main(argv: list[str] | None = None) -> None:
