@@ -229,6 +229,16 @@ def lock_environment(
         raise cannot_write(env_dir, exc) from None
     # two envtool processes on one environment write one after the other, never interleaved
     with hold_project_lock(env_dir, name):
+        from envtool.core.shell_quote import join_posix
+
+        # `lock` read environment.yml before it waited for this lock: a create (or an edit)
+        # may have changed it meanwhile, and a lock solved from the old text must not land
+        on_disk = None if write_yml else _read_or_none(yml_path)
+        if on_disk is not None and on_disk != env_yml_text:
+            raise DiagnosedFailure(
+                f"{yml_path} changed while {name} was being locked; nothing written",
+                f"run `{join_posix(['envtool', 'lock', name])}` again",
+            )
         write_lock(
             lock_path,
             solved,

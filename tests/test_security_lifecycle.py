@@ -407,3 +407,31 @@ def test_a_relative_envs_dir_does_not_make_the_re_entrant_lock_wait_for_itself(
     )
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "rel-envs" / "demo" / "conda-meta").is_dir()
+
+
+def test_lock_waits_for_the_project_and_refuses_an_environment_yml_changed_meanwhile(
+    race_project: tuple[Path, list[str]], env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lock` solves from environment.yml, then waits for the project lock (a create holds it);
+    when that create rewrote environment.yml meanwhile, the stale solve is not written."""
+    from envtool.locking import hold_project_lock
+
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", env["ENVTOOL_CACHE_DIR"])  # the same project lock
+    project, common = race_project
+    made = run_envtool(
+        "create", "race", *common, "--cuda", "cpu", "--no-install", env=env, cwd=project
+    )
+    assert made.returncode == 0, made.stderr
+    env_dir = project / "environments" / "race"
+    yml = env_dir / "environment.yml"
+    yml.write_text(yml.read_text() + "# edited: lock re-solves\n")
+    before = (env_dir / "conda-lock.yml").read_bytes()
+    with hold_project_lock(env_dir, "race"):
+        proc = start_waiting("lock", "race", env=env, cwd=project)
+        yml.write_text(yml.read_text() + "# and edited again by someone else\n")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err
+    assert "changed while race was being locked; nothing written" in err
+    assert (env_dir / "conda-lock.yml").read_bytes() == before
+    again = run_envtool("lock", "race", env=env, cwd=project)  # as the line says: runs clean
+    assert again.returncode == 0, again.stderr
