@@ -193,7 +193,8 @@ class ByteTokens(Dataset):
 # --- shared: gpt_model ---
 # FP8 (--fp8): the transformer blocks' four matmuls run on FP8 tensor cores through
 # torch._scaled_mm; embeddings, the tied head, LayerNorm, attention and the loss stay bf16/fp32,
-# and the weights stay fp32 (lm) or FSDP's bf16 (fsdp) between steps. Each operand is cast
+# and so do the master weights: FP8Matmul casts the weight it is handed (fp32 in lm, FSDP's
+# gathered bf16 copy in fsdp) afresh on every call, like the activations. Each operand is cast
 # with its own dynamic per-tensor scale (amax of this very tensor -> the format's max): no
 # state, no history, nothing in the checkpoint. e4m3 (3 mantissa bits) for activations and
 # weights; e5m2 (more range) for the output gradients, as in torchao's float8 "tensorwise"
