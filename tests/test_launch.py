@@ -848,3 +848,38 @@ def test_hang_timeout_with_slurm_is_refused_not_ignored(tmp_path: Path) -> None:
         tmp_path,
     )
     assert proc.returncode == 2 and "--hang-timeout watches a local run" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("nnodes", "node_rank", "expected"),
+    [(1, None, "rank 1"), (2, 1, "rank 5"), (2, None, "local rank 1 on this node")],
+)
+def test_progress_watch_names_the_rank_silent_longest(
+    tmp_path: Path, nnodes: int, node_rank: int | None, expected: str
+) -> None:
+    """Logs laid out as torchrun leaves them; rank 1 stopped writing first, rank 0 later."""
+    from envtool.adapters.launcher import ProgressWatch
+    from envtool.core.launch_plan import LaunchRequest, plan_launch
+
+    plan = plan_launch(
+        LaunchRequest(
+            script="t.py", python="py", run_id="r", runs_root=str(tmp_path), cpu=True,
+            nproc=4, free_port=1, nnodes=nnodes, node_rank=node_rank,
+            rdzv_endpoint="10.0.0.1:29400" if nnodes > 1 else None,
+        )
+    )  # fmt: skip
+    now = time.time()
+    for local, age in ((0, 40.0), (1, 90.0), (2, 50.0), (3, 45.0)):
+        rank_dir = Path(plan.log_dir, "r_x", "attempt_0", str(local))
+        rank_dir.mkdir(parents=True)
+        for name in ("stdout.log", "stderr.log"):
+            (rank_dir / name).write_text("x")
+            os.utime(rank_dir / name, (now - age, now - age))
+    said: list[str] = []
+    watch = ProgressWatch(plan, hang_timeout=30.0, say=said.append)
+    assert watch.check() is True
+    assert watch.hang is not None and watch.hang.label == expected
+    assert watch.hang.all_silent >= 40.0 and watch.hang.rank_silent >= 90.0
+    assert said and f"({expected} silent longest)" in said[0]
+    quiet = ProgressWatch(plan, hang_timeout=None, say=said.append)  # default: warn only
+    assert quiet.check() is False and quiet.hang is None

@@ -276,6 +276,7 @@ HANG_WARN_SECONDS = 300.0  # no rank log grew this long: say so (without --hang-
 @dataclass
 class Hang:
     rank: int  # the rank silent longest: the likely one stuck (the others wait on it)
+    label: str  # "rank 3", or "local rank 1 on this node" when the node's rank is not known
     rank_silent: float  # seconds since its log last grew
     all_silent: float  # seconds since any rank's log grew
     log: str | None
@@ -316,6 +317,9 @@ class ProgressWatch:
         silent = now - max(last.values())
         local = min(last, key=lambda r: (last[r], r))
         rank = local + (self.plan.node_rank or 0) * self.plan.nproc_per_node
+        # c10d numbers nodes as they join: without --node-rank only the local rank is known
+        known = self.plan.nnodes == 1 or self.plan.node_rank is not None
+        label = f"rank {rank}" if known else f"local rank {local} on this node"
         if silent < self.warn_after:
             self.warned = False
         elif not self.warned:
@@ -326,12 +330,12 @@ class ProgressWatch:
                 else "Ctrl-C stops it; --hang-timeout SECONDS stops such a run by itself"
             )
             self.say(
-                f"envtool: warning: no rank's log has grown for {silent:.0f} s (rank {rank} "
+                f"envtool: warning: no rank's log has grown for {silent:.0f} s ({label} "
                 f"silent longest); still waiting — {stop}"
             )
         if self.timeout and silent >= self.timeout:
             log = find_rank_logs(Path(self.plan.log_dir)).get(str(local))
-            self.hang = Hang(rank, now - last[local], silent, log)
+            self.hang = Hang(rank, label, now - last[local], silent, log)
             return True
         return False
 

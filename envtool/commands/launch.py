@@ -272,7 +272,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     if outcome.hang is not None:
         hang = outcome.hang
         note(
-            f"envtool: rank {hang.rank} made no progress for {hang.rank_silent:.0f} s (no rank's "
+            f"envtool: {hang.label} made no progress for {hang.rank_silent:.0f} s (no rank's "
             f"log grew for {hang.all_silent:.0f} s) — stopped by --hang-timeout "
             f"{opts['hang_timeout']:g}; logs: {hang.log or plan.run_dir + '/'}"
         )
