@@ -883,3 +883,20 @@ def test_progress_watch_names_the_rank_silent_longest(
     assert said and f"({expected} silent longest)" in said[0]
     quiet = ProgressWatch(plan, hang_timeout=None, say=said.append)  # default: warn only
     assert quiet.check() is False and quiet.hang is None
+
+
+def test_a_hang_timeout_stop_ends_with_envtools_lines_not_torchruns_traceback(
+    tmp_path: Path,
+) -> None:
+    """--hang-timeout is a stop envtool makes (its SIGTERM to torchrun): the console gets
+    envtool's lines, not torchrun's SignalException traceback (kept in launcher.log)."""
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    proc = envtool(["launch", str(script), "--cpu", "--hang-timeout", "4"], tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.splitlines()
+    stopping = next(i for i, x in enumerate(lines) if "envtool: --hang-timeout: stopping" in x)
+    assert "made no progress" in lines[-1] and stopping < len(lines) - 1
+    assert all(x.startswith("envtool: ") for x in lines[stopping:]), proc.stderr
+    assert "Traceback" not in proc.stderr and "SignalException" not in proc.stderr
+    assert "SignalException" in (only_run_dir(tmp_path) / "launcher.log").read_text()

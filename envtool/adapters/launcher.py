@@ -166,8 +166,12 @@ def apply_launch(
         if pid:
             _signal_group(pid[0], signum)  # torchrun passes it on to every worker
 
-    def stopped_by() -> str | None:  # the signal envtool forwarded: the stop is envtool's
-        return signal.Signals(received[0]).name if received else None
+    watches: list[ProgressWatch] = []  # the one below, once made
+
+    def stopped_by() -> str | None:  # envtool stopped the run: the signal it forwarded, or
+        if received:  # its own SIGTERM for --hang-timeout (set before torchrun is signalled)
+            return signal.Signals(received[0]).name
+        return "--hang-timeout" if watches and watches[0].hang is not None else None
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -195,6 +199,7 @@ def apply_launch(
             if on_started is not None:
                 on_started()
             watch = ProgressWatch(plan, hang_timeout)
+            watches.append(watch)
             code = _wait(proc, received, grace, watch)
         except BaseException:  # e.g. on_started failed: never leave the run going unwatched
             kill_run(proc.pid, plan.run_id)
