@@ -337,6 +337,11 @@ def test_create_and_install_refuse_a_cuda_build_on_a_gpu_less_host_alike(
     rc, _, err = run_cli(["install", "--lock", str(lock), "--prefix", str(prefix)], tmp_path)
     assert rc == 2 and _error_line(err) == refused  # the same line, word for word
     assert not prefix.exists()
+    bundle = tmp_path / "bundle"  # and install --from a bundle of that lock
+    assert run_cli(["bundle", "e2e", "-o", str(bundle)], tmp_path)[0] == 0
+    rc, _, err = run_cli(["install", "--from", str(bundle), "--prefix", str(prefix)], tmp_path)
+    assert rc == 2 and _error_line(err) == refused
+    assert not prefix.exists()
 
     rc, out, err = run_cli([*create, "--force"], tmp_path)
     assert rc == 0, err
