@@ -435,3 +435,19 @@ def test_lock_waits_for_the_project_and_refuses_an_environment_yml_changed_meanw
     assert (env_dir / "conda-lock.yml").read_bytes() == before
     again = run_envtool("lock", "race", env=env, cwd=project)  # as the line says: runs clean
     assert again.returncode == 0, again.stderr
+
+
+def test_install_from_a_bundle_takes_the_same_env_lock(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """`install --from DIR` (an offline bundle) waits for the env lock like every install."""
+    bundle = tmp_path / "bundle"
+    made = run_envtool("bundle", "--lock", str(setup.lock), "-o", str(bundle), env=env)
+    assert made.returncode == 0, made.stderr
+    prefix = tmp_path / "envs" / "demo"
+    with hold_env_lock(prefix, "demo"):
+        proc = start_waiting("install", "demo", "--from", str(bundle), env=env, cwd=tmp_path)
+        assert not prefix.exists()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert [(r["name"], r["state"]) for r in list_rows(env)] == [("demo", "complete")]
