@@ -374,7 +374,8 @@ def _with_cuda(args: list[str], flag: str) -> list[str]:
         (["--cuda", "12.6", "--driver", "470.57.02"], "--cuda cpu"),
         (["--driver", "470.57.02"], "--cuda cpu"),  # auto on the same driver says the same
         (["--cuda", "13.0", "--driver", "560.28.03"], "--cuda 12.9"),  # minor-version compat
-        (["--cuda", "12.9", "--driver", "560.28.03", "--gpu", "7.0"], "--cuda 12.6"),  # V100
+        # V100: CUDA 13 dropped Volta; conda-forge's 12.9 builds carry sm_70 (its own arch list)
+        (["--cuda", "13.0", "--driver", "580.65.06", "--gpu", "7.0"], "--cuda 12.9"),
         (["--cuda", "12.6", "--driver", "580.65.06", "--gpu", "3.5"], "--cuda cpu"),  # Kepler
         (["--cuda", "12.6", "--driver", "470.57.02", "--gpu", "9.0"], "--cuda cpu"),  # Hopper
     ],

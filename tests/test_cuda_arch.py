@@ -19,7 +19,7 @@ from envtool.core import cuda as cu
 from envtool.core.facts import GpuFacts, HostFacts
 from envtool.core.plan import Request, parse_cuda_builds, plan_environment
 from envtool.core.verify_solution import verify_solution
-from envtool.core.versions import parse_version
+from envtool.errors import UsageError
 from envtool.locking import resolved_request
 
 DRIVER = "580.65.06"
@@ -149,28 +149,81 @@ def _dry_json(run_cli, tmp_path: Path, conda_forge: str, *args: str) -> dict:
 
 
 @pytest.mark.integration
-def test_a_blackwell_gpu_solves_on_a_cuda_line_that_has_sm_120(
+def test_a_blackwell_gpu_runs_conda_forge_cuda_12_6_through_ptx(
     conda_forge: str, run_cli, tmp_path
 ) -> None:
-    """--gpu 12.0 with --cuda 12.6: refused, naming the arch and a --cuda whose builds have it;
-    that --cuda solves with __cuda_arch=12.0."""
-    rc, _, err = run_cli(
-        ["create", "b", "--no-install", "--dry-run", "--gpu", "12.0", "--driver", DRIVER,
+    """conda-forge builds its own arch lists: every CUDA 12.0-12.6 build carries 9.0+PTX
+    (pytorch-cpu-feedstock recipe/build.sh `12.[0-6]`), and compute_90 PTX JIT-compiles on
+    sm_120. So --gpu 12.0 --cuda 12.6 plans, solves (torch 2.7.1 cuda126, built 2025-06-18, before
+    that case was dropped) and locks, with a note on the first-launch JIT; the lock records the
+    solved build's list. A line with sm_120 machine code (12.9) has no such note."""
+    rc, out, err = run_cli(
+        ["create", "b", "--no-install", "--gpu", "12.0", "--driver", DRIVER,
          "--cuda", "12.6", "--channel", conda_forge],
         tmp_path,
     )  # fmt: skip
-    assert rc == 2
-    line = err.strip().splitlines()[-1]
-    assert "CUDA 12.6 builds carry" in line and "not GPU capability 12.0 (sm_120)" in line
-    suggested = re.search(r"pass --cuda (\d+\.\d+), whose builds run on sm_120$", line)
-    assert suggested and suggested.group(1) in ("12.8", "12.9", "13.0"), line
-    assert "update the NVIDIA driver" not in line  # 580 runs it: only the GPU ruled 12.6 out
+    assert rc == 0, err
+    assert (
+        "note: sm_120: conda-forge CUDA 12.6 builds carry no machine code for it; it runs their "
+        "compute_90 PTX, JIT-compiled by the driver on first launch"
+    ) in out + err, out + err
+    text = (tmp_path / "environments" / "b" / "conda-lock.yml").read_text()
+    assert "envtool_cuda_arch: '12.0'" in text
+    archs = re.search(r"envtool_gpu_archs: (.*)", text).group(1).strip("'")
+    assert archs.split() == list(cu.parse_arch_list("5.0;6.0;6.1;7.0;7.5;8.0;8.6;8.9;9.0+PTX"))
+    assert re.search(r"envtool_torch: '?2\.7\.1", text)
     data = _dry_json(
-        run_cli, tmp_path, conda_forge, "--gpu", "12.0", "--driver", DRIVER,
-        "--cuda", suggested.group(1),
-    )  # fmt: skip
-    assert data["plan"]["cuda_arch"] == "12.0"
+        run_cli, tmp_path, conda_forge, "--gpu", "12.0", "--driver", DRIVER, "--cuda", "12.9"
+    )
+    assert data["plan"]["cuda_arch"] == "12.0" and "sm_120" in data["plan"]["archs"]
+    assert not any("PTX" in n for n in data["plan"]["notes"])
     assert "__cuda_arch=12.0" in data["plan"]["platforms"][0]["virtual_packages"]
+
+
+def test_plan_notes_ptx_only_gpus_and_keeps_official_lists_for_the_pytorch_flavor() -> None:
+    """The same request, two flavors: conda-forge's cu126 builds run sm_120 through PTX (a note),
+    PyTorch's official cu121 builds carry no PTX and are refused naming the arch."""
+    cf = plan_environment(Request(cuda="12.6", driver=DRIVER, gpus=("12.0", "9.0")), None, None)
+    assert cf.cuda == "12.6" and cf.archs[-1] == "compute_90"
+    assert [n for n in cf.notes if "PTX" in n] == [
+        "sm_120: conda-forge CUDA 12.6 builds carry no machine code for it; it runs their "
+        "compute_90 PTX, JIT-compiled by the driver on first launch (a one-time compile cost, "
+        "then cached)"
+    ]  # sm_90 has machine code: no note for it
+    with pytest.raises(UsageError) as err:
+        plan_environment(
+            Request(cuda="12.1", flavor="pytorch", driver=DRIVER, gpus=("12.0",)), None, None
+        )
+    assert err.value.message == (
+        "CUDA 12.1 builds carry sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90, "
+        "not GPU capability 12.0 (sm_120)"
+    )
+
+
+@pytest.mark.integration
+def test_the_pytorch_channel_keeps_the_official_lists(harvested: Path, run_cli, tmp_path) -> None:
+    """A real create on the harvested pytorch channel: its cu121 builds are PyTorch's own (no
+    PTX), so --gpu 12.0 --cuda 12.1 is still refused; a Hopper GPU plans."""
+    flags = [
+        a for c in ("pytorch", "nvidia", "conda-forge") for a in ("--channel", str(harvested / c))
+    ]
+    base = ["create", "p", "--no-install", "--dry-run", "--flavor", "pytorch", "--cuda", "12.1",
+            "--driver", DRIVER, *flags]  # fmt: skip
+    rc, _, err = run_cli([*base, "--gpu", "12.0"], tmp_path)
+    assert rc == 2
+    assert "CUDA 12.1 builds carry sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90, not GPU capability" \
+        " 12.0 (sm_120)" in err, err  # fmt: skip
+    rc, _, err = run_cli([*base, "--gpu", "9.0"], tmp_path)
+    assert rc == 0, err
+
+
+def test_a_kepler_gpu_with_cuda_12_stays_refused_on_conda_forge() -> None:
+    """conda-forge's lists do not rescue Kepler: CUDA 12 dropped it, and no 12.x list has sm_3x."""
+    for cuda in ("12.6", "12.9"):
+        with pytest.raises(UsageError) as err:
+            plan_environment(Request(cuda=cuda, driver=DRIVER, gpus=("3.7",)), None, None)
+        assert "CUDA 12 dropped Kepler (sm_37)" in err.value.message
+        assert not cu.arch_covered("3.7", cu.build_archs("conda-forge", cuda) or ())
 
 
 @pytest.mark.integration
@@ -247,10 +300,11 @@ def test_probed_gpus_are_recorded_for_the_relock() -> None:
 
 @pytest.mark.integration
 def test_a_solution_without_the_gpus_arch_is_refused(conda_forge: str, cuda_lines) -> None:
-    """A real CUDA 12.6 solution checked against a Blackwell GPU (sm_120: CUDA 12.6 builds carry
-    sm_50…sm_90, no PTX): one problem naming the GPU arch and the build, and the --cuda to pass
-    among the channel's CUDA lines; a Hopper or Ampere GPU passes; a driver too old for the GPU
-    is told to upgrade."""
+    """A real conda-forge CUDA 12.6 solution (sm_50…sm_90 + compute_90 PTX) checked against a
+    Kepler GPU (sm_37: nothing below sm_50 runs it): one problem naming the GPU arch and the build,
+    and the --cuda to pass among the channel's CUDA lines (conda-forge's 11.8 builds carry sm_35);
+    Hopper and Ampere pass, and so does a Blackwell GPU (the PTX JIT-compiles on sm_120); a driver
+    too old for a GPU is told to upgrade."""
     from envtool.adapters.rattler_solve import solve_platforms
 
     plan = plan_environment(Request(cuda="12.6", channels=(conda_forge,)), None, None)
@@ -258,19 +312,17 @@ def test_a_solution_without_the_gpus_arch_is_refused(conda_forge: str, cuda_line
     solved = solve_platforms([conda_forge], [pp])[pp.platform]
     torch = next(p for p in solved if p.name == "pytorch")
     assert verify_solution(pp, solved, gpus=("9.0", "8.6"), driver=DRIVER) == []
+    assert verify_solution(pp, solved, gpus=("12.0",), driver=DRIVER) == []  # via compute_90
     assert verify_solution(pp, solved) == []  # no GPU known: nothing to judge
-    problems = verify_solution(
-        pp, solved, gpus=("9.0", "12.0"), driver=DRIVER, available=cuda_lines
-    )
+    problems = verify_solution(pp, solved, gpus=("9.0", "3.7"), driver=DRIVER, available=cuda_lines)
     assert [p.check for p in problems] == ["gpu-arch"]
     (p,) = problems
     assert p.message == (
-        f"pytorch {torch.version} {torch.build} (CUDA 12.6: sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 "
-        "sm_90, no PTX) has no kernels for GPU sm_120"
+        f"pytorch {torch.version} {torch.build} (CUDA 12.6: sm_50 sm_60 sm_61 sm_70 sm_75 sm_80 "
+        "sm_86 sm_89 sm_90 compute_90) has no kernels for GPU sm_37"
     )
-    newest_with_sm120 = max(
-        (c for c in cuda_lines if "sm_120" in (cu.archs_for_cuda(c) or ())), key=parse_version
+    assert p.hint == "pass --cuda 11.8 (its builds cover sm_37)"
+    old = verify_solution(
+        pp, solved, gpus=("3.7", "12.0"), driver="560.28.03", available=cuda_lines
     )
-    assert p.hint == f"pass --cuda {newest_with_sm120} (its builds cover sm_120)"
-    old = verify_solution(pp, solved, gpus=("12.0",), driver="560.28.03", available=cuda_lines)
     assert old[0].hint == "upgrade the NVIDIA driver to ≥ 570.26 for this GPU (sm_120)"

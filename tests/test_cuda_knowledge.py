@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from envtool.core import cuda
@@ -144,20 +147,114 @@ def test_pytorch_channel_end() -> None:
 
 @pytest.mark.parametrize("cuda_version", ["11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0"])
 def test_arch_rows_cover_hopper(cuda_version: str) -> None:
-    archs = cuda.archs_for_cuda(cuda_version)
+    archs = cuda.build_archs("pytorch", cuda_version)
     assert archs and cuda.arch_covered("9.0", archs)
 
 
 def test_cuda13_drops_below_sm75_and_128_adds_blackwell() -> None:
-    a13 = cuda.archs_for_cuda("13.0")
+    a13 = cuda.build_archs("pytorch", "13.0")
     assert not cuda.arch_covered("7.0", a13) and not cuda.arch_covered("6.1", a13)
     assert cuda.arch_covered("7.5", a13)
     for c in ("12.8", "12.9", "13.0"):
-        assert cuda.arch_covered("10.0", cuda.archs_for_cuda(c))
-        assert cuda.arch_covered("12.0", cuda.archs_for_cuda(c))
+        assert cuda.arch_covered("10.0", cuda.build_archs("pytorch", c))
+        assert cuda.arch_covered("12.0", cuda.build_archs("pytorch", c))
     for c in ("11.8", "12.1", "12.4", "12.6"):
-        assert not cuda.arch_covered("12.0", cuda.archs_for_cuda(c))  # RTX 50xx: no kernel image
-        assert cuda.arch_covered("6.1", cuda.archs_for_cuda(c))  # GTX 10xx via sm_60
+        # RTX 50xx: no kernel image in PyTorch's own builds (conda-forge's carry 9.0+PTX)
+        assert not cuda.arch_covered("12.0", cuda.build_archs("pytorch", c))
+        assert cuda.arch_covered("6.1", cuda.build_archs("pytorch", c))  # GTX 10xx via sm_60
+
+
+def test_official_cu118_builds_carry_sm_37() -> None:
+    """pytorch/builder manywheel/build_cuda.sh (2.0 era: base 3.7;5.0;6.0;7.0, 11.8 adds
+    7.5;8.0;8.6;9.0) and .ci/manywheel/build_cuda.sh (2.4 era: 11.8 appends 3.7;9.0): a K80 runs
+    official cu118 wheels; CUDA 12 builds dropped Kepler."""
+    assert cuda.build_archs("pytorch", "11.8") == cuda.parse_arch_list(
+        "3.7;5.0;6.0;7.0;7.5;8.0;8.6;9.0"
+    )
+    assert cuda.arch_covered("3.7", cuda.build_archs("pytorch", "11.8"))
+    assert not cuda.arch_covered("3.7", cuda.build_archs("pytorch", "12.1"))
+
+
+# conda-forge/pytorch-cpu-feedstock: each row's TORCH_CUDA_ARCH_LIST, the file and commit it is
+# quoted from, and the `case`/`if` label that selects it there.
+CONDA_FORGE_LISTS = [
+    (("11.2",), "1.12", None, "3.5;5.0;6.0;6.1;7.0;7.5;8.0;8.6+PTX",
+     "f94248a8", "recipe/build_pytorch.sh", "== 11.2 ]]"),
+    (("11.8",), "2.0", "2.5", "3.5;5.0;6.0;6.1;7.0;7.5;8.0;8.6;8.9+PTX",
+     "096a6639", "recipe/build_pytorch.sh", "== 11.8 ]]"),
+    (("12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6"), "2.0", "2.7",
+     "5.0;6.0;6.1;7.0;7.5;8.0;8.6;8.9;9.0+PTX", "415a6280", "recipe/build.sh", "12.[0-6])"),
+    (("12.8", "12.9"), "2.7.1", None, "5.0;6.0;7.0;7.5;8.0;8.6;9.0;10.0;12.0+PTX",
+     "7b937ea1", "recipe/build.sh", "12.[89])"),
+    (("13.0",), "2.10", None, "7.5;8.0;8.6;9.0;10.0;11.0;12.0+PTX",
+     "5c1be2d5", "recipe/build.sh", "13.0)"),
+]  # fmt: skip
+FEEDSTOCK = Path("/work/.mirror/conda-forge+pytorch-cpu-feedstock/repo")
+
+
+def test_conda_forge_rows_are_the_feedstock_lists() -> None:
+    rows = cuda.load_cuda_data().conda_forge_archs
+    assert [(r.cuda, r.torch_min, r.torch_max, r.arch_list) for r in rows] == [
+        row[:4] for row in CONDA_FORGE_LISTS
+    ]
+    for r, (_, _, _, text, commit, _, _) in zip(rows, CONDA_FORGE_LISTS, strict=True):
+        assert r.archs == cuda.parse_arch_list(text)
+        source = cuda.load_cuda_data().sources[_row_source("cuda_archs_conda_forge", r.cuda)]
+        assert commit in source and text in source, source  # the source quotes the list
+
+
+@pytest.mark.skipif(not FEEDSTOCK.is_dir(), reason="no pytorch-cpu-feedstock snapshot here")
+@pytest.mark.parametrize(("cudas", "text", "commit", "path", "label"),
+                         [(r[0], r[3], r[4], r[5], r[6]) for r in CONDA_FORGE_LISTS])  # fmt: skip
+def test_conda_forge_rows_match_the_feedstock_text(cudas, text, commit, path, label) -> None:
+    """The list is the one the feedstock's script sets under that CUDA's label, at that commit."""
+    script = subprocess.run(
+        ["git", "-C", str(FEEDSTOCK), "show", f"{commit}:{path}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    lines = script.splitlines()
+    at = next(i for i, line in enumerate(lines) if label in line)
+    assert f'TORCH_CUDA_ARCH_LIST="{text}"' in lines[at + 1], lines[at : at + 2]
+
+
+def test_the_2_7_1_window_list_covers_the_same_gpus() -> None:
+    """216502d8 (2.7.1 build 1, 2025-06-19..22) built 12.8/12.9 with 6.1 and 8.9 as well; that
+    machine code runs where sm_60/sm_86 already do, so one row serves both."""
+    wider = cuda.parse_arch_list("5.0;6.0;6.1;7.0;7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX")
+    row = cuda.build_archs("conda-forge", "12.8", "2.7.1")
+    caps = [f"{m}.{n}" for m in range(3, 13) for n in range(10)]
+    assert [cuda.arch_coverage(c, wider) for c in caps] == [
+        cuda.arch_coverage(c, row) for c in caps
+    ]
+
+
+def test_build_archs_answers_per_flavor_and_torch_release() -> None:
+    cf126 = cuda.build_archs("conda-forge", "12.6")
+    assert cf126 and cf126[-1] == "compute_90"  # 9.0+PTX
+    assert cuda.build_archs("pytorch", "12.6") == cuda.build_archs("pypi", "12.6")
+    assert "compute_90" not in (cuda.build_archs("pytorch", "12.6") or ())
+    # the PTX rule: compute_90 JIT-compiles for any GPU of capability >= 9.0
+    assert cuda.arch_coverage("12.0", cf126) == "ptx" and cuda.arch_coverage("9.0", cf126) == "sm"
+    assert cuda.arch_coverage("12.0", cuda.build_archs("pytorch", "12.6") or ()) is None
+    assert cuda.arch_coverage("3.7", cf126) is None  # Kepler: nothing below sm_50
+    # per torch release: a series matches any of its releases
+    assert cuda.build_archs("conda-forge", "12.8", "2.7") == cuda.build_archs("conda-forge", "12.9")
+    assert cuda.build_archs("conda-forge", "12.6", "2.7.1") == cf126  # 2.7.1 build 0 (2025-06)
+    assert cuda.build_archs("conda-forge", "12.8", "2.7.0") is None  # never built
+    assert cuda.build_archs("conda-forge", "12.6", "2.8.0") is None  # 12.[0-6] ended with 2.7
+    assert cuda.build_archs("conda-forge", "11.8", "2.0.0") == cuda.parse_arch_list(
+        "3.5;5.0;6.0;6.1;7.0;7.5;8.0;8.6;8.9+PTX"
+    )
+    assert cuda.build_archs("conda-forge", "11.7") is None  # no row: no evidence either way
+    assert cuda.arch_table_cudas("conda-forge")[:2] == ["11.2", "11.8"]
+
+
+def _row_source(table: str, cudas: tuple[str, ...]) -> str:
+    import json
+    from importlib import resources
+
+    raw = json.loads(resources.files("envtool.core").joinpath("cuda_data.json").read_text())
+    return next(r["source"] for r in raw[table] if tuple(r["cuda"]) == cudas)
 
 
 def test_arch_coverage_rules() -> None:
@@ -195,6 +292,7 @@ def test_every_row_has_a_known_source() -> None:
         "torch_cuda",
         "pypi_default_cuda",
         "cuda_archs",
+        "cuda_archs_conda_forge",
         "gpu_arch",
         "gpu_product_driver",
     )

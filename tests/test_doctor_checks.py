@@ -118,6 +118,28 @@ def test_blackwell_gpu_on_cu124_build_has_no_kernels():
     assert c.fix == "envtool create NAME --cuda 12.9"
 
 
+def test_the_table_fallback_asks_for_the_envs_own_flavor():
+    """Without torch's own arch list: a conda-forge pytorch is judged by conda-forge's list (CUDA
+    12.6: 9.0+PTX, so an RTX 5090 runs it through PTX), a PyPI wheel by PyTorch's (no PTX)."""
+    host = HostFacts(
+        driver_version="575.51.03",
+        gpus=[GpuFacts(index=0, name="NVIDIA GeForce RTX 5090", capability="12.0")],
+    )
+    build = {"version": "2.7.1", "build": "cuda126_mkl_py312_h30b5a27_300"}
+    cf = EnvFacts(
+        python_exe="/envs/x/bin/python",
+        prefix="/envs/x",
+        torch=TorchFacts(version="2.7.1", cuda="12.6"),
+        conda_packages={"pytorch": {**build, "channel": "conda-forge"}},
+    )
+    c = check_gpu_arch_covered(host, cf)
+    assert c.status == "ok" and "conda-forge CUDA 12.6 builds" in c.evidence[0], c
+    assert "compute_90" in c.evidence[0]
+    wheel = cuda_env("2.7.1+cu126", "12.6")
+    c = check_gpu_arch_covered(host, wheel)
+    assert c.status == "fail" and "official CUDA 12.6 builds" in c.evidence[0]
+
+
 def test_arch_list_from_probe_beats_the_table():
     # a source build for sm_80 only, on an H100: the probe's arch list is what counts
     env = cuda_env("2.5.0a0+git", "12.4", arch_list=["sm_80"])
@@ -401,8 +423,9 @@ def test_kepler_gpu_gets_the_newest_cuda_that_still_builds_sm_37():
     env = cuda_env("2.1.0+cu121", "12.1")
     c = check_gpu_arch_covered(host, env)
     assert c.status == "fail" and "Tesla K80" in c.summary
-    assert c.fix == "envtool create NAME --cuda 11.7"  # torch 2.0 cu117 is the last with sm_37
-    assert pick_cuda_for_driver(host, env) == "11.7"
+    # 11.8 builds still run a K80: PyTorch's cu118 wheels carry sm_37, conda-forge's sm_35
+    assert c.fix == "envtool create NAME --cuda 11.8"
+    assert pick_cuda_for_driver(host, env) == "11.8"
 
 
 def test_pip_cuda_wheel_over_conda_cpu_build_is_judged_by_what_python_imports():

@@ -83,8 +83,9 @@ def test_auto_uses_host_driver_and_skips_builds_that_miss_the_gpu_arch() -> None
     )
     v100 = HostFacts(driver_version="580.65.06", gpus=[GpuFacts(0, "Tesla V100", "7.0")])
     plan = plan_environment(Request(), v100, builds)
-    # CUDA 12.8+ builds carry no sm_70 kernels: a V100 gets the 12.6 build
-    assert plan.cuda == "12.6" and plan.cuda_mode == "native"
+    # CUDA 13 dropped Volta; conda-forge's 12.9 builds still carry sm_70: a V100 gets 12.9
+    assert plan.cuda == "12.9" and plan.cuda_mode == "native"
+    assert "CUDA 13 dropped Volta" in " ".join(plan.notes)
     h200 = HostFacts(driver_version="580.65.06", gpus=[GpuFacts(0, "H200", "9.0")])
     assert plan_environment(Request(), h200, builds).cuda == "13.0"
 
@@ -128,9 +129,10 @@ def test_a_cuda_major_alone_without_a_driver_is_still_a_cuda_build() -> None:
     assert (plan.cuda, plan.cuda_mode) == ("12.9", "target")
     assert "cuda129*" in " ".join(plan.platforms[0].specs)
     assert any("planning CUDA 12.9" in n for n in plan.notes)
-    # a V100 (sm_70): CUDA 12.8+ builds carry no sm_70, so the newest 12.x that covers it
-    assert plan_environment(Request(cuda="12", gpus=("7.0",)), None, builds).cuda == "12.6"
-    with pytest.raises(UsageError) as err:  # CUDA 13 builds carry no sm_70
+    # a V100 (sm_70): conda-forge's 12.8/12.9 builds carry sm_70 (pytorch-cpu-feedstock
+    # `12.[89]`: 5.0;6.0;7.0;…;12.0+PTX; PyTorch's own cu128 wheels start at sm_75)
+    assert plan_environment(Request(cuda="12", gpus=("7.0",)), None, builds).cuda == "12.9"
+    with pytest.raises(UsageError) as err:  # CUDA 13 dropped Volta
         plan_environment(Request(cuda="13", gpus=("7.0",)), None, builds)
     assert "no CUDA 13.x build of torch" in err.value.message
     assert plan_environment(Request(cuda="auto"), no_driver, builds).cuda is None  # auto: CPU

@@ -28,11 +28,17 @@ def test_only_the_channels_builds_are_suggested() -> None:
 
 def test_gpu_architecture_limits() -> None:
     kepler = [Gpu("3.7", "Tesla K80")]
-    s = suggest_cuda("535.54.03", kepler, ["11.8", "12.1"])  # 11.8 builds carry no sm_37
+    s = suggest_cuda("535.54.03", kepler, ["12.1", "12.6"])
     assert s.kind == "cpu" and any("CUDA 12 dropped Kepler" in r for r in s.reasons)
-    assert suggest_cuda("535.54.03", kepler, None).cuda == "11.7"  # PyTorch's table: 2.0 cu117
+    # cu118 still runs a K80: PyTorch's builds carry sm_37, conda-forge's sm_35
+    for flavor in ("pytorch", "conda-forge"):
+        assert suggest_cuda("535.54.03", kepler, ["11.8", "12.1"], flavor=flavor).cuda == "11.8"
+    assert suggest_cuda("535.54.03", kepler, None).cuda == "11.8"  # PyTorch's table
     v100 = [Gpu("7.0", "Tesla V100")]
-    assert suggest_cuda("580.65.06", v100, ["12.6", "12.8", "13.0"]).cuda == "12.6"
+    lines = ["12.6", "12.8", "13.0"]
+    # PyTorch's cu128 wheels start at sm_75; conda-forge's 12.8 builds carry sm_70; 13 drops Volta
+    assert suggest_cuda("580.65.06", v100, lines, flavor="pytorch").cuda == "12.6"
+    assert suggest_cuda("580.65.06", v100, lines, flavor="conda-forge").cuda == "12.8"
 
 
 def test_without_a_driver_version() -> None:

@@ -39,7 +39,7 @@ def variant(name: str, torch: str = "2.7.1", build: str = "", platforms=("linux-
         lock_file_name(name),
         SHA,
         cu.min_driver(cuda) if cuda else None,
-        tuple(cu.archs_for_cuda(cuda) or ()) if cuda else (),
+        tuple(cu.build_archs("pytorch", cuda) or ()) if cuda else (),
         tuple(PlatformBuild(p, torch, build or f"{name}_build") for p in platforms),
     )
 
@@ -161,12 +161,17 @@ def test_ptx_jit_covers_a_newer_gpu_and_arch_specific_code_does_not() -> None:
 
 
 def test_kepler_nothing_fits_names_the_variant_to_add() -> None:
+    k80 = [HostGpu("3.7", "Tesla K80")]
+    # PyTorch's official cu118 builds carry sm_37 (build_cuda.sh: 11.8 adds 3.7): driver 470
+    # runs the cuda11.8 variant through minor-version compatibility
+    assert choose_variant("470.82.01", k80, FULL).variant.name == "cuda11.8"
+    cuda12 = index("cpu", "cuda12.6", "cuda12.9")
     with pytest.raises(UsageError) as exc:
-        choose_variant("470.82.01", [HostGpu("3.7", "Tesla K80")], FULL)
+        choose_variant("470.82.01", k80, cuda12)
     assert "none of demo's variants runs here" in exc.value.message
     assert "not Tesla K80 (sm_37)" in exc.value.message
     # the newest CUDA whose official builds still carry sm_37 that driver 470 runs natively
-    assert "envtool lock demo --variants cpu,cuda11.3,cuda11.8,cuda12.6,cuda12.9" in exc.value.hint
+    assert "envtool lock demo --variants cpu,cuda11.3,cuda12.6,cuda12.9" in exc.value.hint
     assert "envtool install demo --variant cpu" in exc.value.hint
 
 

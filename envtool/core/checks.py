@@ -499,10 +499,24 @@ def _arch_list(env: EnvFacts) -> tuple[tuple[str, ...] | None, str]:
             pass
     tc = torch_cuda(env)
     if tc:
-        archs = cudak.archs_for_cuda(tc)
+        flavor, version = _torch_build_origin(env)
+        archs = cudak.build_archs(flavor, tc, version)
         if archs:
-            return archs, f"official CUDA {tc} builds (envtool table)"
+            who = "conda-forge" if flavor == "conda-forge" else "official"
+            return archs, f"{who} CUDA {tc} builds (envtool table)"
     return None, ""
+
+
+def _torch_build_origin(env: EnvFacts) -> tuple[str, str | None]:
+    """(flavor, torch release) of the env's torch build, for its arch list: a conda pytorch from
+    conda-forge (and not shadowed by a pip wheel, whose version says +cuXXX) is conda-forge's own
+    build; anything else is PyTorch's official build."""
+    t = env.torch
+    conda = env.conda_packages.get("pytorch") or {}
+    pip_wheel = bool(t and t.version and "+" in t.version)
+    if conda and "conda-forge" in (conda.get("channel") or "") and not pip_wheel:
+        return "conda-forge", conda.get("version") or (t.version if t else None)
+    return "pytorch", t.version if t and t.version else conda.get("version")
 
 
 def check_gpu_arch_covered(host: HostFacts, env: EnvFacts) -> Check:

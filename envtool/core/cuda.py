@@ -21,11 +21,24 @@ class CudaData:
     compat_floor: dict[int, str]
     torch_cuda: dict[str, tuple[str, ...]]
     pypi_default_cuda: dict[str, str]  # torch X.Y -> CUDA of PyPI's linux-64 wheel
-    cuda_archs: dict[str, tuple[str, ...]]
+    cuda_archs: dict[str, tuple[str, ...]]  # PyTorch's official builds (wheels, pytorch channel)
+    conda_forge_archs: tuple[ArchRow, ...]  # conda-forge's own builds, per CUDA and torch range
     pytorch_channel_last: str
     sources: dict[str, str]
     gpu_arch: dict[str, GpuArchRow]  # "sm_90" -> its driver floor and last CUDA major
     gpu_products: tuple[tuple[str, str, str], ...]  # (product, arch, driver floor)
+
+
+@dataclass(frozen=True)
+class ArchRow:
+    """One flavor-specific arch row: the TORCH_CUDA_ARCH_LIST a build script sets for these CUDA
+    versions, for torch releases from `torch_min` to `torch_max` (inclusive; None: open)."""
+
+    cuda: tuple[str, ...]
+    torch_min: str | None
+    torch_max: str | None
+    arch_list: str  # the build script's text, e.g. "5.0;6.0;...;9.0+PTX"
+    archs: tuple[str, ...]  # parsed: sm_XY machine code, compute_XY PTX
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,16 @@ def load_cuda_data() -> CudaData:
         torch_cuda={r["torch"]: tuple(r["cuda"]) for r in raw["torch_cuda"]},
         pypi_default_cuda={r["torch"]: r["cuda"] for r in raw["pypi_default_cuda"]},
         cuda_archs={r["cuda"]: tuple(r["archs"]) for r in raw["cuda_archs"]},
+        conda_forge_archs=tuple(
+            ArchRow(
+                tuple(r["cuda"]),
+                r["torch_min"],
+                r["torch_max"],
+                r["arch_list"],
+                parse_arch_list(r["arch_list"]),
+            )
+            for r in raw["cuda_archs_conda_forge"]
+        ),
         pytorch_channel_last=raw["pytorch_channel_last"]["torch"],
         sources=raw["sources"],
         gpu_arch={
@@ -161,9 +184,57 @@ def pytorch_channel_has(torch_version: str) -> bool:
     )
 
 
-def archs_for_cuda(cuda: str) -> tuple[str, ...] | None:
-    """GPU architectures (sm_XX) official torch builds for this CUDA version carry."""
-    return load_cuda_data().cuda_archs.get(major_minor(cuda))
+def build_archs(flavor: str, cuda: str, torch: str | None = None) -> tuple[str, ...] | None:
+    """The one answer to "which GPU architectures does the torch build of flavor F, torch T, CUDA C
+    carry": sm_XY (machine code) and compute_XY (PTX) names; None when no row knows that build.
+
+    conda-forge builds its own arch lists (pytorch-cpu-feedstock recipe/build.sh: table
+    cuda_archs_conda_forge, rows per CUDA and torch range); every other flavor (the pytorch
+    channel, PyPI and download.pytorch.org wheels) is PyTorch's official build (cuda_archs).
+    `torch` ('2.7.1', or a series '2.7'): the release; None: the newest release a row covers
+    (what a solve without --torch picks), since the lists change only between releases.
+    """
+    data = load_cuda_data()
+    cuda = major_minor(cuda)
+    if flavor != "conda-forge":
+        return data.cuda_archs.get(cuda)
+    rows = [r for r in data.conda_forge_archs if cuda in r.cuda]
+    if torch is not None:
+        rows = [r for r in rows if _torch_in_range(torch, r.torch_min, r.torch_max)]
+    if not rows:
+        return None
+    return max(rows, key=lambda r: parse_version(r.torch_min or "0")).archs
+
+
+def arch_table_cudas(flavor: str) -> list[str]:
+    """The CUDA versions `flavor`'s arch table has rows for, oldest first."""
+    data = load_cuda_data()
+    if flavor != "conda-forge":
+        found = set(data.cuda_archs)
+    else:
+        found = {c for r in data.conda_forge_archs for c in r.cuda}
+    return sorted(found, key=parse_version)
+
+
+def _torch_in_range(torch: str, low: str | None, high: str | None) -> bool:
+    """Is torch release `torch` within [low, high]? Compared to the shorter of the two: a bound
+    'X.Y' spans the whole series, and a series 'X.Y' asked matches any of its releases."""
+    try:
+        parts = parse_version(torch)
+    except ValueError:
+        return True  # an unreadable version rules no row out
+    for bound, sign in ((low, 1), (high, -1)):
+        if bound is None:
+            continue
+        edge = parse_version(bound)
+        width = min(len(parts), len(edge))
+        if sign * (_cmp(parts[:width], edge[:width])) < 0:
+            return False
+    return True
+
+
+def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    return (a > b) - (a < b)
 
 
 _ARCH = re.compile(r"^(sm|compute)_(\d+)([a-z]?)$")
@@ -220,18 +291,27 @@ def arch_covered(capability: str | tuple[int, int], arch_list: tuple[str, ...] |
     arch-specific variants (sm_90a) only on that exact GPU; PTX (compute_XY) JIT-compiles for any
     GPU of capability >= X.Y.
     """
+    return arch_coverage(capability, arch_list) is not None
+
+
+def arch_coverage(
+    capability: str | tuple[int, int], arch_list: tuple[str, ...] | list[str]
+) -> str | None:
+    """How a build with `arch_list` runs on this GPU: "sm" (machine code for it), "ptx" (only PTX
+    the driver JIT-compiles on first launch), None (no kernels: "no kernel image is available")."""
     gmaj, gmin, _ = _split_arch(capability_to_arch(capability))
+    ptx = False
     for name in arch_list:
         kind = name.split("_", 1)[0]
         amaj, amin, suffix = _split_arch(name)
         if kind == "sm":
             if suffix and (amaj, amin) == (gmaj, gmin):
-                return True
+                return "sm"
             if not suffix and amaj == gmaj and amin <= gmin:
-                return True
+                return "sm"
         elif (amaj, amin) <= (gmaj, gmin):
-            return True
-    return False
+            ptx = True
+    return "ptx" if ptx else None
 
 
 def gpu_arch_row(capability: str | tuple[int, int]) -> GpuArchRow | None:

@@ -143,7 +143,7 @@ def plan_custom_metadata(
         "envtool_flavor": plan.flavor,
         "envtool_cuda": plan.cuda or "cpu",
         "envtool_min_driver": plan.min_driver or "",
-        "envtool_gpu_archs": " ".join(plan.archs),
+        "envtool_gpu_archs": " ".join(_solved_archs(plan, solved_torch)),
         "envtool_torch": solved_torch or plan.torch or "",
         "envtool_platforms_cuda": " ".join(
             f"{p.platform}={p.cuda or 'cpu'}" for p in plan.platforms
@@ -151,6 +151,16 @@ def plan_custom_metadata(
         KEY_REQUEST: render_options(options),
         KEY_HASH: input_hash,
     }
+
+
+def _solved_archs(plan: Plan, solved_torch: str) -> tuple[str, ...]:
+    """The GPU architectures of the build the solve chose (its torch release's row); the plan's
+    when the platforms solved different releases or no row knows the release."""
+    from envtool.core.cuda import build_archs
+
+    if not plan.cuda or not solved_torch or " " in solved_torch:
+        return plan.archs
+    return build_archs(plan.flavor, plan.cuda, solved_torch) or plan.archs
 
 
 def split_dependency(spec: str) -> tuple[str, str]:

@@ -6,7 +6,9 @@ Rule for `--cuda auto` (stated in README.md):
   no driver (and no --driver) -> CPU, with a note.
   otherwise, among the CUDA versions torch was built for (conda-forge: discovered from the
   channel's repodata; pytorch flavor: PyTorch's official table), drop those the driver cannot run
-  at all and those whose architecture list misses one of the GPUs, then take the newest.
+  at all and those whose architecture list misses one of the GPUs (cuda.build_archs: the
+  flavor's own list for the torch release that line would solve; PTX counts, and a GPU that only
+  PTX covers gets a note on the first-launch JIT), then take the newest.
   A pick that needs minor-version compatibility (driver older than the toolkit's own driver but
   at least the major's compatibility floor) is allowed with a warning that names the newest
   natively supported alternative.
@@ -259,7 +261,9 @@ def plan_environment(
     torch = request.torch
     if cuda and request.flavor == "pytorch" and torch is None and builds is None:
         torch = _newest_official_torch(cuda)
-    archs = cu.archs_for_cuda(cuda) or () if cuda else ()
+    build_torch = _torch_by_cuda(request, torch_series, builds).get(cuda or "") or torch
+    archs = (cu.build_archs(request.flavor, cuda, build_torch) or ()) if cuda else ()
+    notes += _ptx_notes(request.flavor, cuda, archs, gpu_list)
     for p in request.platforms:
         if cuda and p in NO_CUDA_PLATFORMS:
             warnings.append(f"{p} has no CUDA builds: planning the CPU build for {p}")
@@ -288,6 +292,29 @@ def plan_environment(
         picked=cuda is not None and (want == "auto" or want.isdigit()),
         cuda_arch=cuda_arch,
     )
+
+
+def _ptx_notes(
+    flavor: str, cuda: str | None, archs: tuple[str, ...], gpus: tuple[Gpu, ...]
+) -> list[str]:
+    """A note per GPU the planned build runs only through PTX: no machine code for it, so the
+    driver JIT-compiles the kernels on first launch."""
+    out = []
+    ptx = " ".join(a for a in archs if a.startswith("compute_"))
+    for label in dict.fromkeys(g.label() for g in gpus if _coverage(g, archs) == "ptx"):
+        out.append(
+            f"{label}: {flavor} CUDA {cuda} builds carry no machine code for it; it runs their "
+            f"{ptx} PTX, JIT-compiled by the driver on first launch (a one-time compile cost, "
+            "then cached)"
+        )
+    return out
+
+
+def _coverage(gpu: Gpu, archs: tuple[str, ...]) -> str | None:
+    try:
+        return cu.arch_coverage(gpu.capability, archs)
+    except ValueError:
+        return None
 
 
 def _cuda_arch(gpus: tuple[str, ...]) -> str | None:
@@ -394,15 +421,7 @@ def _candidates(
             },
             key=parse_version,
         )
-    last = parse_version(cu.load_cuda_data().pytorch_channel_last)
-    usable = [
-        b
-        for b in builds or []
-        if b.cuda
-        and (request.flavor != "pytorch" or parse_version(b.torch)[:2] <= last)
-        and (torch_series is None or major_minor(b.torch) == torch_series)
-        and (request.python is None or b.python in (None, major_minor(request.python)))
-    ]
+    usable = _usable_builds(request, torch_series, builds)
     # one plan, one CUDA: it must exist on every CUDA platform whose builds were listed
     listed = {b.platform for b in usable if b.platform}
     wanted = [p for p in request.platforms if p not in NO_CUDA_PLATFORMS and p in listed]
@@ -413,6 +432,35 @@ def _candidates(
     else:
         found = {b.cuda for b in usable}
     return sorted((c for c in found if c), key=parse_version)
+
+
+def _usable_builds(
+    request: Request, torch_series: str | None, builds: list[CudaBuild] | None
+) -> list[CudaBuild]:
+    """The listed CUDA builds this request can take (flavor's channel end, --torch, --python)."""
+    last = parse_version(cu.load_cuda_data().pytorch_channel_last)
+    return [
+        b
+        for b in builds or []
+        if b.cuda
+        and (request.flavor != "pytorch" or parse_version(b.torch)[:2] <= last)
+        and (torch_series is None or major_minor(b.torch) == torch_series)
+        and (request.python is None or b.python in (None, major_minor(request.python)))
+    ]
+
+
+def _torch_by_cuda(
+    request: Request, torch_series: str | None, builds: list[CudaBuild] | None
+) -> dict[str, str]:
+    """The torch release a solve takes for each CUDA line, for the arch lists (they change between
+    releases): the newest listed build of that line; --torch alone when nothing was listed."""
+    out: dict[str, str] = {}
+    for b in _usable_builds(request, torch_series, builds):
+        if b.cuda and (b.cuda not in out or parse_version(b.torch) > parse_version(out[b.cuda])):
+            out[b.cuda] = b.torch
+    if torch_series and builds is None:
+        return {c: torch_series for c in cu.known_cuda_versions()}
+    return out
 
 
 def _pair_hint(request: Request, torch_series: str | None, builds: list[CudaBuild] | None) -> str:
@@ -458,7 +506,13 @@ def _pick_cuda(
             f"no CUDA build of {what}{where} in {_searched(request)}",
             _pair_hint(request, None, builds),
         )
-    s = suggest_cuda(driver, gpus, candidates)
+    s = suggest_cuda(
+        driver,
+        gpus,
+        candidates,
+        flavor=request.flavor,
+        torch=_torch_by_cuda(request, torch_series, builds),
+    )
     if s.kind == "cuda" and s.cuda and s.mode:
         if s.mode == "compat":
             warnings.append(_compat_warning(driver or "?", s.cuda))
@@ -529,10 +583,17 @@ def _check_explicit_cuda(
     cuda_wanted = not (request.platforms and all(p in NO_CUDA_PLATFORMS for p in request.platforms))
     listed = not (builds is None and request.flavor == "conda-forge")
     candidates = _candidates(request, torch_series, builds) if cuda_wanted else []
+    torch_for = _torch_by_cuda(request, torch_series, builds)
 
     # the suggestion a refusal names: what this driver and these GPUs run among the real builds
     def refuse(message: str, arch: bool = False) -> Refusal:
-        s = suggest_cuda(driver, gpus, candidates if listed else None, flavor=request.flavor)
+        s = suggest_cuda(
+            driver,
+            gpus,
+            candidates if listed else None,
+            flavor=request.flavor,
+            torch=torch_for,
+        )
         if arch and s.kind == "cuda":  # the driver runs it: only the GPUs ruled this CUDA out
             on = ", ".join(dict.fromkeys(g.label() for g in gpus))
             return Refusal(message, s, f"pass --cuda {s.cuda}, whose builds run on {on}")
@@ -557,7 +618,7 @@ def _check_explicit_cuda(
                 f"driver {driver} runs CUDA {cuda} only through minor-version compatibility "
                 f"(native ≥ {verdict.min_driver}; PTX JIT of newer code fails)"
             )
-    problem = gpu_problem(cuda, gpus)
+    problem = gpu_problem(cuda, gpus, flavor=request.flavor, torch=torch_for.get(cuda))
     if problem:
         raise refuse(problem, arch=True)
     if not cuda_wanted or not listed:

@@ -8,8 +8,8 @@ official table otherwise) and the flavor.
 The rule, in order:
   1. a driver older than a GPU's own floor (cuda_data.json gpu_arch / gpu_product_driver) cannot
      drive that GPU whatever the CUDA: the answer is "upgrade the driver to ≥ X for this GPU";
-  2. among the available CUDA versions, drop those the toolkit or the build's arch list do not
-     support on every GPU, and those the driver cannot run (natively or through minor-version
+  2. among the available CUDA versions, drop those the toolkit or the build's arch list (the
+     flavor's own: cuda.build_archs; PTX counts) do not support on every GPU, and those the driver cannot run (natively or through minor-version
      compatibility); the newest left is the answer;
   3. none left, but some cover the GPUs: "upgrade the driver to ≥ X" (X runs the newest of them);
   4. none covers the GPUs (or no CUDA build at all): the CPU build.
@@ -17,7 +17,7 @@ The rule, in order:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from envtool.core import cuda as cu
@@ -108,8 +108,11 @@ def driver_floor_for_gpus(driver: str, gpus: Iterable[Gpu]) -> tuple[str, Gpu] |
     return worst
 
 
-def gpu_problem(cuda: str, gpus: Sequence[Gpu]) -> str | None:
-    """Why CUDA `cuda` builds cannot run on one of the GPUs (None: they can, or no data says no)."""
+def gpu_problem(
+    cuda: str, gpus: Sequence[Gpu], *, flavor: str, torch: str | None = None
+) -> str | None:
+    """Why CUDA `cuda` builds of `flavor` (torch `torch`; None: the newest) cannot run on one of
+    the GPUs (None: they can, or no data says no)."""
     dropped = []
     for g in gpus:
         row = cu.gpu_arch_row(g.capability)
@@ -120,7 +123,7 @@ def gpu_problem(cuda: str, gpus: Sequence[Gpu]) -> str | None:
             )
     if dropped:
         return dropped[0]
-    archs = cu.archs_for_cuda(cuda)
+    archs = cu.build_archs(flavor, cuda, torch)
     if not archs:
         return None  # unknown arch list: cannot judge, do not block
     missing = []
@@ -145,12 +148,15 @@ def suggest_cuda(
     flavor: str = "conda-forge",
     major: str | None = None,
     driver_cuda: str | None = None,
+    torch: Mapping[str, str] | None = None,
 ) -> Suggestion:
     """The CUDA this machine should ask for (see the module docstring for the rule).
 
     `available`: CUDA versions with torch builds on the searched channels (None: PyTorch's official
     table for `flavor`); `major`: only that major's versions (`--cuda 12`); `driver_cuda`: the
-    newest CUDA the driver runs when its version is unknown (torch's "found version" message).
+    newest CUDA the driver runs when its version is unknown (torch's "found version" message);
+    `torch`: the torch release a solve would take per CUDA (the arch lists change between
+    releases; a CUDA not in it: the newest release the flavor's table knows).
     """
     if driver:
         too_old = driver_floor_for_gpus(driver, gpus)
@@ -171,7 +177,7 @@ def suggest_cuda(
     covering: list[str] = []
     reasons: list[str] = []
     for c in cands:
-        problem = gpu_problem(c, gpus)
+        problem = gpu_problem(c, gpus, flavor=flavor, torch=(torch or {}).get(c))
         if problem:
             reasons.append(problem)
             continue

@@ -539,10 +539,11 @@ def _way_out(
 
 def _variant_to_add(driver: str, gpus: Sequence[HostGpu]) -> str | None:
     """The newest CUDA with an official arch list covering every GPU that this driver runs
-    natively (else through compatibility)."""
-    data = cu.load_cuda_data()
+    natively (else through compatibility). The index does not record its flavor: PyTorch's
+    official builds are the reference here."""
     best: tuple[int, tuple[int, ...], str] | None = None
-    for cuda, archs in data.cuda_archs.items():
+    for cuda in cu.arch_table_cudas("pytorch"):
+        archs = cu.build_archs("pytorch", cuda) or ()
         if any(not _covers(g, archs) for g in gpus):
             continue
         verdict = cu.driver_supports(driver, cuda).mode

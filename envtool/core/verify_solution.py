@@ -44,7 +44,7 @@ def verify_solution(
     """Problems with one platform's solution; [] when it is what the plan asked for.
 
     `gpus`: the compute capabilities the plan was made for (--gpu or probed); a CUDA build whose
-    architecture list (cuda_data.json, per CUDA) has neither machine code of the GPU's major nor PTX
+    architecture list (cuda.build_archs: per flavor, CUDA and torch release) has neither machine code of the GPU's major nor PTX
     that can JIT for it is refused, naming the GPU, the build and the --cuda to pass: suggest_cuda
     over `driver` and `available` (the CUDA lines the channel listing found; None: PyTorch's
     official builds)."""
@@ -73,7 +73,9 @@ def verify_solution(
     elif built_for is not None:
         problems.append(Problem(pp.platform, "cpu-build", f"{label} is a CUDA build; CPU asked"))
     if built_for is not None and gpus:
-        arch_problem = _arch_problem(pp.platform, label, built_for, gpus, driver, flavor, available)
+        arch_problem = _arch_problem(
+            pp.platform, label, (torch.version, built_for), gpus, driver, flavor, available
+        )
         if arch_problem:
             problems.append(arch_problem)
     if "pytorch-mutex" in by_name and by_name["pytorch-mutex"].build != (
@@ -112,7 +114,7 @@ def verify_solution(
 def _arch_problem(
     platform: str,
     label: str,
-    built_for: str,
+    build: tuple[str, str],
     gpus: Sequence[str],
     driver: str | None,
     flavor: str,
@@ -120,7 +122,8 @@ def _arch_problem(
 ) -> Problem | None:
     """The first GPU a CUDA build has no kernels for (None: every GPU covered, or no arch list is
     known for that CUDA: no evidence against the build)."""
-    archs = cu.archs_for_cuda(built_for)
+    torch_version, built_for = build
+    archs = cu.build_archs(flavor, built_for, torch_version)
     if not archs:
         return None
     for g in gpus:
