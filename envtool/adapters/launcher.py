@@ -177,13 +177,12 @@ def apply_launch(
     try:
         started = _now()
         proc = subprocess.Popen(
-            plan.argv,
+            with_parent_death_signal(plan.argv),
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=sys.stderr.fileno() if stdout_to_stderr else None,  # --json: clean stdout
             stderr=subprocess.PIPE,
             start_new_session=True,  # the terminal's Ctrl-C reaches envtool only; we forward it
-            preexec_fn=_die_with_parent(os.getpid()),
         )
         pid.append(proc.pid)
         try:
@@ -225,25 +224,25 @@ def apply_launch(
     return outcome
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Arms PR_SET_PDEATHSIG=SIGTERM (linux/prctl.h: 1), then execs the command in its place (same
+# pid; the setting survives execve). If envtool died before it was armed, it stops right there.
+_PDEATHSIG_SHIM = (
+    "import ctypes,os,signal,sys;"
+    "ctypes.CDLL(None).prctl(1,signal.SIGTERM,0,0,0);"
+    "os.getppid()==int(sys.argv[1]) or os.kill(os.getpid(),signal.SIGTERM);"
+    "os.execvp(sys.argv[2],sys.argv[2:])"
+)
 
 
-def _die_with_parent(parent: int) -> Callable[[], None] | None:
-    """preexec_fn for torchrun: SIGTERM when envtool dies, even by SIGKILL (no handler of ours
-    runs then). torchrun's SIGTERM handler stops its workers (SIGTERM, then SIGKILL after 30 s)
-    although they live in sessions of their own. Linux only; elsewhere None (no preexec)."""
+def with_parent_death_signal(argv: list[str]) -> list[str]:
+    """`argv` run so that it gets SIGTERM when envtool dies, even by SIGKILL (no handler of ours
+    runs then); torchrun's SIGTERM handler stops its workers (SIGTERM, then SIGKILL after 30 s)
+    although they live in sessions of their own. A tiny exec shim (-I -S: no site, ~20 ms)
+    rather than a preexec_fn, which can deadlock the child when envtool has threads (a probe
+    that timed out). Linux only; elsewhere argv unchanged."""
     if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def arm() -> None:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # envtool died before the signal was armed
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return arm
+        return list(argv)
+    return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_SHIM, str(os.getpid()), *argv]
 
 
 def _wait(
