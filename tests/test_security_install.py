@@ -698,3 +698,19 @@ def test_a_decompression_bomb_in_the_info_part_is_refused_after_a_bounded_read(
     assert "no info/index.json in the first 1 MiB" in err.value.message
     monkeypatch.setattr(installer, "_SCAN_LIMIT", 64 << 20)
     assert installer.read_archive_contents(archive, pkg).index["name"] == "bomb"
+
+
+def test_bundling_again_into_a_dir_with_a_planted_link_is_refused(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    bundle = tmp_path / "b"
+    assert (
+        run_envtool("bundle", "--lock", str(setup.lock), "-o", str(bundle), env=env).returncode == 0
+    )
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(bundle / "channel" / "noarch")
+    (bundle / "channel" / "noarch").symlink_to(outside)
+    out = run_envtool("bundle", "--lock", str(setup.lock), "-o", str(bundle), env=env)
+    assert "symbolic link" in _one_line_error(out)
+    assert list(outside.iterdir()) == []

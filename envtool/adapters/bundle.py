@@ -70,6 +70,7 @@ def write_bundle(
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     out_dir = Path(out_dir)
     created = not out_dir.exists()
+    _refuse_planted_links(out_dir, plats)
     try:
         data = _fill_bundle(lock, plats, per_platform, cache, out_dir, progress)
         data["name"] = name
@@ -81,6 +82,20 @@ def write_bundle(
         if created:
             shutil.rmtree(out_dir, ignore_errors=True)
         raise
+
+
+def _refuse_planted_links(out_dir: Path, plats: list[str]) -> None:
+    """Bundling again into an existing DIR writes DIR/channel/<subdir>/…: a folder there that is
+    a symbolic link would carry the writes elsewhere. Refused, naming it."""
+    from envtool.errors import UsageError
+
+    channel = out_dir / CHANNEL_NAME
+    for folder in (channel, *(channel / sub for sub in {*plats, "noarch", "pypi", ".tmp"})):
+        if folder.is_symlink():
+            raise UsageError(
+                f"{folder} is a symbolic link; nothing was written",
+                "bundle into a new directory",
+            )
 
 
 def _fill_bundle(
