@@ -6,6 +6,7 @@ SIGTERM, and tensor-parallel over 2 gloo processes under torchrun. OMP_NUM_THREA
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import json
 import os
@@ -217,8 +218,7 @@ def test_tensor_parallel_over_two_processes_gives_the_single_process_tokens(
     trained: Path, tmp_path: Path
 ) -> None:
     single = result_of(generate(["--ckpt", str(trained), *GREEDY, "--eager"], tmp_path))
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    argv += [str(GENERATE), "--cpu", "--ckpt", str(trained), *GREEDY, "--eager"]
+    argv = [*TORCHRUN, "2", str(GENERATE), "--cpu", "--ckpt", str(trained), *GREEDY, "--eager"]
     proc = subprocess.run(
         argv, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120
     )
@@ -232,11 +232,17 @@ def test_tensor_parallel_over_two_processes_gives_the_single_process_tokens(
 # --- serving ---
 
 
-class Server:
-    """generate.py --serve 0 (any free port) as a child; the port is read off its first line."""
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
 
-    def __init__(self, args: list[str], cwd: Path) -> None:
-        argv = [sys.executable, str(GENERATE), "--cpu", *args, "--serve", "0"]
+
+class Server:
+    """generate.py --serve 0 (any free port) as a child, or under torchrun with `ranks`
+    processes; the port is read off rank 0's first line. Its own process group, so that a
+    hung run can be killed whole."""
+
+    def __init__(self, args: list[str], cwd: Path, ranks: int = 0) -> None:
+        launcher = [*TORCHRUN, str(ranks)] if ranks else [sys.executable]
+        argv = [*launcher, str(GENERATE), "--cpu", *args, "--serve", "0"]
         self.proc = subprocess.Popen(
             argv,
             cwd=cwd,
@@ -244,8 +250,9 @@ class Server:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,
         )
-        self.guard = threading.Timer(120, self.proc.kill)  # a hung server fails, not hangs
+        self.guard = threading.Timer(120, self.kill)  # a hung server fails, not hangs
         self.guard.start()
         line = self.proc.stdout.readline()
         assert line.startswith("serving http://127.0.0.1:"), line + self.proc.stderr.read()
@@ -267,10 +274,14 @@ class Server:
         self.guard.cancel()
         return self.proc.returncode, out, err
 
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
     def close(self) -> None:
         self.guard.cancel()
         if self.proc.poll() is None:
-            self.proc.kill()
+            self.kill()
             self.proc.communicate()
 
 
@@ -334,3 +345,24 @@ def test_a_stop_signal_shuts_the_server_down_cleanly(server: Server, sig: signal
     assert "Traceback" not in err
     result = json.loads(out.splitlines()[-1].removeprefix("RESULT "))
     assert result["stopped"] == sig.name and result["served"] == 1  # the warm-up is not counted
+
+
+@pytest.mark.integration
+def test_tensor_parallel_server_answers_like_one_process_and_stops_on_sigterm(
+    trained: Path, tmp_path: Path
+) -> None:
+    """Under torchrun with 2 ranks: rank 0 serves and hands each request to rank 1 (both run
+    every step); SIGTERM to torchrun reaches both, rank 0 tells rank 1 to stop, both exit."""
+    s = Server(["--ckpt", str(trained), "--eager"], tmp_path, ranks=2)
+    try:
+        good = {"prompt": PROMPT, "max_new_tokens": 20, "temperature": 0, "stream": True}
+        status, lines = s.post(json.dumps(good).encode())
+        assert status == 200
+        assert lines[-1]["tokens"] == reference_greedy(trained, PROMPT.encode(), 20)
+        _, out, err = s.stop(signal.SIGTERM)  # torchrun itself exits 1 (its SignalException)
+        result = json.loads(out.splitlines()[-1].removeprefix("RESULT "))
+        assert result == {**result, "stopped": "SIGTERM", "served": 1, "failed": 0}, err[-3000:]
+        with pytest.raises(ProcessLookupError):  # no rank left behind
+            os.killpg(s.proc.pid, 0)
+    finally:
+        s.close()
