@@ -714,3 +714,23 @@ def test_bundling_again_into_a_dir_with_a_planted_link_is_refused(
     out = run_envtool("bundle", "--lock", str(setup.lock), "-o", str(bundle), env=env)
     assert "symbolic link" in _one_line_error(out)
     assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge", "list"])
+def test_an_install_marker_that_is_a_fifo_or_huge_does_not_hang_list_or_verify(
+    kind: str, setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    assert run_envtool("install", "demo", "--lock", str(setup.lock), env=env).returncode == 0
+    state = tmp_path / "envs" / "demo" / "conda-meta" / "envtool" / "state.json"
+    state.unlink()
+    if kind == "fifo":
+        os.mkfifo(state)
+    elif kind == "huge":
+        with open(state, "wb") as fh:
+            fh.truncate(2 << 30)  # sparse: 2 GiB of zeros
+    else:
+        state.write_text("[1, 2]")
+    out = run_envtool("list", "--json", env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    out = run_envtool("verify", "demo", "--lock", str(setup.lock), env=env, timeout=60)
+    assert out.returncode == 0, out.stderr

@@ -62,19 +62,29 @@ def read_install_state(prefix: Path | str) -> str | None:
 
 def read_state_record(prefix: Path | str) -> dict[str, Any] | None:
     """conda-meta/envtool/state.json of a finished install (lock hash, lock path, plan, time)."""
-    path = envtool_meta_dir(prefix) / STATE
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return _read_marker(envtool_meta_dir(prefix) / STATE)
 
 
 def read_incomplete_marker(prefix: Path | str) -> dict[str, Any] | None:
-    path = envtool_meta_dir(prefix) / INCOMPLETE
+    return _read_marker(envtool_meta_dir(prefix) / INCOMPLETE)
+
+
+MARKER_LIMIT = 1024 * 1024  # a few hundred bytes when envtool wrote it
+
+
+def _read_marker(path: Path) -> dict[str, Any] | None:
+    """A marker as a mapping, or None: bounded, regular files only, strict JSON (an env is
+    another user's directory or a package's output; a FIFO or a huge file there must not hang
+    or fill memory)."""
+    from envtool.adapters.files import read_bytes
+    from envtool.core.safe_load import parse_json
+    from envtool.errors import UsageError
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = parse_json(read_bytes(path, MARKER_LIMIT, what="install marker"), str(path))
+    except (UsageError, OSError):
         return None
+    return data if isinstance(data, dict) else None
 
 
 def sibling_name(prefix: Path, suffix: str) -> str:
