@@ -48,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "envtool.commands.launch",
         "Run a training script through torchrun in an environment.",
     ),
+    "logs": ("envtool.commands.logs", "Print a run's merged log (every rank, prefixed)."),
+    "runs": ("envtool.commands.runs", "List launched runs from their manifests."),
 }
 
 

@@ -174,6 +174,7 @@ def apply_launch(
         return "--hang-timeout" if watches and watches[0].hang is not None else None
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    merged: MergedLog | None = None
     try:
         started = _now()
         proc = subprocess.Popen(
@@ -195,6 +196,8 @@ def apply_launch(
                 daemon=True,
             )
             copier.start()
+            merged = MergedLog(plan)
+            merged.start()
             if on_started is not None:
                 on_started()
             watch = ProgressWatch(plan, hang_timeout)
@@ -203,11 +206,14 @@ def apply_launch(
         except BaseException:  # e.g. on_started failed: never leave the run going unwatched
             kill_run(proc.pid, plan.run_id)
             proc.wait()
+            if merged is not None:
+                merged.stop()
             raise
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
     copier.join(timeout=5.0)
+    merged.stop()  # the last lines the ranks wrote, then all.log is whole
     leftovers = kill_marked(plan.run_id)  # workers live in their own sessions: find by marker
     outcome = LaunchOutcome(
         exit_code=code,
@@ -272,6 +278,141 @@ def _wait(
     if watch is not None and watch.hang is not None:
         return 1
     return 128 - rc if rc < 0 else rc
+
+
+MERGED_LOG = "all.log"
+MERGE_POLL_SECONDS = 0.2
+
+
+class MergedLog:
+    """runs/<id>/all.log: every rank's stdout and stderr lines, each prefixed `[node N rank R]`,
+    in the order they are seen. torchrun writes each rank's output to its own files
+    (torchrun/<id>/attempt_N/<local rank>/{stdout,stderr}.log); a thread reads what they grew
+    by, as torchrun's own tee does, so the console filter (`--local-ranks-filter`) loses
+    nothing here. A rank's global number is node_rank*nproc + local rank when the node's rank
+    is known (one node, static rendezvous); with c10d it is read from the worker's own
+    environment (RANK, GROUP_RANK), found by the run marker."""
+
+    def __init__(self, plan: LaunchPlan, path: Path | None = None) -> None:
+        self.plan = plan
+        self.path = path or Path(plan.run_dir) / MERGED_LOG
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, bytes] = {}
+        self.labels: dict[tuple[str, int], bytes] = {}  # (attempt dir, local rank) -> prefix
+        self.out: IO[bytes] | None = None
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        try:
+            self.out = open(self.path, "ab")  # noqa: SIM115  (closed in stop)
+        except OSError:
+            return  # the run folder's disk: launcher.log reports it
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        if self.thread is None:
+            return
+        self.done.set()
+        self.thread.join(timeout=10.0)
+        self.thread = None
+
+    def _loop(self) -> None:
+        while not self.done.wait(MERGE_POLL_SECONDS):
+            self.poll()
+        self.poll(final=True)
+        self.out = _close_quietly(self.out)
+
+    def poll(self, final: bool = False) -> None:
+        """Append what every rank file grew by since the last look (whole lines; at the end,
+        a last line without a newline too)."""
+        try:
+            found = Path(self.plan.log_dir).glob("*/attempt_*/*/std*.log")
+            files = sorted(found, key=lambda p: (_mtime(p), str(p)))  # earliest write first
+        except OSError:
+            return
+        for path in files:
+            if not path.parent.name.isdigit():
+                continue
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(path, 0))
+                    data = f.read(1 << 20)
+            except OSError:
+                continue  # an attempt folder torchrun is replacing right now
+            if not data:
+                continue
+            self.offsets[path] = self.offsets.get(path, 0) + len(data)
+            data = self.partial.pop(path, b"") + data
+            lines = data.split(b"\n")
+            rest = lines.pop()
+            if rest:
+                self.partial[path] = rest
+            if lines:
+                self._write(path, lines)
+        if final:
+            for path, rest in sorted(self.partial.items()):
+                self._write(path, [rest])
+            self.partial.clear()
+
+    def _write(self, path: Path, lines: list[bytes]) -> None:
+        if self.out is None:
+            return
+        prefix = self._label(path.parent)
+        try:
+            self.out.write(b"".join(prefix + _strip_tee(line) + b"\n" for line in lines))
+            self.out.flush()
+        except OSError:
+            self.out = _close_quietly(self.out)  # a full disk: launcher.log says so
+
+    def _label(self, rank_dir: Path) -> bytes:
+        local = int(rank_dir.name)
+        key = (str(rank_dir.parent), local)
+        label = self.labels.get(key)
+        if label is None:
+            plan = self.plan
+            node = (
+                plan.node_rank if plan.node_rank is not None else (0 if plan.nnodes == 1 else None)
+            )
+            rank = None if node is None else node * plan.nproc_per_node + local
+            if node is None:
+                node, rank = read_worker_ranks(plan.run_id).get(local, (None, None))
+            label = f"[node {_or_q(node)} rank {_or_q(rank, f'?{local}')}] ".encode()
+            if node is not None:  # an unknown one is looked up again on the next lines
+                self.labels[key] = label
+        return label
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _or_q(value: int | None, unknown: str = "?") -> str:
+    return unknown if value is None else str(value)
+
+
+def _strip_tee(line: bytes) -> bytes:
+    return line[:-1] if line.endswith(b"\r") else line
+
+
+def read_worker_ranks(run_id: str, proc_root: Path = Path("/proc")) -> dict[int, tuple[int, int]]:
+    """local rank -> (node rank, global rank) of the workers of this run alive now, from their
+    environment (torchrun sets LOCAL_RANK, GROUP_RANK, RANK)."""
+    out: dict[int, tuple[int, int]] = {}
+    needle = f"{RUN_MARKER_VAR}={run_id}".encode()
+    for pid in pids_with_environ(needle, proc_root):
+        environ = _read_environ(proc_root / str(pid)) or b""
+        env = dict(e.split(b"=", 1) for e in environ.split(b"\0") if b"=" in e)
+        try:
+            local, node, rank = (int(env[k]) for k in (b"LOCAL_RANK", b"GROUP_RANK", b"RANK"))
+        except (KeyError, ValueError):
+            continue
+        out[local] = (node, rank)
+    return out
 
 
 HANG_WARN_SECONDS = 300.0  # no rank log grew this long: say so (without --hang-timeout too)

@@ -8,6 +8,7 @@ parse flags â†’ pre-flight (torch present, GPUs visible, doctor's fast checks) â
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -193,6 +194,9 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         note(f"envtool: {line}")
     manifest: dict[str, Any] = {
         "run_id": run_id,
+        "script": str(script),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),  # `envtool runs`/`logs --follow`: is the run still being written
         "command": plan.argv,
         "envtool_argv": ["envtool", *sys.argv[1:]],
         "env_prefix": str(target.prefix) if target.prefix else None,
@@ -214,6 +218,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         "failed_rank": None,
         "failure": None,
         "rank_logs": {},
+        "merged_log": str(Path(plan.run_dir) / "all.log"),
     }
     manifest_path = Path(plan.run_dir) / "manifest.json"
     note(

@@ -1,0 +1,84 @@
+"""`envtool logs`: a run's merged log (runs/<id>/all.log, every rank's lines prefixed
+`[node N rank R]`), the latest run by default; `--follow` prints new lines until the run ends."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envtool.output import Result, emit
+
+FOLLOW_POLL_SECONDS = 0.5
+
+
+@click.command("logs", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("run", required=False)
+@click.option("--rank", type=click.IntRange(min=0), default=None, help="Only this global rank.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the run ends.")
+@click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
+@click.pass_context
+def cmd(ctx: click.Context, **opts: Any) -> None:
+    """Print RUN's merged log (every rank, `[node N rank R]` prefixes); the latest run by
+    default. RUN: a run id from `envtool runs`, or a run folder's path.
+
+    \b
+    envtool logs                      # the latest run
+    envtool logs 20261130-031939-97668d --rank 1
+    envtool logs --follow
+    """
+    from envtool.adapters.runs import MERGED_LOG, find_run, read_log_from, read_manifest
+
+    run_dir = find_run(Path(opts["run_dir"]), opts["run"])
+    path = run_dir / MERGED_LOG
+    rank = opts["rank"]
+    offset, rest = 0, b""
+
+    def drain() -> None:
+        nonlocal offset, rest
+        while True:
+            data, offset = read_log_from(path, offset)
+            if not data:
+                return
+            lines = (rest + data).split(b"\n")
+            rest = lines.pop()
+            show(lines)
+
+    def show(raw: list[bytes]) -> None:
+        from envtool.core.runs import filter_rank
+
+        text = [line.decode("utf-8", errors="replace") for line in raw]
+        if rank is not None:
+            text = filter_rank(text, rank)
+        if text:
+            emit(Result("logs", text=text), False)
+
+    if not opts["follow"] and not path.exists():
+        from envtool.errors import UsageError
+
+        raise UsageError(
+            f"{run_dir}: no merged log ({MERGED_LOG})",
+            "runs launched by an older envtool or by a Slurm job keep per-rank logs under "
+            "torchrun/",
+        )
+    try:
+        drain()
+        while opts["follow"] and not _ended(read_manifest(run_dir)):
+            time.sleep(FOLLOW_POLL_SECONDS)
+            drain()
+        drain()
+    except KeyboardInterrupt:
+        ctx.exit(130)
+    if rest:
+        show([rest])
+
+
+def _ended(manifest: Any) -> bool:
+    """The run is over: its manifest has an exit code, or the envtool writing it is gone."""
+    from envtool.adapters.runs import writer_alive
+
+    if isinstance(manifest, dict) and manifest.get("exit_code") is not None:
+        return True
+    return writer_alive(manifest) is False

@@ -1,0 +1,41 @@
+"""`envtool runs`: the runs under --run-dir, from their manifests (id, script, nodes x procs,
+status, exit code, duration, lock hash), oldest first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from envtool.output import Result, emit
+
+
+@click.command("runs", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+def cmd(**opts: Any) -> None:
+    """List runs from their manifests: id, script, nodes x procs, status, exit, duration, lock.
+
+    \b
+    envtool runs
+    envtool runs --run-dir /scratch/runs --json
+    """
+    from envtool.adapters.runs import list_run_dirs, read_manifest, writer_alive
+    from envtool.core.runs import render_rows, summarize_manifest
+    from envtool.errors import UsageError
+
+    rows = []
+    for run_dir in list_run_dirs(Path(opts["run_dir"])):
+        try:
+            manifest = read_manifest(run_dir)
+        except UsageError as exc:  # one broken manifest must not hide the other runs
+            manifest = {"broken": exc.message}
+        row = summarize_manifest(run_dir.name, manifest, writer_alive(manifest))
+        if isinstance(manifest, dict) and "broken" in manifest and len(manifest) == 1:
+            row.status = "unreadable manifest"
+        rows.append(row)
+    emit(
+        Result("runs", data={"runs": [r.to_dict() for r in rows]}, text=render_rows(rows)),
+        opts["as_json"],
+    )

@@ -1,0 +1,104 @@
+"""Run history: a run's manifest (runs/<id>/manifest.json) → one summary row. Pure.
+
+A manifest is a file on disk anyone can edit: every field is checked for its type here and a
+wrong one reads as unknown, never as a crash."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass
+class RunRow:
+    id: str
+    script: str | None
+    nnodes: int | None
+    nproc_per_node: int | None
+    status: str  # running | finished | failed | stopped | submitted | unknown
+    exit_code: int | None
+    duration_s: float | None
+    lock_hash: str | None
+    job_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def summarize_manifest(run_id: str, data: Any, alive: bool | None = None) -> RunRow:
+    """The row `envtool runs` shows. `alive`: whether the envtool that wrote a manifest with no
+    end yet is still running (None: not known here, e.g. another host)."""
+    m = data if isinstance(data, dict) else {}
+    code = _int(m.get("exit_code"))
+    start, end = _time(m.get("start_time")), _time(m.get("end_time"))
+    duration = (end - start).total_seconds() if start and end else None
+    script = _str(m.get("script"))
+    if script is None and isinstance(m.get("command"), list) and m["command"]:
+        script = _str(m["command"][-1])
+    if m.get("slurm") and isinstance(m.get("slurm"), dict):
+        status = "submitted" if m["slurm"].get("job_id") else "written"
+    elif code is None:
+        status = "unknown" if alive is False else "running"
+    elif m.get("interrupted_by"):
+        status = "stopped"
+    else:
+        status = "finished" if code == 0 else "failed"
+    slurm = m.get("slurm") if isinstance(m.get("slurm"), dict) else {}
+    return RunRow(
+        id=run_id,
+        script=script,
+        nnodes=_int(m.get("nnodes")),
+        nproc_per_node=_int(m.get("nproc_per_node")),
+        status=status,
+        exit_code=code,
+        duration_s=duration,
+        lock_hash=_str(m.get("lock_hash")),
+        job_id=_str(slurm.get("job_id")),
+    )
+
+
+def render_rows(rows: list[RunRow]) -> list[str]:
+    """A table: id, script, nodes x procs, status, exit, duration, lock hash (12 chars)."""
+    if not rows:
+        return ["no runs"]
+    table = [("RUN", "SCRIPT", "NODES x PROCS", "STATUS", "EXIT", "DURATION", "LOCK")]
+    for r in rows:
+        shape = f"{_or(r.nnodes)} x {_or(r.nproc_per_node)}"
+        status = r.status + (f" (job {r.job_id})" if r.job_id else "")
+        duration = f"{r.duration_s:.0f}s" if r.duration_s is not None else "-"
+        lock = (r.lock_hash or "-")[:12]
+        table.append((r.id, r.script or "-", shape, status, _or(r.exit_code, "-"), duration, lock))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table
+    ]
+
+
+def _or(value: int | None, unknown: str = "?") -> str:
+    return unknown if value is None else str(value)
+
+
+def filter_rank(lines: list[str], rank: int) -> list[str]:
+    """all.log lines of one global rank (`[node N rank R] …`)."""
+    mark = f" rank {rank}] "
+    return [
+        line
+        for line in lines
+        if line.startswith("[node ") and mark in line.split("] ", 1)[0] + "] "
+    ]

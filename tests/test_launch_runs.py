@@ -1,0 +1,146 @@
+"""runs/<id>/all.log (every rank's lines, `[node N rank R]`), `envtool logs` and `envtool runs`
+over real torchrun runs: a failed rank, a finished run, a followed run, broken manifests."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_envtool, start_envtool
+
+pytestmark = pytest.mark.integration
+
+RANK_FILE = str(REPO / "tests" / "scripts" / "rank_file.py")
+
+
+def env() -> dict[str, str]:
+    e = {**os.environ, "OMP_NUM_THREADS": "1", "ENVTOOL_TEST_MARKER": uuid.uuid4().hex}
+    e.pop("CUDA_VISIBLE_DEVICES", None)
+    return e
+
+
+def launch(cwd: Path, *args: str):
+    return run_envtool(
+        "launch", RANK_FILE, "--cpu", "--nproc", "2", *args, cwd=cwd, env=env(), timeout=120
+    )
+
+
+def run_dirs(cwd: Path) -> list[Path]:
+    return sorted((cwd / "runs").iterdir())
+
+
+def test_merged_log_holds_every_rank_prefixed_and_logs_filters_a_rank(tmp_path: Path) -> None:
+    proc = launch(tmp_path, "--", "out", "--steps", "3", "--fail-rank", "1", "--at-step", "2")
+    assert proc.returncode == 1, proc.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    merged = (run_dir / "all.log").read_text().splitlines()
+    assert "[node 0 rank 0] rank 0 step 3" in merged  # rank 0 ran on
+    assert "[node 0 rank 1] rank 1 step 2" in merged  # rank 1 reached the console in no way
+    assert "[node 0 rank 1] ValueError: planted failure on rank 1 at step 2" in merged
+    assert all(line.startswith(("[node 0 rank 0] ", "[node 0 rank 1] ")) for line in merged)
+    # arrival order within a rank is kept
+    steps = [line for line in merged if line.startswith("[node 0 rank 0] rank 0 step")]
+    assert steps == [f"[node 0 rank 0] rank 0 step {i}" for i in (1, 2, 3)]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["merged_log"].endswith("all.log")
+
+    shown = run_envtool("logs", "--rank", "1", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "[node 0 rank 1] ValueError: planted failure on rank 1 at step 2" in lines
+    assert lines and all(line.startswith("[node 0 rank 1] ") for line in lines)
+    everything = run_envtool("logs", run_dir.name, cwd=tmp_path)
+    assert everything.stdout.splitlines() == merged
+
+
+def test_runs_lists_failed_and_finished_runs_from_their_manifests(tmp_path: Path) -> None:
+    assert launch(tmp_path, "--", "out", "--steps", "2", "--fail-rank", "1").returncode == 1
+    assert launch(tmp_path, "--", "out2", "--steps", "2").returncode == 0
+    proc = run_envtool("runs", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["runs"]
+    assert [r["status"] for r in rows] == ["failed", "finished"]
+    assert [r["exit_code"] for r in rows] == [1, 0]
+    assert [r["id"] for r in rows] == [p.name for p in run_dirs(tmp_path)]
+    for r in rows:
+        assert r["script"] == RANK_FILE and (r["nnodes"], r["nproc_per_node"]) == (1, 2)
+        assert r["duration_s"] is not None and r["duration_s"] >= 0
+    table = run_envtool("runs", cwd=tmp_path).stdout.splitlines()
+    assert table[0].split()[:3] == ["RUN", "SCRIPT", "NODES"]
+    assert " failed " in table[1] and " finished " in table[2]
+    # the latest run is the default of `envtool logs`
+    latest = run_envtool("logs", cwd=tmp_path).stdout
+    assert "[node 0 rank 1] rank 1 done" in latest and "ValueError" not in latest
+
+
+def test_logs_follow_prints_a_running_run_until_it_ends(tmp_path: Path) -> None:
+    running = start_envtool(
+        "launch",
+        RANK_FILE,
+        "--cpu",
+        "--nproc",
+        "2",
+        "--",
+        "out",
+        "--steps",
+        "6",
+        "--sleep",
+        "0.5",
+        cwd=tmp_path,
+        env=env(),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "runs").glob("*/manifest.json")):
+            assert running.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        followed = run_envtool("logs", "--follow", cwd=tmp_path, timeout=120)
+    finally:
+        running.communicate(timeout=120)
+    assert running.returncode == 0
+    assert followed.returncode == 0, followed.stderr
+    lines = followed.stdout.splitlines()
+    assert "[node 0 rank 0] rank 0 done" in lines and "[node 0 rank 1] rank 1 done" in lines
+    assert lines == (run_dirs(tmp_path)[0] / "all.log").read_text().splitlines()
+
+
+def test_control_characters_from_a_rank_are_escaped(tmp_path: Path) -> None:
+    script = tmp_path / "loud.py"
+    script.write_text("print('\\x1b]0;owned\\x07 title', flush=True)\n")
+    proc = run_envtool(
+        "launch", str(script), "--cpu", "--nproc", "2", cwd=tmp_path, env=env(), timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    shown = run_envtool("logs", cwd=tmp_path)
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    assert "[node 0 rank 1] \\x1b]0;owned\\x07 title" in shown.stdout
+
+
+def test_a_broken_manifest_is_listed_and_bad_names_are_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "runs" / "20260101-000000-aaaaaa"
+    bad.mkdir(parents=True)
+    (bad / "manifest.json").write_text('{"exit_code": 0, "exit_code": 1}')
+    odd = tmp_path / "runs" / "20260101-000001-bbbbbb"
+    odd.mkdir()
+    (odd / "manifest.json").write_text('{"exit_code": "zero", "nnodes": [1], "script": 5}')
+    proc = run_envtool("runs", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["runs"]
+    assert rows[0]["status"] == "unreadable manifest"
+    assert rows[1]["nnodes"] is None and rows[1]["script"] is None and rows[1]["exit_code"] is None
+    for args in (
+        ["logs", "nosuch"],
+        ["logs", bad.name],
+        ["logs", "--run-dir", str(tmp_path / "x")],
+    ):
+        res = run_envtool(*args, cwd=tmp_path)
+        assert res.returncode == 2, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    fifo = odd / "all.log"
+    os.mkfifo(fifo)
+    res = run_envtool("logs", odd.name, cwd=tmp_path, timeout=30)
+    assert res.returncode == 2 and "not a regular file" in res.stderr
