@@ -42,6 +42,7 @@ from typing import Any
 from envtool.adapters import install_state
 from envtool.adapters.installed import check_prefix_records, set_aside_records
 from envtool.adapters.lock_io import read_lock
+from envtool.adapters.progress import Progress
 from envtool.core.lock_model import Lock, LockedPackage
 from envtool.errors import DiagnosedFailure, UsageError, cannot_write
 from envtool.output import note
@@ -80,6 +81,25 @@ def default_cache_dir() -> Path:
     if os.environ.get("XDG_CACHE_HOME"):
         return checked_dir(Path(os.environ["XDG_CACHE_HOME"]) / "envtool", "XDG_CACHE_HOME")
     return checked_dir(Path.home() / ".cache" / "envtool", "HOME")
+
+
+def rattler_package_cache(cache: Path) -> Path:
+    """Where rattler keeps extracted packages, which it hardlinks into prefixes.
+
+    With ENVTOOL_CACHE_DIR set: envtool's own (CACHE/rattler, isolated). Otherwise rattler's
+    shared package cache — the one pixi and rattler-build use (RATTLER_CACHE_DIR, else
+    $XDG_CACHE_HOME or ~/.cache, + rattler/cache; packages under pkgs/) — so a package already
+    extracted on this machine is linked, not downloaded and extracted again. Every entry rattler
+    would link from is still checked against the lock-verified archive (verify_extracted)."""
+    if os.environ.get("ENVTOOL_CACHE_DIR"):
+        return cache / "rattler"
+    if os.environ.get("RATTLER_CACHE_DIR"):
+        root = Path(os.environ["RATTLER_CACHE_DIR"])
+    elif os.environ.get("XDG_CACHE_HOME"):
+        root = Path(os.environ["XDG_CACHE_HOME"]) / "rattler" / "cache"
+    else:
+        root = Path.home() / ".cache" / "rattler" / "cache"
+    return root / "pkgs"
 
 
 def remap_to_channels(pkg: LockedPackage, channels: list[str], offline: bool = False) -> str:
@@ -151,78 +171,190 @@ def _is_own_file(path: Path) -> bool:
 
 
 FETCH_LIMIT = 16 << 30  # the largest conda packages (CUDA libraries) are ~3 GiB
+ATTEMPTS = 4  # a body cut short is fetched again up to 3 more times (rattler retries the rest)
+_REMOTE = ("http", "https", "s3", "gcs", "oci")  # what rattler's client fetches
 
 
-def fetch_url(url: str, dest: Path) -> Path:
-    """file:// → copy; http(s) → urllib. Streamed into a fresh exclusive temp file beside `dest`
-    (mkstemp: a random name, O_EXCL, so no planted link or other process can aim the write);
-    returns the temp path — the caller renames it over `dest` only once its hash is right."""
+class _Sink:
+    """The writer rattler streams a body into: a file object (never a bare fd, which a late
+    write from a cancelled transfer could hit after reuse), the running digest, a size cap and
+    the byte count for progress."""
+
+    def __init__(self, fh: Any, algo: str, on_bytes: Callable[[int], None]) -> None:
+        self.fh = fh
+        self.digest = hashlib.new(algo)
+        self.size = 0
+        self.on_bytes = on_bytes
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        if self.size > FETCH_LIMIT:  # a server that never stops must not fill the disk
+            raise _TooLarge
+        self.fh.write(data)
+        self.digest.update(data)
+        self.on_bytes(len(data))
+        return len(data)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _lock_digest(pkg: LockedPackage) -> tuple[str, str]:
+    """(algorithm, expected hex) — sha256 when the lock has it (the authority), else md5."""
+    if pkg.sha256:
+        return "sha256", pkg.sha256.lower()
+    return "md5", (pkg.md5 or "").lower()
+
+
+class NetworkFailure(DiagnosedFailure):
+    """A download that did not complete (exit 1): retried, then reported; never "changed"."""
+
+
+class ChangedFile(DiagnosedFailure):
+    """A complete download whose hash is not the lock's (exit 1)."""
+
+
+def network_failure(url: str, why: str) -> NetworkFailure:
+    """A download that did not complete: the network's fault or the mirror's, never the lock's."""
+    hint = "check the network / mirror, then run the same command again (archives already fetched are kept)"
+    if "401" in why or "403" in why:
+        hint = (
+            "the server wants credentials: add them to rattler's store (`pixi auth login HOST`, "
+            "or a RATTLER_AUTH_FILE), then run the same command again"
+        )
+    elif "404" in why:
+        hint = "the mirror does not have this file: check the channel / mirror the lock points to"
+    return NetworkFailure(f"could not fetch {url}: {why}; nothing was linked", hint)
+
+
+def changed_file(pkg: LockedPackage, url: str, got: str) -> ChangedFile:
+    """A complete file whose hash is not the lock's (a body cut short never gets here)."""
+    algo, want = _lock_digest(pkg)
+    return ChangedFile(
+        f"{pkg.name} {pkg.version} ({pkg.file_name}): hash mismatch — the file at {url} is not "
+        f"the one the lock names (lock {algo} {want or '(none)'}, file {algo} {got}); "
+        "nothing was linked",
+        "if the lock is right, the mirror serves a different file — fix the mirror or use "
+        "another; re-lock only if you trust the new file",
+    )
+
+
+async def _download(
+    url: str, dest: Path, algo: str, on_bytes: Callable[[int], None]
+) -> tuple[Path, str]:
+    """Stream `url` into a fresh exclusive temp file beside `dest` (mkstemp: a random name,
+    O_EXCL, so no planted link or other process can aim the write) and return (temp path, hex
+    digest); the caller renames it over `dest` only once the digest is the lock's.
+
+    rattler's client retries 5xx, resets and time-outs before the body; a body cut short (an
+    OSError from the stream) is fetched again here, ATTEMPTS times with back-off, then reported
+    as a network failure naming the bytes received — never as a changed file."""
+    import asyncio
+
     parsed = urllib.parse.urlparse(url)
-    if parsed.scheme not in ("file", "http", "https"):
-        raise UsageError(f"{url}: unsupported URL scheme", "use file://, http:// or https://")
-    try:
-        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    except OSError as exc:
-        raise cannot_write(dest.parent, exc) from None
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            if parsed.scheme == "file":
-                src = Path(urllib.request.url2pathname(parsed.path))
-                with open(src, "rb") as fh:
-                    shutil.copyfileobj(fh, out, 1 << 20)
-            else:
-                with urllib.request.urlopen(url, timeout=60) as resp:
-                    size = 0
-                    while chunk := resp.read(1 << 20):
-                        size += len(chunk)
-                        if size > FETCH_LIMIT:  # a server that never stops must not fill the disk
-                            raise DiagnosedFailure(
-                                f"{url}: larger than {FETCH_LIMIT >> 30} GiB, not a package; "
-                                "nothing was linked",
-                                "check the lock's URL",
-                            )
-                        out.write(chunk)
-        return tmp
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
+    if parsed.scheme not in ("file", *_REMOTE):
+        raise UsageError(
+            f"{url}: unsupported URL scheme", "use file://, http(s)://, s3://, gcs:// or oci://"
+        )
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            fd, tmp_name = tempfile.mkstemp(
+                dir=dest.parent, prefix=f".{dest.name}.", suffix=".part"
+            )
+        except OSError as exc:
+            raise cannot_write(dest.parent, exc) from None
+        tmp = Path(tmp_name)
+        sink = None
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                sink = _Sink(fh, algo, on_bytes)
+                if parsed.scheme == "file":
+                    await asyncio.to_thread(_copy_local, url, sink)
+                else:
+                    from rattler.package_streaming import download_to_writer
+
+                    from envtool.adapters.network import client
+
+                    await download_to_writer(client(), url, sink)
+            return tmp, sink.digest.hexdigest()
+        except _TooLarge:
+            tmp.unlink(missing_ok=True)
             raise DiagnosedFailure(
-                f"could not fetch {url} ({getattr(exc, 'strerror', None) or exc})",
-                "check the network, or install offline with `envtool install --from BUNDLE_DIR`",
-            ) from exc
-        raise
+                f"{url}: larger than {FETCH_LIMIT >> 30} GiB, not a package; nothing was linked",
+                "check the lock's URL",
+            ) from None
+        except (UsageError, DiagnosedFailure):
+            tmp.unlink(missing_ok=True)
+            raise
+        except OSError as exc:  # the body was cut short, or the connection dropped mid-body
+            tmp.unlink(missing_ok=True)
+            got = sink.size if sink else 0
+            if sink:
+                on_bytes(-got)
+            if parsed.scheme == "file":
+                raise network_failure(url, exc.strerror or _first_line(exc)) from None
+            if attempt < ATTEMPTS:
+                await asyncio.sleep(0.25 * 2**attempt)
+                continue
+            raise network_failure(
+                url,
+                f"the connection dropped after {got} bytes ({_first_line(exc)}; {ATTEMPTS} tries)",
+            ) from None
+        except Exception as exc:  # rattler's request error: transient ones were already retried
+            tmp.unlink(missing_ok=True)
+            if sink:
+                on_bytes(-sink.size)
+            raise network_failure(url, _first_line(exc)) from None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    raise AssertionError("unreachable")
+
+
+def _copy_local(url: str, sink: _Sink) -> None:
+    """A file:// archive (a bundle, a local channel): copied through the same sink."""
+    src = Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
+    with open(src, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            sink.write(chunk)
+
+
+async def _fetch_one(
+    pkg: LockedPackage, url: str, dest: Path, on_bytes: Callable[[int], None]
+) -> None:
+    """Download, check against the lock, rename into the cache: the cached copy (if any) is
+    only ever replaced by a fetched file that matched the hash, so a lock (or a source) with
+    the wrong hash cannot destroy a good cached archive."""
+    algo, want = _lock_digest(pkg)
+    tmp, got = await _download(url, dest, algo, on_bytes)
+    try:
+        if not want or got != want:  # a lock entry without a hash cannot be verified: refuse
+            raise changed_file(pkg, url, got)
+        os.replace(tmp, dest)  # replaces a planted link itself, never writes through it
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def fetch_verified(pkg: LockedPackage, url: str, archive_dir: Path, report: InstallReport) -> Path:
-    """A local archive whose hash matches the lock, or a refusal naming the package.
+    """A local archive whose hash matches the lock, or a refusal naming the package (one
+    archive; `bundle` uses it)."""
+    import asyncio
 
-    The cached copy is only ever replaced by a fetched file that matched the hash: a lock (or a
-    source) with the wrong hash cannot destroy a good cached archive."""
     archive_dir.mkdir(parents=True, exist_ok=True)
     dest = cache_path(archive_dir, pkg.file_name)
-    stale = False
-    if _is_own_file(dest):
-        if archive_matches(dest, pkg):
-            report.reused.append(pkg.file_name)
-            return dest
-        stale = True  # kept until a fetched copy passes: the lock may be the wrong one
-    tmp = fetch_url(url, dest)
-    try:
-        ok = archive_matches(tmp, pkg)
-        got = "" if ok else file_digest(tmp, "sha256")
-        if ok:
-            os.replace(tmp, dest)  # replaces a planted link itself, never writes through it
-    finally:
-        tmp.unlink(missing_ok=True)
-    if not ok:
-        raise DiagnosedFailure(
-            f"{pkg.name} {pkg.version} ({pkg.file_name}): hash mismatch — the lock says "
-            f"sha256 {pkg.sha256 or '(none)'} / md5 {pkg.md5 or '(none)'}, {url} has sha256 {got}; "
-            "nothing was linked",
-            "the package source changed or was tampered with; re-lock (`envtool lock NAME`) "
-            "only if you trust the new file",
-        )
+    stale = _is_own_file(dest)
+    if stale and archive_matches(dest, pkg):
+        report.reused.append(pkg.file_name)
+        return dest
+
+    async def run() -> None:
+        try:
+            await _fetch_one(pkg, url, dest, lambda _n: None)
+        finally:
+            await asyncio.sleep(0.05)  # let rattler's background tasks finish
+
+    asyncio.run(run())
     if stale:
         note(f"  {pkg.file_name}: cached copy did not match the lock's hash; fetched again")
         report.refetched.append(pkg.file_name)
@@ -300,7 +432,9 @@ def install_from_lock(
             "install into a new or empty directory, or an existing environment",
         )
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    say: Callable[[str], None] = note if progress else (lambda _msg: None)
+    extracted = cache / "rattler" if cache_dir else rattler_package_cache(cache)
+    shown = Progress(quiet=not progress)
+    say: Callable[[str], None] = shown.say
     pkgs = lock.hashed_for_platform(platform)  # before the incomplete marker: nothing to undo
     conda_pkgs = [p for p in pkgs if p.manager == "conda"]
     pip_pkgs = [p for p in pkgs if p.manager == "pip"]
@@ -320,16 +454,18 @@ def install_from_lock(
         # Everything that can refuse the install runs before the prefix is touched: a refused
         # install leaves a healthy env healthy (no marker) and the archive cache as it was.
         damaged_records = check_prefix_records(prefix) if prefix.is_dir() else []
-        say(f"fetching {len(conda_pkgs)} packages (hash-checked against {lock.path.name})")
-        archives = _fetch_all(conda_pkgs, urls, cache / "archives", report, say)
+        archives = _fetch_all(conda_pkgs, urls, cache / "archives", report, shown, lock.path.name)
         contents = {
             p.file_name: read_archive_contents(archives[p.file_name], p) for p in conda_pkgs
         }
         install_state.write_incomplete_marker(prefix, lock.sha256, lock.path)
         _pause_hook("after-download")
         set_aside_records(prefix, damaged_records, say)
-        say(f"linking {len(conda_pkgs)} packages into {prefix}")
-        from_local = _link(conda_pkgs, archives, contents, prefix, platform, cache / "rattler", say)
+        shown.start_link(len(conda_pkgs), str(prefix))
+        try:
+            from_local = _link(conda_pkgs, archives, contents, prefix, platform, extracted, shown)
+        finally:
+            shown.end_link()
         _restore_locked_urls(prefix, [p for p in conda_pkgs if p.file_name in from_local])
         _pause_hook("after-link")
         if pip_pkgs:
@@ -351,9 +487,9 @@ def install_from_lock(
                 "forced": force,
             },
         )
-    say(
-        f"installed {len(conda_pkgs)} conda + {len(pip_pkgs)} pip packages in {report.seconds:.1f}s"
-    )
+    pip_part = f", {len(pip_pkgs)} pip package{'s' * (len(pip_pkgs) != 1)}" if pip_pkgs else ""
+    say(f"{shown.summary()}{pip_part}; {report.seconds:.1f} s in all")
+    shown.close()
     return report
 
 
@@ -362,27 +498,73 @@ def _fetch_all(
     urls: dict[str, str],
     archive_dir: Path,
     report: InstallReport,
-    say: Callable[[str], None],
+    progress: Progress,
+    lock_name: str,
 ) -> dict[str, Path]:
+    """Every archive verified in the cache, or a refusal. Cached copies are hashed first (a
+    verified copy is never fetched again: an install killed or failed half-way resumes with the
+    archives it completed); the rest stream through rattler's client, several at once, each
+    renamed into the cache the moment its hash matches. A failure lets the other transfers
+    finish (they are kept for the rerun), then the worst is raised: a bad URL, a changed file,
+    a network failure."""
+    import asyncio
+
     archive_dir.mkdir(parents=True, exist_ok=True)
-    total = len(pkgs)
+    dests = {p.file_name: cache_path(archive_dir, p.file_name) for p in pkgs}
 
-    def one(item: tuple[int, LockedPackage]) -> tuple[str, Path]:
-        i, p = item
-        path = fetch_verified(p, urls[p.file_name], archive_dir, report)
-        say(f"  [{i}/{total}] {p.name} {p.version} {p.build or ''} ok")
-        return p.file_name, path
+    def cached(p: LockedPackage) -> tuple[str, bool | None]:
+        dest = dests[p.file_name]
+        return p.file_name, (archive_matches(dest, p) if _is_own_file(dest) else None)
 
-    # Every archive is verified before anything is linked; a refusal stops the whole install.
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(pool.map(one, enumerate(pkgs, 1)))
+    with ThreadPoolExecutor(max_workers=4) as pool:  # hashlib and reads release the GIL
+        state = dict(pool.map(cached, pkgs))
+    todo = [p for p in pkgs if state[p.file_name] is not True]
+    report.reused += [p.file_name for p in pkgs if state[p.file_name] is True]
+    progress.start_fetch(len(pkgs), len(pkgs) - len(todo), lock_name)
+    results: list[Any] = []
+    if todo:
+        from envtool.adapters.network import download_concurrency
+
+        async def run() -> list[Any]:
+            gate = asyncio.Semaphore(download_concurrency())
+
+            async def one(p: LockedPackage) -> None:
+                async with gate:
+                    await _fetch_one(p, urls[p.file_name], dests[p.file_name], progress.add_bytes)
+                progress.archive_done()
+
+            try:
+                return await asyncio.gather(*(one(p) for p in todo), return_exceptions=True)
+            finally:
+                await asyncio.sleep(0.05)  # let rattler's background tasks finish
+
+        results = asyncio.run(run())
+    progress.end_fetch()
+    for p, result in zip(todo, results, strict=True):
+        if result is None:
+            if state[p.file_name] is False:
+                progress.say(
+                    f"  {p.file_name}: cached copy did not match the lock's hash; fetched again"
+                )
+                report.refetched.append(p.file_name)
+            report.fetched.append(p.file_name)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    for kind in (UsageError, ChangedFile, NetworkFailure, BaseException):
+        first = next((f for f in failures if isinstance(f, kind)), None)
+        if first is not None:
+            if isinstance(first, NetworkFailure) and len(failures) > 1:
+                first.message += f" ({len(failures)} of {len(todo)} downloads failed)"
+            raise first
+    return dests
 
 
 class _LinkReporter:
-    """rattler InstallerReporter: one stderr line per linked package; hosts the mid-link hook."""
+    """rattler InstallerReporter: linked packages counted on the progress line; hosts the
+    mid-link hook."""
 
-    def __init__(self, say: Callable[[str], None], total: int) -> None:
-        self.say = say
+    def __init__(self, progress: Progress, total: int) -> None:
+        self.progress = progress
+        self.say = progress.say
         self.total = total
         self.names: dict[int, str] = {}
         self.done = 0
@@ -393,7 +575,7 @@ class _LinkReporter:
 
     def on_link_complete(self, index: int) -> None:
         self.done += 1
-        self.say(f"  linked [{self.done}/{self.total}] {self.names.get(index, '?')}")
+        self.progress.package_linked(self.names.get(index, "?"))
         if self.done == 1:
             _pause_hook("mid-link")
 
@@ -573,7 +755,7 @@ def _link(
     prefix: Path,
     platform: str,
     rattler_cache: Path,
-    say: Callable[[str], None],
+    progress: Progress,
 ) -> set[str]:
     """Link with rattler; returns the file names it read from envtool's verified copies."""
     import asyncio
@@ -581,6 +763,7 @@ def _link(
     from rattler import RepoDataRecord, install
     from rattler.platform import Subdir
 
+    say = progress.say
     from_local: set[str] = set()
     damaged = _damaged_in(prefix)
     if damaged:
@@ -630,7 +813,7 @@ def _link(
             cache_dir=rattler_cache,
             platform=Subdir(platform),
             show_progress=False,
-            reporter=_LinkReporter(say, len(records)),
+            reporter=_LinkReporter(progress, len(records)),
             reinstall_packages=damaged or None,  # rattler skips a package it sees as installed
         )
         await asyncio.sleep(0.05)  # let rattler's background tasks finish before the loop closes

@@ -62,10 +62,11 @@ def solve_platforms(channels: list[str], platform_plans: list[PlatformPlan]) -> 
     import asyncio
 
     async def run() -> SolveResult:
-        import rattler
+
+        from envtool.adapters.network import gateway as make_gateway
 
         try:
-            gateway = rattler.Gateway()
+            gateway = make_gateway()
             urls = [resolve_channel(c) for c in channels]
             return {pp.platform: await _solve_one(gateway, urls, pp) for pp in platform_plans}
         finally:
@@ -82,12 +83,13 @@ async def _session(
 ) -> tuple[Plan, SolveResult]:
     import asyncio
 
-    import rattler
-
     from envtool.core.plan import Refusal
 
     try:
-        gateway = rattler.Gateway(cache_dir=cache_dir) if cache_dir else rattler.Gateway()
+        from envtool.adapters.network import gateway as make_gateway
+
+        # rattler's client: a 503 or a reset on repodata is retried, credentials and mirrors apply
+        gateway = make_gateway(cache_dir)
         builds = None
         if discover_platforms:
             try:

@@ -93,6 +93,7 @@ project_dir_option = click.option(
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and solution summary; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+@click.option("--quiet", "-q", is_flag=True, help="No install progress lines.")
 def cmd(
     name: str,
     cuda: str | None,
@@ -112,6 +113,7 @@ def cmd(
     dry_run: bool,
     as_json: bool,
     force: bool = False,
+    quiet: bool = False,
 ) -> None:
     """Plan, solve, verify and lock environments/NAME (then install it, unless --no-install)."""
     if file_ and profile:
@@ -175,7 +177,9 @@ def cmd(
                     note(f"locked {lock_path}; not installed")
                     raise
             finish_interrupted_removal(target, name)
-            report = install_from_lock(lock_path, target, progress=not as_json, force=force)
+            report = install_from_lock(
+                lock_path, target, progress=not (as_json or quiet), force=force
+            )
             result.data["install"] = report.to_dict()
             result.text.append(f"installed {name} into {target}")
     emit(result, as_json)

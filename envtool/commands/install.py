@@ -128,6 +128,7 @@ def _refuse_replacing(name: str, target: Path, lock: Path, from_dir: str) -> Non
     "this host would pick (still host-checked unless --force).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope; no progress.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines (errors are still printed).")
 def cmd(
     name: str | None,
     lock_file: str | None,
@@ -139,6 +140,7 @@ def cmd(
     dry_run: bool,
     as_json: bool,
     variant: str | None = None,
+    quiet: bool = False,
 ) -> None:
     """Install an environment from its lock: hash-verified, resumable, offline-capable."""
     if variant is not None and (lock_file or from_dir or not name):
@@ -160,12 +162,12 @@ def cmd(
     )
     if dry_run:  # reads only: no lock to wait for
         result = _install(
-            lock_path, target, override, label, from_dir, platform, force, True, as_json
+            lock_path, target, override, label, from_dir, platform, force, True, as_json, quiet
         )
     else:
         with hold_install_locks(lock_path, target, label):
             result = _install(
-                lock_path, target, override, label, from_dir, platform, force, False, as_json
+                lock_path, target, override, label, from_dir, platform, force, False, as_json, quiet
             )
     if choice is not None:
         result.data["variant"] = {
@@ -203,6 +205,7 @@ def _install(
     force: bool,
     dry_run: bool,
     as_json: bool,
+    quiet: bool = False,
 ) -> Result:
     """The install itself (the caller holds the locks unless it is a dry run)."""
     from envtool.adapters import installer
@@ -228,7 +231,7 @@ def _install(
         target,
         platform=plat,
         channels_override=override or None,
-        progress=not as_json,
+        progress=not (as_json or quiet),
         force=force,
         offline=offline,
     )

@@ -1,0 +1,145 @@
+"""A local HTTP mirror of a channel folder with fault injection (tests/test_fetch.py and
+bench/bench_fetch.py): a real `ThreadingHTTPServer` on 127.0.0.1, serving files with their
+Content-Length, and per-path faults decided by `Faults`:
+
+- `busy_first`: paths (substring match, "*" for all) answered 503 on their first request;
+- `cut`: paths whose body is cut at half (the Content-Length still says the full size) — on the
+  first request only, or on every request with `cut_always`;
+- `latency`: seconds to wait before each answer;
+- `auth`: "user:password" that every request must present as HTTP basic auth (else 401);
+- `die_after`: stop the whole server after this many archive bodies were sent in full.
+
+`served` counts complete bodies per path; `requests` counts every request per path.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+@dataclass
+class Faults:
+    busy_first: set[str] = field(default_factory=set)
+    cut: set[str] = field(default_factory=set)
+    cut_always: bool = False
+    latency: float = 0.0
+    auth: str | None = None
+    die_after: int | None = None
+
+    def matches(self, names: set[str], path: str) -> bool:
+        return "*" in names or any(n in path for n in names)
+
+
+class MirrorServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, root: Path, faults: Faults | None = None, port: int = 0) -> None:
+        self.root = Path(root).resolve()
+        self.faults = faults or Faults()
+        self.requests: Counter[str] = Counter()
+        self.served: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.dead = False
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def __enter__(self) -> MirrorServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if not self.dead:
+            self.dead = True
+            self.shutdown()
+        self.server_close()
+
+    def kill(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+    def archive_bodies(self) -> int:
+        return sum(n for p, n in self.served.items() if p.endswith((".conda", ".tar.bz2")))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: MirrorServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._answer(body=False)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._answer(body=True)
+
+    def _answer(self, body: bool) -> None:
+        srv, faults = self.server, self.server.faults
+        path = self.path.split("?", 1)[0]
+        with srv.lock:
+            srv.requests[path] += 1
+            nth = srv.requests[path]
+        if srv.dead:
+            self.close_connection = True
+            return
+        if faults.latency:
+            time.sleep(faults.latency)
+        if faults.auth is not None:
+            want = "Basic " + base64.b64encode(faults.auth.encode()).decode()
+            if self.headers.get("Authorization") != want:
+                self._status(401, {"WWW-Authenticate": 'Basic realm="mirror"'})
+                return
+        if nth == 1 and faults.matches(faults.busy_first, path):
+            self._status(503, {"Retry-After": "0"})
+            return
+        target = (srv.root / path.lstrip("/")).resolve()
+        if srv.root not in target.parents or not target.is_file():
+            self._status(404)
+            return
+        data = target.read_bytes()
+        cut = faults.matches(faults.cut, path) and (faults.cut_always or nth == 1)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Type", "application/octet-stream")
+        if cut:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if not body:
+            return
+        try:
+            if cut:
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        with srv.lock:
+            srv.served[path] += 1
+            done = srv.archive_bodies()
+        if faults.die_after is not None and done >= faults.die_after and not srv.dead:
+            srv.dead = True  # new connections are refused, kept-alive ones are closed
+            threading.Thread(target=srv.kill, daemon=True).start()
+
+    def _status(self, code: int, headers: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", "0")
+        self.end_headers()

@@ -1,0 +1,306 @@
+"""Fetching through rattler's networking from a real local HTTP mirror with faults (issue 11).
+
+The mirror (tests/mirror_server.py) serves the channel channel_builder built; the lock names the
+mirror's URLs. Faults: a 503 on the first request, a body cut at half (once, or always), added
+latency, a server that dies mid-install, a file changed on the mirror, a mirror that demands
+HTTP basic auth (credentials from rattler's store, RATTLER_AUTH_FILE). Every install runs the
+real `envtool` CLI in a subprocess; no timed assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import channel_builder as cb
+import pytest
+from conftest import envtool_argv, run_envtool
+from mirror_server import Faults, MirrorServer
+
+pytestmark = pytest.mark.integration
+
+ARCHIVES = (".conda", ".tar.bz2")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mirror(setup: cb.CudaSetup, tmp_path: Path) -> Path:
+    """A private copy of the built channel (a test may change a file in it)."""
+    root = tmp_path / "mirror"
+    shutil.copytree(setup.channel, root)
+    return root
+
+
+def _http_lock(setup: cb.CudaSetup, url: str, tmp_path: Path) -> Path:
+    """The demo lock with every conda URL on the mirror at `url`."""
+    lock = tmp_path / "lock" / "conda-lock.yml"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(setup.lock.read_text().replace(setup.channel.as_uri(), url))
+    return lock
+
+
+def _install(lock: Path, env: dict[str, str], *more: str) -> subprocess.CompletedProcess[str]:
+    return run_envtool(
+        "install", "--lock", str(lock), "--prefix", str(_prefix(env)), *more, env=env
+    )
+
+
+def _prefix(env: dict[str, str]) -> Path:
+    return Path(env["ENVTOOL_ENVS_DIR"]) / "demo"
+
+
+def _archive_names(setup: cb.CudaSetup) -> set[str]:
+    return {r.file_name for r in setup.records}
+
+
+def _served_archives(server: MirrorServer) -> dict[str, int]:
+    return {p.rsplit("/", 1)[-1]: n for p, n in server.served.items() if p.endswith(ARCHIVES)}
+
+
+def _requested_archives(server: MirrorServer) -> dict[str, int]:
+    return {p.rsplit("/", 1)[-1]: n for p, n in server.requests.items() if p.endswith(ARCHIVES)}
+
+
+def _cached(env: dict[str, str]) -> set[str]:
+    archives = Path(env["ENVTOOL_CACHE_DIR"]) / "archives"
+    return (
+        {p.name for p in archives.iterdir() if p.name.endswith(ARCHIVES)}
+        if archives.is_dir()
+        else set()
+    )
+
+
+def _leftover_temps(env: dict[str, str]) -> list[str]:
+    archives = Path(env["ENVTOOL_CACHE_DIR"]) / "archives"
+    return [p.name for p in archives.glob(".*.part")] if archives.is_dir() else []
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("envtool: error:")]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def _verified(env: dict[str, str]) -> None:
+    out = run_envtool("verify", "--prefix", str(_prefix(env)), "--json", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# --------------------------------------------------------------- transient faults: one run
+
+
+def test_a_503_on_the_first_request_of_every_archive_still_installs_in_one_run(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    with MirrorServer(mirror, Faults(busy_first={"*"})) as server:
+        out = _install(_http_lock(setup, server.url, tmp_path), env)
+    assert out.returncode == 0, out.stderr
+    names = _archive_names(setup)
+    assert _requested_archives(server) == dict.fromkeys(names, 2)  # rattler retried each once
+    assert _served_archives(server) == dict.fromkeys(names, 1)
+    assert "fetched" in out.stderr and "linked 5 packages" in out.stderr  # the closing summary
+
+
+def test_a_body_cut_at_half_is_fetched_again_not_called_tampered(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    with MirrorServer(mirror, Faults(cut={".conda"})) as server:
+        out = _install(_http_lock(setup, server.url, tmp_path), env)
+    assert out.returncode == 0, out.stderr
+    assert "hash mismatch" not in out.stderr
+    assert set(_requested_archives(server).values()) == {2}  # cut once, fetched again by envtool
+    assert not _leftover_temps(env)
+
+
+def test_a_body_always_cut_short_is_a_network_failure_naming_the_bytes(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    with MirrorServer(mirror, Faults(cut={"/libtorch-"}, cut_always=True)) as server:
+        lock = _http_lock(setup, server.url, tmp_path)
+        out = _install(lock, env)
+    assert out.returncode == 1, out.stderr
+    line = _one_error_line(out.stderr)
+    assert "could not fetch" in line and "/libtorch-" in line and "connection dropped after" in line
+    assert "4 tries" in line and "check the network / mirror" in line
+    assert "hash mismatch" not in line and "re-lock" not in line and "tamper" not in line
+    libtorch = next(n for n in _archive_names(setup) if n.startswith("libtorch-"))
+    assert _requested_archives(server)[libtorch] == 4
+    prefix = _prefix(env)
+    assert not (prefix / "conda-meta").exists()  # nothing linked, no marker
+    # the archives that did arrive are verified in the cache: the rerun fetches only libtorch
+    assert _cached(env) == _archive_names(setup) - {libtorch}
+    assert not _leftover_temps(env)
+    with MirrorServer(mirror, port=int(server.url.rsplit(":", 1)[1])) as again:
+        rerun = _install(lock, env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert set(_requested_archives(again)) == {libtorch}
+
+
+def test_a_slow_mirror_is_waited_for(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    with MirrorServer(mirror, Faults(latency=0.5)) as server:
+        out = _install(_http_lock(setup, server.url, tmp_path), env)
+    assert out.returncode == 0, out.stderr
+    _verified(env)
+
+
+# --------------------------------------------------------------- a mirror that dies: resume
+
+
+def test_a_mirror_that_dies_mid_install_fails_cleanly_and_the_rerun_fetches_only_the_rest(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    port = _free_port()
+    with MirrorServer(mirror, Faults(die_after=2), port=port) as server:
+        lock = _http_lock(setup, server.url, tmp_path)
+        out = _install(lock, env)
+    assert out.returncode == 1, out.stderr
+    line = _one_error_line(out.stderr)
+    assert "could not fetch" in line and "check the network / mirror" in line
+    assert "hash mismatch" not in line and "re-lock" not in line
+    assert not (_prefix(env) / "conda-meta").exists()
+    kept = _cached(env)
+    assert len(kept) >= 2 and kept == set(_served_archives(server))
+    with MirrorServer(mirror, port=port) as again:
+        rerun = _install(lock, env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert set(_requested_archives(again)) == _archive_names(setup) - kept  # none fetched twice
+    _verified(env)
+
+
+def test_an_install_killed_mid_fetch_reruns_to_a_verified_env_without_refetching(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    port = _free_port()
+    with MirrorServer(mirror, Faults(latency=1.0), port=port) as server:
+        lock = _http_lock(setup, server.url, tmp_path)
+        proc = subprocess.Popen(
+            [*envtool_argv(), "install", "--lock", str(lock), "--prefix", str(_prefix(env))],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 120
+        while not _cached(env) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.kill()  # SIGKILL: no cleanup of any kind
+        proc.wait()
+    kept = _cached(env)
+    assert kept, "the install finished before the kill"
+    with MirrorServer(mirror, port=port) as again:
+        rerun = _install(lock, env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert not set(_requested_archives(again)) & kept  # completed archives never fetched again
+    _verified(env)
+
+
+# --------------------------------------------------------------- a changed file: refused
+
+
+def test_a_complete_file_that_differs_from_the_lock_is_refused_with_nothing_linked(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    locked = next(r.file_name for r in setup.records if r.name.normalized == "pytorch")
+    pytorch = next(mirror.glob(f"*/{locked}"))
+    cb.flip_byte(pytorch)
+    with MirrorServer(mirror) as server:
+        out = _install(_http_lock(setup, server.url, tmp_path), env)
+    assert out.returncode == 1, out.stderr
+    line = _one_error_line(out.stderr)
+    assert "hash mismatch" in line and f"{server.url}/" in line and pytorch.name in line
+    assert "the mirror serves a different file" in line
+    assert "re-lock only if you trust the new file" in line
+    assert not (_prefix(env) / "conda-meta").exists()
+    assert pytorch.name not in _cached(env)  # never renamed into the cache
+
+
+# --------------------------------------------------------------- credentials from rattler's store
+
+
+def test_credentials_come_from_rattlers_auth_store(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    with MirrorServer(mirror, Faults(auth="envtool:s3cret")) as server:
+        lock = _http_lock(setup, server.url, tmp_path)
+        env["RATTLER_AUTH_FILE"] = str(tmp_path / "none.json")
+        (tmp_path / "none.json").write_text("{}")
+        refused = _install(lock, env)
+        assert refused.returncode == 1, refused.stderr
+        line = _one_error_line(refused.stderr)
+        assert "401" in line and "RATTLER_AUTH_FILE" in line
+        # rattler-build's documented format: host -> {"BasicHTTP": {username, password}}
+        auth = tmp_path / "auth.json"
+        auth.write_text(
+            json.dumps({"127.0.0.1": {"BasicHTTP": {"username": "envtool", "password": "s3cret"}}})
+        )
+        env["RATTLER_AUTH_FILE"] = str(auth)
+        out = _install(lock, env)
+    assert out.returncode == 0, out.stderr
+    assert set(_served_archives(server)) == _archive_names(setup)
+
+
+# --------------------------------------------------------------- repodata through the client
+
+
+def _create_over(url: str, env: dict[str, str], project: Path) -> subprocess.CompletedProcess[str]:
+    project.mkdir(exist_ok=True)
+    (project / "environment.yml").write_text(
+        "name: net\ndependencies:\n  - python 3.11.*\n  - pytorch 2.7.*\n"
+    )
+    return run_envtool(
+        "create", "net", "-f", "environment.yml", "--channel", url, "--cuda", "12.6",
+        "--driver", "570.86.10", "--no-install", env=env, cwd=project,
+    )  # fmt: skip
+
+
+def test_a_channel_whose_first_answers_are_503_is_retried_not_called_unreadable(
+    mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    env["RATTLER_CACHE_DIR"] = str(tmp_path / "rattler-cache")  # a cold repodata cache
+    with MirrorServer(mirror, Faults(busy_first={"*"})) as server:
+        out = _create_over(server.url, env, tmp_path / "project")
+    assert out.returncode == 0, out.stderr
+    assert "cannot read channel repodata" not in out.stderr
+    assert any(n == 2 for n in server.requests.values())  # a 503, then the answer
+    assert (tmp_path / "project" / "environments" / "net" / "conda-lock.yml").is_file()
+
+
+def test_a_sharded_channel_is_solved_from_its_shards(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    import asyncio
+
+    from rattler.index import index_fs
+
+    sharded = tmp_path / "sharded"
+    shutil.copytree(setup.channel, sharded)
+    for sub in sharded.iterdir():  # shards only: a solve that read repodata.json would fail
+        for name in ("repodata.json", "repodata.json.zst", "repodata.json.bz2"):
+            (sub / name).unlink(missing_ok=True)
+
+    async def index() -> None:
+        await index_fs(sharded, write_zst=False, write_shards=True, force=True)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(index())
+    assert (sharded / "linux-64" / "repodata_shards.msgpack.zst").is_file()
+    for sub in sharded.iterdir():
+        (sub / "repodata.json").unlink(missing_ok=True)
+    env["RATTLER_CACHE_DIR"] = str(tmp_path / "rattler-cache")
+    with MirrorServer(sharded) as server:
+        out = _create_over(server.url, env, tmp_path / "project")
+    assert out.returncode == 0, out.stderr
+    asked = set(server.served)
+    assert "/linux-64/repodata_shards.msgpack.zst" in asked
+    assert any(p.startswith("/linux-64/shards/") for p in asked), asked
+    assert not any("repodata.json" in p for p in asked)
