@@ -74,37 +74,6 @@ def read_profile(name: str) -> tuple[str, str]:
     return read_text(path, ENV_FILE_LIMIT, what="environment file"), str(path)
 
 
-def infer_from_specs(specs: list[str]) -> dict[str, str]:
-    """What an environment file already asks for: torch version, CUDA, python (plain pins only)."""
-    from envtool.core.spec import parse_conda_spec
-    from envtool.core.versions import cuda_from_build_tag, major_minor
-
-    out: dict[str, str] = {}
-    for text in specs:
-        try:
-            s = parse_conda_spec(text)
-        except ValueError:
-            continue
-        m = _PLAIN_VERSION.match(s.version or "")
-        if s.name == "pytorch":
-            if m:
-                out["torch"] = m.group(2)
-            if s.build and "cpu" in s.build:
-                out["cuda"] = "cpu"
-            elif s.build and cuda_from_build_tag(s.build):
-                out["cuda"] = cuda_from_build_tag(s.build) or ""
-        elif s.name in ("cuda-version", "pytorch-cuda", "cudatoolkit") and m:
-            # `=12` is conda's 12.*: a major to pick within, not a 12.0 pin
-            out["cuda"] = major_minor(m.group(2)) if "." in m.group(2) else m.group(2)
-            if s.name == "pytorch-cuda":
-                out.setdefault("flavor", "pytorch")
-        elif s.name == "python" and m:
-            out["python"] = major_minor(m.group(2))
-        elif s.name == "cpuonly" or (s.name == "pytorch-mutex" and s.build == "cpu"):
-            out["cuda"] = "cpu"
-    return out
-
-
 def probe_host_facts(request: Request) -> HostFacts | None:
     """This host's driver and GPUs, unless --cuda cpu or --driver with --gpu make them irrelevant."""
     if request.cuda == "cpu" or (request.driver and request.gpus):
@@ -329,6 +298,9 @@ def render_request_yml(name: str, text: str, source: str, plan: Plan, request: R
     kept = [s for s in file_limits(request.conda_specs) if s not in primary.specs]
     spec.dependencies = [parse_conda_spec(s) for s in [*primary.specs, *kept]]
     spec.prefix = None
+    # the pip torch wheels the plan installs from conda are gone from the pip section
+    spec.has_pip_section = spec.has_pip_section and (bool(request.pip_specs) or len(spec.pip) == 0)
+    spec.pip = list(request.pip_specs)
     spec.platforms = list(request.platforms) if list(request.platforms) != ["linux-64"] else []
     return render_environment_yml(spec)
 
@@ -390,6 +362,7 @@ def request_from_yml(
     text: str, source: str, flags: dict[str, Any], stored: dict[str, Any] | None = None
 ) -> Request:
     """Merge: explicit flags > what the file asks for > options stored in the previous lock > defaults."""
+    from envtool.core.inspect import read_ask
     from envtool.core.spec import parse_environment_yml
 
     for key in ("cuda", "torch", "python", "flavor"):
@@ -408,23 +381,37 @@ def request_from_yml(
                 f"--{key} {value[:24]}…: not a version", f"e.g. --{key} {example[key]}"
             )
     spec = parse_environment_yml(text, source)
-    conda = [d.render() for d in spec.dependencies]
     check_specs(spec.dependencies, source)
-    inferred = infer_from_specs(conda)
+    # the one reader `envtool inspect` also reports (core/inspect.read_ask)
+    ask = read_ask(spec)
+    conda = [d.render() for d in spec.dependencies] + list(ask.conda_added)
+    pip = [p for p in spec.pip if p not in ask.pip_replaced]
+    inferred = {
+        "cuda": None if ask.cuda == "auto" else ask.cuda,
+        "torch": ask.torch,
+        "python": ask.python,
+        "flavor": ask.flavor,
+    }
     stored = stored or {}
     merged: dict[str, Any] = {}
     for key in ("cuda", "torch", "python", "flavor"):
         merged[key] = flags.get(key) or inferred.get(key) or stored.get(key)
     # a major in the file (`cuda-version=12`) was resolved by the last lock: keep that X.Y, as for
     # auto, so a re-lock on another host (a login node) keeps the target
-    asked, kept = inferred.get("cuda", ""), str(stored.get("cuda") or "")
+    asked, kept = inferred.get("cuda") or "", str(stored.get("cuda") or "")
     if not flags.get("cuda") and asked.isdigit() and kept.startswith(asked + "."):
         merged["cuda"] = kept
+    if ask.pip_replaced:
+        moved = ", ".join(p.strip() for p in ask.pip_replaced)
+        note(
+            f"note: {source}: pip {moved} installed from conda instead (the planned torch build; "
+            "pip would overwrite it)"
+        )
     platforms = flags.get("platforms") or spec.platforms or stored.get("platforms") or ["linux-64"]
     channels = flags.get("channels") or spec.channels or stored.get("channels") or []
     return Request(
         conda_specs=tuple(conda),
-        pip_specs=tuple(spec.pip),
+        pip_specs=tuple(pip),
         cuda=merged["cuda"] or "auto",
         torch=merged["torch"],
         python=merged["python"],

@@ -361,21 +361,26 @@ def test_build_tag_globs_name_no_single_cuda() -> None:
     assert cuda_from_build_tag("*cuda118*") == "11.8"
 
 
-def test_create_reads_no_cuda_from_a_major_only_build_glob() -> None:
-    from envtool.locking import infer_from_specs
+def _file_cuda(*specs: str) -> str:
+    """The CUDA request `create -f` takes from a file of these conda specs (core/inspect.read_ask)."""
+    from envtool.core.inspect import read_ask
+    from envtool.core.spec import EnvSpec, parse_conda_spec
 
-    assert "cuda" not in infer_from_specs(["pytorch=2.5=*cuda12*"])
-    assert infer_from_specs(["pytorch=2.5=*cuda124*"])["cuda"] == "12.4"
+    return read_ask(EnvSpec(None, dependencies=[parse_conda_spec(s) for s in specs])).cuda
+
+
+def test_create_reads_a_major_only_build_glob_as_that_major_not_1_2() -> None:
+    assert _file_cuda("pytorch=2.5=*cuda12*") == "12"
+    assert _file_cuda("pytorch=2.5=*cuda124*") == "12.4"
+    assert _file_cuda("pytorch=2.5=*cuda*") == "auto"
 
 
 def test_create_reads_a_major_only_cuda_pin_as_that_major_not_x_0() -> None:
     """conda reads `cuda-version=12` as 12.*: the plan picks within 12, it does not pin 12.0."""
-    from envtool.locking import infer_from_specs
-
-    assert infer_from_specs(["cuda-version=12"])["cuda"] == "12"
-    assert infer_from_specs(["pytorch-cuda=11"])["cuda"] == "11"
-    assert infer_from_specs(["cuda-version=12.6"])["cuda"] == "12.6"
-    assert infer_from_specs(["cudatoolkit==11.8.0"])["cuda"] == "11.8"
+    assert _file_cuda("cuda-version=12") == "12"
+    assert _file_cuda("pytorch-cuda=11") == "11"
+    assert _file_cuda("cuda-version=12.6") == "12.6"
+    assert _file_cuda("cudatoolkit==11.8.0") == "11.8"
 
 
 def test_relocking_a_file_that_asks_for_a_major_keeps_the_x_y_the_lock_resolved() -> None:

@@ -1,4 +1,9 @@
-"""What CUDA does an environment file ask for? Pure: EnvSpec in, CudaAsk out.
+"""What does an environment file ask for? Pure: EnvSpec in, one answer out.
+
+read_ask is **the** reader: `envtool inspect` (inspect_env adds the file's problems to it),
+`create -f`, `lock` and `lock --variants` (locking.request_from_yml) all take its FileAsk, so the
+report and the plan never disagree. Its `cuda` is the plan's request: "X.Y", a major "X" (the
+newest X.y that runs), "cpu" or "auto" (the file names no CUDA: the host decides).
 
 Precedence when a file carries several signals (first match wins; the rest only add problems):
 1. a pip `torch` requirement — pip runs after conda and replaces any conda torch. CUDA comes
@@ -6,15 +11,21 @@ Precedence when a file carries several signals (first match wins; the rest only 
    else PyPI's default linux-64 build for that release (cuda_data.json "pypi_default_cuda"; a
    release outside that table is a CUDA build of unknown version). `+cpu` / `/whl/cpu` -> cpu;
    ROCm (`+rocm5.6`, `/whl/rocm5.6`) -> pip-wheel with cuda null (it is an AMD build).
-2. an explicit CPU ask: `cpuonly`, `pytorch-cpu`, or a pytorch build string with `cpu`.
-3. `pytorch-cuda=X.Y` -> the legacy pytorch channel.
-4. a pytorch build string naming CUDA: `cuda12.1` (pytorch-channel style) or `cuda126`/`*cuda*`
-   (conda-forge style).
+   A plan installs torch from conda: `+cu118` / `/whl/cu118` plan CUDA 11.8, `+cpu` plans cpu,
+   a PyPI default (no CUDA named) plans auto; the pip torch/torchvision/torchaudio lines become
+   their conda packages at the same version (pip would overwrite the planned build).
+2. an explicit CPU ask: `cpuonly`, `pytorch-cpu`, `pytorch-mutex=*=cpu`, or a pytorch build
+   string with `cpu`.
+3. `pytorch-cuda=X.Y` -> the legacy pytorch channel (plan flavor pytorch).
+4. a pytorch build string naming CUDA: `cuda12.1` (pytorch-channel style, plan flavor pytorch)
+   or `cuda126`/`*cuda*` (conda-forge style; `*cuda12*` names the major 12).
 5. `cuda-version=X.Y` or `pytorch-gpu` -> conda-forge.
 6. `cudatoolkit[=X.Y]` -> cudatoolkit (pytorch channel <= 1.12, conda-forge CUDA 11 builds).
 7. only NVIDIA toolkit packages (`cuda`, `cuda-toolkit`, `cuda-nvcc`, `cuda-runtime`) ->
-   unspecified, but a GPU is still required.
-8. nothing -> unspecified (torch present: the solver alone decides CPU or CUDA).
+   unspecified, but a GPU is still required; a pinned one is the CUDA the plan takes.
+8. nothing -> unspecified (torch present: the solver alone decides CPU or CUDA); plan auto.
+A major only (`cuda-version=12`, `pytorch-cuda=11`, `cudatoolkit=11`, `*cuda12*`) is read as that
+major, never as X.0: the plan takes the newest 12.x that runs.
 """
 
 from __future__ import annotations
@@ -24,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envtool.core import cuda as cuda_knowledge
-from envtool.core.spec import CondaSpec, EnvSpec, PipLine
-from envtool.core.versions import cuda_from_build_tag, parse_version
+from envtool.core.spec import CondaSpec, EnvSpec, PipLine, normalize_pip_name
+from envtool.core.versions import cuda_from_build_tag, major_minor, parse_version
 
 FLAVORS = ("conda-forge", "pytorch-channel", "cudatoolkit", "pip-wheel", "cpu", "unspecified")
 
@@ -51,6 +62,7 @@ class CudaAsk:
     via: str = ""  # human phrase: "cudatoolkit (pytorch channel)"
     torch_version: str | None = None  # "1.12.*" / "2.1.0+cu121", for the sentence
     notes: list[str] = field(default_factory=list)  # true of the file, not wrong in it
+    request: dict[str, Any] = field(default_factory=dict)  # FileAsk.request_data(): the plan's
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -62,6 +74,7 @@ class CudaAsk:
             "python": self.python,
             "problems": list(self.problems),
             "notes": list(self.notes),
+            "request": dict(self.request),
         }
 
 
@@ -127,9 +140,197 @@ def _pip_index_line(lines: list[PipLine]) -> PipLine | None:
     return None
 
 
+# A plain pin (`12.6`, `==12.6`, `12.6.*`, or `12`, which conda reads as 12.*), not a range.
+_PLAIN_VERSION = re.compile(r"^(==?)?(\d+(?:\.\d+)*)(\.\*)?$")
+# pip wheels a conda plan replaces with its own build, and the conda package each one becomes
+_TORCH_FAMILY = {"torch": "pytorch", "torchvision": "torchvision", "torchaudio": "torchaudio"}
+# a pip range conda reads the same way (`>=2.1,<2.4`), carried over as a conda limit
+_PIP_RANGE = re.compile(r"[<>]=?\d+(?:\.\d+)*(?:,[<>]=?\d+(?:\.\d+)*)*")
+
+
+@dataclass(frozen=True)
+class FileAsk:
+    """What one environment file asks for: **the** answer `inspect`, `create -f`, `lock` and
+    `lock --variants` all take (read_ask). `cuda` is the request a plan gets from the file:
+    "X.Y", "X" (a major only: the newest X.y that runs), "cpu" or "auto" (the file names none)."""
+
+    kind: str  # one of FLAVORS: how the file asks (inspect's "flavor")
+    style: str  # the signal that decided: pip, cpu, pytorch-cuda, build, cuda-version, cudatoolkit, toolkit, none
+    cuda: str
+    via: str = ""  # human phrase: "cudatoolkit (pytorch channel)"
+    build_cuda: str | None = None  # the CUDA X.Y the file's build gets, when one is known
+    gpu_required: bool = False
+    flavor: str | None = (
+        None  # plan flavor the file implies: "pytorch" (pytorch-cuda, cudaX.Y builds)
+    )
+    torch: str | None = None  # a plain torch pin ("2.1.0"), for --torch
+    python: str | None = None  # a plain python pin as X.Y, for --python
+    # pip lines of torch wheels that the conda plan replaces with its own build (never installed
+    # by pip: they would overwrite it), and the conda specs they become
+    pip_replaced: tuple[str, ...] = ()
+    conda_added: tuple[str, ...] = ()
+
+    def request_data(self) -> dict[str, Any]:
+        """The plan request `envtool create -f` / `envtool lock` take from this file."""
+        return {
+            "cuda": self.cuda,
+            "flavor": self.flavor or "conda-forge",
+            "torch": self.torch,
+            "python": self.python,
+            "pip_replaced": list(self.pip_replaced),
+        }
+
+
+def _plain(version: str | None) -> str | None:
+    m = _PLAIN_VERSION.match(version or "")
+    return m.group(2) if m else None
+
+
+def cuda_request_of(version: str | None) -> str | None:
+    """A spec version as a CUDA request: '11.8', '=11.8.0', '11.8.*' -> '11.8'; '12', '12.*'
+    -> '12' (a major: conda reads it as 12.*); ranges -> None."""
+    xy = cuda_of_version(version)
+    if xy:
+        return xy
+    plain = _plain(version)
+    return plain if plain and plain.isdigit() else None
+
+
+def _glob_major(build: str) -> str | None:
+    """`*cuda12*` names a CUDA major (cuda120 … cuda129, cuda12.1); `cuda*` names none."""
+    m = re.search(r"cuda(1\d)\*", build)
+    return m.group(1) if m else None
+
+
+def read_ask(env: EnvSpec) -> FileAsk:
+    """Read what an environment file asks for (precedence: the module docstring). Pure."""
+    torch = _first(env.find("pytorch"))
+    gpu_meta = _first(env.find("pytorch-gpu"))
+    cpu_meta = _first(env.find("cpuonly", "pytorch-cpu"))
+    mutex = _first(env.find("pytorch-mutex"))
+    pt_cuda = _first(env.find("pytorch-cuda"))
+    toolkit = _first(env.find("cudatoolkit"))
+    cuda_version = _first(env.find("cuda-version"))
+    nv_toolkit = env.find(*_TOOLKIT_NAMES)
+    python = _first(env.find("python"))
+    pip_lines = env.pip_lines()
+    pip_torch = _pip_torch(pip_lines)
+    torch_channel = _torch_channel(env, torch)
+    torch_build = (torch.build or "") if torch else ""
+    build_cuda = cuda_from_build_tag(torch_build)
+    py = _plain(python.version if python else None)
+    common: dict[str, Any] = {
+        "torch": _plain(torch.version if torch else None),
+        "python": major_minor(py) if py else None,
+    }
+
+    if pip_torch is not None:
+        return _pip_read(pip_torch, pip_lines, env, common)
+    if cpu_meta is not None or "cpu" in torch_build or (mutex and mutex.build == "cpu"):
+        return FileAsk("cpu", "cpu", "cpu", "a CPU build", **common)
+    if pt_cuda is not None:
+        request = cuda_request_of(pt_cuda.version)
+        return FileAsk(
+            "pytorch-channel",
+            "pytorch-cuda",
+            request or "auto",
+            "pytorch-cuda (pytorch channel)",
+            cuda_of_version(pt_cuda.version),
+            True,
+            "pytorch",
+            **common,
+        )
+    if build_cuda or "cuda" in torch_build:
+        legacy = bool(re.search(r"cuda\d+\.\d", torch_build))
+        pinned = cuda_version.version if cuda_version else None
+        request = build_cuda or cuda_request_of(pinned) or _glob_major(torch_build)
+        return FileAsk(
+            "pytorch-channel" if legacy else "conda-forge",
+            "build",
+            request or "auto",
+            f"a {torch_build} build" + (" (pytorch channel)" if legacy else " (conda-forge)"),
+            build_cuda or cuda_of_version(pinned),
+            True,
+            "pytorch" if legacy else None,
+            **common,
+        )
+    if cuda_version is not None or gpu_meta is not None:
+        pinned = cuda_version.version if cuda_version else None
+        if cuda_request_of(pinned) is None and toolkit is not None:
+            pinned = toolkit.version
+        return FileAsk(
+            "conda-forge",
+            "cuda-version",
+            cuda_request_of(pinned) or "auto",
+            "pytorch-gpu (conda-forge)" if gpu_meta else "cuda-version (conda-forge)",
+            cuda_of_version(pinned),
+            True,
+            **common,
+        )
+    if toolkit is not None:
+        return FileAsk(
+            "cudatoolkit",
+            "cudatoolkit",
+            cuda_request_of(toolkit.version) or "auto",
+            "cudatoolkit" + (f" ({torch_channel} channel)" if torch_channel else ""),
+            cuda_of_version(toolkit.version),
+            True,
+            **common,
+        )
+    spec = next((s for s in nv_toolkit if cuda_of_version(s.version)), None)
+    if spec is not None:  # the toolkit's pin is the only CUDA the file names: plan that one
+        xy = cuda_of_version(spec.version)
+        return FileAsk(
+            "unspecified", "toolkit", xy or "auto", _as_written(spec), xy, True, **common
+        )
+    return FileAsk("unspecified", "none", "auto", **common)
+
+
+def _pip_read(
+    pip_torch: PipLine, lines: list[PipLine], env: EnvSpec, common: dict[str, Any]
+) -> FileAsk:
+    """A pip torch wins (pip installs after conda). Its CUDA: the wheel's local tag (`+cu121`),
+    else the download.pytorch.org index (`/whl/cu118`), else PyPI's default linux-64 build."""
+    pinned = pip_torch.pinned_version
+    local = pinned.split("+", 1)[1] if pinned and "+" in pinned else ""
+    tag = local or _pip_index_tag(lines) or ""
+    torch = _plain(pinned.split("+", 1)[0]) if pinned else None
+    fields: dict[str, Any] = {**common, "torch": torch}
+    if tag.startswith("rocm"):  # an AMD build: no conda equivalent; the pip line stays
+        return FileAsk("pip-wheel", "pip", "auto", f"a ROCm {tag[4:]} wheel", None, True, **fields)
+    # A conda plan installs torch itself: the pip torch wheels become their conda packages
+    # (version kept, local tag dropped), so pip never overwrites the planned build.
+    replaced, added = [], []
+    conda_names = {d.name for d in env.dependencies}
+    for line in lines:
+        name = normalize_pip_name(line.name or "") if line.kind == "requirement" else ""
+        if name not in _TORCH_FAMILY:
+            continue
+        replaced.append(line.raw)
+        conda = _TORCH_FAMILY[name]
+        version = _plain((line.pinned_version or "").split("+", 1)[0])
+        limit = line.specifier if _PIP_RANGE.fullmatch(line.specifier or "") else None
+        if conda == "pytorch":  # the plan owns pytorch: a pin is --torch, a range a constraint
+            added += [f"pytorch{limit}"] if limit else []
+        elif conda not in conda_names:
+            added.append(f"{conda}={version}" if version else f"{conda}{limit or ''}")
+    fields.update(pip_replaced=tuple(replaced), conda_added=tuple(added))
+    if tag == "cpu":
+        return FileAsk("cpu", "pip", "cpu", "a CPU wheel", **fields)
+    if tag:
+        xy = cuda_from_build_tag(tag)
+        via = f"a +{tag} wheel" if local else f"the download.pytorch.org/whl/{tag} index"
+        return FileAsk("pip-wheel", "pip", xy or "auto", via, xy, xy is not None, **fields)
+    # PyPI's linux-64 wheels are CUDA builds, but the file names no CUDA: envtool picks (auto)
+    series = torch_series_of(pinned) if pinned else None
+    xy = cuda_knowledge.pypi_default_cuda(series) if series else None
+    return FileAsk("pip-wheel", "pip", "auto", "PyPI's default linux-64 wheel", xy, True, **fields)
+
+
 def inspect_env(env: EnvSpec) -> CudaAsk:
-    """Infer the CUDA ask of an environment file (see the module docstring for precedence)."""
+    """Inspect's report on an environment file: read_ask's answer plus what is wrong with it."""
     problems: list[str] = []
+    read = read_ask(env)
     torch = _first(env.find("pytorch"))
     gpu_meta = _first(env.find("pytorch-gpu"))
     cpu_meta = _first(env.find("cpuonly", "pytorch-cpu"))
@@ -145,21 +346,23 @@ def inspect_env(env: EnvSpec) -> CudaAsk:
     torch_channel = _torch_channel(env, torch)
     torch_build = (torch.build or "") if torch else ""
     build_cuda = cuda_from_build_tag(torch_build)
+    major = read.cuda if read.cuda.isdigit() else None
 
     if len({cuda_of_version(s.version) for s in pt_cuda_specs}) > 1:
         asked = ", ".join(_as_written(s) for s in pt_cuda_specs)
         problems.append(f"conflicting pytorch-cuda pins ({asked}): keep one")
 
     ask = CudaAsk(
-        flavor="unspecified",
-        cuda=None,
-        gpu_required=False,
+        flavor=read.kind,
+        cuda=read.build_cuda,
+        gpu_required=read.gpu_required,
         min_driver=None,
         torch=_as_written(torch) if torch else (_as_written(gpu_meta) if gpu_meta else None),
         python=_as_written(python) if python else None,
+        via=read.via,
         torch_version=torch.version if torch else None,
+        request=read.request_data(),
     )
-    cpu_asked = cpu_meta is not None or "cpu" in torch_build
     # Anything that asks conda for CUDA, used to spot contradictions with a CPU ask.
     conda_cuda_ask = next(
         (
@@ -170,8 +373,11 @@ def inspect_env(env: EnvSpec) -> CudaAsk:
         _as_written(torch) if build_cuda or "cuda" in torch_build else None,
     )
 
-    if pip_torch is not None:
-        _pip_ask(ask, pip_torch, pip_lines, problems)
+    if read.style == "pip":
+        assert pip_torch is not None
+        ask.torch = pip_torch.raw.strip()
+        ask.torch_version = pip_torch.specifier
+        _pip_problems(ask, pip_torch, pip_lines, problems)
         if torch is not None:
             problems.append(
                 f"conda {_as_written(torch)} is replaced by pip {pip_torch.raw.strip()}: "
@@ -183,17 +389,21 @@ def inspect_env(env: EnvSpec) -> CudaAsk:
                     f"{_as_written(spec)} (conda) does not change the pip torch wheel, "
                     "which brings its own CUDA runtime"
                 )
-    elif cpu_asked:
-        ask.flavor, ask.via = "cpu", "a CPU build"
+    elif read.style == "cpu":
         if conda_cuda_ask:
-            what = _as_written(cpu_meta) if cpu_meta else _as_written(torch)  # type: ignore[arg-type]
+            what = (
+                _as_written(cpu_meta)
+                if cpu_meta
+                else _as_written(torch)
+                if torch
+                else "pytorch-mutex"
+            )
             problems.append(
                 f"{what} asks for a CPU build together with {conda_cuda_ask}: "
                 "conda installs CPU torch; drop one of the two"
             )
-    elif pt_cuda is not None:
-        ask.flavor, ask.cuda = "pytorch-channel", cuda_of_version(pt_cuda.version)
-        ask.via = "pytorch-cuda (pytorch channel)"
+    elif read.style == "pytorch-cuda":
+        assert pt_cuda is not None
         if "nvidia" not in channels and not any(
             (d.channel or "").startswith("nvidia") for d in env.dependencies
         ):
@@ -201,32 +411,21 @@ def inspect_env(env: EnvSpec) -> CudaAsk:
                 f"{_as_written(pt_cuda)} needs the nvidia channel for its CUDA libraries: "
                 "add `- nvidia` to channels"
             )
-        if ask.cuda is None:
+        if ask.cuda is None and major is None:
             problems.append(f"{_as_written(pt_cuda)} does not pin one CUDA version: write X.Y")
         _check_pytorch_channel_release(torch, problems)
-    elif build_cuda or "cuda" in torch_build:
-        assert torch is not None
-        legacy = bool(re.search(r"cuda\d+\.\d", torch_build))
-        ask.flavor = "pytorch-channel" if legacy else "conda-forge"
-        ask.cuda = build_cuda or cuda_of_version(cuda_version.version if cuda_version else None)
-        ask.via = f"a {torch_build} build" + (" (pytorch channel)" if legacy else " (conda-forge)")
-        if legacy:
+    elif read.style == "build":
+        if read.kind == "pytorch-channel":
             _check_pytorch_channel_release(torch, problems)
-    elif cuda_version is not None or gpu_meta is not None:
-        ask.flavor = "conda-forge"
-        ask.cuda = cuda_of_version(cuda_version.version if cuda_version else None)
-        if ask.cuda is None and toolkit is not None:
-            ask.cuda = cuda_of_version(toolkit.version)
-        ask.via = "pytorch-gpu (conda-forge)" if gpu_meta else "cuda-version (conda-forge)"
+    elif read.style == "cuda-version":
         if torch is not None and gpu_meta is None:
             problems.append(
                 f"{_as_written(torch)} with {_as_written(cuda_version)} does not force a CUDA "  # type: ignore[arg-type]
                 "build: a solver can pick a newer CPU build (add `pytorch=*=cuda*` or `pytorch-gpu`)"
             )
-    elif toolkit is not None:
-        ask.flavor, ask.cuda = "cudatoolkit", cuda_of_version(toolkit.version)
-        ask.via = "cudatoolkit" + (f" ({torch_channel} channel)" if torch_channel else "")
-        if ask.cuda is None:
+    elif read.style == "cudatoolkit":
+        assert toolkit is not None
+        if ask.cuda is None and major is None:
             problems.append(
                 f"{_as_written(toolkit)} does not pin a CUDA version: the solver picks one "
                 "(pin it, e.g. cudatoolkit=11.8)"
@@ -243,13 +442,10 @@ def inspect_env(env: EnvSpec) -> CudaAsk:
                 f"cudatoolkit: {_as_written(toolkit)} does not choose the build "
                 f"(use pytorch-cuda={ask.cuda or 'X.Y'})"
             )
-    elif any(cuda_of_version(s.version) for s in nv_toolkit):
-        spec = next(s for s in nv_toolkit if cuda_of_version(s.version))
-        ask.cuda = cuda_of_version(spec.version)
-        ask.via = _as_written(spec)
+    elif read.style == "toolkit":
         if torch is not None:
             problems.append(
-                f"{_as_written(spec)} installs the CUDA toolkit but does not select a CUDA build "
+                f"{read.via} installs the CUDA toolkit but does not select a CUDA build "
                 f"of {_as_written(torch)}"
             )
     elif torch is not None:
@@ -258,10 +454,6 @@ def inspect_env(env: EnvSpec) -> CudaAsk:
             "CUDA builds (add pytorch-cuda=X.Y, cudatoolkit=X.Y or `pytorch=*=cuda*` with cuda-version)"
         )
 
-    if ask.flavor in ("conda-forge", "pytorch-channel", "cudatoolkit") or (
-        ask.flavor == "unspecified" and ask.cuda
-    ):
-        ask.gpu_required = True
     _check_toolkit_agrees(ask, env, nv_toolkit, cuda_version, problems)
     _check_official_pair(ask, torch, torch_channel, pip_torch, problems)
     if ask.cuda:
@@ -269,6 +461,14 @@ def inspect_env(env: EnvSpec) -> CudaAsk:
         if ask.min_driver is None:
             known = ", ".join(cuda_knowledge.known_cuda_versions())
             problems.append(f"CUDA {ask.cuda} is not a known CUDA release (known: {known})")
+    elif major is not None:  # any X.y of the major: it needs at least the oldest one's driver
+        oldest = next(
+            (v for v in cuda_knowledge.known_cuda_versions() if v.split(".")[0] == major), None
+        )
+        ask.min_driver = cuda_knowledge.min_driver(oldest) if oldest else None
+        if oldest is None:
+            known = ", ".join(cuda_knowledge.known_cuda_versions())
+            problems.append(f"CUDA {major} is not a known CUDA major (known: {known})")
     ask.problems = problems
     if ask.flavor == "pytorch-channel" or (
         ask.flavor != "pip-wheel" and torch_channel == "pytorch"
@@ -289,27 +489,20 @@ def _note_pytorch_channel_end(ask: CudaAsk) -> None:
     )
 
 
-def _pip_ask(ask: CudaAsk, pip_torch: PipLine, lines: list[PipLine], problems: list[str]) -> None:
-    ask.torch = pip_torch.raw.strip()
-    ask.torch_version = pip_torch.specifier
-    local = ""
+def _pip_problems(
+    ask: CudaAsk, pip_torch: PipLine, lines: list[PipLine], problems: list[str]
+) -> None:
+    """What is wrong with a pip torch ask (read_ask has already read its CUDA)."""
     pinned = pip_torch.pinned_version
-    if pinned and "+" in pinned:
-        local = pinned.split("+", 1)[1]
+    local = pinned.split("+", 1)[1] if pinned and "+" in pinned else ""
     tag = local or _pip_index_tag(lines) or ""
-    ask.flavor = "pip-wheel"
     if tag == "cpu":
-        ask.flavor, ask.via = "cpu", "a CPU wheel"
-    elif tag.startswith("rocm"):
-        ask.gpu_required = True
-        ask.via = f"a ROCm {tag[4:]} wheel"
+        return
+    if tag.startswith("rocm"):
         problems.append(
             f"asks for ROCm {tag[4:]} (AMD GPU) wheels, not CUDA: NVIDIA driver checks do not apply"
         )
     elif tag:
-        ask.cuda = cuda_from_build_tag(tag)
-        ask.gpu_required = ask.cuda is not None
-        ask.via = f"a +{tag} wheel" if local else f"the download.pytorch.org/whl/{tag} index"
         index = None if local else _pip_index_line(lines)
         if index is not None and index.option != "--index-url" and not pinned:
             # an extra source: pip takes the highest version from PyPI and it together
@@ -320,15 +513,10 @@ def _pip_ask(ask: CudaAsk, pip_torch: PipLine, lines: list[PipLine], problems: l
                 f"torch==X.Y.Z+{tag}, or use --index-url"
             )
     else:
-        ask.via = "PyPI's default linux-64 wheel"
         series = torch_series_of(pinned) if pinned else None
-        # PyPI's linux-64 torch wheels are CUDA builds, pinned or not.
-        ask.gpu_required = True
         if series is None:
             problems.append(_unpinned_pypi_torch(pip_torch))
-            return
-        ask.cuda = cuda_knowledge.pypi_default_cuda(series)
-        if ask.cuda is None:  # a release missing from the table is still a CUDA build
+        elif ask.cuda is None:  # a release missing from the table is still a CUDA build
             problems.append(_unknown_pypi_default(pip_torch, series))
 
 
@@ -444,6 +632,12 @@ def render_inspect_text(ask: CudaAsk, source: str) -> list[str]:
         head = f"{source} asks for {torch} as {ask.via} (AMD GPUs, not CUDA)"
     elif ask.cuda:
         head = f"{source} asks for {torch} with CUDA {ask.cuda} via {ask.via}"
+    elif str(ask.request.get("cuda", "")).isdigit():
+        major = ask.request["cuda"]
+        head = (
+            f"{source} asks for {torch} with CUDA {major}.x via {ask.via} (a major only: "
+            f"envtool plans the newest {major}.x that runs)"
+        )
     elif ask.gpu_required and ask.flavor == "pip-wheel":
         # a PyPI wheel of a release outside envtool's table: CUDA, but which one is unknown
         head = f"{source} asks for {torch} with CUDA (version unknown to envtool) via {ask.via}"
@@ -458,4 +652,19 @@ def render_inspect_text(ask: CudaAsk, source: str) -> list[str]:
     if ask.problems:
         lines.append("Problems:")
         lines += [f"  - {p}" for p in ask.problems]
-    return lines
+    return lines + _plan_lines(ask)
+
+
+def _plan_lines(ask: CudaAsk) -> list[str]:
+    """What `create -f` / `lock` plan from the file, where the sentence above does not say it."""
+    request = ask.request
+    out = []
+    if request.get("pip_replaced"):
+        what = "the CPU build" if request["cuda"] == "cpu" else f"CUDA {request['cuda']}"
+        if request["cuda"] == "auto":
+            what = "the CUDA this host runs (the file names none)"
+        out.append(
+            f"Plan: `envtool create -f` installs torch from conda for {what}, in place of the "
+            f"pip line(s) {', '.join(p.strip() for p in request['pip_replaced'])}."
+        )
+    return out
