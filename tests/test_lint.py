@@ -33,11 +33,24 @@ def _dotted(node) -> str:
     return node.id if isinstance(node, ast.Name) else ""
 
 
+def _safe_loader(expr: str) -> bool:
+    """safe_load's `strict_loader()` is a SafeLoader subclass: checked, not taken by its name."""
+    import yaml
+
+    if expr != "strict_loader()":
+        return False
+    from envtool.core.safe_load import strict_loader
+
+    safe = tuple(c for c in (yaml.SafeLoader, getattr(yaml, "CSafeLoader", None)) if c)
+    return issubclass(strict_loader(), safe)
+
+
 def test_project_rules_hold() -> None:
-    """No shell=True, YAML only through safe loaders, only the CLI exits, a pure core."""
+    """No shell=True, YAML only through safe loaders, only the CLI exits, a pure core, and the
+    layers import one way (commands -> adapters -> core; commands not each other)."""
     import ast
 
-    bad = []
+    bad = _layer_violations()
     for rel, tree in _trees("envtool", "tests", "bench"):
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
@@ -48,8 +61,10 @@ def test_project_rules_hold() -> None:
                     bad.append(f"{rel}:{node.lineno}: shell=True")
                 if name in ("yaml.unsafe_load", "yaml.full_load", "yaml.load_all"):
                     bad.append(f"{rel}:{node.lineno}: {name}")
-                if name == "yaml.load" and "Safe" not in ast.unparse(kw.get("Loader", node)):
-                    bad.append(f"{rel}:{node.lineno}: yaml.load without a safe loader")
+                if name == "yaml.load":
+                    loader = ast.unparse(kw.get("Loader", node))
+                    if "Safe" not in loader and not _safe_loader(loader):
+                        bad.append(f"{rel}:{node.lineno}: yaml.load without a safe loader")
                 if name in ("sys.exit", "os._exit", "exit") and rel.parts[0] == "envtool":
                     if rel.name not in ("cli.py", "deep_script.py", "env_probe_script.py"):
                         bad.append(f"{rel}:{node.lineno}: {name} outside cli.py")
@@ -63,3 +78,86 @@ def test_project_rules_hold() -> None:
                     if mod.split(".")[0] in ("os", "subprocess", "click", "rattler"):
                         bad.append(f"{rel}:{node.lineno}: the pure core imports {mod}")
     assert not bad, "\n".join(bad)
+
+
+# Layer imports that break the rule today, each with why it stays (module -> imported module).
+# Empty it as they move; a new entry needs a reason a reviewer accepts.
+LAYER_ALLOWLIST: dict[tuple[str, str], str] = {
+    # install's host check (its refusal line and --force) is one rule for create and install; it
+    # belongs in an adapter beside core/host_check.py, but create's and install's install paths
+    # are being reworked (plan, then apply: issue 13 item 4), where it moves
+    ("envtool.commands.create", "envtool.commands.install"): "check_host: moves with item 4",
+    # finishing an interrupted `remove` before an install: I/O on the prefix, an adapter's job
+    # (install_state, beside removal_leftovers); its callers are the install paths above
+    ("envtool.commands.create", "envtool.commands.remove"): "finish_interrupted_removal: item 4",
+    ("envtool.commands.install", "envtool.commands.remove"): "finish_interrupted_removal: item 4",
+    # the host summary launch prints (and init's GPU count): belongs in an adapter beside
+    # host_probe; launch.py is being reworked (runs, Slurm) by another change
+    ("envtool.commands.init", "envtool.commands.launch"): "summarize_host: launch rework",
+    # launch's preflight probes the env as doctor does (doctor's probing moves to an adapter:
+    # issue 13 item 5, "doctor's probing … sit in commands/doctor.py")
+    ("envtool.commands.launch", "envtool.commands.doctor"): "probe_env_fast: item 5",
+}
+
+
+def _envtool_imports(tree):
+    """(line, module) for every `import envtool.X` / `from envtool.X import Y` (Y a module too)."""
+    import ast
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names if a.name.startswith("envtool"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "envtool" or node.module.startswith("envtool."):
+                yield node.lineno, node.module
+                # `from envtool.commands import create`: the module create (not a name in
+                # the package's __init__, like project_dir_option)
+                folder = REPO.joinpath(*node.module.split("."))
+                yield from (
+                    (node.lineno, f"{node.module}.{a.name}")
+                    for a in node.names
+                    if (folder / f"{a.name}.py").is_file() or (folder / a.name).is_dir()
+                )
+
+
+def _module(rel) -> str:
+    parts = list(rel.with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer_break(me: str, mod: str) -> str | None:
+    """Why `me` importing `mod` breaks the layers: commands -> adapters -> core, one way."""
+    under = lambda m, pkg: m == pkg or m.startswith(pkg + ".")  # noqa: E731
+    if under(me, "envtool.core"):
+        for pkg in ("envtool.adapters", "envtool.commands", "envtool.locking", "envtool.cli"):
+            if under(mod, pkg):
+                return f"the pure core imports {pkg}"
+    if under(me, "envtool.adapters") and under(mod, "envtool.commands"):
+        return "an adapter imports a command"
+    if under(me, "envtool.commands") and under(mod, "envtool.commands"):
+        if mod not in ("envtool.commands", me) and not under(me, mod):
+            return "a command imports another command"
+    return None
+
+
+def _layer_violations() -> list[str]:
+    """core never imports adapters/commands/locking/cli; adapters never import commands;
+    commands never import each other (shared code lives in an adapter, the core, or the
+    commands package's __init__)."""
+    bad, allowed = [], set()
+    for rel, tree in _trees("envtool"):
+        me = _module(rel)
+        for line, mod in _envtool_imports(tree):
+            why = _layer_break(me, mod)
+            if why is None:
+                continue
+            if (me, mod) in LAYER_ALLOWLIST:
+                allowed.add((me, mod))
+                continue
+            bad.append(f"{rel}:{line}: {why} ({mod})")
+    stale = set(LAYER_ALLOWLIST) - allowed
+    bad += [
+        f"LAYER_ALLOWLIST: {me} -> {mod} no longer imports it: remove the entry"
+        for me, mod in sorted(stale)
+    ]
+    return bad

@@ -320,3 +320,22 @@ def describe_env(prefix: Path) -> dict[str, Any]:
         "installed_at": record.get("installed_at"),
         "conda_packages": len(conda),
     }
+
+
+def finish_command(row: dict[str, Any]) -> str:
+    """The command that finishes the unfinished install of a `describe_env` row (info, list):
+    core.hints' answer, from the lock the interrupted install recorded, by NAME when the env is
+    the envs dir's NAME, else by its prefix."""
+    from envtool.adapters.install_state import read_incomplete_marker
+    from envtool.adapters.locate import env_prefix
+    from envtool.core.hints import finish_install_command
+    from envtool.errors import UsageError
+
+    prefix = str(row["prefix"])
+    lock = (read_incomplete_marker(prefix) or {}).get("lock_path") or row.get("lock_path")
+    name = row.get("name")
+    try:
+        by_name = bool(name) and env_prefix(name) == Path(prefix)
+    except UsageError:  # a folder name that is not an env name: only its prefix names it
+        by_name = False
+    return finish_install_command(name if by_name else None, prefix, lock)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from envtool.commands import project_dir_option
 from envtool.core.plan import PLATFORMS
 from envtool.errors import UsageError
 from envtool.locking import (
@@ -20,15 +21,6 @@ from envtool.locking import (
     summarize,
 )
 from envtool.output import emit
-
-# `create` and `lock` find environments/NAME under the same project folder
-project_dir_option = click.option(
-    "--dir",
-    "directory",
-    default=None,
-    type=click.Path(file_okay=False),
-    help="Project folder holding environments/ (default: .).",
-)
 
 
 @click.command("create")

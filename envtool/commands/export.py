@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from envtool.commands.create import project_dir_option
+from envtool.commands import project_dir_option
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import UsageError
 from envtool.output import note

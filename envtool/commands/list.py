@@ -73,7 +73,7 @@ def cmd(as_json: bool) -> None:
     rows = [describe_env(p) for p in list_env_prefixes() if leftover_name(p) is None]
     rows += removing_rows(envs_dir())
     text = render_env_table(rows) or [f"no environments under {envs_dir()}"]
-    from envtool.commands.info import finish_command
+    from envtool.adapters.installed import finish_command
 
     for r in rows:  # each unfinished install gets the command that finishes it (its own lock)
         if r["state"] == "incomplete":
@@ -84,9 +84,9 @@ def cmd(as_json: bool) -> None:
             )
     for r in rows:
         if r["state"] == "removing" and r.get("interrupted"):
-            from envtool.commands.remove import remove_command
+            from envtool.core.hints import remove_command
 
-            r["finish_command"] = remove_command(envs_dir() / r["name"])
+            r["finish_command"] = remove_command(envs_dir() / r["name"], envs_dir())
             text.append(
                 f"{printable(r['name'])} was being removed (interrupted): run "
                 f"`{r['finish_command']} --yes` to finish it"

@@ -14,7 +14,7 @@ import click
 
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
-from envtool.commands.create import project_dir_option
+from envtool.commands import project_dir_option
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.locking import (

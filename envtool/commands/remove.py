@@ -130,6 +130,8 @@ def finish_interrupted_removal(target: Path, label: str) -> None:
 
 def _delete(path: Path, label: str, target: Path) -> None:
     from envtool.adapters.install_state import delete_tree
+    from envtool.adapters.locate import envs_dir
+    from envtool.core.hints import remove_command
 
     try:
         delete_tree(path)
@@ -137,15 +139,5 @@ def _delete(path: Path, label: str, target: Path) -> None:
         raise DiagnosedFailure(
             f"could not delete everything of {printable(label)}: "
             f"{printable(str(exc.filename))}: {exc.strerror}; what is left is in {printable(str(path))}",
-            f"fix the permissions there, then run `{remove_command(target)}` to finish",
+            f"fix the permissions there, then run `{remove_command(target, envs_dir())}` to finish",
         ) from None
-
-
-def remove_command(target: Path) -> str:
-    """The `envtool remove …` that names this env, quoted for a POSIX shell."""
-    from envtool.adapters.locate import envs_dir
-    from envtool.core.shell_quote import join_posix
-
-    if target.parent == envs_dir():
-        return join_posix(["envtool", "remove", target.name])
-    return join_posix(["envtool", "remove", "--prefix", str(target)])

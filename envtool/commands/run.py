@@ -25,8 +25,7 @@ def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
 
     target = existing_env(name, prefix)
     if read_install_state(target) == "incomplete":
-        from envtool.adapters.installed import describe_env
-        from envtool.commands.info import finish_command
+        from envtool.adapters.installed import describe_env, finish_command
 
         note(
             f"warning: {target.name} is incomplete (an install was interrupted); "

@@ -7,7 +7,9 @@ command installs from, so it works from any folder; `envtool install NAME` alone
 
 from __future__ import annotations
 
-from envtool.core.shell_quote import quote_posix
+from pathlib import Path
+
+from envtool.core.shell_quote import join_posix, quote_posix
 
 
 def finish_install_command(
@@ -23,3 +25,11 @@ def finish_install_command(
     if name:
         return f"envtool install {quote_posix(name)} --lock {lock}{tail}"
     return f"envtool install --lock {lock} --prefix {quote_posix(prefix or 'PREFIX')}{tail}"
+
+
+def remove_command(target: Path, envs_dir: Path) -> str:
+    """The `envtool remove …` that names this env (by NAME when it lives in `envs_dir`, else by
+    its prefix), quoted for a POSIX shell: what finishes an interrupted removal (remove, list)."""
+    if target.parent == envs_dir:
+        return join_posix(["envtool", "remove", target.name])
+    return join_posix(["envtool", "remove", "--prefix", str(target)])
