@@ -143,3 +143,24 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python tests/mirror_server.py ROOT PORT [FAULTS_JSON]`: serve in its own process (the
+    benchmark keeps the server's GIL out of the installs it times); prints the URL, then serves
+    until killed."""
+    import json
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    spec = json.loads(args[2]) if len(args) > 2 else {}
+    for key in ("busy_first", "cut"):
+        if key in spec:
+            spec[key] = set(spec[key])
+    server = MirrorServer(Path(args[0]), Faults(**spec), port=int(args[1]))
+    print(server.url, flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,7 @@ real `envtool` CLI in a subprocess; no timed assertions.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -197,11 +198,17 @@ def test_an_install_killed_mid_fetch_reruns_to_a_verified_env_without_refetching
         proc.wait()
     kept = _cached(env)
     assert kept, "the install finished before the kill"
+    archives = Path(env["ENVTOOL_CACHE_DIR"]) / "archives"
+    old, fresh = archives / ".gone.conda.x1.part", archives / ".busy.conda.x2.part"
+    old.write_bytes(b"left by a kill long ago")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    fresh.write_bytes(b"another install is writing this one")
     with MirrorServer(mirror, port=port) as again:
         rerun = _install(lock, env)
     assert rerun.returncode == 0, rerun.stderr
     assert not set(_requested_archives(again)) & kept  # completed archives never fetched again
     _verified(env)
+    assert not old.exists() and fresh.exists()  # a killed install's temps are swept once stale
 
 
 # --------------------------------------------------------------- a changed file: refused

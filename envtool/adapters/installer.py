@@ -510,6 +510,7 @@ def _fetch_all(
     import asyncio
 
     archive_dir.mkdir(parents=True, exist_ok=True)
+    _sweep_stale_temps(archive_dir)
     dests = {p.file_name: cache_path(archive_dir, p.file_name) for p in pkgs}
 
     def cached(p: LockedPackage) -> tuple[str, bool | None]:
@@ -556,6 +557,19 @@ def _fetch_all(
                 first.message += f" ({len(failures)} of {len(todo)} downloads failed)"
             raise first
     return dests
+
+
+STALE_TEMP_S = 900  # a live download writes its temp file every moment
+
+
+def _sweep_stale_temps(archive_dir: Path) -> None:
+    """Temp files a killed install left (kill -9 runs no cleanup): removed once nobody has
+    written them for STALE_TEMP_S — another install sharing the cache may be writing a fresh one."""
+    cutoff = time.time() - STALE_TEMP_S
+    for tmp in archive_dir.glob(".*.part"):
+        with contextlib.suppress(OSError):
+            if os.lstat(tmp).st_mtime < cutoff:
+                tmp.unlink()
 
 
 class _LinkReporter:
