@@ -311,3 +311,72 @@ def test_a_sharded_channel_is_solved_from_its_shards(
     assert "/linux-64/repodata_shards.msgpack.zst" in asked
     assert any(p.startswith("/linux-64/shards/") for p in asked), asked
     assert not any("repodata.json" in p for p in asked)
+
+
+# --------------------------------------------------------------- rattler's shared package cache
+
+
+def _pixi_like_install(records: list, prefix: Path, pkgs_dir: Path) -> None:
+    """What pixi does: rattler.install into its own env, extracting into the shared cache."""
+    import asyncio
+
+    from rattler import install
+
+    async def run() -> None:
+        await install(records, target_prefix=prefix, cache_dir=pkgs_dir, show_progress=False)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(run())
+
+
+def test_packages_already_in_rattlers_shared_cache_are_verified_not_downloaded(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    xdg = tmp_path / "xdg"
+    env.pop("ENVTOOL_CACHE_DIR")  # the default: rattler's shared cache, as pixi uses it
+    env.pop("RATTLER_CACHE_DIR", None)
+    env["XDG_CACHE_HOME"] = str(xdg)
+    shared = xdg / "rattler" / "cache" / "pkgs"
+    _pixi_like_install(setup.records, tmp_path / "pixi-env", shared)
+    with MirrorServer(mirror) as server:
+        lock = _http_lock(setup, server.url, tmp_path)
+        out = _install(lock, env, "--json")
+        assert out.returncode == 0, out.stderr
+        assert _requested_archives(server) == {}  # nothing downloaded: all 5 were on the machine
+        report = json.loads(out.stdout)
+        assert sorted(report["from_package_cache"]) == sorted(_archive_names(setup))
+        _verified(env)
+
+        # a file changed in one extracted package: that one is downloaded (and re-extracted)
+        libtorch = next(shared.glob("libtorch-*/lib/libtorch_cuda.so"))
+        libtorch.write_bytes(b"changed after extraction\n")
+        env["ENVTOOL_ENVS_DIR"] = str(tmp_path / "envs2")
+        again = _install(lock, env, "--json")
+        assert again.returncode == 0, again.stderr
+        fetched = json.loads(again.stdout)["fetched"]
+        assert [n.split("-")[0] for n in fetched] == ["libtorch"]
+        assert set(_requested_archives(server)) == set(fetched)
+        assert libtorch.read_bytes() != b"changed after extraction\n"  # rattler extracted it again
+        _verified(env)
+
+
+def test_a_shared_cache_entry_extracted_from_another_archive_is_not_used(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """rattler's <entry>.lock records the sha256 of the archive it was extracted from: another
+    file than the lock's (same name-version-build, another build of the bytes) is downloaded."""
+    xdg = tmp_path / "xdg"
+    env.pop("ENVTOOL_CACHE_DIR")
+    env.pop("RATTLER_CACHE_DIR", None)
+    env["XDG_CACHE_HOME"] = str(xdg)
+    shared = xdg / "rattler" / "cache" / "pkgs"
+    _pixi_like_install(setup.records, tmp_path / "pixi-env", shared)
+    marker = next(shared.glob("cuda-version-*.lock"))
+    data = bytearray(marker.read_bytes())
+    data[8] ^= 0xFF  # the recorded archive sha256 is no longer the lock's
+    marker.write_bytes(bytes(data))
+    with MirrorServer(mirror) as server:
+        out = _install(_http_lock(setup, server.url, tmp_path), env, "--json")
+    assert out.returncode == 0, out.stderr
+    assert [n.split("-")[0] for n in _requested_archives(server)] == ["cuda"]
+    _verified(env)

@@ -4,10 +4,16 @@ Order of work, chosen so nothing is ever half-done or unverified:
   1. read the lock (lock_io.read_lock, the one reader), pick the platform's packages;
   2. take the per-environment file lock; check the prefix's package records; fetch (step 3);
      then write the `incomplete` marker;
-  3. fetch every archive into envtool's archive cache and check its sha256/md5 against the
-     lock — the lock is the authority: a bad cached copy is replaced only by a fetched copy
-     that matches, a bad fetched copy is refused; each archive is then validated in Python
-     (structure, its own index.json names the locked package, paths.json stays in the prefix);
+  3. fetch every archive into envtool's archive cache through rattler's client (network.py:
+     retries, the user's credentials and mirrors; a body cut short is fetched again, then a
+     network failure — never "changed") and check its sha256/md5 against the lock while it
+     streams — the lock is the authority: a bad cached copy is replaced only by a fetched copy
+     that matches, a bad fetched copy is refused; a verified archive is renamed into the cache
+     at once, so a killed or failed install resumes without fetching it again. A package with
+     no archive here that is already extracted in rattler's shared package cache (pixi's) from
+     the lock's sha256, every file intact, is used as it is (read_extracted_contents). Each
+     archive is then validated in Python (structure, its own index.json names the locked
+     package, paths.json stays in the prefix);
   4. build records from the verified archives and let rattler link them (an extracted copy in
      rattler's cache is checked against the archive's paths.json first): packages already
      extracted in rattler's cache are given under their lock URL, the others as file:// URLs
@@ -59,6 +65,8 @@ class InstallReport:
     fetched: list[str] = field(default_factory=list)  # archives downloaded/copied this time
     reused: list[str] = field(default_factory=list)  # archives already verified in the cache
     refetched: list[str] = field(default_factory=list)  # cached copies that failed the hash
+    # linked from rattler's package cache without an archive (read_extracted_contents)
+    from_package_cache: list[str] = field(default_factory=list)
     seconds: float = 0.0
     dry_run: bool = False
 
@@ -454,10 +462,12 @@ def install_from_lock(
         # Everything that can refuse the install runs before the prefix is touched: a refused
         # install leaves a healthy env healthy (no marker) and the archive cache as it was.
         damaged_records = check_prefix_records(prefix) if prefix.is_dir() else []
-        archives = _fetch_all(conda_pkgs, urls, cache / "archives", report, shown, lock.path.name)
-        contents = {
-            p.file_name: read_archive_contents(archives[p.file_name], p) for p in conda_pkgs
-        }
+        archives, contents = _fetch_all(
+            conda_pkgs, urls, cache / "archives", report, shown, lock.path.name, extracted
+        )
+        for p in conda_pkgs:  # every downloaded or cached archive validated before linking
+            if p.file_name not in contents:
+                contents[p.file_name] = read_archive_contents(archives[p.file_name], p)
         install_state.write_incomplete_marker(prefix, lock.sha256, lock.path)
         _pause_hook("after-download")
         set_aside_records(prefix, damaged_records, say)
@@ -500,27 +510,46 @@ def _fetch_all(
     report: InstallReport,
     progress: Progress,
     lock_name: str,
-) -> dict[str, Path]:
+    extracted: Path | None = None,
+) -> tuple[dict[str, Path], dict[str, ArchiveContents]]:
     """Every archive verified in the cache, or a refusal. Cached copies are hashed first (a
     verified copy is never fetched again: an install killed or failed half-way resumes with the
     archives it completed); the rest stream through rattler's client, several at once, each
     renamed into the cache the moment its hash matches. A failure lets the other transfers
     finish (they are kept for the rerun), then the worst is raised: a bad URL, a changed file,
-    a network failure."""
+    a network failure.
+
+    With `extracted` (rattler's package cache), a package whose archive is not in envtool's cache
+    but which is extracted there and checks out (read_extracted_contents) is not downloaded: it
+    is returned in the second mapping, by file name, with its contents; its path is the entry."""
     import asyncio
 
     archive_dir.mkdir(parents=True, exist_ok=True)
     _sweep_stale_temps(archive_dir)
     dests = {p.file_name: cache_path(archive_dir, p.file_name) for p in pkgs}
 
+    shared: dict[str, ArchiveContents] = {}
+
     def cached(p: LockedPackage) -> tuple[str, bool | None]:
         dest = dests[p.file_name]
-        return p.file_name, (archive_matches(dest, p) if _is_own_file(dest) else None)
+        ok = archive_matches(dest, p) if _is_own_file(dest) else None
+        if ok is None and extracted is not None:  # no archive here (a bad one is refetched)
+            entry = _extracted_entry(extracted, p)
+            contents = read_extracted_contents(entry, p)
+            if contents is not None:
+                shared[p.file_name] = contents
+                return p.file_name, True
+        return p.file_name, ok
 
     with ThreadPoolExecutor(max_workers=4) as pool:  # hashlib and reads release the GIL
         state = dict(pool.map(cached, pkgs))
+    for name in shared:
+        dests[name] = _extracted_entry(extracted, next(p for p in pkgs if p.file_name == name))  # type: ignore[arg-type]
     todo = [p for p in pkgs if state[p.file_name] is not True]
-    report.reused += [p.file_name for p in pkgs if state[p.file_name] is True]
+    report.reused += [
+        p.file_name for p in pkgs if state[p.file_name] is True and p.file_name not in shared
+    ]
+    report.from_package_cache += sorted(shared)
     progress.start_fetch(len(pkgs), len(pkgs) - len(todo), lock_name)
     results: list[Any] = []
     if todo:
@@ -556,7 +585,45 @@ def _fetch_all(
             if isinstance(first, NetworkFailure) and len(failures) > 1:
                 first.message += f" ({len(failures)} of {len(todo)} downloads failed)"
             raise first
-    return dests
+    return dests, shared
+
+
+def _extracted_entry(extracted: Path, pkg: LockedPackage) -> Path:
+    return extracted / f"{pkg.name}-{pkg.version}-{pkg.build}"
+
+
+def read_extracted_contents(entry: Path, pkg: LockedPackage) -> ArchiveContents | None:
+    """A package already extracted in rattler's package cache (pixi, rattler-build or an earlier
+    envtool install put it there) used without its archive — or None, and it is downloaded.
+
+    It counts as verified against the lock when: rattler's `<entry>.lock` records that it was
+    extracted from an archive with the lock's sha256 (rattler hashes every archive it extracts);
+    its own info/index.json names the locked package and info/paths.json stays in the prefix
+    (the checks an archive gets); and every file has the size and sha256 paths.json gives
+    (verify_extracted). Weaker than hashing the archive: the cache is trusted to be the user's own
+    (as ~/.cache is), the archive itself is not re-hashed — it is not on the machine."""
+    root = entry.parent
+    if not pkg.sha256 or pkg.manager != "conda" or entry.resolve().parent != root.resolve():
+        return None
+    from envtool.adapters.files import read_bytes
+
+    try:
+        if not entry.is_dir() or entry.is_symlink():
+            return None
+        # rattler's cache lock file: an 8-byte revision, then the archive's sha256 (32 bytes)
+        head = read_bytes(root / f"{entry.name}.lock", 1 << 10, follow_symlinks=False)
+        if len(head) < 40 or head[8:40].hex() != pkg.sha256.lower():
+            return None
+        members = {
+            rel: read_bytes(entry / rel, _INFO_LIMIT, follow_symlinks=False)
+            for rel in ("info/index.json", "info/paths.json")
+        }
+        contents = _checked_contents(members, pkg, lambda why: UsageError(why))
+    except (UsageError, OSError):
+        return None
+    if contents.paths is None or verify_extracted(entry, contents) is not None:
+        return None
+    return contents
 
 
 STALE_TEMP_S = 900  # a live download writes its temp file every moment
@@ -655,6 +722,13 @@ def read_archive_contents(path: Path, pkg: LockedPackage) -> ArchiveContents:
         return ArchiveContents({}, None)
     except Exception as exc:  # zipfile, tarfile, zstd, EOF, a member too large
         raise refuse(f"not a valid conda package ({_first_line(exc)})") from None
+    return _checked_contents(members, pkg, refuse)
+
+
+def _checked_contents(
+    members: dict[str, bytes], pkg: LockedPackage, refuse: Callable[[str], UsageError]
+) -> ArchiveContents:
+    """index.json names the locked package; paths.json stays inside the prefix."""
     if "info/index.json" not in members:
         raise refuse("not a conda package (no info/index.json)")
     from envtool.core.safe_load import parse_json
@@ -774,7 +848,7 @@ def _link(
     """Link with rattler; returns the file names it read from envtool's verified copies."""
     import asyncio
 
-    from rattler import RepoDataRecord, install
+    from rattler import install
     from rattler.platform import Subdir
 
     say = progress.say
@@ -787,6 +861,8 @@ def _link(
     # what the verified archive holds: a changed extracted copy is dropped, re-extracted below.
     for p in pkgs:
         if (p.name, p.version, p.build) in installed and p.name not in damaged:
+            continue
+        if archives[p.file_name].is_dir():  # no archive: the entry itself was verified
             continue
         entry = rattler_cache / f"{p.name}-{p.version}-{p.build}"
         inside = entry.resolve().parent == rattler_cache.resolve()  # lock_model checked the parts
@@ -802,7 +878,7 @@ def _link(
         index = await PackageCache(rattler_cache).index() if rattler_cache.is_dir() else None
         # The records come from the verified (and validated) archives themselves.
         read = await asyncio.gather(
-            *(RepoDataRecord.from_package_archive(archives[p.file_name]) for p in pkgs),
+            *(_record_of(p, archives[p.file_name]) for p in pkgs),
             return_exceptions=True,  # never leave a reader running while the loop closes
         )
         records = []
@@ -816,7 +892,9 @@ def _link(
             if p.md5:
                 rec.md5 = bytes.fromhex(p.md5)
             rec.url = p.url
-            if index is None or not index.contains_record(rec):
+            if archives[p.file_name].is_dir():
+                pass  # linked from the verified entry in rattler's cache, under the lock's URL
+            elif index is None or not index.contains_record(rec):
                 # Not extracted yet: rattler must read our verified copy, never the network.
                 rec.url = archives[p.file_name].resolve().as_uri()
                 from_local.add(p.file_name)
@@ -846,6 +924,19 @@ def _link(
             "the environment is marked incomplete; run the same install again to finish it",
         ) from None
     return from_local
+
+
+async def _record_of(pkg: LockedPackage, path: Path) -> Any:
+    """rattler's record of a verified archive — or, for a package used from rattler's cache
+    without its archive, of the entry's own (verified) info/index.json with the lock's hashes."""
+    from rattler import PackageRecord, RepoDataRecord
+
+    if not path.is_dir():
+        return await RepoDataRecord.from_package_archive(path)
+    record = PackageRecord.from_index_json(
+        path / "info" / "index.json", sha256=pkg.sha256, md5=pkg.md5 or None
+    )
+    return RepoDataRecord(record, pkg.file_name, pkg.url, _channel_of(pkg.url))
 
 
 class _Captured:
