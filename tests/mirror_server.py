@@ -7,7 +7,10 @@ Content-Length, and per-path faults decided by `Faults`:
   first request only, or on every request with `cut_always`;
 - `latency`: seconds to wait before each answer;
 - `auth`: "user:password" that every request must present as HTTP basic auth (else 401);
-- `die_after`: stop the whole server after this many archive bodies were sent in full.
+- `die_after`: stop the whole server after this many archive bodies were sent in full;
+- `no_range`: ignore `Range: bytes=N-` (answer 200 with the whole file) instead of 206.
+
+`served` counts complete bodies per path; `ranges` lists (path, first byte) of 206 answers.
 
 `served` counts complete bodies per path; `requests` counts every request per path.
 """
@@ -31,6 +34,7 @@ class Faults:
     latency: float = 0.0
     auth: str | None = None
     die_after: int | None = None
+    no_range: bool = False
 
     def matches(self, names: set[str], path: str) -> bool:
         return "*" in names or any(n in path for n in names)
@@ -45,6 +49,7 @@ class MirrorServer(ThreadingHTTPServer):
         self.faults = faults or Faults()
         self.requests: Counter[str] = Counter()
         self.served: Counter[str] = Counter()
+        self.ranges: list[tuple[str, int]] = []
         self.lock = threading.Lock()
         self.dead = False
         super().__init__(("127.0.0.1", port), _Handler)
@@ -112,8 +117,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._status(404)
             return
         data = target.read_bytes()
+        total = len(data)
+        start = _range_start(self.headers.get("Range"))
+        if start is not None and not faults.no_range and start < total:
+            with srv.lock:
+                srv.ranges.append((path, start))
+            data = data[start:]
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{total - 1}/{total}")
+        else:
+            self.send_response(200)
         cut = faults.matches(faults.cut, path) and (faults.cut_always or nth == 1)
-        self.send_response(200)
+        self.send_header("Accept-Ranges", "none" if faults.no_range else "bytes")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Content-Type", "application/octet-stream")
         if cut:
@@ -143,6 +158,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+
+def _range_start(header: str | None) -> int | None:
+    """The N of `bytes=N-` (the only form a resuming client sends), else None."""
+    if not header or not header.startswith("bytes=") or not header.endswith("-"):
+        return None
+    text = header[len("bytes=") : -1]
+    return int(text) if text.isdigit() else None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -119,7 +119,26 @@ def test_a_body_cut_at_half_is_fetched_again_not_called_tampered(
     assert out.returncode == 0, out.stderr
     assert "hash mismatch" not in out.stderr
     assert set(_requested_archives(server).values()) == {2}  # cut once, fetched again by envtool
+    # ... from where it stopped: a Range request for the second half of each archive
+    sizes = {p.name: p.stat().st_size for p in mirror.glob("*/*.conda")}
+    resumed = {path.rsplit("/", 1)[-1]: start for path, start in server.ranges}
+    assert resumed == {name: sizes[name] // 2 for name in _archive_names(setup)}
     assert not _leftover_temps(env)
+    _verified(env)
+
+
+def test_a_cut_body_from_a_server_that_ignores_range_is_fetched_whole_again(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """rattler does not show the answer's status: a 200 to a Range request appends the whole
+    file; the digest shows it, and the file is fetched once more from byte 0 — not "changed"."""
+    with MirrorServer(mirror, Faults(cut={".conda"}, no_range=True)) as server:
+        out = _install(_http_lock(setup, server.url, tmp_path), env)
+    assert out.returncode == 0, out.stderr
+    assert "hash mismatch" not in out.stderr
+    assert set(_requested_archives(server).values()) == {3}  # cut, whole (appended), whole
+    assert not _leftover_temps(env)
+    _verified(env)
 
 
 def test_a_body_always_cut_short_is_a_network_failure_naming_the_bytes(

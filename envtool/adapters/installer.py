@@ -186,12 +186,12 @@ _REMOTE = ("http", "https", "s3", "gcs", "oci")  # what rattler's client fetches
 class _Sink:
     """The writer rattler streams a body into: a file object (never a bare fd, which a late
     write from a cancelled transfer could hit after reuse), the running digest, a size cap and
-    the byte count for progress."""
+    the byte count for progress. `size` counts every byte in the file, across resumed tries."""
 
-    def __init__(self, fh: Any, algo: str, on_bytes: Callable[[int], None]) -> None:
+    def __init__(self, fh: Any, digest: Any, size: int, on_bytes: Callable[[int], None]) -> None:
         self.fh = fh
-        self.digest = hashlib.new(algo)
-        self.size = 0
+        self.digest = digest
+        self.size = size
         self.on_bytes = on_bytes
 
     def write(self, data: bytes) -> int:
@@ -249,15 +249,19 @@ def changed_file(pkg: LockedPackage, url: str, got: str) -> ChangedFile:
 
 
 async def _download(
-    url: str, dest: Path, algo: str, on_bytes: Callable[[int], None]
-) -> tuple[Path, str]:
+    url: str, dest: Path, algo: str, on_bytes: Callable[[int], None], resume: bool = True
+) -> tuple[Path, str, bool]:
     """Stream `url` into a fresh exclusive temp file beside `dest` (mkstemp: a random name,
     O_EXCL, so no planted link or other process can aim the write) and return (temp path, hex
-    digest); the caller renames it over `dest` only once the digest is the lock's.
+    digest, resumed); the caller renames it over `dest` only once the digest is the lock's.
 
     rattler's client retries 5xx, resets and time-outs before the body; a body cut short (an
-    OSError from the stream) is fetched again here, ATTEMPTS times with back-off, then reported
-    as a network failure naming the bytes received — never as a changed file."""
+    OSError from the stream) is fetched again here, ATTEMPTS times with back-off — from where
+    it stopped, with `Range: bytes=N-` (a client with that default header: rattler's download
+    calls take no per-request headers), unless `resume` is off — then reported as a network
+    failure naming the bytes received, never as a changed file. rattler does not expose the
+    answer's status, so a server that ignores Range (200, the whole file again) is only seen
+    in the digest: the caller then fetches the file once more without resuming."""
     import asyncio
 
     parsed = urllib.parse.urlparse(url)
@@ -265,59 +269,67 @@ async def _download(
         raise UsageError(
             f"{url}: unsupported URL scheme", "use file://, http(s)://, s3://, gcs:// or oci://"
         )
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            fd, tmp_name = tempfile.mkstemp(
-                dir=dest.parent, prefix=f".{dest.name}.", suffix=".part"
-            )
-        except OSError as exc:
-            raise cannot_write(dest.parent, exc) from None
-        tmp = Path(tmp_name)
-        sink = None
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                sink = _Sink(fh, algo, on_bytes)
-                if parsed.scheme == "file":
-                    await asyncio.to_thread(_copy_local, url, sink)
-                else:
-                    from rattler.package_streaming import download_to_writer
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    except OSError as exc:
+        raise cannot_write(dest.parent, exc) from None
+    tmp = Path(tmp_name)
+    digest = hashlib.new(algo)
+    size = 0
+    resumed = False
+    counted = [0]  # bytes of this file shown in the progress, taken back if it is dropped
 
-                    from envtool.adapters.network import client
+    def count(n: int) -> None:
+        counted[0] += n
+        on_bytes(n)
 
-                    await download_to_writer(client(), url, sink)
-            return tmp, sink.digest.hexdigest()
-        except _TooLarge:
-            tmp.unlink(missing_ok=True)
-            raise DiagnosedFailure(
-                f"{url}: larger than {FETCH_LIMIT >> 30} GiB, not a package; nothing was linked",
-                "check the lock's URL",
-            ) from None
-        except (UsageError, DiagnosedFailure):
-            tmp.unlink(missing_ok=True)
-            raise
-        except OSError as exc:  # the body was cut short, or the connection dropped mid-body
-            tmp.unlink(missing_ok=True)
-            got = sink.size if sink else 0
-            if sink:
-                on_bytes(-got)
-            if parsed.scheme == "file":
-                raise network_failure(url, exc.strerror or _first_line(exc)) from None
-            if attempt < ATTEMPTS:
-                await asyncio.sleep(0.25 * 2**attempt)
-                continue
-            raise network_failure(
-                url,
-                f"the connection dropped after {got} bytes ({_first_line(exc)}; {ATTEMPTS} tries)",
-            ) from None
-        except Exception as exc:  # rattler's request error: transient ones were already retried
-            tmp.unlink(missing_ok=True)
-            if sink:
-                on_bytes(-sink.size)
-            raise network_failure(url, _first_line(exc)) from None
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-    raise AssertionError("unreachable")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            for attempt in range(1, ATTEMPTS + 1):
+                sink = _Sink(fh, digest, size, count)
+                try:
+                    if parsed.scheme == "file":
+                        await asyncio.to_thread(_copy_local, url, sink)
+                    else:
+                        from rattler.package_streaming import download_to_writer
+
+                        from envtool.adapters.network import client
+
+                        resumed = resumed or size > 0
+                        await download_to_writer(client(size), url, sink)
+                    fh.flush()
+                    return tmp, digest.hexdigest(), resumed
+                except _TooLarge:
+                    raise DiagnosedFailure(
+                        f"{url}: larger than {FETCH_LIMIT >> 30} GiB, not a package; "
+                        "nothing was linked",
+                        "check the lock's URL",
+                    ) from None
+                except (UsageError, DiagnosedFailure):
+                    raise
+                except OSError as exc:  # the body was cut short, or the connection dropped
+                    if parsed.scheme == "file":
+                        raise network_failure(url, exc.strerror or _first_line(exc)) from None
+                    size = sink.size
+                    if not resume and size:  # start over: drop what this try wrote
+                        count(-counted[0])
+                        fh.seek(0)
+                        fh.truncate()
+                        digest, size = hashlib.new(algo), 0
+                    if attempt == ATTEMPTS:
+                        raise network_failure(
+                            url,
+                            f"the connection dropped after {sink.size} bytes "
+                            f"({_first_line(exc)}; {ATTEMPTS} tries)",
+                        ) from None
+                    await asyncio.sleep(0.25 * 2**attempt)
+                except Exception as exc:  # rattler's request error: transient ones were retried
+                    raise network_failure(url, _first_line(exc)) from None
+        raise AssertionError("unreachable")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        on_bytes(-counted[0])
+        raise
 
 
 def _copy_local(url: str, sink: _Sink) -> None:
@@ -335,7 +347,10 @@ async def _fetch_one(
     only ever replaced by a fetched file that matched the hash, so a lock (or a source) with
     the wrong hash cannot destroy a good cached archive."""
     algo, want = _lock_digest(pkg)
-    tmp, got = await _download(url, dest, algo, on_bytes)
+    tmp, got, resumed = await _download(url, dest, algo, on_bytes)
+    if resumed and got != want:  # the server may have ignored Range: once more, from byte 0
+        tmp.unlink(missing_ok=True)
+        tmp, got, _ = await _download(url, dest, algo, on_bytes, resume=False)
     try:
         if not want or got != want:  # a lock entry without a hash cannot be verified: refuse
             raise changed_file(pkg, url, got)

@@ -44,18 +44,24 @@ def rattler_config() -> Config | None:
     return _state["config"]
 
 
-def client() -> Client:
-    """The command's one rattler client (built once, reused by every download)."""
+def client(resume_at: int = 0) -> Client:
+    """The command's one rattler client (built once, reused by every download); with
+    `resume_at`, the same client stack sending `Range: bytes=N-` (rattler's download calls take
+    no per-request headers, only a client's default ones) to resume a body cut short."""
+    if resume_at:
+        return _build({"Range": f"bytes={resume_at}-"})
     if "client" not in _state:
-        from rattler.networking import Client
-
-        config = rattler_config()
-        _state["client"] = (
-            Client.from_config(config, max_retries=RETRIES)
-            if config is not None
-            else Client.default_client(max_retries=RETRIES)
-        )
+        _state["client"] = _build(None)
     return _state["client"]
+
+
+def _build(headers: dict[str, str] | None) -> Client:
+    from rattler.networking import Client
+
+    config = rattler_config()
+    if config is not None:
+        return Client.from_config(config, max_retries=RETRIES, headers=headers)
+    return Client.default_client(max_retries=RETRIES, headers=headers)
 
 
 def gateway(cache_dir: Path | None = None) -> Gateway:
