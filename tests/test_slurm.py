@@ -46,7 +46,7 @@ def slurm_req(**kw: object) -> SlurmRequest:
 
 def sbatch_directives(text: str) -> dict[str, str]:
     return dict(
-        line[len("#SBATCH --") :].split("=", 1)
+        (line[len("#SBATCH --") :].split("=", 1) + [""])[:2]  # a flag (--requeue) reads as ""
         for line in text.splitlines()
         if line.startswith("#SBATCH --")
     )
@@ -411,3 +411,196 @@ def test_output_path_with_spaces_is_quoted_plain_one_unchanged() -> None:
     assert "#SBATCH --output=/proj/runs/r1/slurm-%j.out\n" in plain
     spaced = render_sbatch(slurm_req(run_dir="/proj/my runs/r1"))
     assert "#SBATCH --output='/proj/my runs/r1/slurm-%j.out'\n" in spaced
+
+
+# --- --requeue ----------------------------------------------------------------------------------
+
+DDP = str(REPO / "templates" / "ddp.py")
+# the ddp template on 2 CPU ranks, every step logged (the last logged loss is the last step's)
+DDP_ARGS = ["--cpu", "--max-steps", "150", "--log-every", "1", "--ckpt-every", "0"]
+
+
+def test_requeue_script_traps_the_signal_signals_the_steps_and_requeues_under_the_cap() -> None:
+    text = render_sbatch(slurm_req(requeue=True, max_requeues=2))
+    d = sbatch_directives(text)
+    assert d["signal"] == "B:USR1@120" and d["open-mode"] == "append" and d["requeue"] == ""
+    assert "trap 'on_stop USR1' USR1" in text and "trap 'on_stop TERM' TERM" in text
+    assert 'scancel --signal=TERM "$SLURM_JOB_ID"' in text  # the steps, not srun's SIGKILL
+    assert "max_requeues=2" in text and 'scontrol requeue "$SLURM_JOB_ID"' in text
+    assert "/proj/runs/r1/requeues.log" in text
+    proc = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "B:USR1" not in render_sbatch(slurm_req())  # without --requeue: as before
+
+
+@pytest.mark.parametrize(("restarts", "requeued"), [(0, True), (1, True), (2, False)])
+def test_requeue_shell_logic_with_stand_ins_for_srun_and_scontrol(
+    tmp_path: Path, restarts: int, requeued: bool
+) -> None:
+    """The batch script itself under bash, srun/scancel/scontrol replaced by tiny scripts: USR1
+    to the shell signals the step, waits for it, and requeues only under --max-requeues."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "calls"
+    stubs = {
+        "srun": f'echo $$ > {tmp_path}/srun.pid; trap "exit 0" TERM; while :; do sleep 0.1; done',
+        "scancel": f'echo "scancel $*" >> {calls}; kill -TERM "$(cat {tmp_path}/srun.pid)"',
+        "scontrol": f'if [ "$1" = show ]; then echo node1; else echo "scontrol $*" >> {calls}; fi',
+    }
+    for name, body in stubs.items():
+        (fake / name).write_text(f"#!/bin/bash\n{body}\n")
+        (fake / name).chmod(0o755)
+    run_dir = tmp_path / "run"
+    text = render_sbatch(
+        slurm_req(requeue=True, max_requeues=2, run_dir=str(run_dir), cpu=True, prefix=None)
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_NNODES": "1",
+        "SLURM_RESTART_COUNT": str(restarts),
+    }
+    shell = subprocess.Popen(["bash", "-c", text], env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "srun.pid").exists():
+            assert shell.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        shell.send_signal(signal.SIGUSR1)
+        assert shell.wait(timeout=30) == 0
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+    made = calls.read_text().splitlines()
+    assert made[0] == "scancel --signal=TERM 7"
+    assert ("scontrol requeue 7" in made) is requeued
+    history = (run_dir / "requeues.log").read_text()
+    assert f"restart {restarts}: got SIGUSR1" in history
+    assert ("--max-requeues 2 reached" in history) is not requeued
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--requeue"], "--requeue requeues a Slurm job"),
+        (["--slurm", "--nodes", "1", "--requeue", "--", "--resume", "never"], "--resume never"),
+        (["--slurm", "--nodes", "1", "--requeue", "--", "--resume=never"], "--resume never"),
+        (["--slurm", "--nodes", "1", "--requeue", "--max-requeues", "-1"], "--max-requeues"),
+    ],
+)
+def test_requeue_refuses_what_cannot_resume(tmp_path: Path, args: list[str], said: str) -> None:
+    argv = [sys.executable, "-m", "envtool", "launch", DDP, "--cpu", *args]
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert said in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _result(text: str) -> dict[str, Any]:
+    lines = [line for line in text.splitlines() if "RESULT " in line]
+    assert lines, text[-2000:]
+    return json.loads(lines[-1].split("RESULT ", 1)[1])
+
+
+def _wait_for_text(path: Path, needle: str, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if needle in text:
+            return text
+        time.sleep(0.2)
+    raise AssertionError(f"{needle!r} not in {path} after {timeout}s")
+
+
+def _release_requeued(job_id: str, env: dict[str, str], timeout: float = 60) -> None:
+    """Start the requeued job in a few seconds rather than Slurm's couple of minutes. Not at
+    once: slurmd refuses a job credential issued in the same second the job was revoked
+    (requeued) — "Job credential revoked" — so the start is 3 s after the requeue."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True
+        ).stdout
+        if "Restarts=0" not in out and "JobState=PENDING" in out:
+            subprocess.run(
+                ["scontrol", "update", f"JobId={job_id}", "StartTime=now+3"],
+                env=env,
+                capture_output=True,
+            )
+            return
+        time.sleep(0.2)
+
+
+@pytest.mark.integration
+def test_a_requeued_job_checkpoints_resumes_and_ends_like_an_uninterrupted_run(
+    slurm_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """The ddp template as a --requeue job: signalled as Slurm signals a job near its time
+    limit (USR1 to the batch shell: `scancel --batch --signal=USR1`, the same path Slurm's
+    --signal=B:USR1@120 takes, triggered when the job is mid-run instead of waiting minutes),
+    it checkpoints, requeues itself, resumes at the saved step and ends with the same step and
+    loss as the same run uninterrupted."""
+    env = {**slurm_cluster, "OMP_NUM_THREADS": "1"}
+    reference = subprocess.run(
+        [sys.executable, "-m", "envtool", "launch", DDP, "--cpu", "--nproc", "2"]
+        + ["--run-dir", str(tmp_path / "ref-runs"), "--", *DDP_ARGS]
+        + ["--out-dir", str(tmp_path / "ref-ckpt")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert reference.returncode == 0, reference.stderr
+    expected = _result(reference.stdout)
+    assert expected["step"] == 150 and expected["start_step"] == 0
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "envtool", "launch", DDP, "--slurm", "--cpu", "--nodes", "1"]
+        + ["--nproc", "2", "--time", "10", "--requeue", "--max-requeues", "2", "--submit"]
+        + ["--json", "--", *DDP_ARGS, "--out-dir", str(tmp_path / "ckpt")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    job_id = data["job_id"]
+    run_dir = Path(data["sbatch_path"]).parent
+    output = run_dir / f"slurm-{job_id}.out"
+    _wait_for_text(output, "step 10 loss")  # mid-run: well before step 150
+    signalled = subprocess.run(
+        ["scancel", "--batch", "--signal=USR1", job_id], env=env, capture_output=True, text=True
+    )
+    assert signalled.returncode == 0, signalled.stderr
+    _wait_for_text(run_dir / "requeues.log", "requeued (1 of 2)")
+    # Slurm holds a requeued batch job ~2 minutes (its begin time); release it now
+    _release_requeued(job_id, env)
+    state = wait_for_job(job_id, slurm_cluster, timeout=240)
+    log = output.read_text(errors="replace")
+    history = (run_dir / "requeues.log").read_text()
+    job = subprocess.run(
+        ["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True
+    )
+    assert state == "COMPLETED", f"{state}\n{job.stdout}\n{history}\n{log[-3000:]}"
+    # first run: stopped by the signal after a checkpoint; second: resumed from it
+    first, second = (_result(part) for part in log.split("resumed from", 1))
+    assert first["stopped"] == "SIGTERM" and 10 <= first["step"] < 150, first
+    assert f"at step {first['step']}" in log.split("resumed from", 1)[1].splitlines()[0]
+    assert second["start_step"] == first["step"]
+    assert (second["step"], second["loss"]) == (expected["step"], expected["loss"])
+    assert "restart 0: got SIGUSR1" in history and "requeued (1 of 2)" in history
+    assert "restart 1: start" in history and "restart 1: srun ended (exit 0)" in history
+    # one run folder across the requeue, listed by `envtool runs`
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [run_dir.name]
+    runs = subprocess.run(
+        [sys.executable, "-m", "envtool", "runs", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    (row,) = json.loads(runs.stdout)["runs"]
+    assert row["job_id"] == job_id and row["status"] == "submitted"

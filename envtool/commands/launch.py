@@ -91,6 +91,18 @@ def _bounded_nproc(value: int | None) -> int | None:
 @click.option("--job-name", default=None, help="Slurm: job name (default: script name).")
 @click.option("--cpus-per-task", type=click.IntRange(min=1), default=None, help="Slurm: CPUs.")
 @click.option("--submit", is_flag=True, help="Slurm: submit with sbatch and print the job id.")
+@click.option(
+    "--requeue",
+    is_flag=True,
+    help="Slurm: on the time-limit signal or a preemption, checkpoint and requeue the job.",
+)
+@click.option(
+    "--max-requeues",
+    type=click.IntRange(min=0, max=1000),
+    default=3,
+    show_default=True,
+    help="Slurm --requeue: requeue at most this many times.",
+)
 @click.pass_context
 def cmd(ctx: click.Context, **opts: Any) -> None:
     """Run SCRIPT through torchrun in an environment (arguments for SCRIPT go after --).
@@ -110,17 +122,37 @@ def cmd(ctx: click.Context, **opts: Any) -> None:
             f"{opts['script']}: no such training script", "pass the path of a .py file"
         )
     run_id = new_run_id()
+    if opts["requeue"] and not opts["slurm"]:
+        raise UsageError(
+            "--requeue requeues a Slurm job", "add --slurm (a local run resumes when relaunched)"
+        )
     if opts["slurm"]:
         if opts["hang_timeout"] is not None:  # the batch job runs torchrun without envtool
             raise UsageError(
                 "--hang-timeout watches a local run; a --slurm job is not watched by envtool",
                 "drop --hang-timeout (bound the job with --time)",
             )
+        if opts["requeue"]:
+            check_resumable(list(opts["script_args"]))
         result = launch_slurm(opts, target, script, run_id)
         emit(result, opts["as_json"])
         return
     code = launch_local(opts, target, script, run_id)
     ctx.exit(code)
+
+
+def check_resumable(script_args: list[str]) -> None:
+    """A requeued job runs the same command again: the templates resume from their checkpoint
+    by default (`--resume auto`); `--resume never` would start over on every requeue."""
+    for i, arg in enumerate(script_args):
+        value = arg.split("=", 1)[1] if arg.startswith("--resume=") else None
+        if arg == "--resume" and i + 1 < len(script_args):
+            value = script_args[i + 1]
+        if value == "never":
+            raise UsageError(
+                "--requeue with the script's --resume never: every requeue would start over",
+                "drop --resume never (the templates resume from their checkpoint by default)",
+            )
 
 
 def new_run_id() -> str:
@@ -409,6 +441,8 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         run_dir=str(run_dir),
         max_restarts=opts["max_restarts"],
         workdir=str(Path.cwd()),
+        requeue=opts["requeue"],
+        max_requeues=opts["max_requeues"],
     )
     if req.is_conda:
         from envtool.adapters.activation import render_activation_script
@@ -424,10 +458,30 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     if opts["dry_run"]:
         return Result("launch", data={**data, "dry_run": True, "script": text}, text=[text])
     from envtool.adapters.files import write_atomic
-    from envtool.adapters.launcher import make_run_dir
+    from envtool.adapters.launcher import make_run_dir, read_lock_hash, write_manifest
+    from envtool.core.slurm import plan_nproc_per_node
 
     make_run_dir(run_dir)
     write_atomic(path, text)
+    # `envtool runs` lists the job too; requeues keep this folder (the script names it)
+    manifest: dict[str, Any] = {
+        "run_id": run_id,
+        "script": str(script),
+        "envtool_argv": ["envtool", *sys.argv[1:]],
+        "env_prefix": req.prefix,
+        "python": req.python,
+        "lock_hash": read_lock_hash(target.prefix),
+        "nnodes": req.nodes,
+        "nproc_per_node": plan_nproc_per_node(req),
+        "slurm": {
+            "sbatch": str(path),
+            "job_id": None,
+            "requeue": req.requeue,
+            "max_requeues": req.max_requeues if req.requeue else None,
+            "history": str(run_dir / "requeues.log") if req.requeue else None,
+        },
+    }
+    write_manifest(run_dir / "manifest.json", manifest)
     lines = [f"wrote {path}"]
     if opts["submit"]:
         from envtool.adapters.proc import run_capture
@@ -442,6 +496,9 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
                 "check --partition/--account/--time against `sinfo`",
             )
         data["job_id"] = job_id
+        manifest["slurm"]["job_id"] = job_id
+        manifest["submit_time"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        write_manifest(run_dir / "manifest.json", manifest)
         lines.append(f"submitted job {job_id} — output: {run_dir}/slurm-{job_id}.out")
     else:
         lines.append(f"submit with: sbatch {quote_posix(str(path))}")

@@ -8,6 +8,14 @@ Choices (documented in README.md):
 - `--signal=TERM@120` (no `B:`): Slurm sends SIGTERM to the job *steps* 120 s before the time
   limit, i.e. to torchrun and the training processes started by srun, which can checkpoint.
   With `B:` only the batch shell would get it, and bash defers traps while srun runs.
+- `--requeue`: `--signal=B:USR1@120` goes to the batch shell instead, which runs srun in the
+  background and waits, so its trap runs at once: it sends SIGTERM to the job steps (`scancel
+  --signal=TERM $SLURM_JOB_ID`: steps only — srun itself answers a SIGTERM by SIGKILLing its
+  tasks), the ranks checkpoint and exit, and the shell requeues the job (`scontrol requeue`)
+  while $SLURM_RESTART_COUNT is under the cap. The requeued job runs the same script: same run
+  folder, same checkpoint directory, and the templates resume from it (`--resume auto`, their
+  default). A SIGTERM to the batch shell itself (preemption, `scancel --full`) is handled the
+  same way. `requeues.log` in the run folder keeps the history of every start and end.
 - NCCL_NVLS_ENABLE=0 / TORCH_SYMM_MEM_DISABLE_MULTICAST=1 unless already set: NVLink SHARP /
   multicast is disabled on many shared clusters and NCCL then fails at init.
 """
@@ -43,6 +51,8 @@ class SlurmRequest:
     max_restarts: int = 0
     workdir: str | None = None
     activation: str | None = None  # the env's activation script (rattler), when available
+    requeue: bool = False  # checkpoint and requeue on the time-limit signal or a preemption
+    max_requeues: int = 3
 
 
 def plan_nproc_per_node(req: SlurmRequest) -> int:
@@ -130,8 +140,15 @@ def render_sbatch(req: SlurmRequest) -> str:
         lines.append(f"#SBATCH --partition={check_directive_value('--partition', req.partition)}")
     if req.account:
         lines.append(f"#SBATCH --account={check_directive_value('--account', req.account)}")
+    if req.requeue:  # the batch shell traps it, signals the steps and requeues the job
+        lines += [
+            f"#SBATCH --signal=B:USR1@{SIGNAL_LEAD_SECONDS}",
+            "#SBATCH --requeue",
+            "#SBATCH --open-mode=append",  # one output file across requeues (same job id)
+        ]
+    else:
+        lines.append(f"#SBATCH --signal=TERM@{SIGNAL_LEAD_SECONDS}")
     lines += [
-        f"#SBATCH --signal=TERM@{SIGNAL_LEAD_SECONDS}",
         f"#SBATCH --output={_output_directive(req.run_dir)}",
         "",
         "# the environment, as `conda activate` / a venv's activate would set it",
@@ -187,10 +204,50 @@ def render_sbatch(req: SlurmRequest) -> str:
         req.script,
         *req.script_args,
     ]
+    srun = "srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c " + join_posix(
+        [_NODE_COMMAND, "envtool-node", *words]
+    )
+    lines.append('export ENVTOOL_RDZV_ENDPOINT="$head:$port"')
+    if not req.requeue:
+        lines.append(srun)
+        return "\n".join(lines) + "\n"
+    history = q(req.run_dir + "/requeues.log")
     lines += [
-        'export ENVTOOL_RDZV_ENDPOINT="$head:$port"',
-        "srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c "
-        + join_posix([_NODE_COMMAND, "envtool-node", *words]),
+        f"max_requeues={int(req.max_requeues)}",
+        "restarts=${SLURM_RESTART_COUNT:-0}",
+        "export ENVTOOL_REQUEUE_COUNT=$restarts  # for the training script, if it cares",
+        'say() { echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) job $SLURM_JOB_ID restart $restarts: $*" '
+        f">> {history}; }}",
+        'say "start on $SLURM_JOB_NODELIST"',
+        'stop_signal=""',
+        "on_stop() {  # USR1: the time limit is near; TERM: preemption or scancel",
+        '  if [ -z "$stop_signal" ]; then',
+        '    stop_signal=$1; say "got SIG$1: the ranks checkpoint and stop"',
+        '    scancel --signal=TERM "$SLURM_JOB_ID" || true  # the steps, not this shell',
+        "  fi",
+        "}",
+        "trap 'on_stop USR1' USR1",
+        "trap 'on_stop TERM' TERM",
+        srun + " &",
+        "step=$!",
+        "while :; do  # a trapped signal ends `wait` early; wait again until srun is done",
+        '  rc=0; wait "$step" || rc=$?',
+        '  kill -0 "$step" 2>/dev/null || break',
+        "done",
+        'say "srun ended (exit $rc)"',
+        'if [ -n "$stop_signal" ]; then',
+        '  if [ "$restarts" -lt "$max_requeues" ]; then',
+        '    say "requeued ($((restarts + 1)) of $max_requeues)"',
+        "    for try in 1 2 3 4 5; do  # refused while the step is still being cleaned up",
+        '      if scontrol requeue "$SLURM_JOB_ID"; then exit 0; fi',
+        "      sleep $((try * 2))",
+        "    done",
+        '    say "scontrol requeue failed"',
+        "    exit 1",
+        "  fi",
+        '  say "not requeued: --max-requeues $max_requeues reached"',
+        "fi",
+        'exit "$rc"',
     ]
     return "\n".join(lines) + "\n"
 
