@@ -50,6 +50,7 @@ class MirrorServer(ThreadingHTTPServer):
         self.requests: Counter[str] = Counter()
         self.served: Counter[str] = Counter()
         self.ranges: list[tuple[str, int]] = []
+        self.bytes_sent: Counter[str] = Counter()
         self.lock = threading.Lock()
         self.dead = False
         super().__init__(("127.0.0.1", port), _Handler)
@@ -147,6 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with srv.lock:
             srv.served[path] += 1
+            srv.bytes_sent[path] += len(data)
             done = srv.archive_bodies()
         if faults.die_after is not None and done >= faults.die_after and not srv.dead:
             srv.dead = True  # new connections are refused, kept-alive ones are closed
