@@ -42,10 +42,10 @@ def discover_builds(
     from envtool.adapters.rattler_solve import _discover
 
     async def run() -> list[ChannelBuild]:
-        import rattler
+        from envtool.adapters.network import gateway as make_gateway
 
         try:
-            gateway = rattler.Gateway(cache_dir=cache_dir) if cache_dir else rattler.Gateway()
+            gateway = make_gateway(cache_dir)  # rattler's client: retries, credentials, mirrors
             found = await _discover(gateway, channels, platforms)
             return [ChannelBuild(b.torch, b.cuda, b.python, b.platform) for b in found]
         finally:
