@@ -62,13 +62,25 @@ def two_nodes() -> Iterator[list[tuple[str, str]]]:
             ip("netns", "del", ns)  # removes the veth pair with it
 
 
-def launch(ns: str | None, veth: str | None, args: list[str], marker: str) -> subprocess.Popen[str]:
+# envtool with another torch version in its pre-flight fingerprint: patched in this child
+# interpreter only (the product reads no variable or flag for it)
+FAKE_TORCH = (
+    "import sys, envtool.adapters.preflight as p; real = p.probe_fingerprint; "
+    "p.probe_fingerprint = lambda *a: {**real(*a), 'torch': '2.0.0+other'}; "
+    "from envtool.cli import main; sys.argv[0] = 'envtool'; main()"
+)
+
+
+def launch(
+    ns: str | None, veth: str | None, args: list[str], marker: str, fake_torch: bool = False
+) -> subprocess.Popen[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ENVTOOL_TEST_MARKER": marker}
     if veth:
         env["GLOO_SOCKET_IFNAME"] = veth  # gloo must use the veth, not the host's hostname address
     prefix = ["ip", "netns", "exec", ns] if ns else []
+    python = [sys.executable, "-c", FAKE_TORCH] if fake_torch else [sys.executable, "-m", "envtool"]
     return subprocess.Popen(
-        [*prefix, sys.executable, "-m", "envtool", "launch", SCRIPT, "--cpu", *args],
+        [*prefix, *python, "launch", SCRIPT, "--cpu", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -133,6 +145,7 @@ def test_two_namespaces_rendezvous_and_match_a_single_node_run(
             os.kill(pid, signal.SIGKILL)
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
+    assert "pre-flight: waiting for 1 other node(s) on port 29400" in outs[0][1]
     # the node holding global rank 0 prints the results (static: always the head node)
     printed = [out for out, _ in outs if "RESULT" in out]
     assert len(printed) == 1
@@ -141,3 +154,100 @@ def test_two_namespaces_rendezvous_and_match_a_single_node_run(
     assert "RESULT world=4 " in printed[0]  # 2 nodes x 2 processes joined one group
     assert pids_with_environ(f"ENVTOOL_TEST_MARKER={marker}".encode()) == []
     assert result_lines(printed[0]) == single_node_result
+
+
+def run_nodes(
+    two_nodes: list[tuple[str, str]], tmp_path: Path, node_args: list[list[str]], fake: int = -1
+) -> list[tuple[int, str]]:
+    """Start one envtool per given args list (node i in namespace i), wait for all to end;
+    [(exit code, stderr)]. Nothing is left running."""
+    marker = uuid.uuid4().hex
+    procs = [
+        launch(
+            ns, veth, [*args, "--run-dir", str(tmp_path / f"n{i}")], marker, fake_torch=i == fake
+        )
+        for i, ((ns, veth), args) in enumerate(zip(two_nodes, node_args, strict=False))
+    ]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for pid in pids_with_environ(f"ENVTOOL_TEST_MARKER={marker}".encode()):
+            os.kill(pid, signal.SIGKILL)
+    return [(p.returncode, err) for p, (_, err) in zip(procs, outs, strict=True)]
+
+
+def node(rank: int, port: int = 29400, timeout: str = "8") -> list[str]:
+    return ["--nproc", "2", "--nnodes", "2", "--node-rank", str(rank)] + [
+        "--rdzv-endpoint",
+        f"{HEAD}:{port}",
+        "--rdzv-timeout",
+        timeout,
+    ]
+
+
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if not line.startswith("envtool: pre-flight:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_a_head_that_never_starts_ends_the_node_with_one_line(
+    two_nodes: list[tuple[str, str]], tmp_path: Path
+) -> None:
+    # only node 1 runs, in the worker namespace; the head's address answers, nothing listens
+    [(code, err)] = run_nodes(two_nodes[1:], tmp_path, [node(1, timeout="5")])
+    assert code == 1
+    line = one_error_line(err)
+    assert f"pre-flight: node 1 cannot reach the head {HEAD}:29400 within 5 s" in line, err
+    assert not list(tmp_path.glob("n0/*/torchrun"))  # torchrun never started
+
+
+def test_a_wrong_port_ends_both_nodes_naming_the_cause(
+    two_nodes: list[tuple[str, str]], tmp_path: Path
+) -> None:
+    (head_code, head_err), (code, err) = run_nodes(
+        two_nodes, tmp_path, [node(0, 29400), node(1, 29401)]
+    )
+    assert (head_code, code) == (1, 1)
+    assert "pre-flight: only 1 of 2 nodes reached the head on port 29400" in one_error_line(
+        head_err
+    )
+    assert f"node 1 cannot reach the head {HEAD}:29401" in one_error_line(err)
+
+
+@pytest.mark.parametrize("rendezvous", ["static", "c10d"])
+def test_a_node_with_another_torch_ends_both_nodes_naming_it(
+    two_nodes: list[tuple[str, str]], tmp_path: Path, rendezvous: str
+) -> None:
+    if rendezvous == "static":
+        args = [node(0), node(1)]
+        who = f"node 1 ({WORKER})"
+    else:  # no --node-rank: the head is the node the endpoint is local to
+        args = [
+            [*node(r)[:4], *node(r)[6:], "--local-addr", a] for r, a in ((0, HEAD), (1, WORKER))
+        ]
+        who = f"node at {WORKER}"
+    results = run_nodes(two_nodes, tmp_path, args, fake=1)
+    import torch
+
+    for code, err in results:
+        assert code == 1, err
+        line = one_error_line(err)
+        assert f"pre-flight: {who} has torch 2.0.0+other, the head has {torch.__version__}" in line
+    assert not list(tmp_path.glob("n*/*/torchrun"))  # no torchrun started on either node
+
+
+def test_skip_checks_bypasses_the_pre_flight(
+    two_nodes: list[tuple[str, str]], tmp_path: Path, single_node_result: list[str]
+) -> None:
+    """--skip-checks: no fingerprint exchange, so a node with another torch still runs (its
+    torch is the same in truth): the run goes straight to torchrun and succeeds."""
+    results = run_nodes(
+        two_nodes, tmp_path, [[*node(0), "--skip-checks"], [*node(1), "--skip-checks"]], fake=1
+    )
+    for code, err in results:
+        assert code == 0, err
+        assert "pre-flight" not in err

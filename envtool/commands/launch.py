@@ -64,6 +64,14 @@ def _bounded_nproc(value: int | None) -> int | None:
     "--local-addr", default=None, help="Address other nodes reach this node by (multi-NIC)."
 )
 @click.option(
+    "--rdzv-timeout",
+    type=click.FloatRange(min=1, max=3600),
+    default=60,
+    show_default=True,
+    metavar="SECONDS",
+    help="Multi-node pre-flight: how long nodes wait for each other before all give up.",
+)
+@click.option(
     "--max-restarts",
     type=click.IntRange(min=0),
     default=0,
@@ -79,7 +87,9 @@ def _bounded_nproc(value: int | None) -> int | None:
 )
 @click.option("--all-ranks", is_flag=True, help="Show every rank on the console, not rank 0.")
 @click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
-@click.option("--skip-checks", is_flag=True, help="Skip the doctor's pre-flight checks.")
+@click.option(
+    "--skip-checks", is_flag=True, help="Skip the doctor's checks and the multi-node pre-flight."
+)
 @click.option("--dry-run", is_flag=True, help="Print the command and environment; run nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 @click.option("--slurm", is_flag=True, help="Write a Slurm batch script instead of running.")
@@ -222,6 +232,8 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     check_rendezvous_port(opts, nnodes, endpoint_is_local)
     if plan.backend == "nccl" and not opts["skip_checks"]:
         preflight_doctor(target, host_facts or probe_host())
+    if nnodes > 1 and not opts["skip_checks"]:
+        preflight_nodes(opts, target, torch_version, endpoint_is_local)
     for line in plan.notes:
         note(f"envtool: {line}")
     manifest: dict[str, Any] = {
@@ -326,6 +338,31 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     if opts["as_json"]:
         emit(Result("launch", data={"manifest": manifest}, exit_code=outcome.exit_code), True)
     return outcome.exit_code
+
+
+def preflight_nodes(
+    opts: dict[str, Any], target: Any, torch_version: str | None, endpoint_is_local: bool
+) -> None:
+    """Before a multi-node torchrun: the head (node 0, or the node the c10d endpoint is local
+    to) listens on the rendezvous port; the others reach it within --rdzv-timeout; every node's
+    torch, CUDA, NCCL and lock hash match the head's. Any failure ends every node in one line."""
+    from envtool.adapters import preflight
+    from envtool.core.launch_plan import parse_endpoint
+
+    host, port = parse_endpoint(opts["rdzv_endpoint"])
+    fingerprint = preflight.probe_fingerprint(target.prefix, torch_version)
+    node_rank = opts["node_rank"]
+    is_head = node_rank == 0 if node_rank is not None else endpoint_is_local
+    what = (
+        f"waiting for {opts['nnodes'] - 1} other node(s) on port {port}"
+        if is_head
+        else f"checking in with the head {host}:{port}"
+    )
+    note(f"envtool: pre-flight: {what} (at most {opts['rdzv_timeout']:g} s)")
+    if is_head:
+        preflight.run_head(host, port, opts["nnodes"], fingerprint, opts["rdzv_timeout"])
+    else:
+        preflight.run_node(host, port, node_rank, fingerprint, opts["rdzv_timeout"])
 
 
 def check_rendezvous_port(opts: dict[str, Any], nnodes: int, endpoint_is_local: bool) -> None:
