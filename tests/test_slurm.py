@@ -86,15 +86,64 @@ def test_body_activates_the_env_and_runs_torchrun_with_c10d_on_the_head_node() -
         '--rdzv-endpoint "$ENVTOOL_RDZV_ENDPOINT"',
         '--rdzv-id "$SLURM_JOB_ID"',
         '--log-dir "$2/node-$SLURM_NODEID"',
+        '--nproc-per-node "$n"',  # the GPUs Slurm gave this node; "8" (below) when it says none
     ):
         assert part in inner_text, part
     assert words == [
         "/envs/torch/bin/python",
         "/proj/runs/r1/torchrun",
-        *("--nproc-per-node", "8", "--rdzv-backend", "c10d", "--max-restarts", "0"),
+        *("8", "--rdzv-backend", "c10d", "--max-restarts", "0"),
         *("--tee", "3", "--local-ranks-filter", "0"),
         *("/proj/train.py", "--lr", "0.1", "--name", "a b"),
     ]
+
+
+def node_command_argv(text: str, tmp_path: Path, env: dict[str, str]) -> list[str]:
+    """Run the srun line's per-node command under bash as a task would, with a stand-in
+    python that prints the torchrun argv it was given."""
+    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf \'%s\\n\' "$a"; done\n')
+    fake.chmod(0o755)
+    words = subprocess.run(
+        ["bash", "-c", "printf '%s\\0' " + srun.split("bash -c ", 1)[1]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")[:-1]
+    inner, name, _python, *rest = words
+    base = {"PATH": os.environ["PATH"], "SLURM_NNODES": "2", "SLURM_NODEID": "1"}
+    base |= {"ENVTOOL_RDZV_ENDPOINT": "h:1", "SLURM_JOB_ID": "5"}
+    out = subprocess.run(
+        ["bash", "-c", inner, name, str(fake), *rest],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("env", "nproc"),
+    [
+        ({"SLURM_GPUS_ON_NODE": "3"}, "3"),  # this node got 3 of the 8 asked for
+        ({"CUDA_VISIBLE_DEVICES": "0,1"}, "2"),  # no SLURM_GPUS_ON_NODE: count the devices
+        ({"SLURM_GPUS_ON_NODE": "a100:2"}, "8"),  # not a count: the number asked for
+        ({}, "8"),
+    ],
+)
+def test_gpu_ranks_per_node_follow_what_slurm_gave_the_node(
+    tmp_path: Path, env: dict[str, str], nproc: str
+) -> None:
+    argv = node_command_argv(render_sbatch(slurm_req()), tmp_path, env)
+    assert argv[argv.index("--nproc-per-node") + 1] == nproc
+    assert argv.count("--nproc-per-node") == 1
+    assert argv[-5:] == ["/proj/train.py", "--lr", "0.1", "--name", "a b"]
+    # --nproc pins the count, and --cpu has no GPUs to count
+    for req in (slurm_req(nproc=4), slurm_req(cpu=True, gpus_per_node=None, nproc=4)):
+        pinned = node_command_argv(render_sbatch(req), tmp_path, env)
+        assert pinned[pinned.index("--nproc-per-node") + 1] == "4"
 
 
 def test_script_is_valid_bash() -> None:
@@ -345,7 +394,7 @@ def test_gpus_reads_as_gpus_per_node_for_slurm(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     sbatch = next((tmp_path / "runs").glob("*/job.sbatch")).read_text()
-    assert "#SBATCH --gpus-per-node=8" in sbatch and "--nproc-per-node 8" in sbatch
+    assert "#SBATCH --gpus-per-node=8" in sbatch and "torchrun 8 --rdzv-backend" in sbatch
     assert "submit with: sbatch " in proc.stdout
 
 

@@ -89,6 +89,21 @@ _NODE_COMMAND = (
 )
 
 
+# GPU jobs without --nproc: one rank per GPU Slurm gave *this* node (SLURM_GPUS_ON_NODE, else
+# the count of CUDA_VISIBLE_DEVICES), so a node given fewer GPUs (a partial or heterogeneous
+# allocation) starts fewer ranks instead of failing on a missing device; $3 is the count asked
+# for, used when Slurm says nothing usable. c10d gives ranks out by what each node brings.
+_NODE_COMMAND_PER_NODE_GPUS = (
+    'n="${SLURM_GPUS_ON_NODE:-}"; '
+    'if [ -z "$n" ] && [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then '
+    'IFS=, read -ra gpus <<< "$CUDA_VISIBLE_DEVICES"; n=${#gpus[@]}; fi; '
+    'case "$n" in ""|0|*[!0-9]*) n=$3;; esac; '
+    'exec "$1" -m torch.distributed.run --nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID"'
+    ' --rdzv-endpoint "$ENVTOOL_RDZV_ENDPOINT" --rdzv-id "$SLURM_JOB_ID"'
+    ' --log-dir "$2/node-$SLURM_NODEID" --nproc-per-node "$n" "${@:4}"'
+)
+
+
 def check_directive_value(option: str, value: str) -> str:
     """`value` for `#SBATCH --option=value`, or ValueError naming the option."""
     if not _DIRECTIVE_VALUE.fullmatch(value):
@@ -188,10 +203,11 @@ def render_sbatch(req: SlurmRequest) -> str:
         f"mkdir -p {q(req.run_dir)}",
         "",
     ]
+    per_node_gpus = not req.cpu and req.nproc is None
     words = [
         req.python,
         f"{req.run_dir}/torchrun",
-        "--nproc-per-node",
+        *([] if per_node_gpus else ["--nproc-per-node"]),
         str(nproc),
         "--rdzv-backend",
         "c10d",
@@ -205,7 +221,7 @@ def render_sbatch(req: SlurmRequest) -> str:
         *req.script_args,
     ]
     srun = "srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c " + join_posix(
-        [_NODE_COMMAND, "envtool-node", *words]
+        [_NODE_COMMAND_PER_NODE_GPUS if per_node_gpus else _NODE_COMMAND, "envtool-node", *words]
     )
     lines.append('export ENVTOOL_RDZV_ENDPOINT="$head:$port"')
     if not req.requeue:
