@@ -7,6 +7,7 @@ Needs root (CAP_NET_ADMIN) and iproute2; skips with the reason otherwise.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -146,6 +147,19 @@ def test_two_namespaces_rendezvous_and_match_a_single_node_run(
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
     assert "pre-flight: waiting for 1 other node(s) on port 29400" in outs[0][1]
+    # each node's all.log names its ranks by node and global rank; with c10d the node's rank
+    # is only known to its workers (read from their environment)
+    seen = set()
+    for i in range(2):
+        (merged,) = (tmp_path / f"n{i}").glob("*/all.log")
+        done = [line for line in merged.read_text().splitlines() if line.endswith(" of 4 done")]
+        for line in done:
+            node_rank, rank = (int(v) for v in re.findall(r"\d+", line.split("]", 1)[0]))
+            assert line == f"[node {node_rank} rank {rank}] rank {rank} of 4 done"
+            assert node_rank == rank // 2 and (rendezvous == "c10d" or node_rank == i)
+            seen.add(rank)
+        assert len(done) == 2
+    assert seen == {0, 1, 2, 3}
     # the node holding global rank 0 prints the results (static: always the head node)
     printed = [out for out, _ in outs if "RESULT" in out]
     assert len(printed) == 1

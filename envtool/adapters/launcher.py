@@ -300,6 +300,7 @@ class MergedLog:
         self.partial: dict[Path, bytes] = {}
         self.labels: dict[tuple[str, int], bytes] = {}  # (attempt dir, local rank) -> prefix
         self.out: IO[bytes] | None = None
+        self._workers: dict[int, tuple[int, int]] | None = None
         self.done = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -332,9 +333,13 @@ class MergedLog:
             files = sorted(found, key=lambda p: (_mtime(p), str(p)))  # earliest write first
         except OSError:
             return
+        self._workers = None  # one /proc scan per look, only while a rank is unnamed
         for path in files:
             if not path.parent.name.isdigit():
                 continue
+            # name a rank as soon as its files exist: its worker is alive then (a rank that
+            # prints only as it exits would be gone by the time its line is read)
+            self._label(path.parent)
             try:
                 with open(path, "rb") as f:
                     f.seek(self.offsets.get(path, 0))
@@ -377,7 +382,9 @@ class MergedLog:
             )
             rank = None if node is None else node * plan.nproc_per_node + local
             if node is None:
-                node, rank = read_worker_ranks(plan.run_id).get(local, (None, None))
+                if self._workers is None:
+                    self._workers = read_worker_ranks(plan.run_id)
+                node, rank = self._workers.get(local, (None, None))
             label = f"[node {_or_q(node)} rank {_or_q(rank, f'?{local}')}] ".encode()
             if node is not None:  # an unknown one is looked up again on the next lines
                 self.labels[key] = label

@@ -36,6 +36,7 @@ def main() -> None:
                 print(f"step {step} loss {packed[-1].item()!r}", flush=True)
         if rank == 0:
             print(f"RESULT world={world} loss={packed[-1].item()!r}", flush=True)
+        print(f"rank {rank} of {world} done", flush=True)  # every rank: the merged log's test
     finally:
         dist.destroy_process_group()
 
