@@ -399,3 +399,40 @@ def test_a_shared_cache_entry_extracted_from_another_archive_is_not_used(
     assert out.returncode == 0, out.stderr
     assert [n.split("-")[0] for n in _requested_archives(server)] == ["cuda"]
     _verified(env)
+
+
+# --------------------------------------------------------------- rattler's config.toml
+
+
+def _config_home(env: dict[str, str], tmp_path: Path, text: str) -> None:
+    """A rattler config.toml in the shared place pixi and rattler-build read."""
+    home = tmp_path / "home"
+    config = home / ".config" / "rattler" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(text)
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
+
+
+def test_mirrors_come_from_the_shared_rattler_config(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The lock names a channel host that does not exist; the user's rattler config.toml
+    mirrors it to the local server: every archive comes from the mirror."""
+    gone = "http://channel.invalid/conda-forge"
+    with MirrorServer(mirror) as server:
+        _config_home(env, tmp_path, f'[mirrors]\n"{gone}" = ["{server.url}"]\n')
+        out = _install(_http_lock(setup, gone, tmp_path), env)
+    assert out.returncode == 0, out.stderr
+    assert set(_served_archives(server)) == _archive_names(setup)
+
+
+def test_a_rattler_config_it_cannot_read_is_one_line_exit_2(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    _config_home(env, tmp_path, "mirrors = 5\n")
+    with MirrorServer(setup.channel) as server:
+        out = _install(_http_lock(setup, server.url, tmp_path), env)
+    assert out.returncode == 2, out.stderr
+    line = _one_error_line(out.stderr)
+    assert "cannot read the rattler configuration" in line and "config.toml" in line
+    assert not (_prefix(env) / "conda-meta").exists()
