@@ -169,8 +169,9 @@ def test_a_slow_mirror_is_waited_for(
     setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
     with MirrorServer(mirror, Faults(latency=0.5)) as server:
-        out = _install(_http_lock(setup, server.url, tmp_path), env)
+        out = _install(_http_lock(setup, server.url, tmp_path), env, "--quiet")
     assert out.returncode == 0, out.stderr
+    assert out.stderr == ""  # --quiet: no progress at all
     _verified(env)
 
 
@@ -436,3 +437,47 @@ def test_a_rattler_config_it_cannot_read_is_one_line_exit_2(
     line = _one_error_line(out.stderr)
     assert "cannot read the rattler configuration" in line and "config.toml" in line
     assert not (_prefix(env) / "conda-meta").exists()
+
+
+# --------------------------------------------------------------- progress on a terminal
+
+
+def test_a_terminal_gets_a_live_progress_line_and_a_pipe_one_line_per_phase(
+    setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    import pty
+
+    master, slave = pty.openpty()
+    with MirrorServer(mirror, Faults(latency=0.2)) as server:
+        lock = _http_lock(setup, server.url, tmp_path)
+        proc = subprocess.Popen(
+            [*envtool_argv(), "install", "--lock", str(lock), "--prefix", str(_prefix(env))],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=slave,
+        )
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 1 << 16)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait() == 0, seen
+    os.close(master)
+    text = seen.decode()
+    assert "\r  fetched " in text and "/5 archives" in text and "\x1b[K" in text  # redrawn
+    assert "\r  linked " in text
+    summary = text.replace("\r", "\n").splitlines()
+    assert any(line.startswith("fetched ") and "linked 5 packages in" in line for line in summary)
+    # not a terminal: the phases as lines, no carriage returns or escapes
+    env["ENVTOOL_ENVS_DIR"] = str(tmp_path / "envs2")
+    with MirrorServer(mirror) as server:
+        piped = _install(_http_lock(setup, server.url, tmp_path), env)
+    assert piped.returncode == 0, piped.stderr
+    assert "\r" not in piped.stderr and "\x1b" not in piped.stderr
+    lines = piped.stderr.splitlines()
+    assert lines[0].startswith("fetching 5 packages") and lines[1].startswith("linking 5 packages")

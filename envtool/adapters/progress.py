@@ -119,7 +119,10 @@ class Progress:
     def package_linked(self, name: str) -> None:
         with self.lock:
             self.linked += 1
-        self._draw(f"  linked {self.linked}/{self.link_total}: {name}")
+        self._draw(
+            f"  linked {self.linked}/{self.link_total}: {name}",
+            force=self.linked == self.link_total,
+        )
 
     def end_link(self) -> None:
         self.link_seconds = time.monotonic() - self.link_started
