@@ -581,16 +581,11 @@ def _release_requeued(job_id: str, env: dict[str, str], timeout: float = 60) -> 
         time.sleep(0.2)
 
 
-@pytest.mark.integration
-def test_a_requeued_job_checkpoints_resumes_and_ends_like_an_uninterrupted_run(
-    slurm_cluster: dict[str, str], tmp_path: Path
-) -> None:
-    """The ddp template as a --requeue job: signalled as Slurm signals a job near its time
-    limit (USR1 to the batch shell: `scancel --batch --signal=USR1`, the same path Slurm's
-    --signal=B:USR1@120 takes, triggered when the job is mid-run instead of waiting minutes),
-    it checkpoints, requeues itself, resumes at the saved step and ends with the same step and
-    loss as the same run uninterrupted."""
-    env = {**slurm_cluster, "OMP_NUM_THREADS": "1"}
+@pytest.fixture(scope="module")
+def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The RESULT of the same ddp run, uninterrupted, through a plain `envtool launch`."""
+    tmp_path = tmp_path_factory.mktemp("ddp-reference")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     reference = subprocess.run(
         [sys.executable, "-m", "envtool", "launch", DDP, "--cpu", "--nproc", "2"]
         + ["--run-dir", str(tmp_path / "ref-runs"), "--", *DDP_ARGS]
@@ -604,7 +599,20 @@ def test_a_requeued_job_checkpoints_resumes_and_ends_like_an_uninterrupted_run(
     assert reference.returncode == 0, reference.stderr
     expected = _result(reference.stdout)
     assert expected["step"] == 150 and expected["start_step"] == 0
+    return expected
 
+
+@pytest.mark.integration
+def test_a_requeued_job_checkpoints_resumes_and_ends_like_an_uninterrupted_run(
+    slurm_cluster: dict[str, str], tmp_path: Path, ddp_reference: dict[str, Any]
+) -> None:
+    """The ddp template as a --requeue job: signalled as Slurm signals a job near its time
+    limit (USR1 to the batch shell: `scancel --batch --signal=USR1`, the same path Slurm's
+    --signal=B:USR1@120 takes, triggered when the job is mid-run instead of waiting minutes),
+    it checkpoints, requeues itself, resumes at the saved step and ends with the same step and
+    loss as the same run uninterrupted."""
+    env = {**slurm_cluster, "OMP_NUM_THREADS": "1"}
+    expected = ddp_reference
     proc = subprocess.run(
         [sys.executable, "-m", "envtool", "launch", DDP, "--slurm", "--cpu", "--nodes", "1"]
         + ["--nproc", "2", "--time", "10", "--requeue", "--max-requeues", "2", "--submit"]
@@ -653,3 +661,41 @@ def test_a_requeued_job_checkpoints_resumes_and_ends_like_an_uninterrupted_run(
     )
     (row,) = json.loads(runs.stdout)["runs"]
     assert row["job_id"] == job_id and row["status"] == "submitted"
+
+
+@pytest.mark.integration
+def test_a_preempted_job_is_requeued_and_resumes_from_its_last_periodic_checkpoint(
+    slurm_cluster: dict[str, str], tmp_path: Path, ddp_reference: dict[str, Any]
+) -> None:
+    """SIGTERM to the whole batch step, as a preemption sends it (`scancel --full`): srun kills
+    its tasks before they can checkpoint (Slurm's behaviour), but the trap still requeues the
+    job and it resumes from the last periodic checkpoint (--ckpt-every 5), ending like an
+    uninterrupted run."""
+    env = {**slurm_cluster, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "envtool", "launch", DDP, "--slurm", "--cpu", "--nodes", "1"]
+        + ["--nproc", "2", "--requeue", "--max-requeues", "1", "--submit", "--json", "--"]
+        + [*DDP_ARGS, "--ckpt-every", "5", "--out-dir", str(tmp_path / "ckpt")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    job_id = data["job_id"]
+    run_dir = Path(data["sbatch_path"]).parent
+    output = run_dir / f"slurm-{job_id}.out"
+    _wait_for_text(output, "step 12 loss")  # the step-10 checkpoint is on disk
+    subprocess.run(["scancel", "--full", "--signal=TERM", job_id], env=env, check=True)
+    _wait_for_text(run_dir / "requeues.log", "requeued (1 of 1)")
+    _release_requeued(job_id, env)
+    state = wait_for_job(job_id, slurm_cluster, timeout=240)
+    history = (run_dir / "requeues.log").read_text()
+    log = output.read_text(errors="replace")
+    assert state == "COMPLETED", f"{state}\n{history}\n{log[-3000:]}"
+    assert "restart 0: got SIGTERM" in history and "restart 1: srun ended (exit 0)" in history
+    final = _result(log)
+    assert final["start_step"] >= 10 and final["start_step"] % 5 == 0, final
+    assert (final["step"], final["loss"]) == (ddp_reference["step"], ddp_reference["loss"])

@@ -14,8 +14,11 @@ Choices (documented in README.md):
   tasks), the ranks checkpoint and exit, and the shell requeues the job (`scontrol requeue`)
   while $SLURM_RESTART_COUNT is under the cap. The requeued job runs the same script: same run
   folder, same checkpoint directory, and the templates resume from it (`--resume auto`, their
-  default). A SIGTERM to the batch shell itself (preemption, `scancel --full`) is handled the
-  same way. `requeues.log` in the run folder keeps the history of every start and end.
+  default). A SIGTERM that reaches the batch step (a preemption, `scancel --full`) reaches srun
+  too, which then SIGKILLs its tasks before they can checkpoint (measured on Slurm 22+, and
+  starting srun with SIGTERM ignored does not stop it); the shell still requeues the job, which
+  resumes from the last periodic checkpoint (--ckpt-every). `requeues.log` in the run folder
+  keeps the history of every start, signal, end and requeue.
 - NCCL_NVLS_ENABLE=0 / TORCH_SYMM_MEM_DISABLE_MULTICAST=1 unless already set: NVLink SHARP /
   multicast is disabled on many shared clusters and NCCL then fails at init.
 """
