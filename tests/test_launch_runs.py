@@ -144,3 +144,39 @@ def test_a_broken_manifest_is_listed_and_bad_names_are_one_line(tmp_path: Path) 
     os.mkfifo(fifo)
     res = run_envtool("logs", odd.name, cwd=tmp_path, timeout=30)
     assert res.returncode == 2 and "not a regular file" in res.stderr
+
+
+H = "2026-12-01T15:31:57Z job 7 restart"
+
+
+@pytest.mark.parametrize(
+    ("lines", "status"),
+    [
+        ([f"{H} 0: start on n1"], "running"),
+        (
+            [f"{H} 0: start on n1", f"{H} 0: got SIGUSR1: …", f"{H} 0: srun ended (exit 1)"],
+            "failed",
+        ),
+        ([f"{H} 0: srun ended (exit 1)", f"{H} 0: requeued (1 of 3)"], "requeued (1x)"),
+        ([f"{H} 1: start on n1", f"{H} 1: srun ended (exit 0)"], "finished, requeued 1x"),
+        ([f"{H} 3: not requeued: --max-requeues 3 reached"], "stopped (--max-requeues reached)"),
+    ],
+)
+def test_a_requeue_jobs_status_comes_from_its_history(lines: list[str], status: str) -> None:
+    from envtool.core.runs import summarize_manifest
+
+    manifest = {"slurm": {"job_id": "7"}, "nnodes": 2, "nproc_per_node": 8}
+    row = summarize_manifest("r", manifest, None, "\n".join(lines) + "\n")
+    assert row.status == status and row.job_id == "7"
+    assert summarize_manifest("r", manifest).status == "submitted"
+
+
+def test_logs_of_a_slurm_run_points_at_its_output(tmp_path: Path) -> None:
+    written = run_envtool(
+        "launch", RANK_FILE, "--slurm", "--cpu", "--nodes", "1", cwd=tmp_path, env=env()
+    )
+    assert written.returncode == 0, written.stderr
+    listed = json.loads(run_envtool("runs", "--json", cwd=tmp_path).stdout)["runs"]
+    assert [r["status"] for r in listed] == ["written"]
+    shown = run_envtool("logs", cwd=tmp_path)
+    assert shown.returncode == 2 and "is a Slurm job" in shown.stderr and "slurm-" in shown.stderr

@@ -660,7 +660,7 @@ def test_a_requeued_job_checkpoints_resumes_and_ends_like_an_uninterrupted_run(
         text=True,
     )
     (row,) = json.loads(runs.stdout)["runs"]
-    assert row["job_id"] == job_id and row["status"] == "submitted"
+    assert row["job_id"] == job_id and row["status"] == "finished, requeued 1x"
 
 
 @pytest.mark.integration

@@ -29,6 +29,20 @@ def read_manifest(run_dir: Path) -> Any:
     return parse_json(text, str(path), "the run's manifest.json is broken: delete the run folder")
 
 
+def read_requeue_history(run_dir: Path) -> str | None:
+    """A --requeue Slurm job's requeues.log (its batch script appends a line per event)."""
+    from envtool.adapters.files import read_text
+    from envtool.errors import UsageError
+
+    path = run_dir / "requeues.log"
+    if not path.exists():
+        return None
+    try:
+        return read_text(path, MANIFEST_LIMIT, follow_symlinks=False, what="requeue history")
+    except UsageError:
+        return None  # unreadable: the row says what the manifest says
+
+
 def list_run_dirs(root: Path) -> list[Path]:
     """Run folders under `root` (those holding a manifest or a merged log), oldest first: run ids
     start with a UTC timestamp, so their names sort by time."""

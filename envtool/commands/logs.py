@@ -55,9 +55,15 @@ def cmd(ctx: click.Context, **opts: Any) -> None:
         if text:
             emit(Result("logs", text=text), False)
 
-    if not opts["follow"] and not path.exists():
-        from envtool.errors import UsageError
+    from envtool.errors import UsageError
 
+    manifest = read_manifest(run_dir)
+    if isinstance(manifest, dict) and isinstance(manifest.get("slurm"), dict):
+        raise UsageError(
+            f"{run_dir.name} is a Slurm job: its console output is {run_dir}/slurm-<job id>.out",
+            f"every rank's log is under {run_dir}/torchrun/node-N/ (no merged log for Slurm jobs)",
+        )
+    if not opts["follow"] and not path.exists():
         raise UsageError(
             f"{run_dir}: no merged log ({MERGED_LOG})",
             "runs launched by an older envtool or by a Slurm job keep per-rank logs under "

@@ -21,7 +21,12 @@ def cmd(**opts: Any) -> None:
     envtool runs
     envtool runs --run-dir /scratch/runs --json
     """
-    from envtool.adapters.runs import list_run_dirs, read_manifest, writer_alive
+    from envtool.adapters.runs import (
+        list_run_dirs,
+        read_manifest,
+        read_requeue_history,
+        writer_alive,
+    )
     from envtool.core.runs import render_rows, summarize_manifest
     from envtool.errors import UsageError
 
@@ -31,7 +36,9 @@ def cmd(**opts: Any) -> None:
             manifest = read_manifest(run_dir)
         except UsageError as exc:  # one broken manifest must not hide the other runs
             manifest = {"broken": exc.message}
-        row = summarize_manifest(run_dir.name, manifest, writer_alive(manifest))
+        row = summarize_manifest(
+            run_dir.name, manifest, writer_alive(manifest), read_requeue_history(run_dir)
+        )
         if isinstance(manifest, dict) and "broken" in manifest and len(manifest) == 1:
             row.status = "unreadable manifest"
         rows.append(row)

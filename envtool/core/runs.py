@@ -5,6 +5,7 @@ wrong one reads as unknown, never as a crash."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -41,9 +42,12 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
-def summarize_manifest(run_id: str, data: Any, alive: bool | None = None) -> RunRow:
+def summarize_manifest(
+    run_id: str, data: Any, alive: bool | None = None, history: str | None = None
+) -> RunRow:
     """The row `envtool runs` shows. `alive`: whether the envtool that wrote a manifest with no
-    end yet is still running (None: not known here, e.g. another host)."""
+    end yet is still running (None: not known here, e.g. another host). `history`: a --requeue
+    job's requeues.log, which the batch script keeps."""
     m = data if isinstance(data, dict) else {}
     code = _int(m.get("exit_code"))
     start, end = _time(m.get("start_time")), _time(m.get("end_time"))
@@ -53,6 +57,8 @@ def summarize_manifest(run_id: str, data: Any, alive: bool | None = None) -> Run
         script = _str(m["command"][-1])
     if m.get("slurm") and isinstance(m.get("slurm"), dict):
         status = "submitted" if m["slurm"].get("job_id") else "written"
+        if history:
+            status = slurm_status(history) or status
     elif code is None:
         status = "unknown" if alive is False else "running"
     elif m.get("interrupted_by"):
@@ -71,6 +77,27 @@ def summarize_manifest(run_id: str, data: Any, alive: bool | None = None) -> Run
         lock_hash=_str(m.get("lock_hash")),
         job_id=_str(slurm.get("job_id")),
     )
+
+
+_HISTORY = re.compile(r"restart (\d+): (.*)$")
+
+
+def slurm_status(history: str) -> str | None:
+    """A --requeue job's state from its requeues.log's last line: running, requeued N times,
+    finished or failed (the exit of its last srun)."""
+    lines = [m for m in map(_HISTORY.search, history.strip().splitlines()) if m]
+    if not lines:
+        return None
+    restarts, what = int(lines[-1].group(1)), lines[-1].group(2)
+    again = f", requeued {restarts}x" if restarts else ""
+    ended = re.match(r"srun ended \(exit (\d+)\)", what)
+    if what.startswith("requeued"):
+        return f"requeued ({restarts + 1}x)"
+    if ended:
+        return ("finished" if ended.group(1) == "0" else "failed") + again
+    if what.startswith("not requeued"):
+        return "stopped (--max-requeues reached)"
+    return "running" + again
 
 
 def render_rows(rows: list[RunRow]) -> list[str]:
