@@ -36,6 +36,12 @@ def read_bytes(
     if not follow_symlinks:
         flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
+        # the type first: opening a device node can act (as root, /dev/watchdog arms a watchdog);
+        # fstat below checks again what was opened
+        st = os.stat(path, follow_symlinks=follow_symlinks)
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise UsageError(f"{path}: {kind}", f"pass the path of the {what}")
         fd = os.open(path, flags)
     except OSError as exc:
         raise _read_error(path, exc, what, follow_symlinks) from None

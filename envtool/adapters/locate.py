@@ -180,7 +180,16 @@ def project_env_paths(name: str, directory: str | None = None) -> tuple[Path, Pa
     """environments/NAME/, its environment.yml and conda-lock.yml in the project at `directory`
     (default: cwd), as `envtool create` writes them. NAME becomes a path, so it is checked."""
     check_env_name(name)
-    env_dir = Path(directory or ".") / "environments" / name
+    root = Path(directory or ".")
+    env_dir = root / "environments" / name
+    # a cloned repository can commit environments/NAME as a link to anywhere: create and lock
+    # would write there; links that stay inside the project are fine
+    for folder in (root / "environments", env_dir):
+        if folder.is_symlink() and not folder.resolve().is_relative_to(root.resolve()):
+            raise UsageError(
+                f"{folder} is a link to {printable(str(folder.resolve()))}, outside the project",
+                "replace the link with a folder (envtool writes and reads the env's files there)",
+            )
     return env_dir, env_dir / "environment.yml", env_dir / "conda-lock.yml"
 
 

@@ -73,6 +73,12 @@ def requirements_text(lines: list[str], where: str) -> str:
     """The one writer of requirements files: each item must be one line (no newline or other
     control character), so N entries are N requirements; anything else is refused."""
     for line in lines:
+        if "${" in line:  # uv/pip expand ${VAR} here: a file from elsewhere could read secrets
+            raise UsageError(
+                f"{where}: pip entry {printable(repr(line))[:120]} refers to an environment "
+                "variable (${…})",
+                "write the URL or version out in full",
+            )
         if not line.strip() or _CONTROL.search(line):
             raise UsageError(
                 f"{where}: pip entry {printable(repr(line))[:120]} is not a single requirement "

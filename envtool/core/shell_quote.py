@@ -43,7 +43,9 @@ def quote(shell: str, value: str) -> str:
 
 
 # what a terminal acts on, inside a quoted word: C0 controls but tab and newline, DEL, C1
-_WORD_CONTROL = re.compile(r"([\x00-\x08\x0b-\x1f\x7f-\x9f]+)")
+# plus lone surrogates: bytes of a non-UTF-8 path (os.fsdecode's surrogateescape), which a
+# strict UTF-8 stdout cannot write and which, written raw, include C1 bytes (0x9b is CSI)
+_WORD_CONTROL = re.compile(r"([\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]+)")
 
 
 def quote_printable(shell: str, value: str) -> str:
@@ -59,8 +61,8 @@ def quote_printable(shell: str, value: str) -> str:
             continue
         if i % 2 == 0:
             parts.append(quote(shell, part))
-        elif shell == "fish":
-            parts.append("".join(f"\\u{ord(c):04x}" for c in part))
+        elif shell == "fish":  # \xHH is fish's raw byte: a surrogate-escaped path byte exactly
+            parts.append("".join(_fish_escape(c) for c in part))
         elif shell == "powershell":
             parts.append(" + ".join(f"[char]0x{ord(c):02x}" for c in part))
         else:  # printf's octal escapes are POSIX; a C1 character is its UTF-8 bytes
@@ -71,13 +73,19 @@ def quote_printable(shell: str, value: str) -> str:
     return "".join(parts)
 
 
+def _fish_escape(c: str) -> str:
+    if "\udc80" <= c <= "\udcff":
+        return f"\\x{ord(c) - 0xDC00:02x}"
+    return f"\\u{ord(c):04x}"
+
+
 def join_posix(words: list[str]) -> str:
     """A command line for sh/bash from words (each quoted)."""
     return " ".join(quote_posix(w) for w in words)
 
 
 # C0 controls (but tab), DEL and the C1 range (U+0080-U+009F: CSI is U+009B)
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def printable(text: str, keep_newlines: bool = False) -> str:
@@ -88,6 +96,8 @@ def printable(text: str, keep_newlines: bool = False) -> str:
         c = m.group(0)
         if keep_newlines and c == "\n":
             return c
-        return f"\\x{ord(c):02x}"
+        if "\udc80" <= c <= "\udcff":  # an undecodable byte of a path: show the byte
+            return f"\\x{ord(c) - 0xDC00:02x}"
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
 
     return _CONTROL.sub(esc, text)
