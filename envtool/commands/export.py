@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from envtool.commands import project_dir_option
-from envtool.core.shell_quote import quote_posix
+from envtool.core.shell_quote import printable, quote_posix
 from envtool.errors import UsageError
 from envtool.output import note
 
@@ -21,9 +21,16 @@ REQUEST_NAMES = ("environment.yml", "environment.yaml")
 def read_request(lock_path: Path, sources: list[str]) -> EnvSpec | None:
     """The request the lock was solved from: the files in the lock's metadata.sources (merged, as
     conda-lock merges them), else environment.yml beside the lock, else None."""
+    from envtool.adapters.installed import unsafe_path
     from envtool.core.spec import parse_environment_yml
 
-    listed = [lock_path.parent / s for s in sources]
+    # a lock from elsewhere names its sources: only files in the lock's own folder are read (an
+    # absolute or climbing source made export copy any readable file's channels into its output)
+    outside = [s for s in sources if unsafe_path(s) is not None]
+    if outside:
+        shown = ", ".join(printable(repr(s))[:80] for s in outside)
+        note(f"warning: ignoring the lock's sources outside its folder: {shown}")
+    listed = [lock_path.parent / s for s in sources if unsafe_path(s) is None]
     found = [p for p in listed if p.is_file()]
     if found and len(found) < len(listed):
         missing = ", ".join(str(p) for p in listed if not p.is_file())

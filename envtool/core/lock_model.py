@@ -60,6 +60,10 @@ def entry_problem(pkg: LockedPackage) -> str | None:
             return f"{label} {value!r} holds control or space characters"
     if pkg.version == "" or pkg.url == "":
         return "no version or no url"
+    if "$" in pkg.url:
+        # uv and pip expand ${VAR} in requirement URLs: a lock could send the user's secrets
+        # (GITHUB_TOKEN, AWS keys) to its server before any hash is checked
+        return f"url {pkg.url!r} holds '$' (an environment-variable reference)"
     for label, value in (("version", pkg.version), ("build", pkg.build)):
         # both name folders (rattler's cache entry `name-version-build`): never a path
         if "/" in value or "\\" in value or ".." in value:
