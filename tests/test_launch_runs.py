@@ -180,3 +180,25 @@ def test_logs_of_a_slurm_run_points_at_its_output(tmp_path: Path) -> None:
     assert [r["status"] for r in listed] == ["written"]
     shown = run_envtool("logs", cwd=tmp_path)
     assert shown.returncode == 2 and "is a Slurm job" in shown.stderr and "slurm-" in shown.stderr
+
+
+def test_a_burst_of_output_at_the_end_is_all_in_the_merged_log(tmp_path: Path) -> None:
+    """all.log reads rank files in 1 MiB bites; what a rank wrote just before the run ended
+    (here 24 MiB from rank 1, off the console) is still drained to the last line."""
+    script = tmp_path / "burst.py"
+    script.write_text(
+        "import os, sys\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    line = 'x' * 95\n"
+        "    sys.stdout.write(''.join(f'{i:08d} {line}\\n' for i in range(240_000)))\n"
+        "    sys.stdout.flush()\n"
+    )
+    proc = run_envtool(
+        "launch", str(script), "--cpu", "--nproc", "2", cwd=tmp_path, env=env(), timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = run_dirs(tmp_path)
+    with open(run_dir / "all.log", "rb") as f:
+        lines = [line for line in f if line.startswith(b"[node 0 rank 1] ")]
+    assert len(lines) == 240_000
+    assert lines[-1] == b"[node 0 rank 1] 00239999 " + b"x" * 95 + b"\n"

@@ -322,17 +322,20 @@ class MergedLog:
     def _loop(self) -> None:
         while not self.done.wait(MERGE_POLL_SECONDS):
             self.poll()
+        while self.poll():  # a look reads at most 1 MiB a file: drain what is left
+            pass
         self.poll(final=True)
         self.out = _close_quietly(self.out)
 
-    def poll(self, final: bool = False) -> None:
+    def poll(self, final: bool = False) -> bool:
         """Append what every rank file grew by since the last look (whole lines; at the end,
-        a last line without a newline too)."""
+        a last line without a newline too). True when anything was read."""
         try:
             found = Path(self.plan.log_dir).glob("*/attempt_*/*/std*.log")
             files = sorted(found, key=lambda p: (_mtime(p), str(p)))  # earliest write first
         except OSError:
-            return
+            return False
+        grew = False
         self._workers = None  # one /proc scan per look, only while a rank is unnamed
         for path in files:
             if not path.parent.name.isdigit():
@@ -348,6 +351,7 @@ class MergedLog:
                 continue  # an attempt folder torchrun is replacing right now
             if not data:
                 continue
+            grew = True
             self.offsets[path] = self.offsets.get(path, 0) + len(data)
             data = self.partial.pop(path, b"") + data
             lines = data.split(b"\n")
@@ -360,6 +364,7 @@ class MergedLog:
             for path, rest in sorted(self.partial.items()):
                 self._write(path, [rest])
             self.partial.clear()
+        return grew
 
     def _write(self, path: Path, lines: list[bytes]) -> None:
         if self.out is None:

@@ -146,7 +146,8 @@ def run_head(
                 conn, addr = server.accept()
             except OSError:
                 continue
-            hello = _parse(_read_line(conn, min(deadline, time.monotonic() + 10)), str(addr[0]))
+            # a node sends its line as soon as it connects; something silent is not one
+            hello = _parse(_read_line(conn, min(deadline, time.monotonic() + 3)), str(addr[0]))
             if hello is None or not isinstance(hello.get("fp"), dict):
                 conn.close()  # not a node of ours (a port scanner, a stray torchrun)
                 continue
