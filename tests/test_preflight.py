@@ -108,3 +108,48 @@ def _raised(fn, *args) -> list[BaseException]:  # type: ignore[no-untyped-def]
     except BaseException as exc:  # noqa: BLE001 - the caller looks at it
         return [exc]
     return []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _nodes(port: int, ranks: list[int | None], fp: dict) -> list[list[BaseException]]:
+    """The head plus one node per rank, each in a thread; what each raised."""
+    results: list[list[BaseException]] = [[] for _ in range(len(ranks) + 1)]
+    threads = [
+        threading.Thread(
+            target=lambda: results[0].extend(
+                _raised(preflight.run_head, "127.0.0.1", port, len(ranks) + 1, fp, 20)
+            )
+        )
+    ]
+    for i, rank in enumerate(ranks, start=1):
+        threads.append(
+            threading.Thread(
+                target=lambda i=i, rank=rank: results[i].extend(
+                    _raised(preflight.run_node, "127.0.0.1", port, rank, dict(fp), 20)
+                )
+            )
+        )
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return results
+
+
+def test_several_nodes_on_one_address_all_join() -> None:
+    """c10d without --node-rank, three nodes on one host: one address, three nodes."""
+    fp = {"torch": "2.13.0", "cuda": None, "nccl": None, "lock": None}
+    assert _nodes(_free_port(), [None, None], fp) == [[], [], []]
+
+
+def test_two_nodes_with_one_node_rank_end_every_node() -> None:
+    fp = {"torch": "2.13.0", "cuda": None, "nccl": None, "lock": None}
+    results = _nodes(_free_port(), [1, 1], fp)
+    for raised in results:
+        assert len(raised) == 1 and isinstance(raised[0], preflight.PreflightFailure)
+        assert "were both started as --node-rank 1" in str(raised[0])

@@ -13,6 +13,7 @@ node and the cause. Protocol: one JSON line each way, bounded, read with safe_lo
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
 import time
@@ -136,7 +137,7 @@ def run_head(
             "pick another --rdzv-endpoint port (the same on every node)",
         ) from None
     deadline = time.monotonic() + timeout
-    nodes: dict[str, tuple[socket.socket, dict[str, Any]]] = {}
+    nodes: dict[str, tuple[str, socket.socket, dict[str, Any], int | None]] = {}
     try:
         while len(nodes) < nnodes - 1:
             left = deadline - time.monotonic()
@@ -153,32 +154,48 @@ def run_head(
                 continue
             rank = hello.get("node_rank")
             label = f"node {rank} ({addr[0]})" if isinstance(rank, int) else f"node at {addr[0]}"
-            old = nodes.pop(label, None)
-            if old is not None:
-                old[0].close()
-            nodes[label] = (conn, hello["fp"])
+            # one entry per node process (several may share an address: nodes on one host)
+            key = str(hello.get("id") or f"{addr[0]}:{addr[1]}")
+            old = nodes.pop(key, None)
+            if old is not None:  # the same node again (it reconnected): keep the new one
+                old[1].close()
+            nodes[key] = (label, conn, hello["fp"], rank if isinstance(rank, int) else None)
     finally:
         server.close()  # before any verdict: the torchrun that follows binds this port
     try:
-        error = None
-        for label, (_, fp) in sorted(nodes.items()):
+        error = _duplicate_rank(list(nodes.values()))
+        for label, _, fp, _ in sorted(nodes.values(), key=lambda n: n[0]):
             diff = compare(fingerprint, fp)
-            if diff:
+            if diff and error is None:
                 error = f"pre-flight: {label} has {diff}"
-                break
         if error is None and len(nodes) < nnodes - 1:
-            joined = ", ".join(sorted(nodes)) or "none"
+            joined = ", ".join(sorted(n[0] for n in nodes.values())) or "none"
             error = (
                 f"pre-flight: only {len(nodes) + 1} of {nnodes} nodes reached the head on port "
                 f"{port} within {timeout:g} s (--rdzv-timeout); joined: {joined}"
             )
-        for conn, _ in nodes.values():
+        for _, conn, _, _ in nodes.values():
             _send(conn, {"magic": MAGIC, "ok": error is None, "error": error})
     finally:
-        for conn, _ in nodes.values():
+        for _, conn, _, _ in nodes.values():
             conn.close()
     if error:
         raise PreflightFailure(error, _hint(error))
+
+
+def _duplicate_rank(
+    nodes: list[tuple[str, socket.socket, dict[str, Any], int | None]],
+) -> str | None:
+    """Two nodes started with the same --node-rank (or a node claiming the head's 0): static
+    rendezvous would hang on it."""
+    seen: dict[int, str] = {0: "the head"}
+    for label, _, _, rank in sorted(nodes, key=lambda n: n[0]):
+        if rank is None:
+            continue
+        if rank in seen:
+            return f"pre-flight: {label} and {seen[rank]} were both started as --node-rank {rank}"
+        seen[rank] = label
+    return None
 
 
 def run_node(
@@ -210,7 +227,8 @@ def run_node(
             last = exc.strerror or str(exc) or type(exc).__name__
             time.sleep(min(RETRY_SECONDS, max(0.0, deadline - time.monotonic())))
     try:
-        _send(conn, {"magic": MAGIC, "node_rank": node_rank, "fp": fingerprint})
+        hello = {"magic": MAGIC, "id": os.urandom(8).hex(), "node_rank": node_rank}
+        _send(conn, {**hello, "fp": fingerprint})
         # the head answers once every node joined or its own time-out passed
         verdict = _parse(_read_line(conn, time.monotonic() + timeout + 10), f"{host}:{port}")
     finally:
@@ -226,6 +244,8 @@ def run_node(
 
 
 def _hint(error: str) -> str:
+    if "--node-rank" in error:
+        return "give every node its own --node-rank, 1 to --nnodes minus 1 (0 is the head)"
     if "nodes reached the head" in error:
         return (
             "start every node with the same --nnodes and --rdzv-endpoint (or raise --rdzv-timeout)"
