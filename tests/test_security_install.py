@@ -734,3 +734,61 @@ def test_an_install_marker_that_is_a_fifo_or_huge_does_not_hang_list_or_verify(
     assert out.returncode == 0, out.stderr
     out = run_envtool("verify", "demo", "--lock", str(setup.lock), env=env, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+# ---------------------------------------------- 10. file:// archives that are not files
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///dev/zero?python_abi-3.11-8_cp311.conda",  # the name is the query's
+        "file:///dev/zero?/linux-64/python_abi-3.11-8_cp311.conda",
+        "file:///dev/zero#/python_abi-3.11-8_cp311.conda",  # the name is the fragment's
+        "https://example.invalid/linux-64/python_abi%3F.conda",  # '?' after decoding
+        "https://example.invalid/linux-64/python_abi%23.conda",  # '#' after decoding
+    ],
+)
+def test_a_lock_url_whose_archive_name_is_a_query_or_fragment_is_refused(
+    url: str, setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Old code: `file:///dev/zero?python_abi-….conda` passed as python_abi's archive, and the
+    install copied /dev/zero into the cache up to FETCH_LIMIT (16 GiB)."""
+    lock = cb.edit_lock(setup.lock, tmp_path / "q.yml", {"python_abi": {"url": url}})
+    out = run_envtool("install", "demo", "--lock", str(lock), "--dry-run", env=env)
+    line = _one_line_error(out)
+    assert "python_abi" in line and str(lock) in line
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_a_file_url_archive_that_is_a_fifo_a_device_or_a_folder_is_refused_at_once(
+    kind: str, setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Old code opened file:// archives with a plain open(): a FIFO blocked the install forever
+    (this test timed out), a device was read (/dev/zero up to 16 GiB into the cache). A
+    symlinked channel folder still works (the last test line)."""
+    good = _archive(setup, "python_abi-")
+    channel = tmp_path / "ch" / "linux-64"
+    channel.mkdir(parents=True)
+    bad = channel / good.name
+    if kind == "fifo":
+        os.mkfifo(bad)
+    elif kind == "device":
+        bad.symlink_to("/dev/null")
+    else:
+        bad.mkdir()
+    lock = cb.edit_lock(setup.lock, tmp_path / "l.yml", {"python_abi": {"url": bad.as_uri()}})
+    out = run_envtool("install", "demo", "--lock", str(lock), env=env, timeout=120)
+    line = _one_line_error(out)
+    assert bad.as_uri() in line and "not a package archive" in line
+    assert not list((tmp_path / "envs" / "demo").glob("conda-meta/*.json"))
+
+    # a channel reached through a symlinked folder, its archive a symlink: still installs
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / good.name).symlink_to(good)
+    (tmp_path / "linked").symlink_to(real)
+    url = (tmp_path / "linked" / good.name).as_uri()
+    lock = cb.edit_lock(setup.lock, tmp_path / "ok.yml", {"python_abi": {"url": url}})
+    out = run_envtool("install", "demo", "--lock", str(lock), env=env, timeout=300)
+    assert out.returncode == 0, out.stderr

@@ -333,9 +333,25 @@ async def _download(
 
 
 def _copy_local(url: str, sink: _Sink) -> None:
-    """A file:// archive (a bundle, a local channel): copied through the same sink."""
+    """A file:// archive (a bundle, a local channel): copied through the same sink. Opened
+    non-blocking (a FIFO or /dev/stdin must not hang the install) and only read when fstat
+    shows a regular file no larger than FETCH_LIMIT (/dev/zero must not fill the disk); the
+    sink caps the bytes read too (a file still growing). Symlinks are followed, as a local
+    channel or a shared archive store may use them: fstat judges what they lead to, and the
+    lock's hash judges the bytes."""
     src = Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
-    with open(src, "rb") as fh:
+    fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise UsageError(
+            f"{url}: {kind}, not a package archive; nothing was linked",
+            "point the lock (or --channel) at the archive file itself",
+        )
+    with os.fdopen(fd, "rb") as fh:
+        if st.st_size > FETCH_LIMIT:
+            raise _TooLarge
         while chunk := fh.read(1 << 20):
             sink.write(chunk)
 

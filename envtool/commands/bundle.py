@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from envtool.commands import renders
 from envtool.core.shell_quote import quote_posix
-from envtool.output import Result
+from envtool.output import Result, emit
 
 
 @click.command("bundle")
@@ -25,7 +24,6 @@ from envtool.output import Result
 )
 @click.option("--dry-run", is_flag=True, help="List what would be bundled; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-@renders
 def cmd(
     name: str | None,
     lock_file: str | None,
@@ -33,7 +31,7 @@ def cmd(
     platforms: tuple[str, ...],
     dry_run: bool,
     as_json: bool,
-) -> Result:
+) -> None:
     """Write DIR/conda-lock.yml and DIR/channel/ holding exactly the locked, hash-checked files."""
     from envtool.adapters.locate import project_lock_path
     from envtool.errors import UsageError
@@ -57,7 +55,8 @@ def cmd(
         if dry_run:
             files = vl.variant_bundle_files(lock.parent, list(platforms) or None)
             text = [f"would bundle {len(files)} files (every variant) into {out}"]
-            return Result("bundle", {"dry_run": True, "files": files}, text)
+            emit(Result("bundle", {"dry_run": True, "files": files}, text), as_json)
+            return
         data = vl.write_variant_bundle(
             lock.parent, out, name, list(platforms) or None, progress=not as_json
         )
@@ -67,7 +66,8 @@ def cmd(
             f"install offline with: envtool install --from {quote_posix(str(out))}   "
             "(the variant is chosen on that machine)",
         ]
-        return Result("bundle", data, text)
+        emit(Result("bundle", data, text), as_json)
+        return
     if dry_run:
         from envtool.adapters.bundle import bundle_platforms
         from envtool.adapters.lock_io import read_lock
@@ -75,11 +75,15 @@ def cmd(
         contents = read_lock(lock)
         plats = bundle_platforms(contents, list(platforms) or None)
         files = sorted({p.file_name for pl in plats for p in contents.for_platform(pl)})
-        return Result(
-            "bundle",
-            {"dry_run": True, "files": files},
-            [f"would bundle {len(files)} files into {out}"],
+        emit(
+            Result(
+                "bundle",
+                {"dry_run": True, "files": files},
+                [f"would bundle {len(files)} files into {out}"],
+            ),
+            as_json,
         )
+        return
     from envtool.adapters.bundle import write_bundle
 
     env_name = name or Path(lock).resolve().parent.name  # environments/NAME/conda-lock.yml
@@ -89,4 +93,4 @@ def cmd(
         f"install offline with: envtool install --from {quote_posix(str(out))}   "
         f"(as {quote_posix(env_name)}; or pass a NAME)",
     ]
-    return Result("bundle", data, text)
+    emit(Result("bundle", data, text), as_json)

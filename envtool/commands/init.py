@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from envtool.commands import renders
-from envtool.output import Result
+from envtool.output import Result, emit
 
 # Kept in step with adapters.templates.TEMPLATES (tested).
 TEMPLATE_NAMES = ("ddp", "lm", "fsdp", "generate")
@@ -25,10 +24,9 @@ TEMPLATE_NAMES = ("ddp", "lm", "fsdp", "generate")
 @click.option("--list", "list_", is_flag=True, help="Describe the templates; write nothing.")
 @click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-@renders
 def cmd(
     dest: str | None, template: str, force: bool, list_: bool, dry_run: bool, as_json: bool
-) -> Result:
+) -> None:
     """Write a training script to DEST (default train.py; a directory gets DEST/train.py).
 
     Each template is one file that imports only torch and the standard library and runs with
@@ -37,7 +35,8 @@ def cmd(
     from envtool.adapters.templates import TEMPLATES, apply_init, plan_init, templates_dir
 
     if list_:
-        return render_list(TEMPLATES, str(templates_dir()))
+        emit(render_list(TEMPLATES, str(templates_dir())), as_json)
+        return
     plan = plan_init(template, dest, force)
     data = {
         "template": plan.template,
@@ -49,11 +48,12 @@ def cmd(
     }
     verb = "overwrite" if plan.overwrite else "write"
     if dry_run:
-        return Result("init", data, [f"would {verb} {plan.target} (template {template})"])
+        emit(Result("init", data, [f"would {verb} {plan.target} (template {template})"]), as_json)
+        return
     size = apply_init(plan)
     text = render_written(plan.target, template, visible_gpus())
     data.update(written=True, bytes=size, launch=text[-1].strip())
-    return Result("init", data, text)
+    emit(Result("init", data, text), as_json)
 
 
 def visible_gpus() -> int:

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from envtool.commands import renders
-from envtool.output import Result
+from envtool.output import Result, emit
 
 
 def read_env_file(path: Path) -> str:
@@ -31,10 +30,9 @@ def run_inspect(path: Path) -> Result:
 @click.command("inspect")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-@renders
-def cmd(file: Path, as_json: bool) -> Result:
+def cmd(file: Path, as_json: bool) -> None:
     """Report what CUDA an environment file asks for, the driver it needs, and its problems.
 
     FILE is any conda environment.yml (conda-forge, pytorch channel, cudatoolkit or pip wheels).
     """
-    return run_inspect(file)
+    emit(run_inspect(file), as_json)

@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from envtool.commands import renders
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import UsageError
-from envtool.output import Result
+from envtool.output import Result, emit
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -130,7 +129,6 @@ def _refuse_replacing(name: str, target: Path, lock: Path, from_dir: str) -> Non
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope; no progress.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines (errors are still printed).")
-@renders
 def cmd(
     name: str | None,
     lock_file: str | None,
@@ -143,7 +141,7 @@ def cmd(
     as_json: bool,
     variant: str | None = None,
     quiet: bool = False,
-) -> Result:
+) -> None:
     """Install an environment from its lock: hash-verified, resumable, offline-capable."""
     if variant is not None and (lock_file or from_dir or not name):
         raise UsageError(
@@ -177,7 +175,7 @@ def cmd(
             "mode": choice.mode,
             "reason": choice.reason,
         }
-    return result
+    emit(result, as_json)
 
 
 @contextlib.contextmanager

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from envtool.commands import renders
 from envtool.core.shell_quote import printable
-from envtool.output import Result
+from envtool.output import Result, emit
 
 
 def render_env_table(rows: list[dict]) -> list[str]:
@@ -65,8 +64,7 @@ def removing_rows(root: Path) -> list[dict]:
 
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-@renders
-def cmd(as_json: bool) -> Result:
+def cmd(as_json: bool) -> None:
     """List installed environments; `incomplete` means an install was interrupted."""
     from envtool.adapters.install_state import leftover_name
     from envtool.adapters.installed import describe_env
@@ -93,4 +91,4 @@ def cmd(as_json: bool) -> Result:
                 f"{printable(r['name'])} was being removed (interrupted): run "
                 f"`{r['finish_command']} --yes` to finish it"
             )
-    return Result("list", {"envs_dir": str(envs_dir()), "environments": rows}, text)
+    emit(Result("list", {"envs_dir": str(envs_dir()), "environments": rows}, text), as_json)

@@ -8,15 +8,13 @@ from typing import Any
 
 import click
 
-from envtool.commands import renders
-from envtool.output import Result
+from envtool.output import Result, emit
 
 
 @click.command("runs", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-@renders
-def cmd(**opts: Any) -> Result:
+def cmd(**opts: Any) -> None:
     """List runs from their manifests: id, script, nodes x procs, status, exit, duration, lock.
 
     \b
@@ -44,4 +42,7 @@ def cmd(**opts: Any) -> Result:
         if isinstance(manifest, dict) and "broken" in manifest and len(manifest) == 1:
             row.status = "unreadable manifest"
         rows.append(row)
-    return Result("runs", data={"runs": [r.to_dict() for r in rows]}, text=render_rows(rows))
+    emit(
+        Result("runs", data={"runs": [r.to_dict() for r in rows]}, text=render_rows(rows)),
+        opts["as_json"],
+    )

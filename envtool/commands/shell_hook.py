@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import click
 
-from envtool.commands import renders
-from envtool.output import Result
-
 
 @click.command("shell-hook")
 @click.argument("name", required=False)
@@ -19,11 +16,10 @@ from envtool.output import Result
     show_default=True,
     help="The shell whose syntax to print.",
 )
-@renders
-def cmd(name: str | None, prefix: str | None, shell: str) -> Result:
+def cmd(name: str | None, prefix: str | None, shell: str) -> None:
     """Print the script that activates NAME in SHELL (PATH, CONDA_PREFIX, activate.d scripts)."""
     from envtool.adapters.activation import render_activation_script
     from envtool.adapters.locate import existing_env
 
     target = existing_env(name, prefix)
-    return Result("shell-hook", raw=render_activation_script(target, shell))
+    click.echo(render_activation_script(target, shell), nl=False)

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from envtool.commands import renders
-from envtool.output import Result
+from envtool.output import Result, emit
 
 
 @click.command("verify")
@@ -25,7 +24,6 @@ from envtool.output import Result
     "--variant", help="Compare with this variant's lock of NAME's variant locks (cuda12.6, cpu…)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-@renders
 def cmd(
     name: str | None,
     prefix: str | None,
@@ -33,7 +31,7 @@ def cmd(
     full: bool,
     as_json: bool,
     variant: str | None = None,
-) -> Result:
+) -> None:
     """Compare an installed environment with its lock; exit 1 when they differ."""
     from envtool.adapters.install_state import (
         read_incomplete_marker,
@@ -90,7 +88,11 @@ def cmd(
         again = _install_again(name, prefix, target, lock)
         text.append(f"`{again}` relinks the damaged packages from the cache")
     bad = not drift["clean"] or state == "incomplete"
-    return Result("verify", {"prefix": str(target), **drift}, text, exit_code=1 if bad else 0)
+    emit(
+        Result("verify", {"prefix": str(target), **drift}, text, exit_code=1 if bad else 0), as_json
+    )
+    if bad:
+        raise click.exceptions.Exit(1)
 
 
 def _install_again(name: str | None, prefix: str | None, target: Path, lock: Path) -> str:

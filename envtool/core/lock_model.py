@@ -41,6 +41,8 @@ def archive_name_problem(file_name: str, manager: str = "conda") -> str | None:
         return f"archive file name {file_name!r} is a path, not a file name"
     if _CONTROL.search(file_name) or "%" in file_name:  # '%' left after decoding: double-encoded
         return f"archive file name {file_name!r} holds control, space or '%' characters"
+    if "?" in file_name or "#" in file_name:  # a query or fragment: the name is not the file's
+        return f"archive file name {file_name!r} holds '?' or '#'"
     if file_name.startswith(".") or len(file_name.encode("utf-8", "surrogateescape")) > 255:
         return f"archive file name {file_name!r} is not a plain file name"
     if not file_name.endswith(suffixes) or file_name in suffixes:
@@ -74,6 +76,9 @@ def entry_problem(pkg: LockedPackage) -> str | None:
     problem = archive_name_problem(file_name_of(pkg.url), pkg.manager)
     if problem:
         return problem
+    if pkg.url.lower().startswith("file:") and ("?" in pkg.url or "#" in pkg.url):
+        # file:///dev/zero?/x-1.0-h0_0.conda names x-1.0-h0_0.conda but opens /dev/zero
+        return f"url {pkg.url!r} is a file:// URL with a query or fragment"
     if pkg.manager == "conda" and not _SUBDIR.fullmatch(pkg.subdir):
         return f"subdir {pkg.subdir!r} (from the url) is not a platform name"
     return None
