@@ -1,4 +1,5 @@
-"""Rendering results: human text or one versioned JSON envelope. Commands return a Result; this prints it."""
+"""Rendering results: human text or one versioned JSON envelope. Commands return a Result;
+`envtool.commands.renders` (the one place) prints it with `emit` and exits with its code."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ JSON_VERSION = 1
 
 @dataclass
 class Result:
-    """What a command produced: data for --json, lines for humans, and the exit code it implies."""
+    """What a command produced: data for --json, lines for humans, and the exit code it implies.
+    `raw`: output that is itself a file or a script (export's environment.yml, shell-hook's
+    activation text), written to stdout byte for byte instead of `text`."""
 
     command: str
     data: dict[str, Any] = field(default_factory=dict)
     text: list[str] = field(default_factory=list)
     exit_code: int = 0
+    raw: str | None = None
 
 
 def render_json(result: Result) -> str:
@@ -45,6 +49,10 @@ def emit(result: Result, as_json: bool) -> None:
     writes ESC as \\u001b."""
     if as_json:
         sys.stdout.write(render_json(result) + "\n")
+    elif result.raw is not None:  # a file's or a script's text, as click.echo always wrote it
+        import click
+
+        click.echo(result.raw, nl=False)
     else:
         for line in result.text:
             sys.stdout.write(terminal_text(line) + "\n")

@@ -86,7 +86,9 @@ def test_json_record_then_replay_gives_the_same_checks(tmp_path: Path):
     live = envtool("doctor", "--json", "--record", str(rec))
     assert live.returncode == 0, live.stderr
     doc = json.loads(live.stdout)  # exactly one object: json.loads rejects trailing data
-    assert set(doc) == {"version", "status", "checks", "facts"}
+    # the envelope every command prints, doctor's schema its payload (README: doctor --json)
+    assert set(doc) == {"version", "command", "exit_code", "status", "checks", "facts"}
+    assert doc["command"] == "doctor" and doc["exit_code"] == 0
     assert doc["version"] == 1 and doc["status"] in ("ok", "warn")
     assert all(set(c) == CHECK_KEYS for c in doc["checks"])
     ids = [c["id"] for c in doc["checks"]]

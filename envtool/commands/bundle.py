@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
+from envtool.commands import renders
 from envtool.core.shell_quote import quote_posix
-from envtool.output import Result, emit
+from envtool.output import Result
 
 
 @click.command("bundle")
@@ -24,6 +25,7 @@ from envtool.output import Result, emit
 )
 @click.option("--dry-run", is_flag=True, help="List what would be bundled; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+@renders
 def cmd(
     name: str | None,
     lock_file: str | None,
@@ -31,7 +33,7 @@ def cmd(
     platforms: tuple[str, ...],
     dry_run: bool,
     as_json: bool,
-) -> None:
+) -> Result:
     """Write DIR/conda-lock.yml and DIR/channel/ holding exactly the locked, hash-checked files."""
     from envtool.adapters.locate import project_lock_path
     from envtool.errors import UsageError
@@ -55,8 +57,7 @@ def cmd(
         if dry_run:
             files = vl.variant_bundle_files(lock.parent, list(platforms) or None)
             text = [f"would bundle {len(files)} files (every variant) into {out}"]
-            emit(Result("bundle", {"dry_run": True, "files": files}, text), as_json)
-            return
+            return Result("bundle", {"dry_run": True, "files": files}, text)
         data = vl.write_variant_bundle(
             lock.parent, out, name, list(platforms) or None, progress=not as_json
         )
@@ -66,8 +67,7 @@ def cmd(
             f"install offline with: envtool install --from {quote_posix(str(out))}   "
             "(the variant is chosen on that machine)",
         ]
-        emit(Result("bundle", data, text), as_json)
-        return
+        return Result("bundle", data, text)
     if dry_run:
         from envtool.adapters.bundle import bundle_platforms
         from envtool.adapters.lock_io import read_lock
@@ -75,15 +75,11 @@ def cmd(
         contents = read_lock(lock)
         plats = bundle_platforms(contents, list(platforms) or None)
         files = sorted({p.file_name for pl in plats for p in contents.for_platform(pl)})
-        emit(
-            Result(
-                "bundle",
-                {"dry_run": True, "files": files},
-                [f"would bundle {len(files)} files into {out}"],
-            ),
-            as_json,
+        return Result(
+            "bundle",
+            {"dry_run": True, "files": files},
+            [f"would bundle {len(files)} files into {out}"],
         )
-        return
     from envtool.adapters.bundle import write_bundle
 
     env_name = name or Path(lock).resolve().parent.name  # environments/NAME/conda-lock.yml
@@ -93,4 +89,4 @@ def cmd(
         f"install offline with: envtool install --from {quote_posix(str(out))}   "
         f"(as {quote_posix(env_name)}; or pass a NAME)",
     ]
-    emit(Result("bundle", data, text), as_json)
+    return Result("bundle", data, text)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from envtool.commands import project_dir_option
+from envtool.commands import project_dir_option, renders
 from envtool.core.plan import PLATFORMS
 from envtool.errors import UsageError
 from envtool.locking import (
@@ -20,7 +20,7 @@ from envtool.locking import (
     request_from_yml,
     summarize,
 )
-from envtool.output import emit
+from envtool.output import Result
 
 
 @click.command("create")
@@ -86,6 +86,7 @@ from envtool.output import emit
 @click.option("--dry-run", is_flag=True, help="Print the plan and solution summary; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 @click.option("--quiet", "-q", is_flag=True, help="No install progress lines.")
+@renders
 def cmd(
     name: str,
     cuda: str | None,
@@ -106,7 +107,7 @@ def cmd(
     as_json: bool,
     force: bool = False,
     quiet: bool = False,
-) -> None:
+) -> Result:
     """Plan, solve, verify and lock environments/NAME (then install it, unless --no-install)."""
     if file_ and profile:
         raise UsageError("give -f FILE or --profile, not both", "pick one starting point")
@@ -135,8 +136,7 @@ def cmd(
     request = request_from_yml(text, source, flags)
     if dry_run:
         outcome = lock_environment(name, text, source, request, directory, dry_run=True)
-        emit(summarize(outcome, name, "create", True), as_json)
-        return
+        return summarize(outcome, name, "create", True)
     from contextlib import ExitStack
 
     from envtool.adapters.install_state import hold_env_lock
@@ -174,4 +174,4 @@ def cmd(
             )
             result.data["install"] = report.to_dict()
             result.text.append(f"installed {name} into {target}")
-    emit(result, as_json)
+    return result

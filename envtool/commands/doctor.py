@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from envtool.commands import renders
 from envtool.core.checks import (
     Check,
     check_by_id,
@@ -27,11 +28,11 @@ from envtool.core.checks import (
 )
 from envtool.core.facts import EnvFacts, HostFacts
 from envtool.errors import UsageError
+from envtool.output import Result
 
 if TYPE_CHECKING:
     from envtool.adapters.locate import Target
 
-SCHEMA_VERSION = 1
 HOST_DIR = "host"  # DIR/host/<raw probe outputs, one file each>
 ENV_FILE = "env.json"  # DIR/env.json: EnvFacts.to_dict()
 DEEP_FILE = "deep.json"
@@ -354,14 +355,13 @@ def render_deep(checks: list[Check]) -> list[str]:
     return [f"  all-reduce bus bandwidth (GB/s, {ev.get('world_size')} ranks): {per}"]
 
 
-def render_doctor_json(checks: list[Check], host: HostFacts, env: EnvFacts) -> str:
-    doc = {
-        "version": SCHEMA_VERSION,
+def doctor_payload(checks: list[Check], host: HostFacts, env: EnvFacts) -> dict[str, Any]:
+    """doctor's --json payload, inside output.py's envelope (version, command, exit_code)."""
+    return {
         "status": overall(checks),
         "checks": [c.to_dict() for c in checks],
         "facts": {"host": host.to_dict(), "env": env.to_dict()},
     }
-    return json.dumps(doc, indent=2, default=str)
 
 
 # --------------------------------------------------------------------------- command
@@ -399,6 +399,7 @@ def _deep_gpu_count(host: HostFacts, env: EnvFacts) -> int:
 @click.option(
     "--driver", help="Pretend the driver is this version (what-if; CONDA_OVERRIDE-style)."
 )
+@renders
 def cmd(
     name: str | None,
     prefix: str | None,
@@ -411,7 +412,7 @@ def cmd(
     record_dir: Path | None,
     replay_dir: Path | None,
     driver: str | None,
-) -> None:
+) -> Result:
     """Diagnose the CUDA stack of this host and an environment (exit 1 when a check fails)."""
     from envtool.core.versions import parse_version
 
@@ -463,11 +464,10 @@ def cmd(
     # installed from variant locks: is it still the variant this host would pick?
     if picked := doctor_variant_check(host, env.install_lock, env.name or "NAME"):
         checks.append(picked)  # type: ignore[arg-type]
-    if as_json:
-        sys.stdout.write(render_doctor_json(checks, host, env) + "\n")
-    else:
-        lines = render_human(checks, host, env, verbose, deep_result)
-        sys.stdout.write("\n".join(terminal_lines(lines)) + "\n")
-    sys.stdout.flush()
-    if overall(checks) == "fail":
-        raise click.exceptions.Exit(1)
+    text = [] if as_json else terminal_lines(render_human(checks, host, env, verbose, deep_result))
+    return Result(
+        "doctor",
+        doctor_payload(checks, host, env),
+        text,
+        exit_code=1 if overall(checks) == "fail" else 0,
+    )

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from envtool.commands import project_dir_option
+from envtool.commands import project_dir_option, renders
 from envtool.core.shell_quote import printable, quote_posix
 from envtool.errors import UsageError
-from envtool.output import note
+from envtool.output import Result, note
 
 if TYPE_CHECKING:
     from envtool.core.spec import EnvSpec
@@ -127,6 +127,7 @@ def run_export(
 @click.option("--dry-run", is_flag=True, help="Print the export; write nothing.")
 @click.option("--variant", help="Export this variant of NAME's variant locks (cpu, cuda12.6, …).")
 @project_dir_option
+@renders
 def cmd(
     name: str | None,
     lock_file: Path | None,
@@ -136,7 +137,7 @@ def cmd(
     dry_run: bool,
     variant: str | None = None,
     directory: str | None = None,
-) -> None:
+) -> Result:
     """Write a portable environment.yml (or @EXPLICIT file) from environments/NAME/conda-lock.yml.
 
     Top-level specs are pinned to the locked versions without build strings, except CUDA builds,
@@ -154,5 +155,4 @@ def cmd(
             raise UsageError("--variant picks among NAME's variant locks", "give NAME, not --lock")
         name, lock_file = None, variant_lock_path(name, variant, directory)
     text = run_export(name, lock_file, platform, fmt, output, dry_run, directory)
-    if output is None or dry_run:
-        click.echo(text, nl=False)
+    return Result("export", raw=text if output is None or dry_run else "")

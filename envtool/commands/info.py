@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import click
 
-from envtool.output import Result, emit
+from envtool.commands import renders
+from envtool.output import Result
 
 
 @click.command("info")
 @click.argument("name", required=False)
 @click.option("--prefix", help="The environment's directory instead of NAME.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
+@renders
+def cmd(name: str | None, prefix: str | None, as_json: bool) -> Result:
     """Show where NAME lives, what it was installed from, and whether the install finished."""
     from envtool.adapters.install_state import read_state_record
     from envtool.adapters.installed import describe_env, finish_command
@@ -33,4 +35,4 @@ def cmd(name: str | None, prefix: str | None, as_json: bool) -> None:
     if row["state"] == "incomplete":
         row["finish_command"] = finish_command(row)
         text.append(f"the last install did not finish: run `{row['finish_command']}` to finish it")
-    emit(Result("info", row, text), as_json)
+    return Result("info", row, text)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from envtool.output import Result, emit
+from envtool.commands import renders
+from envtool.output import Result
 
 # Kept in step with adapters.templates.TEMPLATES (tested).
 TEMPLATE_NAMES = ("ddp", "lm", "fsdp", "generate")
@@ -24,9 +25,10 @@ TEMPLATE_NAMES = ("ddp", "lm", "fsdp", "generate")
 @click.option("--list", "list_", is_flag=True, help="Describe the templates; write nothing.")
 @click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+@renders
 def cmd(
     dest: str | None, template: str, force: bool, list_: bool, dry_run: bool, as_json: bool
-) -> None:
+) -> Result:
     """Write a training script to DEST (default train.py; a directory gets DEST/train.py).
 
     Each template is one file that imports only torch and the standard library and runs with
@@ -35,8 +37,7 @@ def cmd(
     from envtool.adapters.templates import TEMPLATES, apply_init, plan_init, templates_dir
 
     if list_:
-        emit(render_list(TEMPLATES, str(templates_dir())), as_json)
-        return
+        return render_list(TEMPLATES, str(templates_dir()))
     plan = plan_init(template, dest, force)
     data = {
         "template": plan.template,
@@ -48,12 +49,11 @@ def cmd(
     }
     verb = "overwrite" if plan.overwrite else "write"
     if dry_run:
-        emit(Result("init", data, [f"would {verb} {plan.target} (template {template})"]), as_json)
-        return
+        return Result("init", data, [f"would {verb} {plan.target} (template {template})"])
     size = apply_init(plan)
     text = render_written(plan.target, template, visible_gpus())
     data.update(written=True, bytes=size, launch=text[-1].strip())
-    emit(Result("init", data, text), as_json)
+    return Result("init", data, text)
 
 
 def visible_gpus() -> int:

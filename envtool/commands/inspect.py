@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from envtool.output import Result, emit
+from envtool.commands import renders
+from envtool.output import Result
 
 
 def read_env_file(path: Path) -> str:
@@ -30,9 +31,10 @@ def run_inspect(path: Path) -> Result:
 @click.command("inspect")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-def cmd(file: Path, as_json: bool) -> None:
+@renders
+def cmd(file: Path, as_json: bool) -> Result:
     """Report what CUDA an environment file asks for, the driver it needs, and its problems.
 
     FILE is any conda environment.yml (conda-forge, pytorch channel, cudatoolkit or pip wheels).
     """
-    emit(run_inspect(file), as_json)
+    return run_inspect(file)

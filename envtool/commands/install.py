@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 import click
 
+from envtool.commands import renders
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import UsageError
-from envtool.output import Result, emit
+from envtool.output import Result
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -129,6 +130,7 @@ def _refuse_replacing(name: str, target: Path, lock: Path, from_dir: str) -> Non
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope; no progress.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines (errors are still printed).")
+@renders
 def cmd(
     name: str | None,
     lock_file: str | None,
@@ -141,7 +143,7 @@ def cmd(
     as_json: bool,
     variant: str | None = None,
     quiet: bool = False,
-) -> None:
+) -> Result:
     """Install an environment from its lock: hash-verified, resumable, offline-capable."""
     if variant is not None and (lock_file or from_dir or not name):
         raise UsageError(
@@ -175,7 +177,7 @@ def cmd(
             "mode": choice.mode,
             "reason": choice.reason,
         }
-    emit(result, as_json)
+    return result
 
 
 @contextlib.contextmanager

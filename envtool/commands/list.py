@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
+from envtool.commands import renders
 from envtool.core.shell_quote import printable
-from envtool.output import Result, emit
+from envtool.output import Result
 
 
 def render_env_table(rows: list[dict]) -> list[str]:
@@ -64,7 +65,8 @@ def removing_rows(root: Path) -> list[dict]:
 
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-def cmd(as_json: bool) -> None:
+@renders
+def cmd(as_json: bool) -> Result:
     """List installed environments; `incomplete` means an install was interrupted."""
     from envtool.adapters.install_state import leftover_name
     from envtool.adapters.installed import describe_env
@@ -91,4 +93,4 @@ def cmd(as_json: bool) -> None:
                 f"{printable(r['name'])} was being removed (interrupted): run "
                 f"`{r['finish_command']} --yes` to finish it"
             )
-    emit(Result("list", {"envs_dir": str(envs_dir()), "environments": rows}, text), as_json)
+    return Result("list", {"envs_dir": str(envs_dir()), "environments": rows}, text)

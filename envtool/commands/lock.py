@@ -14,7 +14,7 @@ import click
 
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
-from envtool.commands import project_dir_option
+from envtool.commands import project_dir_option, renders
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.locking import (
@@ -24,7 +24,7 @@ from envtool.locking import (
     stored_lock_options,
     summarize,
 )
-from envtool.output import Result, emit
+from envtool.output import Result
 
 
 def current_input_hash(yml_text: str, stored: dict[str, Any]) -> str:
@@ -68,6 +68,7 @@ def lock_edited(lock_path: Path) -> str | None:
     "`envtool install NAME` picks the one this host runs.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+@renders
 def cmd(
     name: str,
     directory: str | None,
@@ -76,7 +77,7 @@ def cmd(
     dry_run: bool,
     variants: str | None,
     as_json: bool,
-) -> None:
+) -> Result:
     """Re-lock environments/NAME from its environment.yml (no-op when nothing changed)."""
     env_dir, yml_path, lock_path = project_env_paths(name, directory)
     from envtool.adapters.files import ENV_FILE_LIMIT, read_text
@@ -98,16 +99,14 @@ def cmd(
             name, yml_text, str(yml_path), variants, directory,
             check=check, force=force, dry_run=dry_run,
         )  # fmt: skip
-        emit(result, as_json)
-        return
+        return result
     variant_lines = None
     if check:  # every variant lock is checked too; a variants-only project has no conda-lock.yml
         from envtool.variant_locking import check_variants
 
         variant_lines = check_variants(name, env_dir, yml_text)
         if variant_lines is not None and not lock_path.exists():
-            emit(Result("lock", {"name": name, "state": "fresh"}, variant_lines), as_json)
-            return
+            return Result("lock", {"name": name, "state": "fresh"}, variant_lines)
     stamp, stored = stored_lock_options(lock_path)
     fresh = False
     if stamp is not None and stored is not None:
@@ -130,19 +129,14 @@ def cmd(
                 f"{lock_path}: lock is {state}",
                 f"run `envtool lock {quote_posix(name)}` to update it",
             )
-        emit(
-            Result(
-                "lock",
-                {"name": name, "state": "fresh", "lock": str(lock_path)},
-                [f"{name}: lock is fresh ({lock_path})", *(variant_lines or [])],
-            ),
-            as_json,
+        return Result(
+            "lock",
+            {"name": name, "state": "fresh", "lock": str(lock_path)},
+            [f"{name}: lock is fresh ({lock_path})", *(variant_lines or [])],
         )
-        return
     if fresh and not force:
         outcome = LockOutcome(env_dir, None, stamp or "", False, False, {}, {})
-        emit(summarize(outcome, name, "lock", dry_run), as_json)
-        return
+        return summarize(outcome, name, "lock", dry_run)
     request = request_from_yml(yml_text, str(yml_path), {}, stored)
     outcome = lock_environment(
         name,
@@ -154,4 +148,4 @@ def cmd(
         probe=stored is None,
         dry_run=dry_run,
     )
-    emit(summarize(outcome, name, "lock", dry_run), as_json)
+    return summarize(outcome, name, "lock", dry_run)

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from envtool.commands import renders
 from envtool.output import Result, emit
 
 FOLLOW_POLL_SECONDS = 0.5
@@ -19,8 +20,8 @@ FOLLOW_POLL_SECONDS = 0.5
 @click.option("--rank", type=click.IntRange(min=0), default=None, help="Only this global rank.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the run ends.")
 @click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
-@click.pass_context
-def cmd(ctx: click.Context, **opts: Any) -> None:
+@renders
+def cmd(**opts: Any) -> Result:
     """Print RUN's merged log (every rank, `[node N rank R]` prefixes); the latest run by
     default. RUN: a run id from `envtool runs`, or a run folder's path.
 
@@ -76,9 +77,10 @@ def cmd(ctx: click.Context, **opts: Any) -> None:
             drain()
         drain()
     except KeyboardInterrupt:
-        ctx.exit(130)
+        return Result("logs", exit_code=130)
     if rest:
         show([rest])
+    return Result("logs")  # the log itself was streamed as it came
 
 
 def _ended(manifest: Any) -> bool:

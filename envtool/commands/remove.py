@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
+from envtool.commands import renders
 from envtool.core.shell_quote import printable
 from envtool.errors import DiagnosedFailure, EnvtoolError, UsageError
-from envtool.output import Result, emit, note
+from envtool.output import Result, note
 
 
 def _confirmed(question: str) -> bool:
@@ -32,7 +33,8 @@ def _confirmed(question: str) -> bool:
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json: bool) -> None:
+@renders
+def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json: bool) -> Result:
     """Remove an environment. Refuses directories that are not conda environments."""
     from envtool.adapters.install_state import hold_env_lock, removal_leftovers
     from envtool.adapters.locate import env_prefix
@@ -45,8 +47,7 @@ def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json:
     what = [str(target)] if _present(target) else []
     what += [f"{p} (an interrupted removal)" for p in leftovers]
     if dry_run:
-        emit(Result("remove", data, [f"would remove {w}" for w in what]), as_json)
-        return
+        return Result("remove", data, [f"would remove {w}" for w in what])
     if not yes and not _confirmed(f"Remove {target}?"):
         raise UsageError("not removed", "pass --yes to remove without asking")
     with hold_env_lock(target, label, on_wait=note):
@@ -56,7 +57,7 @@ def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json:
     # The lock file stays: deleting it would let a process already waiting on the old file and a
     # newcomer on a fresh one both "hold" the lock (filelock's documented pitfall).
     data["removed"] = True
-    emit(Result("remove", data, text), as_json)
+    return Result("remove", data, text)
 
 
 def _present(target: Path) -> bool:

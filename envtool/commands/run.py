@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from envtool.commands import renders
+
 
 @click.command(
     "run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -15,6 +17,7 @@ import click
 @click.option("-n", "--name", help="Environment name (under the envs dir).")
 @click.option("--prefix", help="The environment's directory instead of -n NAME.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+@renders
 def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
     """Activate the environment (activate.d scripts included) and exec COMMAND; its exit code is ours."""
     from envtool.adapters.activation import activated_environ

@@ -8,13 +8,15 @@ from typing import Any
 
 import click
 
-from envtool.output import Result, emit
+from envtool.commands import renders
+from envtool.output import Result
 
 
 @click.command("runs", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
-def cmd(**opts: Any) -> None:
+@renders
+def cmd(**opts: Any) -> Result:
     """List runs from their manifests: id, script, nodes x procs, status, exit, duration, lock.
 
     \b
@@ -42,7 +44,4 @@ def cmd(**opts: Any) -> None:
         if isinstance(manifest, dict) and "broken" in manifest and len(manifest) == 1:
             row.status = "unreadable manifest"
         rows.append(row)
-    emit(
-        Result("runs", data={"runs": [r.to_dict() for r in rows]}, text=render_rows(rows)),
-        opts["as_json"],
-    )
+    return Result("runs", data={"runs": [r.to_dict() for r in rows]}, text=render_rows(rows))

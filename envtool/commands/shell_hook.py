@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import click
 
+from envtool.commands import renders
+from envtool.output import Result
+
 
 @click.command("shell-hook")
 @click.argument("name", required=False)
@@ -16,10 +19,11 @@ import click
     show_default=True,
     help="The shell whose syntax to print.",
 )
-def cmd(name: str | None, prefix: str | None, shell: str) -> None:
+@renders
+def cmd(name: str | None, prefix: str | None, shell: str) -> Result:
     """Print the script that activates NAME in SHELL (PATH, CONDA_PREFIX, activate.d scripts)."""
     from envtool.adapters.activation import render_activation_script
     from envtool.adapters.locate import existing_env
 
     target = existing_env(name, prefix)
-    click.echo(render_activation_script(target, shell), nl=False)
+    return Result("shell-hook", raw=render_activation_script(target, shell))

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from envtool.output import Result, emit
+from envtool.commands import renders
+from envtool.output import Result
 
 
 @click.command("verify")
@@ -24,6 +25,7 @@ from envtool.output import Result, emit
     "--variant", help="Compare with this variant's lock of NAME's variant locks (cuda12.6, cpu…)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
+@renders
 def cmd(
     name: str | None,
     prefix: str | None,
@@ -31,7 +33,7 @@ def cmd(
     full: bool,
     as_json: bool,
     variant: str | None = None,
-) -> None:
+) -> Result:
     """Compare an installed environment with its lock; exit 1 when they differ."""
     from envtool.adapters.install_state import (
         read_incomplete_marker,
@@ -88,11 +90,7 @@ def cmd(
         again = _install_again(name, prefix, target, lock)
         text.append(f"`{again}` relinks the damaged packages from the cache")
     bad = not drift["clean"] or state == "incomplete"
-    emit(
-        Result("verify", {"prefix": str(target), **drift}, text, exit_code=1 if bad else 0), as_json
-    )
-    if bad:
-        raise click.exceptions.Exit(1)
+    return Result("verify", {"prefix": str(target), **drift}, text, exit_code=1 if bad else 0)
 
 
 def _install_again(name: str | None, prefix: str | None, target: Path, lock: Path) -> str:
