@@ -699,3 +699,78 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_last_periodic_checkpoi
     final = _result(log)
     assert final["start_step"] >= 10 and final["start_step"] % 5 == 0, final
     assert (final["step"], final["loss"]) == (ddp_reference["step"], ddp_reference["loss"])
+
+
+# --- multi-node pre-flight in the batch script -------------------------------------------------
+
+
+def preflight_argv(tmp_path: Path, python: str, port: int) -> list[str]:
+    """The batch script's pre-flight srun line for 2 nodes, as the words srun would run (the
+    batch shell's $head/$port/$SLURM_NNODES expanded to this host)."""
+    from envtool.adapters.preflight import script_source
+
+    req = slurm_req(cpu=True, gpus_per_node=None, python=python)
+    req.preflight_script = script_source()
+    req.rdzv_timeout = 10
+    text = render_sbatch(req)
+    start = text.index("srun --kill-on-bad-exit=1 --ntasks-per-node=1 " + python + " -I -c ")
+    end = text.index(' "$SLURM_NNODES" 10\n', start) + len(' "$SLURM_NNODES" 10')
+    command = text[start:end].split(" ", 3)[3]  # after srun and its two options
+    words = subprocess.run(
+        ["bash", "-c", f"head=127.0.0.1 port={port} SLURM_NNODES=2; printf '%s\\0' {command}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")[:-1]
+    assert words[1:3] == ["-I", "-c"] and words[-4:] == ["127.0.0.1", str(port), "2", "10"]
+    return words
+
+
+def run_preflight_nodes(tmp_path: Path, pythons: list[str]) -> list[subprocess.CompletedProcess]:
+    """Each node's pre-flight (SLURM_NODEID 0, 1) with its own python, concurrently."""
+    (port,) = _free_ports(1)
+    procs = []
+    for node, python in enumerate(pythons):
+        argv = preflight_argv(tmp_path, python, port)
+        env = {"PATH": os.environ["PATH"], "SLURM_NODEID": str(node)}
+        procs.append(
+            subprocess.Popen(
+                argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+    outs = [p.communicate(timeout=60) for p in procs]
+    return [
+        subprocess.CompletedProcess(p.args, p.returncode, out, err)
+        for p, (out, err) in zip(procs, outs, strict=True)
+    ]
+
+
+def test_the_batch_scripts_pre_flight_passes_nodes_that_agree(tmp_path: Path) -> None:
+    for proc in run_preflight_nodes(tmp_path, [sys.executable, sys.executable]):
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_the_batch_scripts_pre_flight_stops_every_node_when_one_lacks_torch(tmp_path: Path) -> None:
+    """Node 1's python is a bare venv (no torch): the environment's python on each node runs
+    the check, so both stop with the one line naming node 1."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    import torch
+
+    results = run_preflight_nodes(tmp_path, [sys.executable, str(bare / "bin" / "python")])
+    for proc in results:
+        assert proc.returncode == 1
+        (line,) = proc.stderr.strip().splitlines()
+        assert (
+            f"pre-flight: node 1 (127.0.0.1) has torch none, the head has {torch.__version__}"
+            in line
+        )
+
+
+def test_one_node_and_skip_checks_have_no_pre_flight(tmp_path: Path) -> None:
+    one = launch_slurm(tmp_path, "--cpu", "--nodes", "1", "--dry-run", "--json")
+    two = launch_slurm(tmp_path, "--cpu", "--nodes", "2", "--dry-run", "--json")
+    skip = launch_slurm(tmp_path, "--cpu", "--nodes", "2", "--skip-checks", "--dry-run", "--json")
+    assert "pre-flight" in json.loads(two.stdout)["script"]
+    assert "pre-flight" not in json.loads(one.stdout)["script"]
+    assert "pre-flight" not in json.loads(skip.stdout)["script"]

@@ -482,7 +482,12 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         workdir=str(Path.cwd()),
         requeue=opts["requeue"],
         max_requeues=opts["max_requeues"],
+        rdzv_timeout=opts["rdzv_timeout"],
     )
+    if opts["nodes"] > 1 and not opts["skip_checks"]:
+        from envtool.adapters.preflight import script_source
+
+        req.preflight_script = script_source()  # run by the env's python on every node
     if req.is_conda:
         from envtool.adapters.activation import render_activation_script
 

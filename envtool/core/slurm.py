@@ -56,6 +56,8 @@ class SlurmRequest:
     activation: str | None = None  # the env's activation script (rattler), when available
     requeue: bool = False  # checkpoint and requeue on the time-limit signal or a preemption
     max_requeues: int = 3
+    preflight_script: str | None = None  # adapters/preflight_script.py's text (multi-node)
+    rdzv_timeout: float = 60.0
 
 
 def plan_nproc_per_node(req: SlurmRequest) -> int:
@@ -227,6 +229,15 @@ def render_sbatch(req: SlurmRequest) -> str:
         [_NODE_COMMAND_PER_NODE_GPUS if per_node_gpus else _NODE_COMMAND, "envtool-node", *words]
     )
     lines.append('export ENVTOOL_RDZV_ENDPOINT="$head:$port"')
+    if req.preflight_script and req.nodes > 1:
+        lines += [
+            "# pre-flight: every node reaches the head on the rendezvous port and has its torch,",
+            "# CUDA, NCCL and lock hash, or every node stops here in seconds with one line",
+            "# (torchrun alone would wait 900 s); `envtool launch --skip-checks` leaves it out",
+            "srun --kill-on-bad-exit=1 --ntasks-per-node=1 "
+            + join_posix([req.python, "-I", "-c", req.preflight_script])
+            + f' "$head" "$port" "$SLURM_NNODES" {float(req.rdzv_timeout):g}',
+        ]
     if not req.requeue:
         lines.append(srun)
         return "\n".join(lines) + "\n"
