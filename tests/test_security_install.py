@@ -792,3 +792,67 @@ def test_a_file_url_archive_that_is_a_fifo_a_device_or_a_folder_is_refused_at_on
     lock = cb.edit_lock(setup.lock, tmp_path / "ok.yml", {"python_abi": {"url": url}})
     out = run_envtool("install", "demo", "--lock", str(lock), env=env, timeout=300)
     assert out.returncode == 0, out.stderr
+
+
+# ------------------------------------- 11. rattler's cache entry: a link, or out of the cache
+
+
+def test_a_cache_entry_that_is_a_symlink_is_removed_not_followed_and_extracted_again(
+    setup: cb.CudaSetup, demo: Path, cache: Path, tmp_path: Path
+) -> None:
+    """Old code skipped the check of an entry that is a link, and rattler linked from wherever
+    it pointed: the changed file below went into every new env, and no reinstall repaired it."""
+    entry = next(p for p in (cache / "rattler").glob("libtorch-*") if p.is_dir())
+    original = (entry / "lib" / "libtorch_cuda.so").read_bytes()
+    outside = tmp_path / "outside"
+    shutil.copytree(entry, outside, symlinks=True)
+    (outside / "lib" / "libtorch_cuda.so").write_bytes(b"changed outside the cache\n")
+    shutil.rmtree(entry)
+    entry.symlink_to(outside, target_is_directory=True)
+
+    other = tmp_path / "envs" / "other"
+    install_from_lock(setup.lock, other, platform="linux-64", progress=False)
+    assert (other / "lib" / "libtorch_cuda.so").read_bytes() == original
+    assert not entry.is_symlink() and (entry / "lib" / "libtorch_cuda.so").read_bytes() == original
+    # the link was removed, never followed: what it pointed to is as it was
+    assert (outside / "lib" / "libtorch_cuda.so").read_bytes() == b"changed outside the cache\n"
+    assert compute_drift(other, setup.lock, "linux-64", check_files=True, full=True)["clean"]
+
+
+def test_a_shared_cache_entry_swapped_for_a_link_after_it_was_verified_is_refused(
+    setup: cb.CudaSetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No archive to extract again (the entry was used without one): one refusal, nothing linked
+    from the link; the next install downloads the archive and extracts it again."""
+    from envtool.adapters import installer
+
+    monkeypatch.delenv("ENVTOOL_CACHE_DIR", raising=False)
+    monkeypatch.delenv("RATTLER_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    install_from_lock(setup.lock, tmp_path / "first", platform="linux-64", progress=False)
+    shutil.rmtree(tmp_path / "xdg" / "envtool" / "archives")  # only rattler's entries are left
+    shared = tmp_path / "xdg" / "rattler" / "cache" / "pkgs"
+    entry = next(p for p in shared.glob("libtorch-*") if p.is_dir())
+    original = (entry / "lib" / "libtorch_cuda.so").read_bytes()
+    outside = tmp_path / "outside"
+
+    def swap(point: str) -> None:
+        if point == "after-download":
+            shutil.copytree(entry, outside, symlinks=True)
+            (outside / "lib" / "libtorch_cuda.so").write_bytes(b"changed outside the cache\n")
+            shutil.rmtree(entry)
+            entry.symlink_to(outside, target_is_directory=True)
+
+    monkeypatch.setattr(installer, "_pause_hook", swap)
+    second = tmp_path / "second"
+    with pytest.raises(DiagnosedFailure) as err:
+        install_from_lock(setup.lock, second, platform="linux-64", progress=False)
+    assert "libtorch" in err.value.message and "symbolic link" in err.value.message
+    assert not (second / "lib" / "libtorch_cuda.so").exists()
+
+    monkeypatch.setattr(installer, "_pause_hook", lambda point: None)
+    report = install_from_lock(setup.lock, second, platform="linux-64", progress=False)
+    assert [n.split("-")[0] for n in report.fetched] == ["libtorch"]
+    assert (second / "lib" / "libtorch_cuda.so").read_bytes() == original
+    assert not entry.is_symlink()
+    assert (outside / "lib" / "libtorch_cuda.so").read_bytes() == b"changed outside the cache\n"

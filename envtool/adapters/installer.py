@@ -830,6 +830,31 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _misplaced_entry(entry: Path, root: Path) -> str | None:
+    """Why rattler's cache entry must not be linked from as it is (never following a link),
+    or None (a folder inside the cache, or no entry)."""
+    try:
+        st = os.lstat(entry)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    if entry.resolve().parent != root.resolve():
+        return "a folder outside the cache"
+    return None
+
+
+def _remove_entry(entry: Path) -> None:
+    """Remove a cache entry without following it: a link (or a file) is unlinked, a folder
+    (only ever a real one inside the cache) removed with what it holds."""
+    if stat.S_ISDIR(os.lstat(entry).st_mode):
+        shutil.rmtree(entry)
+    else:
+        os.unlink(entry)
+
+
 def verify_extracted(entry: Path, contents: ArchiveContents) -> str | None:
     """Is rattler's extracted copy of a package (which it hardlinks into prefixes) still what the
     verified archive holds? Its info/index.json and info/paths.json must be the archive's own, and
@@ -890,14 +915,26 @@ def _link(
     installed = _installed_ids(prefix)
     # What rattler will link (not installed yet, or damaged) from its extracted cache must be
     # what the verified archive holds: a changed extracted copy is dropped, re-extracted below.
+    # An entry that is a link, or leads out of the cache, is never followed: rattler would link
+    # from wherever it points, unchecked. It is removed (the link itself) and rattler extracts
+    # the verified archive again; with no archive to extract from, the install stops here.
     for p in pkgs:
         if (p.name, p.version, p.build) in installed and p.name not in damaged:
             continue
-        if archives[p.file_name].is_dir():  # no archive: the entry itself was verified
+        entry = _extracted_entry(rattler_cache, p)  # lock_model checked the parts
+        misplaced = _misplaced_entry(entry, rattler_cache)
+        if archives[p.file_name] == entry:  # no archive: the entry itself was verified
+            if misplaced:
+                raise DiagnosedFailure(
+                    f"{p.name} {p.version}: {entry} became {misplaced} after it was verified; "
+                    "nothing was linked from it",
+                    "run the same install again: the package's archive is downloaded instead",
+                )
             continue
-        entry = rattler_cache / f"{p.name}-{p.version}-{p.build}"
-        inside = entry.resolve().parent == rattler_cache.resolve()  # lock_model checked the parts
-        if inside and entry.is_dir() and not entry.is_symlink():
+        if misplaced:
+            say(f"  {entry.name}: {misplaced} in rattler's cache; extracting the archive again")
+            _remove_entry(entry)
+        elif entry.is_dir():
             why = verify_extracted(entry, contents[p.file_name])
             if why:
                 say(f"  {entry.name}: extracted copy changed ({why}); extracting it again")
