@@ -856,3 +856,23 @@ def test_a_shared_cache_entry_swapped_for_a_link_after_it_was_verified_is_refuse
     assert (second / "lib" / "libtorch_cuda.so").read_bytes() == original
     assert not entry.is_symlink()
     assert (outside / "lib" / "libtorch_cuda.so").read_bytes() == b"changed outside the cache\n"
+
+
+@pytest.mark.parametrize("kind", ["softlink", "file"])
+def test_a_package_that_ships_conda_meta_itself_is_refused(
+    kind: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Old code refused `conda-meta/…` but not the path `conda-meta`: a link (or a file) of that
+    name passed, then rattler failed and left the env incomplete, on every later try too."""
+    pkg = cb.Pkg("evil", "1.0", "h0_0", files={"share/evil/README": "x\n"})
+    if kind == "softlink":
+        pkg.symlinks = {"conda-meta": "share/evil"}
+    else:
+        pkg.files["conda-meta"] = "not a folder\n"
+    channel = cb.build_channel(tmp_path / "evil-channel", [pkg])
+    lock = cb.write_lock(
+        tmp_path / "evil.yml", cb.solve_records(channel, ["evil"], cuda=None), channel.as_uri()
+    )
+    line = _one_line_error(run_envtool("install", "evil", "--lock", str(lock), env=env))
+    assert "'conda-meta'" in line and "evil 1.0" in line
+    assert not (tmp_path / "envs" / "evil" / "conda-meta" / "envtool" / "incomplete.json").exists()

@@ -781,7 +781,9 @@ def _checked_contents(
 
         for entry in paths:
             why = unsafe_path(entry.get("_path"))
-            if why is None and str(entry["_path"]).startswith("conda-meta/"):
+            if why is None and (
+                entry["_path"] == "conda-meta" or str(entry["_path"]).startswith("conda-meta/")
+            ):  # conda-meta itself too: a link or file there breaks every later install
                 why = "a file in conda-meta/, where package records live"
             if why:
                 raise refuse(f"it ships {entry.get('_path')!r} ({why})")
