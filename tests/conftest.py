@@ -6,11 +6,16 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import channel_builder as cb
 import pytest
 from solve_scenarios import HARVESTED
+
+if TYPE_CHECKING:
+    from envtool.core.facts import EnvFacts, HostFacts
 
 REPO = Path(__file__).resolve().parent.parent
 CONSOLE_SCRIPT = REPO / ".venv" / "bin" / "envtool"
@@ -112,3 +117,72 @@ def env(tmp_path: Path) -> dict[str, str]:
     for var in ("ENVTOOL_TEST_PAUSE_AT", "ENVTOOL_TEST_PAUSE_S", "CONDA_PREFIX"):
         e.pop(var, None)
     return e
+
+
+# ---------------------------------------------------------------- the 2 x H200 host, faked once
+
+H200_CAPTURE = "h200-x2-host"
+
+
+@dataclass(frozen=True)
+class FakeHost:
+    """A real host replayed from its capture folder (`nvidia-smi.txt`, `nvidia-smi-q.xml`,
+    `query.csv`, `topo.txt` under the record's file names, and `collect_env.txt`): its host facts
+    as envtool parses them, a `doctor --record` directory of it, or a fake `nvidia-smi` on PATH."""
+
+    capture: Path
+    SMI_FILES = ("nvidia-smi-q.xml", "nvidia-smi.txt", "query.csv", "topo.txt")
+
+    def smi(self) -> dict[str, str]:
+        """The raw nvidia-smi outputs by record file name."""
+        return {name: (self.capture / name).read_text() for name in self.SMI_FILES}
+
+    def facts(self, driver: str | None = None) -> HostFacts:
+        """The HostFacts `doctor --replay` makes of the capture (a new object each call);
+        `driver`: as replayed with `--driver DRIVER`."""
+        from envtool.adapters.host_probe import apply_overrides, facts_from_record
+
+        facts = facts_from_record(self.smi())
+        return apply_overrides(facts, driver=driver) if driver else facts
+
+    def env_facts(self) -> EnvFacts:
+        """The EnvFacts of its collect_env.txt (torch 2.11.0+cu130, CUDA available, 2 devices)."""
+        from envtool.core.collect_env import parse_collect_env
+
+        return parse_collect_env((self.capture / "collect_env.txt").read_text())
+
+    def record(self, directory: Path, env: EnvFacts | None = None) -> Path:
+        """A `doctor --record` directory: the nvidia-smi outputs under host/, `env` (default: the
+        collect_env facts) as env.json."""
+        import json
+
+        (directory / "host").mkdir(parents=True)
+        for name, text in self.smi().items():
+            (directory / "host" / name).write_text(text)
+        facts = env if env is not None else self.env_facts()
+        (directory / "env.json").write_text(json.dumps(facts.to_dict()))
+        return directory
+
+    def nvidia_smi_bin(self, bin_dir: Path) -> Path:
+        """`bin_dir` holding an executable `nvidia-smi` that prints the captured outputs (`-q -x`,
+        `--query-gpu…`, `topo -m`, else the table); put it first on PATH."""
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(
+            "#!/bin/sh\n"
+            'case "$*" in\n'
+            f'  "-q -x") exec cat "{self.capture}/nvidia-smi-q.xml" ;;\n'
+            f'  --query-gpu*) exec cat "{self.capture}/query.csv" ;;\n'
+            f'  "topo -m") exec cat "{self.capture}/topo.txt" ;;\n'
+            f'  *) exec cat "{self.capture}/nvidia-smi.txt" ;;\n'
+            "esac\n"
+        )
+        smi.chmod(0o755)
+        return bin_dir
+
+
+@pytest.fixture(scope="session")
+def fake_h200(fixtures: Path) -> FakeHost:
+    """The 2 x H200 (NVLink) host of fixtures/h200-x2-host: driver 580.159.04 (CUDA 13.0), torch
+    2.11.0+cu130. Tests that need "a real GPU host" use this one fake."""
+    return FakeHost(fixtures / H200_CAPTURE)

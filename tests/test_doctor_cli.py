@@ -7,14 +7,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_envtool
+from conftest import REPO, FakeHost, run_envtool
 
 from envtool.adapters import deep as deep_adapter
 from envtool.adapters.proc import ProcResult
@@ -33,16 +32,11 @@ def write_env(directory: Path, env: EnvFacts) -> None:
 
 
 @pytest.fixture
-def h200_record(fixtures: Path, tmp_path: Path) -> Path:
+def h200_record(fake_h200: FakeHost, tmp_path: Path) -> Path:
     """A --record directory rebuilt from fixtures/h200-x2-host (raw nvidia-smi outputs) plus the
     env facts its collect_env.txt shows (torch 2.11.0+cu130, CUDA available)."""
-    src = fixtures / "h200-x2-host"
-    rec = tmp_path / "h200"
-    (rec / "host").mkdir(parents=True)
-    for name in ("nvidia-smi-q.xml", "nvidia-smi.txt", "query.csv", "topo.txt"):
-        shutil.copy(src / name, rec / "host" / name)
-    write_env(
-        rec,
+    return fake_h200.record(
+        tmp_path / "h200",
         EnvFacts(
             python_exe="/usr/bin/python3",
             prefix="/usr",
@@ -56,7 +50,6 @@ def h200_record(fixtures: Path, tmp_path: Path) -> Path:
             ),
         ),
     )
-    return rec
 
 
 # ----------------------------------------------------------------- this machine

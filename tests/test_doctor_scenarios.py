@@ -238,17 +238,11 @@ def test_12_healthy_cu101_two_titan_rtx():
     assert overall(checks) == "ok"
 
 
-def test_h200_x2_host_healthy():
+def test_h200_x2_host_healthy(fake_h200):
     # h200-x2-host/collect_env.txt + nvidia-smi.txt + topo.txt: torch 2.11.0+cu130, driver
     # 580.159.04 (CUDA 13.0), 2x H200 (cap 9.0, query.csv), NV18 between them.
-    h = host(
-        "580.159.04",
-        ["NVIDIA H200"] * 2,
-        "9.0",
-        driver_cuda="13.0",
-        nvlink=True,
-        shm_bytes=64 << 30,
-    )
+    h = fake_h200.facts()
+    h.shm_bytes = 64 << 30
     e = env("2.11.0+cu130", "13.0", True, device_count=2, capabilities=["9.0", "9.0"])
     checks = run_checks(h, e)
     assert overall(checks) == "ok", [c for c in checks if c.status != "ok"]
@@ -408,10 +402,10 @@ def test_replay_driver_610_renamed_fields_is_healthy(fixtures, tmp_path):
     assert check_by_id(checks, "gpu-arch-covered").status == "ok"  # CUDA 13 keeps sm_75
 
 
-def test_h200_on_a_470_driver_is_told_to_upgrade_never_given_a_cuda():
+def test_h200_on_a_470_driver_is_told_to_upgrade_never_given_a_cuda(fake_h200):
     # h200-x2-host replayed with --driver 470.57.02 (issue 12): no 470 driver drives Hopper
     # (sm_90 needs ≥ 520.61.05), so no `--cuda 11.8` — whatever torch is installed
-    h = host("470.57.02", ["NVIDIA H200"] * 2, "9.0")
+    h = fake_h200.facts(driver="470.57.02")
     cuda_env = env("2.11.0+cu130", "13.0", False, capabilities=["9.0", "9.0"])
     cpu_env = env("2.11.0+cpu", None, False)
     for e in (cuda_env, cpu_env):

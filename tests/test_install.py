@@ -9,6 +9,7 @@ from pathlib import Path
 import channel_builder as cb
 import pytest
 import yaml
+from conftest import FakeHost
 
 from envtool.adapters import install_state
 from envtool.adapters.installed import compute_drift, describe_env, read_conda_meta
@@ -82,14 +83,12 @@ def test_drift_reports_missing_extra_and_changed_builds() -> None:
     assert diff_packages(locked, locked)["clean"]
 
 
-def test_host_check_refuses_a_driver_too_old_for_the_locked_cuda(fixtures: Path) -> None:
+def test_host_check_refuses_a_driver_too_old_for_the_locked_cuda(fake_h200: FakeHost) -> None:
     from envtool.commands.install import plan_host_check
 
     meta = {"envtool_cuda": "12.6", "envtool_gpu_archs": "sm_80 sm_90"}
-    # driver and GPU of the real H200 capture (fixtures/h200-x2-host): can run CUDA 12.6
-    assert (fixtures / "h200-x2-host").is_dir()
-    h200 = HostFacts(driver_version="580.159.04", gpus=[GpuFacts(0, "NVIDIA H200", "9.0")])
-    assert plan_host_check(meta, "linux-64", h200) == []
+    # the real 2 x H200 capture (driver 580.159.04): can run CUDA 12.6
+    assert plan_host_check(meta, "linux-64", fake_h200.facts()) == []
     old = HostFacts(driver_version="470.57.02", gpus=[GpuFacts(0, "Tesla T4", "7.5")])
     problems = plan_host_check(meta, "linux-64", old)
     assert "470.57.02" in problems[0][0] and "12.6" in problems[0][0]
@@ -97,7 +96,7 @@ def test_host_check_refuses_a_driver_too_old_for_the_locked_cuda(fixtures: Path)
     assert "login node" in plan_host_check(meta, "linux-64", HostFacts())[0][1]
     assert plan_host_check({"envtool_cuda": "cpu"}, "linux-64", HostFacts()) == []
     # an H200 on a 470 driver: no CUDA helps, the driver must be upgraded for the GPU (issue 12)
-    h200_old = HostFacts(driver_version="470.57.02", gpus=[GpuFacts(0, "NVIDIA H200", "9.0")])
+    h200_old = fake_h200.facts(driver="470.57.02")
     problem, fix = plan_host_check({"envtool_cuda": "11.8"}, "linux-64", h200_old)[0]
     assert problem == "driver 470.57.02 cannot drive NVIDIA H200, sm_90 (needs >= 520.61.05)"
     assert fix == "upgrade the NVIDIA driver to ≥ 520.61.05 for this GPU (NVIDIA H200, sm_90)"

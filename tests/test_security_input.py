@@ -248,6 +248,8 @@ def _write_json(path: Path, data: object) -> None:
 def _base_recordings(tmp: Path, fixtures_root: Path | None) -> dict[str, Path]:
     """Real recordings: this host's (--record), the H200 capture (raw nvidia-smi outputs) when
     the fixtures are here, and an NVML + --deep recording and a host.json-only one."""
+    from conftest import H200_CAPTURE, FakeHost
+
     from envtool.cli import main
 
     recs: dict[str, Path] = {}
@@ -255,13 +257,8 @@ def _base_recordings(tmp: Path, fixtures_root: Path | None) -> dict[str, Path]:
     with pytest.raises(SystemExit):
         main(["doctor", "--fast", "--record", str(live)])
     recs["live"] = live
-    if fixtures_root is not None and (fixtures_root / "h200-x2-host").is_dir():
-        import shutil
-
-        h200 = tmp / "h200"
-        (h200 / "host").mkdir(parents=True)
-        for name in ("nvidia-smi-q.xml", "nvidia-smi.txt", "query.csv", "topo.txt"):
-            shutil.copy(fixtures_root / "h200-x2-host" / name, h200 / "host" / name)
+    if fixtures_root is not None and (fixtures_root / H200_CAPTURE).is_dir():
+        h200 = FakeHost(fixtures_root / H200_CAPTURE).record(tmp / "h200")
         _write_json(h200 / "env.json", _rich_env())
         recs["h200"] = h200
     nvml = tmp / "nvml"
