@@ -946,3 +946,52 @@ def test_a_shared_cache_entry_whose_softlink_leaves_the_prefix_is_downloaded(
     report = install_from_lock(lock, second, platform="linux-64", progress=False)
     assert report.fetched and not report.from_package_cache
     assert os.readlink(second / "lib" / "liblinky.so") == "liblinky.so.1"
+
+
+# --------------------------------- 13. rattler's shared cache without the archive: whose is it
+
+
+def _shared_cache_only(
+    setup: cb.CudaSetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """rattler's shared cache (as pixi leaves it) filled by a first install; envtool's archives
+    removed, so the next install can only use the extracted entries or download."""
+    monkeypatch.delenv("ENVTOOL_CACHE_DIR", raising=False)
+    monkeypatch.delenv("RATTLER_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    install_from_lock(setup.lock, tmp_path / "first", platform="linux-64", progress=False)
+    shutil.rmtree(tmp_path / "xdg" / "envtool" / "archives")
+    return tmp_path / "xdg" / "rattler" / "cache" / "pkgs"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+@pytest.mark.parametrize("how", ["another-owner", "group-writable"])
+def test_a_shared_entry_changed_with_its_paths_json_by_another_user_is_not_used(
+    how: str, setup: cb.CudaSetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the archive, the entry's own paths.json is the reference: a file and its sha256
+    there changed together passed (old code linked the changed file). Only the user's own entry
+    is trusted that far; another user's (or a file others may write) is downloaded instead."""
+    shared = _shared_cache_only(setup, tmp_path, monkeypatch)
+    entry = next(p for p in shared.glob("libtorch-*") if p.is_dir())
+    lib = entry / "lib" / "libtorch_cuda.so"
+    original = lib.read_bytes()
+    evil = b"changed with its paths.json\n"
+    paths_json = entry / "info" / "paths.json"
+    data = json.loads(paths_json.read_text())
+    for item in data["paths"]:
+        if item["_path"] == "lib/libtorch_cuda.so":
+            item.update(sha256=hashlib.sha256(evil).hexdigest(), size_in_bytes=len(evil))
+    for path, text in ((lib, evil), (paths_json, json.dumps(data).encode())):
+        path.unlink()  # a new file, as another user would leave it in a group-writable folder
+        path.write_bytes(text)
+        if how == "another-owner":
+            os.chown(path, 65534, 65534)
+        else:
+            path.chmod(0o664)
+
+    second = tmp_path / "second"
+    report = install_from_lock(setup.lock, second, platform="linux-64", progress=False)
+    # (the python stub's bin/python is an absolute link: never used without its archive)
+    assert [n.split("-")[0] for n in report.fetched] == ["libtorch", "python"]
+    assert (second / "lib" / "libtorch_cuda.so").read_bytes() == original

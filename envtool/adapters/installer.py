@@ -631,8 +631,15 @@ def read_extracted_contents(entry: Path, pkg: LockedPackage) -> ArchiveContents 
     extracted from an archive with the lock's sha256 (rattler hashes every archive it extracts);
     its own info/index.json names the locked package and info/paths.json stays in the prefix
     (the checks an archive gets); and every file has the size and sha256 paths.json gives
-    (verify_extracted). Weaker than hashing the archive: the cache is trusted to be the user's own
-    (as ~/.cache is), the archive itself is not re-hashed — it is not on the machine."""
+    (verify_extracted); and the entry, its rattler lock, its info files and every file it lists
+    are the user's own — owned by this user, no file writable by group or others
+    (_written_by_others).
+
+    What stays trusted (a choice: the archive is not on the machine, and not downloading it is
+    the point of using this cache): the user's own cache entries. An entry whose files and
+    paths.json were changed together, by this user (or root), passes — the archive itself is not
+    re-hashed; anyone who can do that can also edit ~/.bashrc. Entries another user extracted or
+    touched (a team's shared RATTLER_CACHE_DIR) are not used: their archives are downloaded."""
     root = entry.parent
     if not pkg.sha256 or pkg.manager != "conda" or entry.resolve().parent != root.resolve():
         return None
@@ -652,9 +659,34 @@ def read_extracted_contents(entry: Path, pkg: LockedPackage) -> ArchiveContents 
         contents = _checked_contents(members, pkg, lambda why: UsageError(why))
     except (UsageError, OSError):
         return None
-    if contents.paths is None or verify_extracted(entry, contents) is not None:
+    if contents.paths is None or _written_by_others(entry, contents) is not None:
+        return None
+    if verify_extracted(entry, contents) is not None:
         return None
     return contents
+
+
+def _written_by_others(entry: Path, contents: ArchiveContents) -> str | None:
+    """Why a cache entry used without its archive may hold bytes another user wrote, or None:
+    the entry, its `.lock`, its info files and every path it lists must be owned by this user,
+    and no file (links aside) writable by group or others. Folders may be group-writable
+    (umask 002): a file replaced in one belongs to whoever replaced it, and is refused."""
+    geteuid = getattr(os, "geteuid", None)
+    if geteuid is None:  # no owners to compare (Windows)
+        return None
+    uid = geteuid()
+    paths = [entry, entry.parent / f"{entry.name}.lock", entry / "info" / "index.json"]
+    paths += [entry / "info" / "paths.json", *(entry / e["_path"] for e in contents.paths or [])]
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return f"{path} is missing"
+        if st.st_uid != uid:
+            return f"{path} belongs to another user"
+        if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{path} is writable by other users"
+    return None
 
 
 STALE_TEMP_S = 900  # a live download writes its temp file every moment
