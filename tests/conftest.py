@@ -1,4 +1,9 @@
-"""Shared test helpers. Fixtures come from ../shared/fixtures (override: ENVTOOL_FIXTURES)."""
+"""Shared test helpers. Fixtures come from ../shared/fixtures (override: ENVTOOL_FIXTURES).
+
+Tiers (pyproject declares the markers, README's Test section has the commands): `integration`
+runs real external things (an envtool/torchrun/uv/slurm subprocess, a rattler solve or install, an
+HTTP server, a network namespace), `slow` takes more than ~5 s alone, `gpu` needs an NVIDIA GPU;
+every other test is `unit` (added below), so the tiers partition the suite."""
 
 from __future__ import annotations
 
@@ -19,6 +24,14 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parent.parent
 CONSOLE_SCRIPT = REPO / ".venv" / "bin" / "envtool"
+TIERS = ("integration", "slow", "gpu")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`unit`: every test marked none of integration/slow/gpu (in-process and fast)."""
+    for item in items:
+        if not any(item.get_closest_marker(tier) for tier in TIERS):
+            item.add_marker(pytest.mark.unit)
 
 
 def envtool_argv(script: bool = False) -> list[str]:

@@ -13,8 +13,6 @@ from conftest import run_envtool
 
 from envtool.adapters.lock_io import read_lock
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def private_lock(setup: cb.CudaSetup, tmp_path: Path) -> Path:
@@ -42,6 +40,7 @@ def _env(tmp_path: Path, tag: str) -> dict[str, str]:
     return e
 
 
+@pytest.mark.integration
 def test_bundle_installs_offline_with_the_original_channel_gone(
     private_lock: Path, tmp_path: Path
 ) -> None:
@@ -68,6 +67,7 @@ def test_bundle_installs_offline_with_the_original_channel_gone(
     )  # provenance kept from the lock
 
 
+@pytest.mark.integration
 def test_install_from_a_bundle_takes_the_name_it_was_bundled_as(
     private_lock: Path, tmp_path: Path
 ) -> None:
@@ -92,6 +92,7 @@ def test_install_from_a_bundle_takes_the_name_it_was_bundled_as(
     assert not (tmp_path / "evil").exists() and (tmp_path / "envs-offline" / "b").is_dir()
 
 
+@pytest.mark.integration
 def test_tampered_bundle_is_refused(private_lock: Path, tmp_path: Path) -> None:
     online = _env(tmp_path, "online")
     assert (

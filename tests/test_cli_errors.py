@@ -50,6 +50,7 @@ def test_an_unknown_command_without_a_near_name_is_only_unknown(run_cli) -> None
     assert rc == 2 and "No such command 'zzzz'." in err and "Did you mean" not in err
 
 
+@pytest.mark.integration
 def test_debug_shows_the_traceback_and_keeps_exit_code_2(tmp_path: Path) -> None:
     proc = run_envtool("--debug", "create", "x", "--cuda", "12.7", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr

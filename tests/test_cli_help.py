@@ -31,6 +31,7 @@ def test_fast_help_matches_click(width: int) -> None:
         assert text == expected
 
 
+@pytest.mark.integration
 def test_help_does_not_import_click() -> None:
     """`envtool --help` must stay fast: no click, rattler, conda-lock, yaml or pynvml."""
     code = (
@@ -52,6 +53,7 @@ def test_help_does_not_import_click() -> None:
     assert out.startswith("Usage: envtool [OPTIONS] COMMAND [ARGS]...\n")
 
 
+@pytest.mark.integration
 def test_narrow_terminal_falls_back_to_click() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "envtool", "--help"],

@@ -58,7 +58,6 @@ def test_binary_file_given_to_f_is_a_usage_error(run_cli, tmp_path) -> None:
     assert "Traceback" not in err
 
 
-@pytest.mark.integration
 def test_pair_never_built_lists_real_builds(conda_forge, run_cli, tmp_path) -> None:
     rc, _, err = run_cli(
         [

@@ -59,6 +59,7 @@ def test_cuda_arch_is_the_lowest_capability_without_subarch_letters() -> None:
     assert cu.cuda_arch_version([]) is None
 
 
+@pytest.mark.integration
 def test_plan_value_is_what_py_rattler_reports_for_the_same_gpu() -> None:
     """py-rattler's own detection (CEP 46 override variables, so any host reports the same) gives
     `__cuda_arch` the version and build string the plan writes."""
@@ -122,6 +123,7 @@ def test_virtual_package_override_wins() -> None:
     assert _virtual(plan)["__cuda_arch"] == ("8.0", "0")
 
 
+@pytest.mark.integration
 def test_a_kepler_refusal_names_each_reason_once(conda_forge: str, run_cli, tmp_path) -> None:
     """--gpu 3.5 is never planned as CUDA 12 (done in 3c1c77b); the refusal said 'CUDA 12 dropped
     Kepler' once per CUDA 12 line the channel has (three times on this fixture)."""

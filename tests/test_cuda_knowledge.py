@@ -203,6 +203,7 @@ def test_conda_forge_rows_are_the_feedstock_lists() -> None:
         assert commit in source and text in source, source  # the source quotes the list
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not FEEDSTOCK.is_dir(), reason="no pytorch-cpu-feedstock snapshot here")
 @pytest.mark.parametrize(("cudas", "text", "commit", "path", "label"),
                          [(r[0], r[3], r[4], r[5], r[6]) for r in CONDA_FORGE_LISTS])  # fmt: skip

@@ -64,6 +64,7 @@ def test_doctor_on_this_gpu_less_machine_says_no_driver_and_reports_torch():
     assert "torch 2.13.0+cpu" in proc.stdout
 
 
+@pytest.mark.integration
 def test_fast_reads_torch_without_running_python():
     proc = envtool("doctor", "--fast", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -101,6 +102,7 @@ def test_json_record_then_replay_gives_the_same_checks(tmp_path: Path):
 # ----------------------------------------------------------------- replay of real captures
 
 
+@pytest.mark.integration
 def test_replay_of_the_h200_capture_is_healthy(h200_record: Path):
     proc = envtool("doctor", "--replay", str(h200_record), "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -120,6 +122,7 @@ def test_replay_of_the_h200_capture_is_healthy(h200_record: Path):
     assert "2× NVIDIA H200 sm_90, NVLink" in human.stdout
 
 
+@pytest.mark.integration
 def test_replay_with_an_old_driver_fails_with_the_fix(h200_record: Path):
     proc = envtool("doctor", "--replay", str(h200_record), "--driver", "470.182.03")
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -136,6 +139,7 @@ def test_replay_with_an_old_driver_fails_with_the_fix(h200_record: Path):
     )
 
 
+@pytest.mark.integration
 def test_replay_of_a_host_whose_driver_hung_fails_with_the_fix(tmp_path: Path):
     # Record a live probe whose NVML never answers (a wedged driver), then replay it through the CLI.
     from envtool.adapters.host_probe import probe_host
@@ -193,6 +197,7 @@ def test_the_facts_line_of_an_unfinished_env_probe_does_not_say_torch_is_missing
     )
 
 
+@pytest.mark.integration
 def test_replay_of_a_failing_host_json_recording_exits_1(tmp_path: Path):
     # fixtures/collect_env/08: a CUDA 11.0 wheel on a host without a driver, recorded as host.json
     rec = tmp_path / "rec"
@@ -214,6 +219,7 @@ def test_replay_of_a_failing_host_json_recording_exits_1(tmp_path: Path):
 # ----------------------------------------------------------------- bad usage: exit 2
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -233,6 +239,7 @@ def test_bad_usage_is_one_line_exit_2(args, needle, tmp_path: Path):
     assert len(err) == 1 and needle in err[0] and "Traceback" not in proc.stderr
 
 
+@pytest.mark.integration
 def test_bad_replay_env_json_is_a_usage_error(tmp_path: Path):
     (tmp_path / "host").mkdir()
     (tmp_path / "host" / "env.json").write_text("{}")
@@ -300,6 +307,7 @@ def test_deep_reports_a_crashed_worker_as_a_failure():
     assert deep_adapter.probe_deep("/env/bin/python", 0)["skipped"] == "no GPU visible to torch"
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_deep_cpu_runs_real_torchrun_and_checks_the_sum(tmp_path: Path):
     """The real path: torch.distributed.run, 2 processes (gloo), exact-sum check, busbw."""
@@ -321,12 +329,14 @@ def test_deep_cpu_runs_real_torchrun_and_checks_the_sum(tmp_path: Path):
     assert again["deep-allreduce"] == ar and again["deep-matmul"] == mm
 
 
+@pytest.mark.integration
 def test_deep_without_gpu_skips_with_the_reason():
     proc = envtool("doctor", "--deep", "--fast")
     assert proc.returncode == 0, proc.stderr
     assert "deep-allreduce: no GPU visible to torch" in proc.stdout
 
 
+@pytest.mark.integration
 def test_interrupted_install_is_a_failure(tmp_path: Path):
     """An install killed half-way leaves envtool's marker; doctor must not call it healthy."""
     from envtool.adapters.install_state import write_incomplete_marker
@@ -345,6 +355,7 @@ def test_interrupted_install_is_a_failure(tmp_path: Path):
     assert json.loads(proc.stdout)["checks"][0]["id"] == "install-state"  # the headline cause
 
 
+@pytest.mark.integration
 def test_hung_torchrun_is_killed_with_workers_in_their_own_sessions(tmp_path: Path):
     """torchrun starts each worker with start_new_session=True: out of reach of the group kill,
     and holding the output pipes, so the time-out must find and kill them too (not wait)."""
@@ -382,6 +393,7 @@ def test_hung_torchrun_is_killed_with_workers_in_their_own_sessions(tmp_path: Pa
             os.kill(worker, 9)
 
 
+@pytest.mark.integration
 def test_hung_torchrun_is_killed_with_its_workers(tmp_path: Path):
     """A hang (e.g. NCCL init) must not leave worker processes holding the GPUs."""
     import os
@@ -415,6 +427,7 @@ def test_hung_torchrun_is_killed_with_its_workers(tmp_path: Path):
         pytest.fail("the worker outlived the timed-out launcher")
 
 
+@pytest.mark.integration
 def test_doctor_of_a_named_env_names_it_in_the_fix(tmp_path: Path) -> None:
     """`envtool doctor demo` on an env without torch: the fix is a command to paste."""
     demo = tmp_path / "envs" / "demo"

@@ -18,6 +18,7 @@ def doctor(*args: str):
     return run_envtool("doctor", *args, cwd=REPO)
 
 
+@pytest.mark.integration
 def test_the_h200_capture_folder_replays_as_it_is(fixtures: Path) -> None:
     capture = fixtures / "h200-x2-host"
     assert not (capture / "env.json").exists() and not (capture / "host").exists()
@@ -32,6 +33,7 @@ def test_the_h200_capture_folder_replays_as_it_is(fixtures: Path) -> None:
     assert [g["capability"] for g in doc["facts"]["host"]["gpus"]] == ["9.0", "9.0"]
 
 
+@pytest.mark.integration
 def test_the_capture_with_an_old_driver_is_told_to_upgrade_for_the_gpu(fixtures: Path) -> None:
     proc = doctor("--replay", str(fixtures / "h200-x2-host"), "--driver", "470.57.02")
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -41,6 +43,7 @@ def test_the_capture_with_an_old_driver_is_told_to_upgrade_for_the_gpu(fixtures:
     assert "--cuda" not in proc.stdout
 
 
+@pytest.mark.integration
 def test_nvidia_smi_alone_replays_the_host(fixtures: Path, tmp_path: Path) -> None:
     shutil.copy(fixtures / "h200-x2-host" / "nvidia-smi.txt", tmp_path / "nvidia-smi.txt")
     proc = doctor("--replay", str(tmp_path), "--json")
@@ -50,6 +53,7 @@ def test_nvidia_smi_alone_replays_the_host(fixtures: Path, tmp_path: Path) -> No
     assert facts["env"]["status"] == "not-probed"
 
 
+@pytest.mark.integration
 def test_a_folder_without_captures_is_still_not_a_recording(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     proc = doctor("--replay", str(tmp_path))

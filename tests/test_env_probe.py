@@ -137,6 +137,7 @@ def test_probe_script_drops_its_own_folder_from_sys_path(tmp_path: Path) -> None
 # ---------------------------------------------------------------- failure modes become facts
 
 
+@pytest.mark.integration
 def test_a_hanging_interpreter_times_out(tmp_path: Path) -> None:
     target = wrapper(tmp_path, "hang", f"exec {sys.executable} -c 'import time; time.sleep(60)'")
     facts = probe_env(target, timeout=1)
@@ -197,6 +198,7 @@ def test_a_failing_host_probe_is_reported_without_waiting_for_the_env(
     assert len(raised) == 1 and isinstance(raised[0], UsageError)
 
 
+@pytest.mark.integration
 def test_run_capture_stops_a_command_when_cancelled_and_keeps_feeding_stdin() -> None:
     from envtool.adapters.proc import run_capture
 
@@ -210,6 +212,7 @@ def test_run_capture_stops_a_command_when_cancelled_and_keeps_feeding_stdin() ->
     assert late.timed_out
 
 
+@pytest.mark.integration
 def test_run_capture_with_a_cancel_event_feeds_stdin_to_a_slow_reader() -> None:
     # With `cancel`, the wait is a series of short ones: the input must survive them (a second
     # communicate() given the input again raises ValueError).
@@ -220,6 +223,7 @@ def test_run_capture_with_a_cancel_event_feeds_stdin_to_a_slow_reader() -> None:
     assert (res.returncode, res.stdout) == (0, "cba\n")
 
 
+@pytest.mark.integration
 def test_run_capture_keeps_the_output_of_a_stopped_command_whose_pipes_stay_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -254,6 +258,7 @@ def test_run_capture_keeps_the_output_of_a_stopped_command_whose_pipes_stay_open
     assert (res.stdout, res.stderr) == ("partial out\n", "partial err\n")
 
 
+@pytest.mark.integration
 def test_run_capture_interrupted_leaves_no_command_running(tmp_path: Path) -> None:
     """A signal that stops envtool while it waits (SIGINT sent to envtool alone, not to its
     terminal's process group) kills the command, as subprocess.run did: an install step must not
@@ -304,6 +309,7 @@ def test_run_capture_interrupted_leaves_no_command_running(tmp_path: Path) -> No
     assert not still, "the command kept running after run_capture was interrupted"
 
 
+@pytest.mark.integration
 def test_an_aborting_interpreter_is_reported_as_crashed_with_its_stderr(tmp_path: Path) -> None:
     target = wrapper(
         tmp_path,

@@ -139,6 +139,7 @@ def test_export_warns_about_cpu_torch_in_broken_lock(
     assert "pytorch on linux-64 is locked as a CPU build (py3.10_cpu_0)" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("lock", "env"), LOCKS, ids=[lk.split("__")[1] + lk.split("conda-lock")[1] for lk, _ in LOCKS]
 )
@@ -338,6 +339,7 @@ def test_a_lock_that_is_not_text_is_a_usage_error(tmp_path, run_cli) -> None:
     assert "not valid YAML" in err and "Traceback" not in err
 
 
+@pytest.mark.integration
 def test_export_of_a_v1_lock_does_not_load_conda_lock(fixtures, tmp_path) -> None:
     """export reads v1 with envtool's own reader, like install: importing conda-lock costs more
     than the whole export."""

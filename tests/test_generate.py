@@ -112,6 +112,7 @@ def test_template_imports_only_torch_and_stdlib() -> None:
         assert command in ast.get_docstring(tree)
 
 
+@pytest.mark.integration
 def test_envtool_init_writes_the_generate_template(tmp_path: Path) -> None:
     proc = run_envtool("init", "gen.py", "--template", "generate", cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -124,6 +125,7 @@ def test_envtool_init_writes_the_generate_template(tmp_path: Path) -> None:
 # --- one process, CPU ---
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize(
     ("args", "says"),
@@ -144,6 +146,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], says: str, tmp_path: 
     assert says in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_checkpoint_of_another_shape_is_refused_in_one_line(tmp_path: Path) -> None:
     import torch
@@ -154,6 +157,7 @@ def test_a_checkpoint_of_another_shape_is_refused_in_one_line(tmp_path: Path) ->
     assert "not an lm model" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_greedy_decode_matches_a_full_forward_and_repeats_exactly(
     trained: Path, tmp_path: Path
@@ -167,6 +171,7 @@ def test_greedy_decode_matches_a_full_forward_and_repeats_exactly(
     assert first["context"] == 64 and first["mbu"] is None  # no GPU: no bandwidth fraction
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_sampling_is_reproducible_for_a_seed(trained: Path, tmp_path: Path) -> None:
     args = ["--ckpt", str(trained), "--prompt", PROMPT, "--max-new-tokens", "40", "--eager"]
@@ -178,6 +183,7 @@ def test_sampling_is_reproducible_for_a_seed(trained: Path, tmp_path: Path) -> N
     assert a != c  # 40 sampled bytes from a barely trained model: seeds 1 and 2 differ
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_compiled_decode_equals_eager(trained: Path, tmp_path: Path) -> None:
     """torch.compile of prefill and decode on CPU (inductor's C++ backend; ~35 s the first time
@@ -190,6 +196,7 @@ def test_compiled_decode_equals_eager(trained: Path, tmp_path: Path) -> None:
     assert compiled["tokens"] == eager["tokens"]
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_an_fsdp_checkpoint_samples_like_the_same_weights_saved_by_torch(tmp_path: Path) -> None:
     """fsdp saves DCP shards behind OUT/latest; generate reads them whole. The same weights
@@ -213,6 +220,7 @@ def test_an_fsdp_checkpoint_samples_like_the_same_weights_saved_by_torch(tmp_pat
 # --- tensor parallel: torchrun, 2 processes, gloo ---
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_tensor_parallel_over_two_processes_gives_the_single_process_tokens(
     trained: Path, tmp_path: Path
@@ -347,6 +355,7 @@ def test_a_stop_signal_shuts_the_server_down_cleanly(server: Server, sig: signal
     assert result["stopped"] == sig.name and result["served"] == 1  # the warm-up is not counted
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_tensor_parallel_server_answers_like_one_process_and_stops_on_sigterm(
     trained: Path, tmp_path: Path

@@ -642,6 +642,7 @@ def test_a_huge_nvml_time_out_means_wait_long_not_a_traceback(
     assert (facts.driver_version, facts.source, facts.driver_hung) == ("580.159.04", "nvml", False)
 
 
+@pytest.mark.integration
 def test_a_thread_stuck_in_nvml_does_not_keep_the_process_alive_at_exit(tmp_path: Path) -> None:
     # An NVML call that never returns (the Event is never set), then a normal interpreter exit.
     code = """

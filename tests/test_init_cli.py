@@ -141,6 +141,7 @@ def test_the_suggested_commands_fit_the_gpus_this_host_has() -> None:
     assert "  torchrun --standalone --nproc-per-node 1 train.py" in gpu
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_the_suggested_launch_runs_on_this_host(in_tmp: Path, run_cli) -> None:
     """init printed `envtool launch train.py --gpus 2` whatever the host: on a GPU-less one that

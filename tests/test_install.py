@@ -102,6 +102,7 @@ def test_host_check_refuses_a_driver_too_old_for_the_locked_cuda(fake_h200: Fake
     assert fix == "upgrade the NVIDIA driver to ≥ 520.61.05 for this GPU (NVIDIA H200, sm_90)"
 
 
+@pytest.mark.slow
 def test_lock_reader_agrees_with_conda_lock_on_real_locks(fixtures: Path) -> None:
     """The one reader (install, bundle, verify and export) reads v1 itself, fast; conda-lock's own
     parser is the authority on the format: same packages, field for field (dependencies and
@@ -147,6 +148,7 @@ def test_lock_reader_agrees_with_conda_lock_on_real_locks(fixtures: Path) -> Non
         assert ours.custom_metadata == dict(meta.custom_metadata or {})
 
 
+@pytest.mark.integration
 def test_a_version_2_lock_reads_like_its_version_1_original(fixtures: Path, tmp_path: Path) -> None:
     """v2 goes through conda-lock's models, loaded without conda-lock's CLI (~0.2 s more)."""
     import subprocess
@@ -300,6 +302,7 @@ def test_lock_without_this_platform_is_refused(
     assert not (tmp_path / "envs" / "x").exists()
 
 
+@pytest.mark.integration
 def test_install_refuses_a_directory_that_is_not_an_env(
     setup: cb.CudaSetup, cache: Path, tmp_path: Path
 ) -> None:
@@ -386,6 +389,7 @@ def test_dry_run_on_a_real_lock_lists_its_packages_without_touching_anything(
     assert not (tmp_path / "envs").exists() and not (tmp_path / "cache").exists()
 
 
+@pytest.mark.gpu
 @pytest.mark.integration
 def test_host_check_on_this_gpu_host() -> None:
     """GPU tier: on a real NVIDIA host the probe + check must accept a lock that this driver and
@@ -407,6 +411,7 @@ def test_host_check_on_this_gpu_host() -> None:
     assert plan_host_check(too_new, "linux-64", host) == []  # unknown CUDA: not judged
 
 
+@pytest.mark.integration
 def test_atomic_text_write_is_utf8_whatever_the_locale(tmp_path) -> None:
     """Locks and markers hold non-ASCII (paths, channel names); an ASCII locale must not break them."""
     import subprocess

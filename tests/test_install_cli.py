@@ -24,6 +24,7 @@ def list_json(env: dict[str, str]) -> dict[str, dict]:
     return {row["name"]: row for row in json.loads(out.stdout)["environments"]}
 
 
+@pytest.mark.slow
 def test_install_verify_run_hook_remove(
     setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
 ) -> None:

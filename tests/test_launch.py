@@ -182,6 +182,7 @@ def expected_resume_result(steps: int = 6, world: int = 2) -> str:
     return f"RESULT w={w!r}"
 
 
+@pytest.mark.slow
 def test_kill_and_relaunch_resumes_from_the_checkpoint(tmp_path: Path) -> None:
     script = str(SCRIPTS / "resume.py")
     die = ["--die-rank", "1", "--die-at-step", "4"]
@@ -359,6 +360,7 @@ def result_of(text: str) -> dict[str, object]:
     return json.loads(line.split("RESULT ", 1)[1])
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_the_ddp_template_and_a_relaunch_resumes_at_that_step(
     tmp_path: Path,
 ) -> None:
@@ -403,6 +405,7 @@ def test_sigterm_checkpoints_the_ddp_template_and_a_relaunch_resumes_at_that_ste
     assert final["start_step"] == saved and final["step"] == saved + 3
 
 
+@pytest.mark.slow
 def test_a_record_decorated_script_reports_through_its_error_file(tmp_path: Path) -> None:
     proc = envtool(["launch", str(SCRIPTS / "record_fail.py"), "--cpu"], tmp_path)
     assert proc.returncode == 1
@@ -459,6 +462,7 @@ def test_json_run_prints_one_envelope_with_the_manifest(tmp_path: Path) -> None:
     assert "rank 0 step 1" in proc.stderr
 
 
+@pytest.mark.slow
 def test_max_restarts_recovers_from_a_failing_rank(tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = [str(out), "--fail-rank", "1", "--first-attempt-only"]
@@ -589,6 +593,7 @@ dist.barrier()
 """
 
 
+@pytest.mark.slow
 def test_a_rank_failing_after_init_process_group_is_named_with_its_exception(
     tmp_path: Path,
 ) -> None:
@@ -660,6 +665,7 @@ def fill(disk: Path, leave_kib: int) -> None:
     (disk / "filler").write_bytes(b"\0" * max(0, free - leave_kib * 1024))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("leave_kib", [0, 12], ids=["full-at-start", "fills-mid-run"])
 def test_a_full_run_dir_disk_is_one_line_exit_1_naming_the_disk(
     tmp_path: Path, tiny_disk: Path, leave_kib: int
@@ -699,6 +705,7 @@ def wait_gone(marker: str, bound: float = 120.0) -> list[int]:
     return left
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("deaf", [False, True], ids=["ranks-obey", "ranks-ignore-signals"])
 def test_sigkill_of_envtool_takes_torchrun_and_every_rank_with_it(
     tmp_path: Path, deaf: bool
@@ -755,6 +762,7 @@ for i in range(int(os.environ.get("STEPS", "30"))):
 """
 
 
+@pytest.mark.slow
 def test_a_hung_run_is_warned_about_and_stopped_by_hang_timeout(tmp_path: Path) -> None:
     script = tmp_path / "hang.py"
     script.write_text(HANG)
@@ -771,6 +779,7 @@ def test_a_hung_run_is_warned_about_and_stopped_by_hang_timeout(tmp_path: Path) 
     assert wait_gone(marker) == []
 
 
+@pytest.mark.slow
 def test_a_rank_that_never_prints_is_not_a_hang_while_rank_zero_progresses(
     tmp_path: Path,
 ) -> None:
@@ -885,6 +894,7 @@ def test_progress_watch_names_the_rank_silent_longest(
     assert quiet.check() is False and quiet.hang is None
 
 
+@pytest.mark.slow
 def test_a_hang_timeout_stop_ends_with_envtools_lines_not_torchruns_traceback(
     tmp_path: Path,
 ) -> None:

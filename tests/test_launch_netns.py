@@ -107,6 +107,7 @@ def single_node_result(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "rendezvous",
     ["static", "c10d"],
@@ -208,6 +209,7 @@ def one_error_line(err: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_head_that_never_starts_ends_the_node_with_one_line(
     two_nodes: list[tuple[str, str]], tmp_path: Path
 ) -> None:
@@ -219,6 +221,7 @@ def test_a_head_that_never_starts_ends_the_node_with_one_line(
     assert not list(tmp_path.glob("n0/*/torchrun"))  # torchrun never started
 
 
+@pytest.mark.slow
 def test_a_wrong_port_ends_both_nodes_naming_the_cause(
     two_nodes: list[tuple[str, str]], tmp_path: Path
 ) -> None:
@@ -254,6 +257,7 @@ def test_a_node_with_another_torch_ends_both_nodes_naming_it(
     assert not list(tmp_path.glob("n*/*/torchrun"))  # no torchrun started on either node
 
 
+@pytest.mark.slow
 def test_skip_checks_bypasses_the_pre_flight(
     two_nodes: list[tuple[str, str]], tmp_path: Path, single_node_result: list[str]
 ) -> None:

@@ -57,6 +57,7 @@ def test_merged_log_holds_every_rank_prefixed_and_logs_filters_a_rank(tmp_path: 
     assert everything.stdout.splitlines() == merged
 
 
+@pytest.mark.slow
 def test_runs_lists_failed_and_finished_runs_from_their_manifests(tmp_path: Path) -> None:
     assert launch(tmp_path, "--", "out", "--steps", "2", "--fail-rank", "1").returncode == 1
     assert launch(tmp_path, "--", "out2", "--steps", "2").returncode == 0
@@ -77,6 +78,7 @@ def test_runs_lists_failed_and_finished_runs_from_their_manifests(tmp_path: Path
     assert "[node 0 rank 1] rank 1 done" in latest and "ValueError" not in latest
 
 
+@pytest.mark.slow
 def test_logs_follow_prints_a_running_run_until_it_ends(tmp_path: Path) -> None:
     running = start_envtool(
         "launch",
@@ -108,6 +110,7 @@ def test_logs_follow_prints_a_running_run_until_it_ends(tmp_path: Path) -> None:
     assert lines == (run_dirs(tmp_path)[0] / "all.log").read_text().splitlines()
 
 
+@pytest.mark.slow
 def test_control_characters_from_a_rank_are_escaped(tmp_path: Path) -> None:
     script = tmp_path / "loud.py"
     script.write_text("print('\\x1b]0;owned\\x07 title', flush=True)\n")

@@ -9,6 +9,7 @@ import pytest
 from conftest import REPO
 
 
+@pytest.mark.integration
 def test_ruff_check_clean() -> None:
     ruff = shutil.which("ruff") or str(REPO / ".venv" / "bin" / "ruff")
     if not shutil.which(ruff):
@@ -45,6 +46,7 @@ def _safe_loader(expr: str) -> bool:
     return issubclass(strict_loader(), safe)
 
 
+@pytest.mark.slow
 def test_project_rules_hold() -> None:
     """No shell=True, YAML only through safe loaders, only the CLI exits, a pure core, and the
     layers import one way (commands -> adapters -> core; commands not each other)."""

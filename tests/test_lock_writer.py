@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 def test_libyaml_emits_the_same_bytes_as_pyyaml_on_real_locks(fixtures: Path) -> None:
     locks = sorted((fixtures / "locks").glob("*conda-lock*.yml"))
     assert len(locks) >= 4
@@ -29,6 +30,7 @@ def test_libyaml_emits_the_same_bytes_as_pyyaml_on_real_locks(fixtures: Path) ->
         assert yaml.dump(data, sort_keys=False, Dumper=yaml.CDumper) == pure, path.name
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("scenario", ["conda-forge-cuda12.6", "legacy-pytorch-cuda12.1"])
 def test_envtool_writes_the_bytes_of_conda_locks_pure_writer(
     harvested: Path, run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: str

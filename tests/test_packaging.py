@@ -46,6 +46,7 @@ def test_readme_gives_a_user_install_of_that_name_beside_the_developer_install()
     assert re.search(r"torch==2\.13\.0`? on Linux x86_64 is the \*\*CUDA", section)
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_the_built_wheel_is_envtool_cuda_with_the_envtool_command(tmp_path: Path) -> None:
     """What pipx/uv install from a checkout: the wheel pip builds from it."""

@@ -14,8 +14,6 @@ from envtool.adapters.uv_pip import compile_pip, parse_pylock, python_platform
 from envtool.core.lockfile import SolvedPackage
 from envtool.errors import UsageError
 
-pytestmark = pytest.mark.integration
-
 CONDA = [
     SolvedPackage("python", "3.11.9", "h_0", "linux-64", "https://x/python.conda"),
     SolvedPackage("pytorch", "2.7.1", "cpu_mkl_0", "linux-64", "https://x/pytorch.conda"),
@@ -41,6 +39,7 @@ def offline(wheels: Path) -> list[str]:
     return ["--no-index", f"--find-links {wheels}"]
 
 
+@pytest.mark.integration
 def test_pip_entries_resolve_with_urls_and_hashes(wheels) -> None:
     locked = compile_pip([*offline(wheels), "tinyalpha"], CONDA, "linux-64")
     by = {p.name: p for p in locked}
@@ -51,6 +50,7 @@ def test_pip_entries_resolve_with_urls_and_hashes(wheels) -> None:
     assert by["tinyalpha"].sha256 == hashlib.sha256(wheel.read_bytes()).hexdigest()
 
 
+@pytest.mark.integration
 def test_pip_pin_is_honoured_and_conda_packages_stay_conda(wheels) -> None:
     locked = compile_pip([*offline(wheels), "tinybeta==0.4", "numpy"], CONDA, "linux-64")
     assert [(p.name, p.version) for p in locked] == [("tinybeta", "0.4")]
@@ -62,12 +62,14 @@ def test_pip_torch_next_to_conda_pytorch_is_refused(wheels) -> None:
     assert "would replace the conda torch build" in err.value.message
 
 
+@pytest.mark.integration
 def test_pip_package_that_pulls_torch_is_refused(wheels) -> None:
     with pytest.raises(UsageError) as err:
         compile_pip([*offline(wheels), "needstorch"], CONDA, "linux-64")
     assert "pulls torch" in err.value.message
 
 
+@pytest.mark.integration
 def test_pip_package_that_pulls_torch_is_refused_even_when_torch_is_not_on_the_index(
     wheels,
 ) -> None:
@@ -77,6 +79,7 @@ def test_pip_package_that_pulls_torch_is_refused_even_when_torch_is_not_on_the_i
     assert "pulls torch" in err.value.message
 
 
+@pytest.mark.integration
 def test_unresolvable_pip_entry_is_a_usage_error(wheels) -> None:
     with pytest.raises(UsageError) as err:
         compile_pip([*offline(wheels), "doesnotexist"], CONDA, "linux-64")
@@ -105,6 +108,7 @@ wheels = [
     assert linux.sha256 == "bb" and mac.sha256 == "aa"
 
 
+@pytest.mark.integration
 def test_create_locks_pip_section_as_pip_entries(harvested, wheels, run_cli, tmp_path) -> None:
     channel = harvested / "conda-forge"
     env = tmp_path / "environment.yml"

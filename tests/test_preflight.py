@@ -37,6 +37,7 @@ def test_compare_names_the_first_difference() -> None:
     assert preflight.compare(head, {**head, "lock": "cd"}) == "lock hash cd, the head has ab"
 
 
+@pytest.mark.integration
 def test_an_endpoint_that_does_not_resolve_is_one_line_in_seconds(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "envtool", "launch", SCRIPT, "--cpu", "--nnodes", "2"]
@@ -54,6 +55,7 @@ def test_an_endpoint_that_does_not_resolve_is_one_line_in_seconds(tmp_path: Path
     )
 
 
+@pytest.mark.integration
 def test_the_head_ignores_a_stray_client_and_accepts_the_node() -> None:
     """Something else connecting to the rendezvous port (a port scan, an early torchrun) is
     closed; the real node still checks in and both agree."""
@@ -85,6 +87,7 @@ def test_the_head_ignores_a_stray_client_and_accepts_the_node() -> None:
     assert not errors, errors
 
 
+@pytest.mark.integration
 def test_a_mismatch_fails_the_head_and_the_node_alike() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -141,12 +144,14 @@ def _nodes(port: int, ranks: list[int | None], fp: dict) -> list[list[BaseExcept
     return results
 
 
+@pytest.mark.integration
 def test_several_nodes_on_one_address_all_join() -> None:
     """c10d without --node-rank, three nodes on one host: one address, three nodes."""
     fp = {"torch": "2.13.0", "cuda": None, "nccl": None, "lock": None}
     assert _nodes(_free_port(), [None, None], fp) == [[], [], []]
 
 
+@pytest.mark.integration
 def test_two_nodes_with_one_node_rank_end_every_node() -> None:
     fp = {"torch": "2.13.0", "cuda": None, "nccl": None, "lock": None}
     results = _nodes(_free_port(), [1, 1], fp)

@@ -318,6 +318,7 @@ def _run_all(texts: list[str], run_cli: RunCli, cwd: Path) -> None:
         assert rc == 0, f"README.md:{command.line}: `{text}` exited {rc}: {out}{err}"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("group", RUNNABLE)
 def test_safe_readme_commands_run(group: str, run_cli: RunCli, tmp_path: Path) -> None:
     for name, content in readme_files(README_TEXT).items():
@@ -327,6 +328,7 @@ def test_safe_readme_commands_run(group: str, run_cli: RunCli, tmp_path: Path) -
         assert (tmp_path / "train.py").is_file()
 
 
+@pytest.mark.integration
 def test_readme_create_and_export_run(fixtures: Path, run_cli: RunCli, tmp_path: Path) -> None:
     """The create example solves against the local fixture channel it names; export reads its
     lock. Its --dir goes to tmp (README writes /tmp/proj); its ../shared/fixtures is the fixture."""

@@ -1,5 +1,6 @@
 """The primitives every reader and writer of outside data goes through: bounded reads, strict
-YAML/JSON, exclusive atomic writes, one quoting function per shell, the terminal escaper."""
+YAML/JSON, exclusive atomic writes, one quoting function per shell, the terminal escaper, the pip
+requirements writer."""
 
 from __future__ import annotations
 
@@ -177,6 +178,7 @@ SHELL_PRINT = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", sorted(SHELL_PRINT))
 def test_quoted_words_reach_the_program_byte_exact(shell, tmp_path):
     exe = SHELL_PRINT[shell][0]
@@ -202,3 +204,28 @@ def test_printable_escapes_terminal_controls():
     assert "\n" not in shown and shown.startswith("H200\\x1b]0;owned\\x07")
     assert printable("a\nb", keep_newlines=True) == "a\nb"
     assert printable("NVIDIA H200 — ok\t") == "NVIDIA H200 — ok\t"
+
+
+def test_the_requirements_writer_refuses_anything_but_one_line_per_entry() -> None:
+    from envtool.adapters.uv_pip import locked_requirement, requirements_text
+    from envtool.errors import UsageError
+
+    ok = locked_requirement("a.b-c_d", "1.0", "file:///w/a.whl", "AB" * 32, "L")
+    assert ok == f"a.b-c_d @ file:///w/a.whl --hash=sha256:{'ab' * 32}"
+    assert requirements_text([ok, ok], "L") == f"{ok}\n{ok}\n"
+    bad = [
+        ("a\nb", "1", "file:///a", "ab" * 32),
+        ("-e", "1", "file:///a", "ab" * 32),
+        ("a_", "1", "file:///a", "ab" * 32),
+        ("a", "1 2", "file:///a", "ab" * 32),
+        ("a", "1", "file:///a --index-url x", "ab" * 32),
+        ("a", "1", "file:///a\r", "ab" * 32),
+        ("a", "1", "file:///a", "ab" * 31),
+        ("a", "1", "file:///a", None),
+    ]
+    for name, version, url, sha in bad:
+        with pytest.raises(UsageError, match="^L: pip package"):
+            locked_requirement(name, version, url, sha, "L")
+    for line in ("a\nb", "", "a\x00", "a\x1b[2J"):
+        with pytest.raises(UsageError, match="not a single requirement line"):
+            requirements_text([line], "L")

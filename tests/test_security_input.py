@@ -325,6 +325,7 @@ def _run_main(args: list[str], capsys) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_replay_corpus_of_wrong_types_never_gives_a_traceback(tmp_path, capsys, request) -> None:
     """Every field of every JSON file of real recordings replaced by a list, an object, a
     string, an int, null, a bool, a float, a 100k-character string, a nested list: each replay
@@ -580,6 +581,7 @@ def _hung_tool(path: Path, marker: str) -> None:
     path.chmod(0o755)
 
 
+@pytest.mark.integration
 def test_run_capture_kills_the_whole_group_on_time_out(tmp_path) -> None:
     from envtool.adapters.proc import run_capture
 
@@ -590,6 +592,7 @@ def test_run_capture_kills_the_whole_group_on_time_out(tmp_path) -> None:
     assert _gone(marker), _marked_processes(marker)
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_doctor_reports_hung_nvidia_smi_and_nvcc_and_leaves_nothing_running(tmp_path) -> None:
     """A nvidia-smi and an nvcc that never answer: doctor --fast returns, says which did not
@@ -846,6 +849,7 @@ def _assert_one_line_naming(code: int, out: str, err: str, path: Path) -> None:
     assert str(path) in lines[0], lines[0]
 
 
+@pytest.mark.integration
 def test_install_under_a_read_only_prefix_parent(nobody_world) -> None:
     base, lock = nobody_world
     work = _case_dir(base, "ro-parent")
@@ -858,6 +862,7 @@ def test_install_under_a_read_only_prefix_parent(nobody_world) -> None:
     assert not (ro / "env").exists()
 
 
+@pytest.mark.integration
 def test_install_with_an_unwritable_cache_dir(nobody_world) -> None:
     base, lock = nobody_world
     work = _case_dir(base, "ro-cache")
@@ -869,6 +874,7 @@ def test_install_with_an_unwritable_cache_dir(nobody_world) -> None:
     _assert_one_line_naming(*_nobody_envtool(args, env, home), cache)
 
 
+@pytest.mark.integration
 def test_install_with_a_file_where_the_cache_dir_goes(nobody_world) -> None:
     base, lock = nobody_world
     work = _case_dir(base, "file-cache")
@@ -881,6 +887,7 @@ def test_install_with_a_file_where_the_cache_dir_goes(nobody_world) -> None:
     _assert_one_line_naming(*_nobody_envtool(args, env, home), blocker)
 
 
+@pytest.mark.integration
 def test_install_into_an_unwritable_envs_dir(nobody_world) -> None:
     base, lock = nobody_world
     work = _case_dir(base, "ro-envs")
@@ -892,6 +899,7 @@ def test_install_into_an_unwritable_envs_dir(nobody_world) -> None:
     _assert_one_line_naming(*_nobody_envtool(args, env, home), envs)
 
 
+@pytest.mark.integration
 def test_install_with_an_unwritable_home(nobody_world) -> None:
     base, lock = nobody_world
     work = _case_dir(base, "ro-home")
@@ -900,6 +908,7 @@ def test_install_with_an_unwritable_home(nobody_world) -> None:
     _assert_one_line_naming(*_nobody_envtool(args, {"HOME": str(home)}, home), home)
 
 
+@pytest.mark.integration
 def test_bundle_into_an_unwritable_dir(nobody_world) -> None:
     base, lock = nobody_world
     work = _case_dir(base, "ro-bundle")
@@ -912,6 +921,7 @@ def test_bundle_into_an_unwritable_dir(nobody_world) -> None:
     assert not (ro / "out").exists()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "argv", [["remove", "x", "--yes"], ["install", "x", "--lock", "{lock}", "--force"]]
 )
@@ -970,6 +980,7 @@ def _fake_env(tmp: Path, probe_output: str | None = None) -> Path:
     return prefix
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "payload",
     [

@@ -87,6 +87,7 @@ def race_project(setup: cb.CudaSetup, tmp_path: Path) -> tuple[Path, list[str]]:
     return project, ["-f", "env.yml", "--channel", str(setup.channel), "--driver", "570.86.10"]
 
 
+@pytest.mark.slow
 def test_two_concurrent_creates_leave_a_lock_and_an_env_that_agree(
     race_project: tuple[Path, list[str]], env: dict[str, str], tmp_path: Path
 ) -> None:

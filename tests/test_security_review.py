@@ -91,6 +91,7 @@ def test_export_reads_no_source_outside_the_locks_folder(setup, tmp_path: Path) 
     assert "ignoring the lock's sources outside its folder" in out.stderr
 
 
+@pytest.mark.integration
 def test_an_environments_link_out_of_the_project_is_refused(tmp_path: Path) -> None:
     project, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
     (project / "environments").mkdir(parents=True)

@@ -1,6 +1,6 @@
 """Every generated shell text, run with hostile values by real shells: activation (shell-hook,
-`run`), the Slurm job script, printed hints; plus the pip requirements writer, terminal escapes
-and writes that must not replace device nodes or follow planted links.
+`run`), the Slurm job script, printed hints; terminal escapes and writes that must not replace
+device nodes or follow planted links (the pip requirements writer: test_safe_primitives).
 
 Each hostile value is a command that would leave a file behind (PWNED*) if it ran; the tests
 assert that no such file appears and that the value arrives byte-exact.
@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from conftest import run_envtool
+
+pytestmark = pytest.mark.integration  # every test runs real shells or envtool subprocesses
 
 # names that pass the env-name rule (no spaces, '/', ':' or '#') but are shell code
 HOSTILE_NAMES = [
@@ -439,7 +441,6 @@ def _injections(stray: tuple[Path, str]) -> dict[str, dict]:
     }
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("field", ["name", "url", "sha256", "version", "url-option"])
 def test_a_lock_pip_entry_cannot_add_requirement_lines(
     field: str, setup, stray: tuple[Path, str], tmp_path: Path
@@ -473,31 +474,6 @@ def test_a_lock_pip_entry_cannot_add_requirement_lines(
     assert "\x1b" not in out.stderr
     assert not prefix.exists()  # refused before anything was fetched or linked
     assert not list(tmp_path.rglob("stray_pkg/__init__.py"))
-
-
-def test_the_requirements_writer_refuses_anything_but_one_line_per_entry() -> None:
-    from envtool.adapters.uv_pip import locked_requirement, requirements_text
-    from envtool.errors import UsageError
-
-    ok = locked_requirement("a.b-c_d", "1.0", "file:///w/a.whl", "AB" * 32, "L")
-    assert ok == f"a.b-c_d @ file:///w/a.whl --hash=sha256:{'ab' * 32}"
-    assert requirements_text([ok, ok], "L") == f"{ok}\n{ok}\n"
-    bad = [
-        ("a\nb", "1", "file:///a", "ab" * 32),
-        ("-e", "1", "file:///a", "ab" * 32),
-        ("a_", "1", "file:///a", "ab" * 32),
-        ("a", "1 2", "file:///a", "ab" * 32),
-        ("a", "1", "file:///a --index-url x", "ab" * 32),
-        ("a", "1", "file:///a\r", "ab" * 32),
-        ("a", "1", "file:///a", "ab" * 31),
-        ("a", "1", "file:///a", None),
-    ]
-    for name, version, url, sha in bad:
-        with pytest.raises(UsageError, match="^L: pip package"):
-            locked_requirement(name, version, url, sha, "L")
-    for line in ("a\nb", "", "a\x00", "a\x1b[2J"):
-        with pytest.raises(UsageError, match="not a single requirement line"):
-            requirements_text([line], "L")
 
 
 @pytest.mark.parametrize(
@@ -612,7 +588,6 @@ def test_init_force_onto_a_device_node_is_refused(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]  # no temp file left
 
 
-@pytest.mark.integration
 def test_export_output_replaces_a_planted_link_and_refuses_a_device(setup, tmp_path: Path) -> None:
     import stat
 

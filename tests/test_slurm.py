@@ -63,6 +63,7 @@ def test_header_asks_for_one_launcher_per_node_and_the_gpus() -> None:
     assert d["output"] == "/proj/runs/r1/slurm-%j.out"
 
 
+@pytest.mark.integration
 def test_body_activates_the_env_and_runs_torchrun_with_c10d_on_the_head_node() -> None:
     text = render_sbatch(slurm_req())
     assert 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in text
@@ -124,6 +125,7 @@ def node_command_argv(text: str, tmp_path: Path, env: dict[str, str]) -> list[st
     return out.stdout.splitlines()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("env", "nproc"),
     [
@@ -146,6 +148,7 @@ def test_gpu_ranks_per_node_follow_what_slurm_gave_the_node(
         assert pinned[pinned.index("--nproc-per-node") + 1] == "4"
 
 
+@pytest.mark.integration
 def test_script_is_valid_bash() -> None:
     for req in (slurm_req(), slurm_req(cpu=True, gpus_per_node=None, prefix=None)):
         proc = subprocess.run(
@@ -180,6 +183,7 @@ def launch_slurm(cwd: Path, *args: str, **kw: Any) -> subprocess.CompletedProces
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, **kw)
 
 
+@pytest.mark.integration
 def test_slurm_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> None:
     proc = launch_slurm(tmp_path, "--nodes", "2", "--gpus-per-node", "4", "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -188,12 +192,14 @@ def test_slurm_dry_run_prints_the_script_and_writes_nothing(tmp_path: Path) -> N
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.integration
 def test_slurm_without_gpus_per_node_is_exit_2(tmp_path: Path) -> None:
     proc = launch_slurm(tmp_path, "--nodes", "2")
     assert proc.returncode == 2
     assert "--gpus-per-node" in proc.stderr
 
 
+@pytest.mark.integration
 def test_a_run_dir_that_is_a_file_is_exit_2(tmp_path: Path) -> None:
     (tmp_path / "runs").touch()
     proc = launch_slurm(tmp_path, "--nodes", "1", "--gpus-per-node", "1", "--run-dir", "runs")
@@ -354,6 +360,7 @@ def wait_for_job(job_id: str, env: dict[str, str], timeout: float = 120) -> str:
     return f"still {state} after {timeout}s"
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_cpu_job_runs_to_completion_on_a_real_slurm(
     slurm_cluster: dict[str, str], tmp_path: Path
@@ -388,6 +395,7 @@ def test_a_cpu_job_runs_to_completion_on_a_real_slurm(
     assert len(node_logs) == 2  # every rank's log kept, per node
 
 
+@pytest.mark.integration
 def test_gpus_reads_as_gpus_per_node_for_slurm(tmp_path: Path) -> None:
     proc = launch_slurm(
         tmp_path, "--nodes", "2", "--gpus", "8", "--time", "01:00:00", "--partition", "gpu"
@@ -398,6 +406,7 @@ def test_gpus_reads_as_gpus_per_node_for_slurm(tmp_path: Path) -> None:
     assert "submit with: sbatch " in proc.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -416,6 +425,7 @@ def test_slurm_gpus_that_cannot_be_a_per_node_count_are_refused(
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.integration
 def test_conda_activation_runs_its_hooks_before_strict_mode(tmp_path: Path) -> None:
     """The batch script activates a conda prefix the way `conda activate` does (rattler's
     script, activate.d hooks included) — before `set -u`, which such hooks often trip."""
@@ -469,6 +479,7 @@ DDP = str(REPO / "templates" / "ddp.py")
 DDP_ARGS = ["--cpu", "--max-steps", "150", "--log-every", "1", "--ckpt-every", "0"]
 
 
+@pytest.mark.integration
 def test_requeue_script_traps_the_signal_signals_the_steps_and_requeues_under_the_cap() -> None:
     text = render_sbatch(slurm_req(requeue=True, max_requeues=2))
     d = sbatch_directives(text)
@@ -482,6 +493,7 @@ def test_requeue_script_traps_the_signal_signals_the_steps_and_requeues_under_th
     assert "B:USR1" not in render_sbatch(slurm_req())  # without --requeue: as before
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("restarts", "requeued"), [(0, True), (1, True), (2, False)])
 def test_requeue_shell_logic_with_stand_ins_for_srun_and_scontrol(
     tmp_path: Path, restarts: int, requeued: bool
@@ -530,6 +542,7 @@ def test_requeue_shell_logic_with_stand_ins_for_srun_and_scontrol(
     assert ("--max-requeues 2 reached" in history) is not requeued
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -602,6 +615,7 @@ def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return expected
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_requeued_job_checkpoints_resumes_and_ends_like_an_uninterrupted_run(
     slurm_cluster: dict[str, str], tmp_path: Path, ddp_reference: dict[str, Any]
@@ -663,6 +677,7 @@ def test_a_requeued_job_checkpoints_resumes_and_ends_like_an_uninterrupted_run(
     assert row["job_id"] == job_id and row["status"] == "finished, requeued 1x"
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_preempted_job_is_requeued_and_resumes_from_its_last_periodic_checkpoint(
     slurm_cluster: dict[str, str], tmp_path: Path, ddp_reference: dict[str, Any]
@@ -745,11 +760,13 @@ def run_preflight_nodes(tmp_path: Path, pythons: list[str]) -> list[subprocess.C
     ]
 
 
+@pytest.mark.integration
 def test_the_batch_scripts_pre_flight_passes_nodes_that_agree(tmp_path: Path) -> None:
     for proc in run_preflight_nodes(tmp_path, [sys.executable, sys.executable]):
         assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.integration
 def test_the_batch_scripts_pre_flight_stops_every_node_when_one_lacks_torch(tmp_path: Path) -> None:
     """Node 1's python is a bare venv (no torch): the environment's python on each node runs
     the check, so both stop with the one line naming node 1."""
@@ -767,6 +784,7 @@ def test_the_batch_scripts_pre_flight_stops_every_node_when_one_lacks_torch(tmp_
         )
 
 
+@pytest.mark.integration
 def test_one_node_and_skip_checks_have_no_pre_flight(tmp_path: Path) -> None:
     one = launch_slurm(tmp_path, "--cpu", "--nodes", "1", "--dry-run", "--json")
     two = launch_slurm(tmp_path, "--cpu", "--nodes", "2", "--dry-run", "--json")

@@ -202,6 +202,7 @@ def test_empty_file_is_a_usage_error() -> None:
         parse_environment_yml("# nothing\n", "environment.yml")
 
 
+@pytest.mark.integration
 def test_spec_module_does_not_import_yaml_at_import_time() -> None:
     code = "import sys, envtool.core.spec; print('yaml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -122,6 +122,7 @@ def full_runs(tmp_path_factory: pytest.TempPathFactory) -> FullRuns:
     return FullRuns(tmp_path_factory)
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_two_process_torchrun_run_completes(name: str, full_runs: FullRuns) -> None:
@@ -139,6 +140,7 @@ def test_two_process_torchrun_run_completes(name: str, full_runs: FullRuns) -> N
 
 # ddp.py shares lm.py's loop, sampler and checkpoint code line for line; lm covers that path
 # (ckpt.pt), fsdp the sharded one (DCP) — keeps this file's runtime modest on 2 cores.
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("name", ["lm", "fsdp"])
 def test_resume_continues_at_the_checkpointed_step_with_identical_losses(
@@ -205,6 +207,7 @@ def run_until_step_then_signal(
             proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("name", ["ddp", "lm", "fsdp"])
 @pytest.mark.parametrize("sig", STOP_SIGNALS, ids=lambda s: s.name)
@@ -224,6 +227,7 @@ def test_a_stop_signal_to_the_process_group_spares_the_loader_workers(
     assert out.count("SIGINT: stopping after this step") == (sig == signal.SIGINT), out[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("sig", STOP_SIGNALS, ids=lambda s: s.name)
 def test_stop_signal_single_process_checkpoints_exits_zero_and_resumes(
@@ -253,6 +257,7 @@ def test_stop_signal_single_process_checkpoints_exits_zero_and_resumes(
     assert sorted(step_losses(again.stdout)) == [stopped_at + 1]
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("sig", STOP_SIGNALS, ids=lambda s: s.name)
 def test_stop_signal_under_torchrun_all_ranks_stop_and_save_a_sharded_checkpoint(
@@ -290,6 +295,7 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_a_second_sigint_aborts_at_once(name: str, tmp_path: Path) -> None:
@@ -305,6 +311,7 @@ def test_a_second_sigint_aborts_at_once(name: str, tmp_path: Path) -> None:
     assert "RESULT " not in out
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 # forkserver: Python 3.14's default on Linux; the workers' parent is then the server, not the rank.
 @pytest.mark.parametrize("start_method", ["fork", "forkserver"])
@@ -396,6 +403,7 @@ def torchrun_through_wrapper(
     return proc.returncode, out, err
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_a_checkpoint_only_some_ranks_see_stops_every_rank_instead_of_hanging(
@@ -425,6 +433,7 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_checkpoints_at_different_steps_stop_every_rank_instead_of_hanging(
@@ -444,6 +453,7 @@ def test_checkpoints_at_different_steps_stop_every_rank_instead_of_hanging(
     assert "RESULT " not in out
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_fsdp_latest_naming_a_missing_checkpoint_is_one_line_not_a_traceback(
     tmp_path: Path,
@@ -457,6 +467,7 @@ def test_fsdp_latest_naming_a_missing_checkpoint_is_one_line_not_a_traceback(
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize(
     ("first", "then", "said"),

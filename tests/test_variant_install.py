@@ -52,6 +52,7 @@ def installed_build(env: dict[str, str]) -> str:
     return (Path(env["ENVTOOL_ENVS_DIR"]) / "demo" / STUB).read_text()
 
 
+@pytest.mark.slow
 def test_each_host_gets_its_variant_and_says_why(project: Path, env: dict[str, str]) -> None:
     r = install(project, env, "535.104.05", "--dry-run")
     assert r.returncode == 0, r.stderr
@@ -95,6 +96,7 @@ def test_install_json_says_which_variant_and_why(project: Path, env: dict[str, s
     assert "variant" not in json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_variant_override_is_host_checked(project: Path, env: dict[str, str]) -> None:
     r = install(project, env, "535.104.05", "--variant", "cuda12.6")
     assert r.returncode == 0, r.stderr  # 535 runs 12.6 through minor-version compatibility
@@ -156,6 +158,7 @@ def test_variant_needs_a_name_and_an_index(project: Path, env: dict[str, str]) -
     assert r.returncode == 2 and "has no variant locks (variants.yml)" in r.stderr
 
 
+@pytest.mark.slow
 def test_readme_one_lock_many_machines_runs(fixtures: Path, tmp_path: Path, env) -> None:
     """README's "One lock, many machines" transcript, run for real on the fixture channel (after
     README's create example): each command's printed lines are what it prints; `ENVTOOL_DRIVER_VERSION=…`
@@ -212,6 +215,7 @@ def test_readme_one_lock_many_machines_runs(fixtures: Path, tmp_path: Path, env)
     assert ran == 6
 
 
+@pytest.mark.slow
 def test_info_verify_export_and_doctor_know_the_variant(project: Path, env: dict[str, str]) -> None:
     import json
 
@@ -247,6 +251,7 @@ def test_info_verify_export_and_doctor_know_the_variant(project: Path, env: dict
     assert upgraded["fix"] == "reinstall to get it: `envtool install demo`"
 
 
+@pytest.mark.slow
 def test_a_bundle_carries_every_variant_and_chooses_offline(
     project: Path, env: dict[str, str]
 ) -> None:
