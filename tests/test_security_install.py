@@ -876,3 +876,122 @@ def test_a_package_that_ships_conda_meta_itself_is_refused(
     line = _one_line_error(run_envtool("install", "evil", "--lock", str(lock), env=env))
     assert "'conda-meta'" in line and "evil 1.0" in line
     assert not (tmp_path / "envs" / "evil" / "conda-meta" / "envtool" / "incomplete.json").exists()
+
+
+# ------------------------------------------------ 12. softlinks in rattler's extracted cache
+
+
+def _retarget(link: Path, target: str) -> None:
+    link.unlink()
+    link.symlink_to(target)
+
+
+def test_a_softlink_retargeted_in_the_extracted_cache_is_not_linked(
+    setup: cb.CudaSetup, demo: Path, cache: Path, tmp_path: Path
+) -> None:
+    """Old code only checked that a softlink of paths.json existed: the cache's bin/python3,
+    retargeted at a file outside, went into every new env, and verify said clean."""
+    entry = next(p for p in (cache / "rattler").glob("python-*") if p.is_dir())
+    _retarget(entry / "bin" / "python3", str(tmp_path / "ATTACKER"))
+    other = tmp_path / "envs" / "other"
+    install_from_lock(setup.lock, other, platform="linux-64", progress=False)
+    assert os.readlink(other / "bin" / "python3") == "python"  # the archive's own target
+    assert os.readlink(entry / "bin" / "python3") == "python"  # extracted again
+    assert compute_drift(other, setup.lock, "linux-64", check_files=True)["clean"]
+
+
+def test_verify_reports_a_retargeted_softlink_and_install_repairs_it(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    assert run_envtool("install", "demo", "--lock", str(setup.lock), env=env).returncode == 0
+    link = tmp_path / "envs" / "demo" / "bin" / "python3"
+    _retarget(link, "/etc/ATTACKER")
+    out = run_envtool("verify", "demo", env=env)
+    assert out.returncode == 1 and "damaged  python: 1 file changed" in out.stdout, out.stdout
+    assert run_envtool("install", "demo", "--lock", str(setup.lock), env=env).returncode == 0
+    assert os.readlink(link) == "python"
+    assert run_envtool("verify", "demo", env=env).returncode == 0
+
+
+@pytest.mark.parametrize("target", ["/etc/ATTACKER", "../../../../etc/ATTACKER"])
+def test_a_shared_cache_entry_whose_softlink_leaves_the_prefix_is_downloaded(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no archive to compare with, a softlink must stay in the prefix: this entry is not
+    used, its archive is downloaded and extracted again (old code linked the link as it was)."""
+    pkg = cb.Pkg(
+        "linky",
+        "1.0",
+        "h0_0",
+        files={"lib/liblinky.so.1": "library\n"},
+        symlinks={"lib/liblinky.so": "liblinky.so.1"},
+    )
+    channel = cb.build_channel(tmp_path / "ch", [pkg])
+    lock = cb.write_lock(
+        tmp_path / "l.yml", cb.solve_records(channel, ["linky"], cuda=None), channel.as_uri()
+    )
+    monkeypatch.delenv("ENVTOOL_CACHE_DIR", raising=False)
+    monkeypatch.delenv("RATTLER_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    install_from_lock(lock, tmp_path / "first", platform="linux-64", progress=False)
+    shutil.rmtree(tmp_path / "xdg" / "envtool" / "archives")  # only rattler's entries are left
+    entry = next((tmp_path / "xdg" / "rattler" / "cache" / "pkgs").glob("linky-*/"))
+
+    report = install_from_lock(lock, tmp_path / "untouched", platform="linux-64", progress=False)
+    assert report.from_package_cache and not report.fetched  # a relative link in the prefix: used
+
+    shutil.rmtree(tmp_path / "xdg" / "envtool" / "archives")
+    _retarget(entry / "lib" / "liblinky.so", target)
+    second = tmp_path / "second"
+    report = install_from_lock(lock, second, platform="linux-64", progress=False)
+    assert report.fetched and not report.from_package_cache
+    assert os.readlink(second / "lib" / "liblinky.so") == "liblinky.so.1"
+
+
+# --------------------------------- 13. rattler's shared cache without the archive: whose is it
+
+
+def _shared_cache_only(
+    setup: cb.CudaSetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """rattler's shared cache (as pixi leaves it) filled by a first install; envtool's archives
+    removed, so the next install can only use the extracted entries or download."""
+    monkeypatch.delenv("ENVTOOL_CACHE_DIR", raising=False)
+    monkeypatch.delenv("RATTLER_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    install_from_lock(setup.lock, tmp_path / "first", platform="linux-64", progress=False)
+    shutil.rmtree(tmp_path / "xdg" / "envtool" / "archives")
+    return tmp_path / "xdg" / "rattler" / "cache" / "pkgs"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+@pytest.mark.parametrize("how", ["another-owner", "group-writable"])
+def test_a_shared_entry_changed_with_its_paths_json_by_another_user_is_not_used(
+    how: str, setup: cb.CudaSetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the archive, the entry's own paths.json is the reference: a file and its sha256
+    there changed together passed (old code linked the changed file). Only the user's own entry
+    is trusted that far; another user's (or a file others may write) is downloaded instead."""
+    shared = _shared_cache_only(setup, tmp_path, monkeypatch)
+    entry = next(p for p in shared.glob("libtorch-*") if p.is_dir())
+    lib = entry / "lib" / "libtorch_cuda.so"
+    original = lib.read_bytes()
+    evil = b"changed with its paths.json\n"
+    paths_json = entry / "info" / "paths.json"
+    data = json.loads(paths_json.read_text())
+    for item in data["paths"]:
+        if item["_path"] == "lib/libtorch_cuda.so":
+            item.update(sha256=hashlib.sha256(evil).hexdigest(), size_in_bytes=len(evil))
+    for path, text in ((lib, evil), (paths_json, json.dumps(data).encode())):
+        path.unlink()  # a new file, as another user would leave it in a group-writable folder
+        path.write_bytes(text)
+        if how == "another-owner":
+            os.chown(path, 65534, 65534)
+        else:
+            path.chmod(0o664)
+
+    second = tmp_path / "second"
+    report = install_from_lock(setup.lock, second, platform="linux-64", progress=False)
+    # (the python stub's bin/python is an absolute link: never used without its archive)
+    assert [n.split("-")[0] for n in report.fetched] == ["libtorch", "python"]
+    assert (second / "lib" / "libtorch_cuda.so").read_bytes() == original

@@ -631,8 +631,15 @@ def read_extracted_contents(entry: Path, pkg: LockedPackage) -> ArchiveContents 
     extracted from an archive with the lock's sha256 (rattler hashes every archive it extracts);
     its own info/index.json names the locked package and info/paths.json stays in the prefix
     (the checks an archive gets); and every file has the size and sha256 paths.json gives
-    (verify_extracted). Weaker than hashing the archive: the cache is trusted to be the user's own
-    (as ~/.cache is), the archive itself is not re-hashed — it is not on the machine."""
+    (verify_extracted); and the entry, its rattler lock, its info files and every file it lists
+    are the user's own — owned by this user, no file writable by group or others
+    (_written_by_others).
+
+    What stays trusted (a choice: the archive is not on the machine, and not downloading it is
+    the point of using this cache): the user's own cache entries. An entry whose files and
+    paths.json were changed together, by this user (or root), passes — the archive itself is not
+    re-hashed; anyone who can do that can also edit ~/.bashrc. Entries another user extracted or
+    touched (a team's shared RATTLER_CACHE_DIR) are not used: their archives are downloaded."""
     root = entry.parent
     if not pkg.sha256 or pkg.manager != "conda" or entry.resolve().parent != root.resolve():
         return None
@@ -652,9 +659,34 @@ def read_extracted_contents(entry: Path, pkg: LockedPackage) -> ArchiveContents 
         contents = _checked_contents(members, pkg, lambda why: UsageError(why))
     except (UsageError, OSError):
         return None
-    if contents.paths is None or verify_extracted(entry, contents) is not None:
+    if contents.paths is None or _written_by_others(entry, contents) is not None:
+        return None
+    if verify_extracted(entry, contents) is not None:
         return None
     return contents
+
+
+def _written_by_others(entry: Path, contents: ArchiveContents) -> str | None:
+    """Why a cache entry used without its archive may hold bytes another user wrote, or None:
+    the entry, its `.lock`, its info files and every path it lists must be owned by this user,
+    and no file (links aside) writable by group or others. Folders may be group-writable
+    (umask 002): a file replaced in one belongs to whoever replaced it, and is refused."""
+    geteuid = getattr(os, "geteuid", None)
+    if geteuid is None:  # no owners to compare (Windows)
+        return None
+    uid = geteuid()
+    paths = [entry, entry.parent / f"{entry.name}.lock", entry / "info" / "index.json"]
+    paths += [entry / "info" / "paths.json", *(entry / e["_path"] for e in contents.paths or [])]
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return f"{path} is missing"
+        if st.st_uid != uid:
+            return f"{path} belongs to another user"
+        if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{path} is writable by other users"
+    return None
 
 
 STALE_TEMP_S = 900  # a live download writes its temp file every moment
@@ -832,6 +864,78 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _link_leaves_prefix(rel: str, link: str) -> str | None:
+    """Why a softlink at `rel` (in a prefix) with target `link` may lead out of the prefix."""
+    if link.startswith("/"):
+        return "an absolute link"
+    parts = os.path.normpath(os.path.join(os.path.dirname(rel), link)).split("/")
+    if not link or parts[0] == "..":
+        return "a link out of the environment"
+    return None
+
+
+def archive_softlinks(path: Path, pkg: LockedPackage, contents: ArchiveContents) -> dict[str, str]:
+    """{path: target} of the softlinks paths.json lists, as the verified archive's own tar
+    members name them ({} when it cannot be read: then no extracted copy matches, and rattler
+    extracts the archive again). Read as a stream, stopping at the last softlink; bounded by the
+    sizes paths.json gives (a decompression bomb stops there).
+
+    Cheaper than extracting every entry with softlinks again: this only decompresses (no file
+    is written), only for packages rattler is about to link from an existing entry, and only as
+    far as their last softlink."""
+    import tarfile
+    import zipfile
+
+    entries = contents.paths or []
+    want = {e["_path"] for e in entries if e.get("path_type") == "softlink"}
+    if not want:
+        return {}
+    sizes = sum(e["size_in_bytes"] for e in entries if isinstance(e.get("size_in_bytes"), int))
+    limit = sizes + 4096 * (len(entries) + 16) + 2 * _INFO_LIMIT  # headers, padding, info/
+    found: dict[str, str] = {}
+
+    def scan(raw: Any) -> None:
+        for member in tarfile.open(fileobj=_Bounded(raw, limit), mode="r|"):
+            name = member.name.removeprefix("./")
+            if name in want and member.issym():
+                found[name] = member.linkname
+                if len(found) == len(want):
+                    return
+
+    try:
+        if pkg.file_name.endswith(".conda"):
+            import zstandard
+
+            with zipfile.ZipFile(path) as zf:
+                body = [n for n in zf.namelist() if n.startswith("pkg-") and n.endswith(".tar.zst")]
+                with zf.open(body[0]) as fh:
+                    scan(zstandard.ZstdDecompressor().stream_reader(fh))
+        else:
+            import bz2
+
+            with bz2.open(path, "rb") as fh:
+                scan(fh)
+    except Exception:  # unreadable, or past the bound: nothing is confirmed
+        return {}
+    return found
+
+
+class _Bounded:
+    """A read-only stream that refuses to yield more than `limit` bytes."""
+
+    def __init__(self, raw: Any, limit: int) -> None:
+        self.raw = raw
+        self.limit = limit
+        self.seen = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size if size is not None and size >= 0 else 1 << 20)
+        self.seen += len(data)
+        if self.seen > self.limit:
+            raise ValueError(f"more than {self.limit} bytes decompressed")
+        return data
+
+
 def _misplaced_entry(entry: Path, root: Path) -> str | None:
     """Why rattler's cache entry must not be linked from as it is (never following a link),
     or None (a folder inside the cache, or no entry)."""
@@ -857,12 +961,22 @@ def _remove_entry(entry: Path) -> None:
         os.unlink(entry)
 
 
-def verify_extracted(entry: Path, contents: ArchiveContents) -> str | None:
+def verify_extracted(
+    entry: Path,
+    contents: ArchiveContents,
+    softlinks: Callable[[], dict[str, str]] | None = None,
+) -> str | None:
     """Is rattler's extracted copy of a package (which it hardlinks into prefixes) still what the
-    verified archive holds? Its info/index.json and info/paths.json must be the archive's own, and
-    every file the size and sha256 paths.json gives. Returns the first difference, or None."""
+    verified archive holds? Its info/index.json and info/paths.json must be the archive's own,
+    every file the size and sha256 paths.json gives, every folder a folder, and every softlink a
+    link to the target the archive's own member names — `softlinks` reads them from the archive
+    (archive_softlinks), once and only when the entry has a softlink. Without an archive
+    (`softlinks` None: the entry is used as it is) a softlink must be relative and stay in the
+    prefix: paths.json does not record targets, so one retargeted at /etc/… cannot be told from
+    the package's own. Returns the first difference, or None."""
     if contents.paths is None:
         return None  # nothing to compare with (an old package); rattler's own check stands
+    links: dict[str, str] | None = None
     for rel, want in (
         ("info/index.json", contents.index_bytes),
         ("info/paths.json", contents.paths_bytes),
@@ -875,9 +989,29 @@ def verify_extracted(entry: Path, contents: ArchiveContents) -> str | None:
     for item in contents.paths:
         rel = item["_path"]
         target = entry / rel
-        if item.get("path_type", "hardlink") in ("softlink", "directory"):
+        kind = item.get("path_type", "hardlink")
+        if kind == "directory":
             if not os.path.lexists(target):
                 return f"{rel} is missing"
+            if not stat.S_ISDIR(os.lstat(target).st_mode):
+                return f"{rel} is not a folder"
+            continue
+        if kind == "softlink":
+            try:
+                link = os.readlink(target)
+            except FileNotFoundError:
+                return f"{rel} is missing"
+            except OSError:
+                return f"{rel} is not a symbolic link"
+            if softlinks is None:
+                why = _link_leaves_prefix(rel, link)
+                if why:
+                    return f"{rel} points to {link!r} ({why})"
+                continue
+            if links is None:
+                links = softlinks()
+            if links.get(rel) != link:
+                return f"{rel} points to {link!r}, the package's link to {links.get(rel)!r}"
             continue
         try:
             st = os.lstat(target)
@@ -937,7 +1071,10 @@ def _link(
             say(f"  {entry.name}: {misplaced} in rattler's cache; extracting the archive again")
             _remove_entry(entry)
         elif entry.is_dir():
-            why = verify_extracted(entry, contents[p.file_name])
+            got = contents[p.file_name]
+            why = verify_extracted(
+                entry, got, lambda p=p, got=got: archive_softlinks(archives[p.file_name], p, got)
+            )
             if why:
                 say(f"  {entry.name}: extracted copy changed ({why}); extracting it again")
                 shutil.rmtree(entry)
