@@ -381,7 +381,9 @@ def test_dry_run_on_a_real_lock_lists_its_packages_without_touching_anything(
     lock = read_lock(
         fixtures / "locks" / "konstantinjdobler__nlp-research-template__conda-lock.yml"
     )
-    plan = plan_install(lock, tmp_path / "envs" / "x", "linux-64", None, tmp_path / "cache")
+    plan = plan_install(
+        lock, tmp_path / "envs" / "x", "linux-64", None, tmp_path / "cache"
+    ).to_dict()
     names = {p["name"] for p in plan["packages"]}
     assert names == {p.name for p in lock.packages if p.platform == "linux-64"}
     assert "pytorch" in names

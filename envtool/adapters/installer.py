@@ -1,7 +1,9 @@
 """Install a conda-lock.yml (v1) into a prefix with py-rattler: no conda executable needed.
 
 Order of work, chosen so nothing is ever half-done or unverified:
-  1. read the lock (lock_io.read_lock, the one reader), pick the platform's packages;
+  1. read the lock once (lock_io.read_lock, the one reader) and plan (plan_install: the
+     platform's packages, their URLs, what the caches hold — core/install_plan.InstallPlan,
+     what `install --dry-run` prints); apply_install executes that plan, steps 2–6;
   2. take the per-environment file lock; check the prefix's package records; fetch (step 3);
      then write the `incomplete` marker;
   3. fetch every archive into envtool's archive cache through rattler's client (network.py:
@@ -49,6 +51,14 @@ from envtool.adapters import install_state
 from envtool.adapters.installed import check_prefix_records, set_aside_records
 from envtool.adapters.lock_io import read_lock
 from envtool.adapters.progress import Progress
+from envtool.core.install_plan import (
+    FETCH,
+    PACKAGE_CACHE,
+    PIP,
+    REUSE,
+    InstallPlan,
+    PlannedPackage,
+)
 from envtool.core.lock_model import Lock, LockedPackage
 from envtool.errors import DiagnosedFailure, UsageError, cannot_write
 from envtool.output import note
@@ -407,39 +417,59 @@ def _install_hint(lock: Lock, platform: str) -> str:
 
 def plan_install(
     lock: Lock,
-    prefix: Path,
+    prefix: Path | str,
     platform: str,
     channels_override: list[str] | None,
-    cache_dir: Path,
+    cache_dir: Path | str | None = None,
     offline: bool = False,
-) -> dict[str, Any]:
-    """What an install would do (for --dry-run): no file is written."""
+    host_check: str = "ok",
+    variant: dict[str, str] | None = None,
+) -> InstallPlan:
+    """The install of `lock` (read once, by the caller) into `prefix`, as data: what --dry-run
+    prints and what apply_install executes. Reads only: no file is written, no archive hashed
+    (apply checks every cached copy again). `host_check`: the caller's verdict (a refusal is
+    raised before there is a plan); `variant`: the variant lock chosen, and why."""
     lock.require_platform(platform, _install_hint(lock, platform))
     pkgs = lock.hashed_for_platform(platform)
-    archive_dir = cache_dir / "archives"
-    rows = []
-    for p in pkgs:
-        url = remap_to_channels(p, channels_override, offline) if channels_override else p.url
-        cached = p.manager == "conda" and _is_own_file(archive_dir / p.file_name)
-        rows.append(
-            {
-                "name": p.name,
-                "version": p.version,
-                "build": p.build or None,  # null: pip, or a build the lock does not name
-                "manager": p.manager,
-                "url": url,
-                "cached": cached,
-            }
+    prefix = Path(prefix).expanduser().absolute()
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    extracted = cache / "rattler" if cache_dir else rattler_package_cache(cache)
+    archive_dir = cache / "archives"
+
+    def source(p: LockedPackage) -> str:
+        if p.manager != "conda":
+            return PIP
+        if _is_own_file(archive_dir / p.file_name):
+            return REUSE
+        try:  # apply checks it file by file (read_extracted_contents) before using it
+            in_package_cache = _extracted_entry(extracted, p).is_dir()
+        except OSError:
+            in_package_cache = False
+        return PACKAGE_CACHE if in_package_cache else FETCH
+
+    planned = tuple(
+        PlannedPackage(
+            p,
+            remap_to_channels(p, channels_override, offline) if channels_override else p.url,
+            source(p),
         )
-    return {
-        "prefix": str(prefix),
-        "prefix_exists": prefix.exists(),
-        "install_state": install_state.read_install_state(prefix) if prefix.exists() else None,
-        "lock_path": str(lock.path),
-        "lock_sha256": lock.sha256,
-        "platform": platform,
-        "packages": rows,
-    }
+        for p in pkgs
+    )
+    return InstallPlan(
+        prefix=str(prefix),
+        prefix_exists=prefix.exists(),
+        install_state=install_state.read_install_state(prefix) if prefix.exists() else None,
+        lock_path=str(lock.path),
+        lock_sha256=lock.sha256,
+        lock_metadata=dict(lock.custom_metadata),
+        platform=platform,
+        packages=planned,
+        cache_dir=str(cache),
+        package_cache=str(extracted),
+        offline=offline,
+        host_check=host_check,
+        variant=variant,
+    )
 
 
 def install_from_lock(
@@ -452,17 +482,29 @@ def install_from_lock(
     force: bool = False,
     offline: bool = False,
 ) -> InstallReport:
-    """Install a conda-lock.yml into prefix; converge if the prefix exists or was interrupted.
+    """Install a conda-lock.yml into prefix; converge if the prefix exists or was interrupted:
+    read the lock once, plan_install, apply_install (`envtool install` does the same steps
+    itself, to show the plan with --dry-run and to record the host check it made).
 
     `force` is for callers that already decided to skip host checks; the install itself always
     verifies hashes. `channels_override` remaps every URL to the same file in those channels;
     `offline` (a bundle): a file missing there is an error, never fetched from the lock's URL.
     """
-    started = time.monotonic()
     lock = read_lock(Path(lock_path))
-    prefix = Path(prefix).expanduser().absolute()
     platform = platform or current_platform()
-    lock.require_platform(platform, _install_hint(lock, platform))
+    plan = plan_install(lock, prefix, platform, channels_override, cache_dir, offline)
+    return apply_install(plan, progress=progress, force=force)
+
+
+def apply_install(plan: InstallPlan, progress: bool = True, force: bool = False) -> InstallReport:
+    """Execute `plan`: exactly its packages, from its URLs, for its platform, into its prefix,
+    with its caches; the state records its lock's sha256 and metadata. Nothing is planned
+    again and the lock is not read again; every archive is still checked against the lock's
+    hashes (a cached copy the plan counted on that fails is fetched again). `force`: recorded
+    in the env's state (the caller skipped the host check)."""
+    started = time.monotonic()
+    prefix = Path(plan.prefix)
+    lock_path = Path(plan.lock_path)
     from envtool.adapters.locate import looks_like_env
 
     if prefix.exists() and any(prefix.iterdir()) and not looks_like_env(prefix):
@@ -470,41 +512,38 @@ def install_from_lock(
             f"{prefix} exists and is not a conda environment (no conda-meta/)",
             "install into a new or empty directory, or an existing environment",
         )
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    extracted = cache / "rattler" if cache_dir else rattler_package_cache(cache)
+    cache = Path(plan.cache_dir)
+    extracted = Path(plan.package_cache)
     shown = Progress(quiet=not progress)
     say: Callable[[str], None] = shown.say
-    pkgs = lock.hashed_for_platform(platform)  # before the incomplete marker: nothing to undo
-    conda_pkgs = [p for p in pkgs if p.manager == "conda"]
-    pip_pkgs = [p for p in pkgs if p.manager == "pip"]
-    report = InstallReport(str(prefix), str(lock.path), lock.sha256, platform)
+    # the plan's packages were checked when it was made: nothing to undo before the marker
+    conda_pkgs = [p.package for p in plan.conda]
+    pip_pkgs = [p.package for p in plan.pip]
+    report = InstallReport(str(prefix), plan.lock_path, plan.lock_sha256, plan.platform)
 
-    urls = {
-        p.file_name: (
-            remap_to_channels(p, channels_override, offline) if channels_override else p.url
-        )
-        for p in pkgs
-    }
+    urls = {p.package.file_name: p.url for p in plan.packages}
     if pip_pkgs:  # a bad pip entry is refused before anything is fetched or linked
         from envtool.adapters.uv_pip import pip_requirements
 
-        pip_requirements(pip_pkgs, urls, str(lock.path))
+        pip_requirements(pip_pkgs, urls, plan.lock_path)
     with install_state.hold_env_lock(prefix, prefix.name, on_wait=note):
         # Everything that can refuse the install runs before the prefix is touched: a refused
         # install leaves a healthy env healthy (no marker) and the archive cache as it was.
         damaged_records = check_prefix_records(prefix) if prefix.is_dir() else []
         archives, contents = _fetch_all(
-            conda_pkgs, urls, cache / "archives", report, shown, lock.path.name, extracted
+            conda_pkgs, urls, cache / "archives", report, shown, lock_path.name, extracted
         )
         for p in conda_pkgs:  # every downloaded or cached archive validated before linking
             if p.file_name not in contents:
                 contents[p.file_name] = read_archive_contents(archives[p.file_name], p)
-        install_state.write_incomplete_marker(prefix, lock.sha256, lock.path)
+        install_state.write_incomplete_marker(prefix, plan.lock_sha256, lock_path)
         _pause_hook("after-download")
         set_aside_records(prefix, damaged_records, say)
         shown.start_link(len(conda_pkgs), str(prefix))
         try:
-            from_local = _link(conda_pkgs, archives, contents, prefix, platform, extracted, shown)
+            from_local = _link(
+                conda_pkgs, archives, contents, prefix, plan.platform, extracted, shown
+            )
         finally:
             shown.end_link()
         _restore_locked_urls(prefix, [p for p in conda_pkgs if p.file_name in from_local])
@@ -518,10 +557,10 @@ def install_from_lock(
         install_state.write_complete_state(
             prefix,
             {
-                "lock_sha256": lock.sha256,
-                "lock_path": str(lock.path.resolve()),
-                "platform": platform,
-                "plan": lock.custom_metadata,
+                "lock_sha256": plan.lock_sha256,
+                "lock_path": str(lock_path.resolve()),
+                "platform": plan.platform,
+                "plan": plan.lock_metadata,
                 "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "conda_packages": len(conda_pkgs),
                 "pip_packages": len(pip_pkgs),

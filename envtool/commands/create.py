@@ -155,23 +155,19 @@ def cmd(
         outcome = lock_environment(name, text, source, request, directory)
         result = summarize(outcome, name, "create", False)
         if target is not None:
-            from envtool.adapters.installer import current_platform, install_from_lock
-            from envtool.commands.install import check_host
+            from envtool.adapters.installer import apply_install
+            from envtool.commands.install import plan_from_lock
             from envtool.commands.remove import finish_interrupted_removal
 
             lock_path = outcome.env_dir / "conda-lock.yml"
-            if not force:  # install's host check, its line and its --force: one rule
-                from envtool.adapters.lock_io import read_lock
-
-                try:
-                    check_host(read_lock(lock_path).custom_metadata, current_platform())
-                except UsageError:
+            try:  # install's plan: its host check, its line and its --force (one rule)
+                plan = plan_from_lock(lock_path, target, [], False, None, force)
+            except UsageError:
+                if not force:
                     note(f"locked {lock_path}; not installed")
-                    raise
+                raise
             finish_interrupted_removal(target, name)
-            report = install_from_lock(
-                lock_path, target, progress=not (as_json or quiet), force=force
-            )
+            report = apply_install(plan, progress=not (as_json or quiet), force=force)
             result.data["install"] = report.to_dict()
             result.text.append(f"installed {name} into {target}")
     return result

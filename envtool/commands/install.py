@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from envtool.core.facts import HostFacts
+    from envtool.core.install_plan import InstallPlan
 
 
 def plan_host_check(meta: dict[str, str], platform: str, host: HostFacts) -> list[tuple[str, str]]:
@@ -162,21 +163,21 @@ def cmd(
     lock_path, target, override, label = resolve_install_args(
         name, lock_file, prefix, from_dir, channels
     )
-    if dry_run:  # reads only: no lock to wait for
-        result = _install(
-            lock_path, target, override, label, from_dir, platform, force, True, as_json, quiet
-        )
-    else:
-        with hold_install_locks(lock_path, target, label):
-            result = _install(
-                lock_path, target, override, label, from_dir, platform, force, False, as_json, quiet
-            )
+    picked_variant = None
     if choice is not None:
-        result.data["variant"] = {
+        picked_variant = {
             "variant": choice.variant.name,
             "mode": choice.mode,
             "reason": choice.reason,
         }
+    offline = from_dir is not None  # a bundle: a file missing from it is never downloaded
+    if dry_run:  # reads only: no lock to wait for
+        plan = plan_from_lock(lock_path, target, override, offline, platform, force, picked_variant)
+        return Result("install", {"dry_run": True, "name": label, **plan.to_dict()}, plan.render())
+    with hold_install_locks(lock_path, target, label):
+        # the lock is read (once) with its project folder held: what is planned is what runs
+        plan = plan_from_lock(lock_path, target, override, offline, platform, force, picked_variant)
+        result = apply_plan(plan, label, progress=not (as_json or quiet), force=force)
     return result
 
 
@@ -197,47 +198,48 @@ def hold_install_locks(lock_path: Path, target: Path, label: str) -> Iterator[No
             yield
 
 
-def _install(
+def plan_from_lock(
     lock_path: Path,
     target: Path,
     override: list[str],
-    label: str,
-    from_dir: str | None,
+    offline: bool,
     platform: str | None,
     force: bool,
-    dry_run: bool,
-    as_json: bool,
-    quiet: bool = False,
-) -> Result:
-    """The install itself (the caller holds the locks unless it is a dry run)."""
+    variant: dict[str, str] | None = None,
+) -> InstallPlan:
+    """The install as data (core/install_plan), from one read of the lock: its platform's
+    packages and URLs, what the caches hold, the host check's verdict (a refusal is raised:
+    there is no plan then; --force skips it), the variant chosen. --dry-run prints it;
+    apply_plan executes it."""
     from envtool.adapters import installer
     from envtool.adapters.lock_io import read_lock
 
     lock = read_lock(lock_path)
-    offline = from_dir is not None  # a bundle: a file missing from it is never downloaded
     plat = platform or installer.current_platform()
     if not force:
         check_host(lock.custom_metadata, plat)
-    if dry_run:
-        plan = installer.plan_install(
-            lock, target, plat, override or None, installer.default_cache_dir(), offline
-        )
-        text = [f"would install {len(plan['packages'])} packages into {target} from {lock_path}"]
-        text += [
-            f"  {p['name']} {p['version']} {p['build'] or ''} ({p['manager']}{', cached' if p['cached'] else ''})"
-            for p in plan["packages"]
-        ]
-        return Result("install", {"dry_run": True, "name": label, **plan}, text)
-    report = installer.install_from_lock(
-        lock_path,
+    return installer.plan_install(
+        lock,
         target,
-        platform=plat,
-        channels_override=override or None,
-        progress=not (as_json or quiet),
-        force=force,
-        offline=offline,
+        plat,
+        override or None,
+        None,  # the default caches, envtool's and rattler's shared one, as the install uses
+        offline,
+        host_check="skipped (--force)" if force else "ok",
+        variant=variant,
     )
+
+
+def apply_plan(plan: InstallPlan, label: str, progress: bool, force: bool) -> Result:
+    """Execute `plan` (the caller holds the locks) and report it."""
+    from envtool.adapters.installer import apply_install
+
+    report = apply_install(plan, progress=progress, force=force)
     text = [
-        f"installed {label} at {target} ({report.conda_packages} conda, {report.pip_packages} pip)"
+        f"installed {label} at {plan.prefix} ({report.conda_packages} conda, "
+        f"{report.pip_packages} pip)"
     ]
-    return Result("install", {"name": label, **report.to_dict()}, text)
+    data = {"name": label, **report.to_dict()}
+    if plan.variant is not None:
+        data["variant"] = plan.variant
+    return Result("install", data, text)

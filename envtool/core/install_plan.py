@@ -1,0 +1,99 @@
+"""An install as data: what `envtool install` will do, built from one read of the lock
+(adapters/installer.plan_install), printed by `--dry-run`, and executed as it is by
+adapters/installer.apply_install. Pure: no I/O; the adapter fills in what it saw on disk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from envtool.core.lock_model import LockedPackage
+
+# where a conda package's files come from, as the plan saw the caches (apply checks each again:
+# a cached copy that fails the lock's hash is fetched, one that is not there any more too)
+FETCH = "fetch"  # downloaded (or copied from --channel / --from) and hash-checked as it streams
+REUSE = "reuse"  # envtool's archive cache holds it: hash-checked, not downloaded
+PACKAGE_CACHE = "package-cache"  # extracted in rattler's package cache: checked file by file
+PIP = "pip"  # the pip part: uv, --require-hashes --no-deps
+
+
+@dataclass(frozen=True)
+class PlannedPackage:
+    package: LockedPackage
+    url: str  # the lock's URL, or the same file in --channel / a --from bundle's channel
+    source: str  # FETCH | REUSE | PACKAGE_CACHE | PIP
+
+    def row(self) -> dict[str, Any]:
+        p = self.package
+        return {
+            "name": p.name,
+            "version": p.version,
+            "build": p.build or None,  # null: pip, or a build the lock does not name
+            "manager": p.manager,
+            "url": self.url,
+            "cached": self.source == REUSE,
+        }
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    """Everything the apply step needs; nothing it looks up again (the lock is not re-read)."""
+
+    prefix: str
+    prefix_exists: bool
+    install_state: str | None
+    lock_path: str
+    lock_sha256: str
+    lock_metadata: dict[str, str]  # recorded in the env's state (its CUDA, driver floor, …)
+    platform: str
+    packages: tuple[PlannedPackage, ...]  # in the lock's order
+    cache_dir: str  # envtool's archive cache is cache_dir/archives
+    package_cache: str  # rattler's extracted packages (shared with pixi unless ENVTOOL_CACHE_DIR)
+    offline: bool  # a bundle: a file missing from its channel is never downloaded
+    host_check: str  # "ok", or "skipped (--force)"; a refusal never becomes a plan
+    variant: dict[str, str] | None = field(default=None)  # the variant lock chosen, and why
+
+    @property
+    def conda(self) -> list[PlannedPackage]:
+        return [p for p in self.packages if p.package.manager == "conda"]
+
+    @property
+    def pip(self) -> list[PlannedPackage]:
+        return [p for p in self.packages if p.package.manager == "pip"]
+
+    def file_names(self, source: str) -> list[str]:
+        return [p.package.file_name for p in self.packages if p.source == source]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The --dry-run --json payload: the rows `packages` (as before), and the plan's parts."""
+        out: dict[str, Any] = {
+            "prefix": self.prefix,
+            "prefix_exists": self.prefix_exists,
+            "install_state": self.install_state,
+            "lock_path": self.lock_path,
+            "lock_sha256": self.lock_sha256,
+            "platform": self.platform,
+            "packages": [p.row() for p in self.packages],
+            "fetch": self.file_names(FETCH),
+            "reuse": self.file_names(REUSE),
+            "from_package_cache": self.file_names(PACKAGE_CACHE),
+            "link": [p.package.file_name for p in self.conda],
+            "pip": [p.package.file_name for p in self.pip],
+            "offline": self.offline,
+            "host_check": self.host_check,
+        }
+        if self.variant is not None:
+            out["variant"] = self.variant
+        return out
+
+    def render(self) -> list[str]:
+        """--dry-run's lines."""
+        text = [
+            f"would install {len(self.packages)} packages into {self.prefix} from {self.lock_path}"
+        ]
+        text += [
+            f"  {p.package.name} {p.package.version} {p.package.build or ''} "
+            f"({p.package.manager}{', cached' if p.source == REUSE else ''})"
+            for p in self.packages
+        ]
+        return text
