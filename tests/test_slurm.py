@@ -345,7 +345,7 @@ def _stop(daemons: list[subprocess.Popen[bytes]]) -> None:
             d.wait()
 
 
-def wait_for_job(job_id: str, env: dict[str, str], timeout: float = 120) -> str:
+def wait_for_job(job_id: str, env: dict[str, str], timeout: float = 300) -> str:
     deadline = time.monotonic() + timeout
     state = "?"
     while time.monotonic() < deadline:
@@ -565,7 +565,7 @@ def _result(text: str) -> dict[str, Any]:
     return json.loads(lines[-1].split("RESULT ", 1)[1])
 
 
-def _wait_for_text(path: Path, needle: str, timeout: float = 120) -> str:
+def _wait_for_text(path: Path, needle: str, timeout: float = 300) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = path.read_text(errors="replace") if path.exists() else ""

@@ -146,16 +146,20 @@ def cmd(
     quiet: bool = False,
 ) -> Result:
     """Install an environment from its lock: hash-verified, resumable, offline-capable."""
-    if variant is not None and (lock_file or from_dir or not name):
+    if variant is not None and (lock_file or not (name or from_dir)):
         raise UsageError(
-            "--variant picks among NAME's variant locks", "give NAME, without --lock/--from"
+            "--variant picks among variant locks", "give NAME or --from DIR, without --lock"
         )
     choice = None  # the variant an index chose (and why), for --json as for the note
-    if name and not lock_file and not from_dir:  # variant locks: the one this host runs
-        from envtool.adapters.variant_lock import choose_project_variant
+    if not lock_file and (name or from_dir):  # variant locks: the one this host runs
+        from envtool.adapters.variant_lock import choose_bundle_variant, choose_project_variant
         from envtool.output import note
 
-        picked = choose_project_variant(name, variant, platform, force)
+        picked = (
+            choose_bundle_variant(Path(from_dir), variant, platform, force)
+            if from_dir
+            else choose_project_variant(str(name), variant, platform, force)
+        )
         if picked is not None:
             lock_file = str(picked[0])
             choice = picked[1]
