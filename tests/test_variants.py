@@ -340,3 +340,36 @@ def test_the_variant_of_a_lock_file_and_doctors_check() -> None:
     assert newer.summary == "installed variant cuda12.9 is not this host's pick (cpu)"
     gone = check_installed_variant("cuda12.9", "demo", None, "driver 418.43: none — upgrade")
     assert (gone.status, gone.fix) == ("warn", "upgrade")
+
+
+@pytest.mark.integration
+def test_variant_hints_quote_the_env_name_for_the_shell() -> None:
+    """Every command a variant refusal prints names the env as one shell word: bash reads back
+    the exact words (a `$`, a quote or a `;` in a valid conda name does nothing)."""
+    import re
+    import subprocess
+
+    name = "it's$x;id"
+    cuda_only = VariantIndex(name, ("cuda12.6",), "2.7.1", (variant("cuda12.6"),))
+    with_cpu = VariantIndex(
+        name, ("cpu", "cuda12.6"), "2.7.1", (variant("cpu"), variant("cuda12.6"))
+    )
+    hints = []
+    for call in (
+        lambda: choose_variant(None, [], cuda_only),  # no driver, no cpu variant: add one
+        lambda: choose_variant("450.80.02", [], with_cpu),  # too old: upgrade or cpu
+        lambda: check_chosen("cuda12.9", "570.86.10", [], with_cpu),  # no such variant
+    ):
+        with pytest.raises(UsageError) as err:
+            call()
+        hints.append(err.value.hint or "")
+    commands = [c for hint in hints for c in re.findall(r"`(envtool [^`]*)`", hint)]
+    assert len(commands) >= 3, hints
+    for command in commands:
+        words = subprocess.run(
+            ["bash", "-c", f"printf '%s\\0' {command}"], capture_output=True, check=True
+        ).stdout.split(b"\0")[:-1]
+        assert words[:3] in (
+            [b"envtool", b"lock", name.encode()],
+            [b"envtool", b"install", name.encode()],
+        ), command

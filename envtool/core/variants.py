@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envtool.core import cuda as cu
+from envtool.core.shell_quote import quote_posix
 from envtool.core.versions import major_minor, parse_version
 from envtool.errors import UsageError
 
@@ -287,7 +288,8 @@ def render_index(index: VariantIndex) -> str:
     }
     head = (
         "# envtool variant index: one conda-lock v1 file per variant (written by\n"
-        f"# `envtool lock {index.name} --variants …`); `envtool install {index.name}` picks the\n"
+        f"# `envtool lock {quote_posix(index.name)} --variants …`); "
+        f"`envtool install {quote_posix(index.name)}` picks the\n"
         "# variant this host runs. Do not edit: re-lock instead.\n"
     )
     return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
@@ -459,7 +461,7 @@ def choose_variant(
             f"no NVIDIA driver here and {index.name}'s lock has no cpu variant"
             + (f" for {platform}" if cpu is not None else "")
             + f" (it has {', '.join(index.names())})",
-            f"add one: `envtool lock {index.name} --variants "
+            f"add one: `envtool lock {quote_posix(index.name)} --variants "
             f"{','.join(sorted({CPU, *index.names()}, key=variant_sort_key))}`, "
             "or install on a GPU host",
         )
@@ -468,7 +470,9 @@ def choose_variant(
         floor, gpu = too_old
         fixes = [f"upgrade the NVIDIA driver to ≥ {floor} for this GPU"]
         if cpu is not None and platform in cpu.platforms:
-            fixes.append(f"install the cpu variant: `envtool install {index.name} --variant cpu`")
+            fixes.append(
+                f"install the cpu variant: `envtool install {quote_posix(index.name)} --variant cpu`"
+            )
         raise UsageError(
             f"driver {driver} cannot drive {gpu} (needs ≥ {floor})", ", or ".join(fixes)
         )
@@ -530,10 +534,15 @@ def _way_out(
         add = _variant_to_add(driver, gpus)
         if add:
             names = sorted({*index.names(), add}, key=variant_sort_key)
-            fixes.append(f"add a variant: `envtool lock {index.name} --variants {','.join(names)}`")
+            fixes.append(
+                f"add a variant: `envtool lock {quote_posix(index.name)} --variants "
+                f"{','.join(names)}`"
+            )
     cpu = index.get(CPU)
     if cpu is not None and platform in cpu.platforms:
-        fixes.append(f"install the cpu variant: `envtool install {index.name} --variant cpu`")
+        fixes.append(
+            f"install the cpu variant: `envtool install {quote_posix(index.name)} --variant cpu`"
+        )
     return ", or ".join(fixes) or f"re-lock {index.name} with variants for {platform}"
 
 
@@ -569,7 +578,8 @@ def check_chosen(
     if variant is None:
         raise UsageError(
             f"--variant {name}: {index.name}'s lock has no such variant",
-            f"use one of {', '.join(index.names())}, or add it with `envtool lock {index.name} "
+            f"use one of {', '.join(index.names())}, or add it with "
+            f"`envtool lock {quote_posix(index.name)} "
             f"--variants {','.join(sorted({*index.names(), name}, key=variant_sort_key))}`",
         )
     problem = variant_problem(variant, driver, gpus, platform)
