@@ -19,7 +19,7 @@ from pathlib import Path
 
 import channel_builder as cb
 import pytest
-from conftest import run_envtool
+from conftest import run_envtool, start_envtool
 
 from envtool.adapters import install_state
 from envtool.adapters.installed import compute_drift
@@ -438,6 +438,40 @@ def test_a_bundle_does_not_replace_an_existing_env_of_its_name(
     # named explicitly, it is the user's choice; a re-run of the same bundle converges
     assert run_envtool("install", "mine", "--from", str(tmp_path / "b"), env=env).returncode == 0
     assert run_envtool("install", "--from", str(tmp_path / "b"), env=env).returncode == 0
+
+
+def test_a_bundle_refuses_an_env_of_its_name_created_while_it_waited(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The replace check runs with the env lock held: an env that appears while `install --from`
+    waits for that lock (a concurrent create) is refused, not installed over."""
+    out = run_envtool("bundle", "--lock", str(setup.lock), "-o", str(tmp_path / "b"), env=env)
+    assert out.returncode == 0, out.stderr
+    manifest = tmp_path / "b" / "bundle.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "name": "mine"}))
+    small = cb.write_lock(
+        tmp_path / "small.yml",
+        cb.solve_records(setup.channel, ["cuda-version 12.6.*"]),
+        setup.channel.as_uri(),
+    )
+    assert run_envtool("install", "other", "--lock", str(small), env=env).returncode == 0
+    mine = tmp_path / "envs" / "mine"
+    assert not mine.exists()
+    with install_state.hold_env_lock(mine, "mine"):
+        proc = start_envtool("install", "--from", str(tmp_path / "b"), env=env)
+        assert proc.stderr is not None
+        for line in proc.stderr:  # it holds the bundle folder's lock and waits for the env's
+            if "waiting for another envtool on mine" in line:
+                break
+        else:
+            proc.wait()
+            pytest.fail("install --from did not wait for the env lock")
+        (tmp_path / "envs" / "other").rename(mine)  # what a create holding the lock leaves
+    before = sorted(p.name for p in (mine / "conda-meta").glob("*.json"))
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 2, stderr
+    assert "'mine'" in stderr and "already holds" in stderr, stderr
+    assert sorted(p.name for p in (mine / "conda-meta").glob("*.json")) == before
 
 
 def test_an_offline_install_with_a_wheel_missing_from_the_bundle_fails_naming_it(

@@ -45,11 +45,13 @@ def resolve_install_args(
     prefix: str | None,
     from_dir: str | None,
     channels: tuple[str, ...],
-) -> tuple[Path, Path, list[str], str]:
-    """(lock path, prefix, channel overrides, label) from the flags; UsageError when ambiguous."""
+) -> tuple[Path, Path, list[str], str, str | None]:
+    """(lock path, prefix, channel overrides, label, the bundle's recorded name when it names the
+    env) from the flags; UsageError when ambiguous."""
     from envtool.adapters.locate import env_prefix, project_lock_path
 
     override = [str(Path(c).expanduser().resolve()) if "://" not in c else c for c in channels]
+    recorded = None
     if from_dir:
         bundle = Path(from_dir).expanduser()
         if not (bundle / "conda-lock.yml").is_file():
@@ -63,8 +65,6 @@ def resolve_install_args(
             from envtool.adapters.bundle import read_bundle_name
 
             recorded = read_bundle_name(bundle)
-            if recorded is not None:
-                _refuse_replacing(recorded, env_prefix(recorded, None), lock, from_dir)
             name = recorded
     elif lock_file:
         lock = Path(lock_file)
@@ -80,19 +80,19 @@ def resolve_install_args(
         raise UsageError("give NAME, --lock FILE or --from DIR", "e.g. `envtool install myenv`")
     label = name or (Path(prefix).name if prefix else lock.resolve().parent.name)
     target = env_prefix(label, prefix)
-    return lock, target, override, label
+    return lock, target, override, label, recorded
 
 
-def _refuse_replacing(name: str, target: Path, lock: Path, from_dir: str) -> None:
+def _refuse_replacing(name: str, target: Path, lock_sha256: str, from_dir: str) -> None:
     """A bundle names its env; that name must not silently replace an env already there (one
-    installed from this very lock is only converged: nothing of it is replaced)."""
+    installed from this very lock is only converged: nothing of it is replaced). Called with
+    the env lock held and the plan's one read of the lock: a create cannot slip in between."""
     from envtool.adapters.install_state import read_state_record
-    from envtool.adapters.lock_io import read_lock
 
     if not (target.exists() or target.is_symlink()):
         return
     record = read_state_record(target) or {}
-    if record.get("lock_sha256") and record.get("lock_sha256") == read_lock(lock).sha256:
+    if record.get("lock_sha256") and record.get("lock_sha256") == lock_sha256:
         return
     raise UsageError(
         f"--from {from_dir}: the bundle installs as {name!r}, and {target} already holds "
@@ -164,9 +164,11 @@ def cmd(
             lock_file = str(picked[0])
             choice = picked[1]
             note(f"variant {choice.variant.name}: {choice.reason}")
-    lock_path, target, override, label = resolve_install_args(
+    lock_path, target, override, label, recorded = resolve_install_args(
         name, lock_file, prefix, from_dir, channels
     )
+    # the env the bundle names must not be replaced; checked on the plan's read of the lock
+    replacing = None if recorded is None or from_dir is None else (recorded, from_dir)
     picked_variant = None
     if choice is not None:
         picked_variant = {
@@ -176,11 +178,15 @@ def cmd(
         }
     offline = from_dir is not None  # a bundle: a file missing from it is never downloaded
     if dry_run:  # reads only: no lock to wait for
-        plan = plan_from_lock(lock_path, target, override, offline, platform, force, picked_variant)
+        plan = plan_from_lock(
+            lock_path, target, override, offline, platform, force, picked_variant, replacing
+        )
         return Result("install", {"dry_run": True, "name": label, **plan.to_dict()}, plan.render())
     with hold_install_locks(lock_path, target, label):
         # the lock is read (once) with its project folder held: what is planned is what runs
-        plan = plan_from_lock(lock_path, target, override, offline, platform, force, picked_variant)
+        plan = plan_from_lock(
+            lock_path, target, override, offline, platform, force, picked_variant, replacing
+        )
         result = apply_plan(plan, label, progress=not (as_json or quiet), force=force)
     return result
 
@@ -210,15 +216,19 @@ def plan_from_lock(
     platform: str | None,
     force: bool,
     variant: dict[str, str] | None = None,
+    replacing: tuple[str, str] | None = None,
 ) -> InstallPlan:
     """The install as data (core/install_plan), from one read of the lock: its platform's
     packages and URLs, what the caches hold, the host check's verdict (a refusal is raised:
     there is no plan then; --force skips it), the variant chosen. --dry-run prints it;
-    apply_plan executes it."""
+    apply_plan executes it. `replacing` (the bundle's env name, --from DIR): refused when that
+    env holds another lock's install."""
     from envtool.adapters import installer
     from envtool.adapters.lock_io import read_lock
 
     lock = read_lock(lock_path)
+    if replacing is not None:
+        _refuse_replacing(replacing[0], target, lock.sha256, replacing[1])
     plat = platform or installer.current_platform()
     if not force:
         check_host(lock.custom_metadata, plat)
