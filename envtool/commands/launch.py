@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from envtool.commands import renders
 from envtool.errors import DiagnosedFailure, UsageError
-from envtool.output import Result, emit, note
+from envtool.output import Result, note
 
 if TYPE_CHECKING:
     from envtool.core.facts import HostFacts
@@ -115,8 +116,8 @@ def _bounded_nproc(value: int | None) -> int | None:
     show_default=True,
     help="Slurm --requeue: requeue at most this many times.",
 )
-@click.pass_context
-def cmd(ctx: click.Context, **opts: Any) -> None:
+@renders
+def cmd(**opts: Any) -> Result:
     """Run SCRIPT through torchrun in an environment (arguments for SCRIPT go after --).
 
     \b
@@ -146,11 +147,8 @@ def cmd(ctx: click.Context, **opts: Any) -> None:
             )
         if opts["requeue"]:
             check_resumable(list(opts["script_args"]))
-        result = launch_slurm(opts, target, script, run_id)
-        emit(result, opts["as_json"])
-        return
-    code = launch_local(opts, target, script, run_id)
-    ctx.exit(code)
+        return launch_slurm(opts, target, script, run_id)
+    return launch_local(opts, target, script, run_id)
 
 
 def check_resumable(script_args: list[str]) -> None:
@@ -174,7 +172,9 @@ def new_run_id() -> str:
     return render_run_id(stamp, os.urandom(3).hex())
 
 
-def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -> int:
+def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -> Result:
+    """Run torchrun here. The Result carries the ranks' exit code; its text is empty (the ranks'
+    output and envtool's notes already streamed), --json prints the manifest."""
     from envtool.adapters import launcher
     from envtool.adapters.host_probe import probe_host
     from envtool.core.launch_plan import LaunchRequest, plan_launch, render_dry_run
@@ -224,13 +224,9 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     )
     plan = plan_launch(req)
     if opts["dry_run"]:
-        emit(
-            Result(
-                "launch", data={"dry_run": True, "plan": plan.to_dict()}, text=render_dry_run(plan)
-            ),
-            opts["as_json"],
+        return Result(
+            "launch", data={"dry_run": True, "plan": plan.to_dict()}, text=render_dry_run(plan)
         )
-        return 0
     check_rendezvous_port(opts, nnodes, endpoint_is_local)
     if plan.backend == "nccl" and not opts["skip_checks"]:
         preflight_doctor(target, host_facts or probe_host())
@@ -337,9 +333,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         note(f"envtool: job failed (exit {outcome.exit_code}) — logs: {plan.run_dir}/")
     else:
         note(f"envtool: run {run_id} finished — manifest: {manifest_path}")
-    if opts["as_json"]:
-        emit(Result("launch", data={"manifest": manifest}, exit_code=outcome.exit_code), True)
-    return outcome.exit_code
+    return Result("launch", data={"manifest": manifest}, exit_code=outcome.exit_code)
 
 
 def preflight_nodes(
