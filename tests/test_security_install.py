@@ -440,6 +440,23 @@ def test_a_bundle_does_not_replace_an_existing_env_of_its_name(
     assert run_envtool("install", "--from", str(tmp_path / "b"), env=env).returncode == 0
 
 
+def test_a_bundle_whose_lock_is_a_symlink_is_refused(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """DIR/conda-lock.yml is read without following a link (like bundle.json): a link there
+    could point the install at any lock on the machine."""
+    out = run_envtool("bundle", "--lock", str(setup.lock), "-o", str(tmp_path / "b"), env=env)
+    assert out.returncode == 0, out.stderr
+    lock = tmp_path / "b" / "conda-lock.yml"
+    lock.rename(tmp_path / "elsewhere.yml")
+    lock.symlink_to(tmp_path / "elsewhere.yml")
+    for extra in ([], ["--dry-run"]):
+        out = run_envtool("install", "e", "--from", str(tmp_path / "b"), *extra, env=env)
+        line = _one_line_error(out)
+        assert "conda-lock.yml" in line and "symbolic link" in line, line
+    assert not (tmp_path / "envs" / "e").exists()
+
+
 def test_a_bundle_refuses_an_env_of_its_name_created_while_it_waited(
     setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -213,12 +213,15 @@ def validate_lock_v2(content: dict[str, Any]) -> Any:
     return _import_lockfile_module().Lockfile.model_validate(content)
 
 
-def read_lock(lock_path: Path | str) -> Lock:
+def read_lock(lock_path: Path | str, follow_symlinks: bool = True) -> Lock:
     """Read a conda-lock.yml into envtool's lock model: v1 with envtool's own reader (importing
     conda-lock costs ~1.5 s per command), v2 through conda-lock's models. The one reader of
-    install, bundle, verify/drift and export; tests check it agrees with conda-lock's parser."""
+    install, bundle, verify/drift and export; tests check it agrees with conda-lock's parser.
+    `follow_symlinks=False` (a bundle's lock): a symbolic link there is refused, not followed."""
     lock_path = Path(lock_path)
-    if lock_path.is_dir():
+    if not follow_symlinks and lock_path.is_symlink():
+        pass  # read_bytes refuses it in one line, whatever it points at
+    elif lock_path.is_dir():
         raise UsageError(
             f"{lock_path}: a directory, not a lock file",
             f"pass the file: --lock {lock_path / 'conda-lock.yml'}",
@@ -231,7 +234,7 @@ def read_lock(lock_path: Path | str) -> Lock:
     from envtool.adapters.files import LOCK_FILE_LIMIT, read_bytes
     from envtool.core.safe_load import parse_yaml
 
-    data = read_bytes(lock_path, LOCK_FILE_LIMIT, what="lock file")
+    data = read_bytes(lock_path, LOCK_FILE_LIMIT, follow_symlinks=follow_symlinks, what="lock file")
     digest = hashlib.sha256(data).hexdigest()
     key = (str(lock_path.resolve()), digest)
     if key in _LOCK_CACHE:  # `install` reads the lock for its checks, then to install

@@ -151,6 +151,9 @@ def cmd(
             "--variant picks among variant locks", "give NAME or --from DIR, without --lock"
         )
     choice = None  # the variant an index chose (and why), for --json as for the note
+    # the lock a bundle carries (its conda-lock.yml or a variant's) is read without following a
+    # symlink, like its bundle.json: a link could point the install anywhere
+    bundle_lock = from_dir is not None and lock_file is None
     if not lock_file and (name or from_dir):  # variant locks: the one this host runs
         from envtool.adapters.variant_lock import choose_bundle_variant, choose_project_variant
         from envtool.output import note
@@ -179,13 +182,29 @@ def cmd(
     offline = from_dir is not None  # a bundle: a file missing from it is never downloaded
     if dry_run:  # reads only: no lock to wait for
         plan = plan_from_lock(
-            lock_path, target, override, offline, platform, force, picked_variant, replacing
+            lock_path,
+            target,
+            override,
+            offline,
+            platform,
+            force,
+            picked_variant,
+            replacing,
+            follow_symlinks=not bundle_lock,
         )
         return Result("install", {"dry_run": True, "name": label, **plan.to_dict()}, plan.render())
     with hold_install_locks(lock_path, target, label):
         # the lock is read (once) with its project folder held: what is planned is what runs
         plan = plan_from_lock(
-            lock_path, target, override, offline, platform, force, picked_variant, replacing
+            lock_path,
+            target,
+            override,
+            offline,
+            platform,
+            force,
+            picked_variant,
+            replacing,
+            follow_symlinks=not bundle_lock,
         )
         result = apply_plan(plan, label, progress=not (as_json or quiet), force=force)
     return result
@@ -217,16 +236,18 @@ def plan_from_lock(
     force: bool,
     variant: dict[str, str] | None = None,
     replacing: tuple[str, str] | None = None,
+    follow_symlinks: bool = True,
 ) -> InstallPlan:
     """The install as data (core/install_plan), from one read of the lock: its platform's
     packages and URLs, what the caches hold, the host check's verdict (a refusal is raised:
     there is no plan then; --force skips it), the variant chosen. --dry-run prints it;
     apply_plan executes it. `replacing` (the bundle's env name, --from DIR): refused when that
-    env holds another lock's install."""
+    env holds another lock's install. `follow_symlinks=False`: the lock is a bundle's (a link
+    there is refused)."""
     from envtool.adapters import installer
     from envtool.adapters.lock_io import read_lock
 
-    lock = read_lock(lock_path)
+    lock = read_lock(lock_path, follow_symlinks=follow_symlinks)
     if replacing is not None:
         _refuse_replacing(replacing[0], target, lock.sha256, replacing[1])
     plat = platform or installer.current_platform()
