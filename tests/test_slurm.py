@@ -565,14 +565,20 @@ def _result(text: str) -> dict[str, Any]:
     return json.loads(lines[-1].split("RESULT ", 1)[1])
 
 
-def _wait_for_text(path: Path, needle: str, timeout: float = 300) -> str:
+def _wait_for_text(
+    path: Path, needle: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = path.read_text(errors="replace") if path.exists() else ""
         if needle in text:
             return text
         time.sleep(0.2)
-    raise AssertionError(f"{needle!r} not in {path} after {timeout}s")
+    # say why: the job's state (pending behind another job, a node marked down under load)
+    state = subprocess.run(["squeue", "-a", "-l"], capture_output=True, text=True, env=env)
+    raise AssertionError(
+        f"{needle!r} not in {path} after {timeout}s; squeue: {state.stdout}{state.stderr}"
+    )
 
 
 def _release_requeued(job_id: str, env: dict[str, str], timeout: float = 60) -> None:
@@ -642,12 +648,12 @@ def test_a_requeued_job_checkpoints_resumes_and_ends_like_an_uninterrupted_run(
     job_id = data["job_id"]
     run_dir = Path(data["sbatch_path"]).parent
     output = run_dir / f"slurm-{job_id}.out"
-    _wait_for_text(output, "step 10 loss")  # mid-run: well before step 150
+    _wait_for_text(output, "step 10 loss", env=env)  # mid-run: well before step 150
     signalled = subprocess.run(
         ["scancel", "--batch", "--signal=USR1", job_id], env=env, capture_output=True, text=True
     )
     assert signalled.returncode == 0, signalled.stderr
-    _wait_for_text(run_dir / "requeues.log", "requeued (1 of 2)")
+    _wait_for_text(run_dir / "requeues.log", "requeued (1 of 2)", env=env)
     # Slurm holds a requeued batch job ~2 minutes (its begin time); release it now
     _release_requeued(job_id, env)
     state = wait_for_job(job_id, slurm_cluster, timeout=240)
@@ -702,9 +708,9 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_last_periodic_checkpoi
     job_id = data["job_id"]
     run_dir = Path(data["sbatch_path"]).parent
     output = run_dir / f"slurm-{job_id}.out"
-    _wait_for_text(output, "step 12 loss")  # the step-10 checkpoint is on disk
+    _wait_for_text(output, "step 12 loss", env=env)  # the step-10 checkpoint is on disk
     subprocess.run(["scancel", "--full", "--signal=TERM", job_id], env=env, check=True)
-    _wait_for_text(run_dir / "requeues.log", "requeued (1 of 1)")
+    _wait_for_text(run_dir / "requeues.log", "requeued (1 of 1)", env=env)
     _release_requeued(job_id, env)
     state = wait_for_job(job_id, slurm_cluster, timeout=240)
     history = (run_dir / "requeues.log").read_text()
