@@ -180,8 +180,9 @@ def cmd(
             "reason": choice.reason,
         }
     offline = from_dir is not None  # a bundle: a file missing from it is never downloaded
-    if dry_run:  # reads only: no lock to wait for
-        plan = plan_from_lock(
+
+    def plan() -> InstallPlan:  # one read of the lock, the same for --dry-run and the install
+        return plan_from_lock(
             lock_path,
             target,
             override,
@@ -192,21 +193,16 @@ def cmd(
             replacing,
             follow_symlinks=not bundle_lock,
         )
-        return Result("install", {"dry_run": True, "name": label, **plan.to_dict()}, plan.render())
+
+    if dry_run:  # reads only: no lock to wait for
+        planned = plan()
+        return Result(
+            "install", {"dry_run": True, "name": label, **planned.to_dict()}, planned.render()
+        )
     with hold_install_locks(lock_path, target, label):
         # the lock is read (once) with its project folder held: what is planned is what runs
-        plan = plan_from_lock(
-            lock_path,
-            target,
-            override,
-            offline,
-            platform,
-            force,
-            picked_variant,
-            replacing,
-            follow_symlinks=not bundle_lock,
-        )
-        result = apply_plan(plan, label, progress=not (as_json or quiet), force=force)
+        planned = plan()
+        result = apply_plan(planned, label, progress=not (as_json or quiet), force=force)
     return result
 
 
