@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from envtool.core import cuda as cuda_knowledge
 from envtool.core.spec import CondaSpec, EnvSpec, PipLine, normalize_pip_name
@@ -202,22 +202,54 @@ def _glob_major(build: str) -> str | None:
     return m.group(1) if m else None
 
 
+class _Found(NamedTuple):
+    """The entries of a file both read_ask and inspect_env judge, looked up once per call."""
+
+    torch: CondaSpec | None
+    gpu_meta: CondaSpec | None
+    cpu_meta: CondaSpec | None
+    pt_cuda: CondaSpec | None
+    toolkit: CondaSpec | None
+    cuda_version: CondaSpec | None
+    nv_toolkit: list[CondaSpec]
+    python: CondaSpec | None
+    pip_lines: list[PipLine]
+    pip_torch: PipLine | None
+    torch_channel: str | None
+    torch_build: str
+    build_cuda: str | None
+
+
+def _found(env: EnvSpec) -> _Found:
+    torch = _first(env.find("pytorch"))
+    pip_lines = env.pip_lines()
+    torch_build = (torch.build or "") if torch else ""
+    return _Found(
+        torch,
+        _first(env.find("pytorch-gpu")),
+        _first(env.find("cpuonly", "pytorch-cpu")),
+        _first(env.find("pytorch-cuda")),
+        _first(env.find("cudatoolkit")),
+        _first(env.find("cuda-version")),
+        env.find(*_TOOLKIT_NAMES),
+        _first(env.find("python")),
+        pip_lines,
+        _pip_torch(pip_lines),
+        _torch_channel(env, torch),
+        torch_build,
+        cuda_from_build_tag(torch_build),
+    )
+
+
 def read_ask(env: EnvSpec) -> FileAsk:
     """Read what an environment file asks for (precedence: the module docstring). Pure."""
-    torch = _first(env.find("pytorch"))
-    gpu_meta = _first(env.find("pytorch-gpu"))
-    cpu_meta = _first(env.find("cpuonly", "pytorch-cpu"))
+    return _read_ask(env, _found(env))
+
+
+def _read_ask(env: EnvSpec, f: _Found) -> FileAsk:
+    torch, gpu_meta, cpu_meta, pt_cuda, toolkit, cuda_version = f[:6]
+    nv_toolkit, python, pip_lines, pip_torch, torch_channel, torch_build, build_cuda = f[6:]
     mutex = _first(env.find("pytorch-mutex"))
-    pt_cuda = _first(env.find("pytorch-cuda"))
-    toolkit = _first(env.find("cudatoolkit"))
-    cuda_version = _first(env.find("cuda-version"))
-    nv_toolkit = env.find(*_TOOLKIT_NAMES)
-    python = _first(env.find("python"))
-    pip_lines = env.pip_lines()
-    pip_torch = _pip_torch(pip_lines)
-    torch_channel = _torch_channel(env, torch)
-    torch_build = (torch.build or "") if torch else ""
-    build_cuda = cuda_from_build_tag(torch_build)
     py = _plain(python.version if python else None)
     common: dict[str, Any] = {
         "torch": _plain(torch.version if torch else None),
@@ -330,22 +362,12 @@ def _pip_read(
 def inspect_env(env: EnvSpec) -> CudaAsk:
     """Inspect's report on an environment file: read_ask's answer plus what is wrong with it."""
     problems: list[str] = []
-    read = read_ask(env)
-    torch = _first(env.find("pytorch"))
-    gpu_meta = _first(env.find("pytorch-gpu"))
-    cpu_meta = _first(env.find("cpuonly", "pytorch-cpu"))
+    f = _found(env)
+    read = _read_ask(env, f)
+    torch, gpu_meta, cpu_meta, pt_cuda, toolkit, cuda_version = f[:6]
+    nv_toolkit, python, pip_lines, pip_torch, torch_channel, torch_build, build_cuda = f[6:]
     pt_cuda_specs = env.find("pytorch-cuda")
-    pt_cuda = _first(pt_cuda_specs)
-    toolkit = _first(env.find("cudatoolkit"))
-    cuda_version = _first(env.find("cuda-version"))
-    nv_toolkit = env.find(*_TOOLKIT_NAMES)
-    python = _first(env.find("python"))
-    pip_lines = env.pip_lines()
-    pip_torch = _pip_torch(pip_lines)
     channels = _channel_names(env)
-    torch_channel = _torch_channel(env, torch)
-    torch_build = (torch.build or "") if torch else ""
-    build_cuda = cuda_from_build_tag(torch_build)
     major = read.cuda if read.cuda.isdigit() else None
 
     if len({cuda_of_version(s.version) for s in pt_cuda_specs}) > 1:
