@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from solve_scenarios import H200
 
+from envtool.adapters.profiles import profiles_dir
 from envtool.adapters.rattler_solve import resolve_channel
 from envtool.core.spec import parse_environment_yml
-from envtool.locking import profiles_dir
 
 
 @pytest.fixture(scope="module")

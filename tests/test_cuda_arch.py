@@ -18,9 +18,9 @@ import pytest
 from envtool.core import cuda as cu
 from envtool.core.facts import GpuFacts, HostFacts
 from envtool.core.plan import Request, parse_cuda_builds, plan_environment
+from envtool.core.request import resolved_request
 from envtool.core.verify_solution import verify_solution
 from envtool.errors import UsageError
-from envtool.locking import resolved_request
 
 DRIVER = "580.65.06"
 

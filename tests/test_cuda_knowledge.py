@@ -387,7 +387,7 @@ def test_create_reads_a_major_only_cuda_pin_as_that_major_not_x_0() -> None:
 def test_relocking_a_file_that_asks_for_a_major_keeps_the_x_y_the_lock_resolved() -> None:
     """environments/NAME/environment.yml saying `cuda-version=12`, locked on a GPU node (driver
     550 -> 12.4): `envtool lock` elsewhere re-solves 12.4, not whatever 12.x that host would pick."""
-    from envtool.locking import request_from_yml
+    from envtool.workflows.lock import request_from_yml
 
     text = "dependencies:\n  - pytorch\n  - cuda-version=12\n"
     assert request_from_yml(text, "e.yml", {}, {"cuda": "12.4"}).cuda == "12.4"

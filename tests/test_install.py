@@ -17,7 +17,7 @@ from envtool.adapters.installer import install_from_lock
 from envtool.adapters.lock_io import read_lock
 from envtool.core.drift import PackageId, diff_packages
 from envtool.core.facts import GpuFacts, HostFacts
-from envtool.core.lock_model import parse_build_from_file_name
+from envtool.core.lockfile import parse_build_from_file_name
 from envtool.errors import DiagnosedFailure, UsageError
 
 
@@ -109,7 +109,7 @@ def test_lock_reader_agrees_with_conda_lock_on_real_locks(fixtures: Path) -> Non
     builds included: export's top-level specs and CUDA globs come from them), same metadata."""
     from conda_lock.lockfile import parse_conda_lock_file
 
-    from envtool.core.lock_model import toposorted
+    from envtool.core.lockfile import toposorted
 
     locks = sorted((fixtures / "locks").rglob("*conda-lock*.yml"))
     assert len(locks) >= 4

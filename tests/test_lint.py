@@ -49,7 +49,7 @@ def _safe_loader(expr: str) -> bool:
 @pytest.mark.slow
 def test_project_rules_hold() -> None:
     """No shell=True, YAML only through safe loaders, only the CLI exits, a pure core, and the
-    layers import one way (commands -> adapters -> core; commands not each other)."""
+    layers import one way (commands -> workflows -> adapters -> core; commands not each other)."""
     import ast
 
     bad = _layer_violations()
@@ -133,14 +133,20 @@ def _module(rel) -> str:
 
 
 def _layer_break(me: str, mod: str) -> str | None:
-    """Why `me` importing `mod` breaks the layers: commands -> adapters -> core, one way."""
+    """Why `me` importing `mod` breaks the layers: commands -> workflows -> adapters -> core,
+    one way."""
     under = lambda m, pkg: m == pkg or m.startswith(pkg + ".")  # noqa: E731
     if under(me, "envtool.core"):
-        for pkg in ("envtool.adapters", "envtool.commands", "envtool.locking", "envtool.cli"):
+        for pkg in ("envtool.adapters", "envtool.commands", "envtool.workflows", "envtool.cli"):
             if under(mod, pkg):
                 return f"the pure core imports {pkg}"
-    if under(me, "envtool.adapters") and under(mod, "envtool.commands"):
-        return "an adapter imports a command"
+    if under(me, "envtool.adapters"):
+        for pkg, what in (("envtool.commands", "a command"), ("envtool.workflows", "a workflow")):
+            if under(mod, pkg):
+                return f"an adapter imports {what}"
+    if under(me, "envtool.workflows"):
+        if under(mod, "envtool.commands") or under(mod, "envtool.cli"):
+            return "a workflow imports a command"
     if under(me, "envtool.commands") and under(mod, "envtool.commands"):
         if mod not in ("envtool.commands", me) and not under(me, mod):
             return "a command imports another command"
@@ -148,8 +154,8 @@ def _layer_break(me: str, mod: str) -> str | None:
 
 
 def _layer_violations() -> list[str]:
-    """core never imports adapters/commands/locking/cli; adapters never import commands;
-    commands never import each other (shared code lives in an adapter, the core, or the
+    """core never imports adapters/commands/workflows/cli; adapters never import commands or
+    workflows; workflows never import commands; commands never import each other (shared code lives in an adapter, the core, or the
     commands package's __init__)."""
     bad, allowed = [], set()
     for rel, tree in _trees("envtool"):

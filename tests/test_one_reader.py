@@ -14,7 +14,7 @@ from test_inspect import EXPECTED, LOCK_ENVS
 
 from envtool.commands.inspect import run_inspect
 from envtool.core.plan import plan_environment
-from envtool.locking import request_from_yml
+from envtool.workflows.lock import request_from_yml
 
 # file -> the request `create -f` plans from it: (--cuda, --flavor). Written from each file:
 # an X.Y pin of cudatoolkit / cuda-version / pytorch-cuda / a build string is that CUDA; the

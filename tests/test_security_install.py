@@ -21,7 +21,7 @@ import channel_builder as cb
 import pytest
 from conftest import run_envtool, start_envtool
 
-from envtool.adapters import install_state
+from envtool.adapters import install_state, mutex
 from envtool.adapters.installed import compute_drift
 from envtool.adapters.installer import InstallReport, fetch_verified, install_from_lock
 from envtool.adapters.lock_io import read_lock
@@ -474,7 +474,7 @@ def test_a_bundle_refuses_an_env_of_its_name_created_while_it_waited(
     assert run_envtool("install", "other", "--lock", str(small), env=env).returncode == 0
     mine = tmp_path / "envs" / "mine"
     assert not mine.exists()
-    with install_state.hold_env_lock(mine, "mine"):
+    with mutex.hold_env_mutex(mine, "mine"):
         proc = start_envtool("install", "--from", str(tmp_path / "b"), env=env)
         assert proc.stderr is not None
         for line in proc.stderr:  # it holds the bundle folder's lock and waits for the env's
@@ -632,7 +632,7 @@ def _conda_toposort(graph: dict[str, set[str]]) -> list[str]:
 def test_the_linear_toposort_orders_exactly_like_condas_and_a_50k_chain_exports(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    from envtool.core.lock_model import _toposort_names
+    from envtool.core.lockfile import _toposort_names
 
     rng = random.Random(10)
     for _ in range(2000):  # random graphs with cycles, self-loops, outside names, pip/python
@@ -726,7 +726,7 @@ def test_a_decompression_bomb_in_the_info_part_is_refused_after_a_bounded_read(
     import zstandard
 
     from envtool.adapters import installer
-    from envtool.core.lock_model import LockedPackage
+    from envtool.core.lockfile import LockedPackage
 
     monkeypatch.setattr(installer, "_SCAN_LIMIT", 1 << 20)
     tar = io.BytesIO()

@@ -21,12 +21,9 @@ import channel_builder as cb
 import pytest
 from conftest import REPO, run_envtool, start_envtool
 
-from envtool.adapters.install_state import (
-    env_lock_path,
-    hold_env_lock,
-    removal_leftovers,
-)
+from envtool.adapters.install_state import removal_leftovers
 from envtool.adapters.lock_io import read_lock
+from envtool.adapters.mutex import env_mutex_path, hold_env_mutex
 
 pytestmark = pytest.mark.integration
 
@@ -98,7 +95,7 @@ def test_two_concurrent_creates_leave_a_lock_and_an_env_that_agree(
     prefix = tmp_path / "envs" / "race"
     lock = project / "environments" / "race" / "conda-lock.yml"
     for _ in range(3):  # the order the two then run in is the OS's; a few rounds
-        with hold_env_lock(prefix, "race"):
+        with hold_env_mutex(prefix, "race"):
             procs = [
                 start_waiting("create", "race", *common, "--cuda", cuda, env=env, cwd=project)
                 for cuda in ("12.6", "cpu")
@@ -115,7 +112,7 @@ def test_a_create_stopped_while_another_installs_leaves_the_lock_that_was_instal
     closed terminal). B must not have replaced the lock A is installing from."""
     project, common = race_project
     prefix = tmp_path / "envs" / "race"
-    with hold_env_lock(prefix, "race"):
+    with hold_env_mutex(prefix, "race"):
         first = start_waiting("create", "race", *common, "--cuda", "cpu", env=env, cwd=project)
         second = start_waiting("create", "race", *common, "--cuda", "12.6", env=env, cwd=project)
         second.kill()
@@ -133,7 +130,7 @@ def test_install_waits_for_a_removal_in_progress_then_installs(
     """While a removal holds the env lock (and has deleted conda-meta/ as the old remove did
     first), `install` waits with the usual message, then installs into what it finds: nothing."""
     prefix = fake_env(tmp_path / "envs" / "demo")
-    with hold_env_lock(prefix, "demo"):
+    with hold_env_mutex(prefix, "demo"):
         shutil.rmtree(prefix / "conda-meta")  # a removal midway, as the old `remove` left it
         proc = start_envtool("install", "demo", "--lock", str(setup.lock), env=env)
         assert proc.stderr is not None
@@ -179,7 +176,7 @@ def test_create_lock_and_install_take_the_env_lock(
     project.mkdir()
     (project / "env.yml").write_text("name: held\ndependencies:\n  - python 3.11.*\n")
     prefix = tmp_path / "envs" / "held"
-    with hold_env_lock(prefix, "held"):
+    with hold_env_mutex(prefix, "held"):
         proc = start_envtool(
             "create", "held", "-f", "env.yml", "--channel", str(setup.channel), "--cuda", "cpu",
             env=env, cwd=project,
@@ -196,7 +193,7 @@ def test_create_lock_and_install_take_the_env_lock(
     assert installed_files(prefix) == locked_files(
         project / "environments" / "held" / "conda-lock.yml"
     )
-    assert env_lock_path(prefix).is_file()  # beside the prefix: survives its removal
+    assert env_mutex_path(prefix).is_file()  # beside the prefix: survives its removal
 
 
 # --- 2. remove: rename aside, then delete; a kill or a permission error leaves a listed leftover
@@ -370,7 +367,7 @@ def test_remove_of_an_env_with_a_255_byte_name(env: dict[str, str], tmp_path: Pa
     out = run_envtool("remove", name, "--yes", env=env)
     assert out.returncode == 0, out.stderr
     assert not prefix.exists() and not removal_leftovers(prefix)
-    assert len(env_lock_path(prefix).name.encode()) <= 255
+    assert len(env_mutex_path(prefix).name.encode()) <= 255
 
 
 def test_a_killed_remove_of_a_255_byte_name_is_found_and_finished(
@@ -415,7 +412,7 @@ def test_lock_waits_for_the_project_and_refuses_an_environment_yml_changed_meanw
 ) -> None:
     """`lock` solves from environment.yml, then waits for the project lock (a create holds it);
     when that create rewrote environment.yml meanwhile, the stale solve is not written."""
-    from envtool.locking import hold_project_lock
+    from envtool.adapters.mutex import hold_project_mutex
 
     monkeypatch.setenv("ENVTOOL_CACHE_DIR", env["ENVTOOL_CACHE_DIR"])  # the same project lock
     project, common = race_project
@@ -427,7 +424,7 @@ def test_lock_waits_for_the_project_and_refuses_an_environment_yml_changed_meanw
     yml = env_dir / "environment.yml"
     yml.write_text(yml.read_text() + "# edited: lock re-solves\n")
     before = (env_dir / "conda-lock.yml").read_bytes()
-    with hold_project_lock(env_dir, "race"):
+    with hold_project_mutex(env_dir, "race"):
         proc = start_waiting("lock", "race", env=env, cwd=project)
         yml.write_text(yml.read_text() + "# and edited again by someone else\n")
     _, err = proc.communicate(timeout=300)
@@ -446,7 +443,7 @@ def test_install_from_a_bundle_takes_the_same_env_lock(
     made = run_envtool("bundle", "--lock", str(setup.lock), "-o", str(bundle), env=env)
     assert made.returncode == 0, made.stderr
     prefix = tmp_path / "envs" / "demo"
-    with hold_env_lock(prefix, "demo"):
+    with hold_env_mutex(prefix, "demo"):
         proc = start_waiting("install", "demo", "--from", str(bundle), env=env, cwd=tmp_path)
         assert not prefix.exists()
     _, err = proc.communicate(timeout=300)

@@ -15,10 +15,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters.installer import InstallReport, default_cache_dir, fetch_verified
-from envtool.adapters.locate import valid_env_name
+from envtool.adapters.installer import InstallReport, fetch_verified
+from envtool.adapters.locate import default_cache_dir, valid_env_name
 from envtool.adapters.lock_io import read_lock, write_text_atomic
-from envtool.core.lock_model import Lock, LockedPackage
+from envtool.core.lockfile import Lock, LockedPackage
 from envtool.output import note
 
 LOCK_NAME = "conda-lock.yml"

@@ -142,3 +142,13 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, mode: int | No
         if isinstance(exc, OSError):
             raise cannot_write(path, exc) from None
         raise
+
+
+def read_text_or_none(path: Path, limit: int | None = None) -> str | None:
+    """A project file's text; None when it is missing or unreadable as text (a FIFO or a device
+    there must not hang or fill memory: it is treated as absent, and the atomic writer refuses to
+    replace it)."""
+    try:
+        return read_text(path, limit or ENV_FILE_LIMIT)
+    except UsageError:
+        return None

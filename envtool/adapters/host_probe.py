@@ -26,7 +26,7 @@ import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envtool.adapters import nvidia_smi as smi
 from envtool.adapters.proc import Runner, run_capture
@@ -34,6 +34,9 @@ from envtool.core import cuda as cuda_kb
 from envtool.core.facts import GpuFacts, HostFacts, check_fields
 from envtool.core.versions import cuda_from_int, major_minor, parse_version
 from envtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from envtool.core.plan import Request
 
 # Record file names (the `doctor --record DIR` layout). Stable: replays of old records depend on them.
 NVML_JSON = "nvml.json"
@@ -635,3 +638,10 @@ def _check_version(value: str, name: str, example: str) -> None:
     except ValueError:
         shown = value if len(value) <= 40 else value[:39] + "…"
         raise UsageError(f"{name}={shown!r} is not a version", f"set it to {example}") from None
+
+
+def probe_host_facts(request: Request) -> HostFacts | None:
+    """This host's driver and GPUs, unless --cuda cpu or --driver with --gpu make them irrelevant."""
+    if request.cuda == "cpu" or (request.driver and request.gpus):
+        return None
+    return probe_host()

@@ -1,4 +1,4 @@
-"""Install markers and the per-environment file lock: nothing half-done, one writer at a time.
+"""Install markers and removal: nothing half-done (the one-writer-at-a-time mutex is adapters/mutex.py).
 
 An install writes `<prefix>/conda-meta/envtool/incomplete.json` (the lock hash) before it
 touches the prefix, writes `<prefix>/conda-meta/envtool/state.json` after the last step
@@ -10,17 +10,14 @@ the marker behind, and every reader (list, info, doctor) reports `incomplete` un
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from envtool.core.shell_quote import printable
 from envtool.errors import UsageError
 
 META_DIR = "envtool"  # under conda-meta/
@@ -78,95 +75,12 @@ def _read_marker(path: Path) -> dict[str, Any] | None:
     or fill memory)."""
     from envtool.adapters.files import read_bytes
     from envtool.core.safe_load import parse_json
-    from envtool.errors import UsageError
 
     try:
         data = parse_json(read_bytes(path, MARKER_LIMIT, what="install marker"), str(path))
     except (UsageError, OSError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def sibling_name(prefix: Path, suffix: str) -> str:
-    """`.NAME<suffix>` beside the prefix, cut (with a hash of the whole name) to fit one path
-    component: a valid 255-byte env name must still get its lock and its removal folder."""
-    import hashlib
-
-    name = Path(prefix).name
-    full = f".{name}{suffix}"
-    if len(full.encode("utf-8", "surrogateescape")) <= 255:
-        return full
-    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
-    room = 255 - len(f".~{digest}{suffix}".encode())
-    head = name.encode("utf-8", "surrogateescape")[:room].decode("utf-8", "ignore")
-    return f".{head}~{digest}{suffix}"
-
-
-def env_lock_path(prefix: Path) -> Path:
-    """The file lock lives beside the prefix (`<envs_dir>/.NAME.lock`), a place that exists
-    before the env is created and after it is removed, so `remove` can hold it while the prefix
-    itself disappears and an `install` waiting on it finds whatever is there afterwards."""
-    prefix = Path(prefix)
-    return prefix.parent / sibling_name(prefix, ".lock")
-
-
-@contextlib.contextmanager
-def hold_file_lock(
-    path: Path, label: str, on_wait: Callable[[str], None] | None = None
-) -> Iterator[None]:
-    """Hold the lock file `path`; say so when another process holds it and we wait.
-
-    Re-entrant within a process (one FileLock object per path): `create` holds the env lock
-    across lock-write + install, and the installer takes it again inside."""
-    from filelock import FileLock, Timeout
-
-    # one key per lock file however the caller spelled it (a relative envs dir, a symlinked
-    # parent): two FileLock objects on one file in one process would wait for each other
-    path = Path(os.path.realpath(Path(path).parent)) / Path(path).name
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(path), is_singleton=True)
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            if on_wait is not None:
-                on_wait(f"waiting for another envtool on {label}…")
-            lock.acquire()
-    except OSError as exc:  # an envs dir or cache that is not ours to write: nothing was done
-        raise UsageError(
-            f"cannot lock {printable(label)}: {exc.filename or path}: {exc.strerror or exc}",
-            f"nothing was changed; make {path.parent} writable (or ask its owner)",
-        ) from None
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def hold_env_lock(
-    prefix: Path, label: str, on_wait: Callable[[str], None] | None = None
-) -> contextlib.AbstractContextManager[None]:
-    """The one lock per environment prefix: create (lock-write + install), install, a bundle's
-    install and remove all take it, so none of them sees another's half-done work."""
-    return hold_file_lock(env_lock_path(Path(prefix)), label, on_wait)
-
-
-def env_lock_busy(prefix: Path) -> bool:
-    """Does another process hold the env lock right now (e.g. a removal under way)?"""
-    from filelock import FileLock, Timeout
-
-    path = env_lock_path(Path(prefix))
-    if not path.is_file():
-        return False
-    lock = FileLock(str(path), is_singleton=True)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return True
-    except OSError:
-        return False
-    lock.release()
-    return False
 
 
 # --- removal: rename aside, then delete (a kill leaves a folder `list` shows and `remove` ends)
@@ -237,3 +151,18 @@ def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     from envtool.adapters.lock_io import write_text_atomic
 
     write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def sibling_name(prefix: Path, suffix: str) -> str:
+    """`.NAME<suffix>` beside the prefix, cut (with a hash of the whole name) to fit one path
+    component: a valid 255-byte env name must still get its lock and its removal folder."""
+    import hashlib
+
+    name = Path(prefix).name
+    full = f".{name}{suffix}"
+    if len(full.encode("utf-8", "surrogateescape")) <= 255:
+        return full
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    room = 255 - len(f".~{digest}{suffix}".encode())
+    head = name.encode("utf-8", "surrogateescape")[:room].decode("utf-8", "ignore")
+    return f".{head}~{digest}{suffix}"

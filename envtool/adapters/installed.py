@@ -192,7 +192,7 @@ def compute_drift(
     with check_files also `damaged`: installed packages whose files are gone from disk or of
     another size than their records say (`full`: or another sha256), and `damaged_records`:
     conda-meta/*.json that do not parse."""
-    from envtool.adapters.installer import current_platform
+    from envtool.adapters.locate import current_platform
     from envtool.adapters.lock_io import read_lock
 
     lock = read_lock(Path(lock_path))

@@ -47,8 +47,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters import install_state
+from envtool.adapters import install_state, mutex
 from envtool.adapters.installed import check_prefix_records, set_aside_records
+from envtool.adapters.locate import current_platform, default_cache_dir
 from envtool.adapters.lock_io import read_lock
 from envtool.adapters.progress import Progress
 from envtool.core.install_plan import (
@@ -59,7 +60,7 @@ from envtool.core.install_plan import (
     InstallPlan,
     PlannedPackage,
 )
-from envtool.core.lock_model import Lock, LockedPackage
+from envtool.core.lockfile import Lock, LockedPackage
 from envtool.errors import DiagnosedFailure, UsageError, cannot_write
 from envtool.output import note
 
@@ -82,23 +83,6 @@ class InstallReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def current_platform() -> str:
-    from rattler.platform import Subdir
-
-    return str(Subdir.current())
-
-
-def default_cache_dir() -> Path:
-    """ENVTOOL_CACHE_DIR, else the user's cache dir: shared by every env, so reinstalls are offline."""
-    from envtool.adapters.locate import checked_dir
-
-    if os.environ.get("ENVTOOL_CACHE_DIR"):
-        return checked_dir(Path(os.environ["ENVTOOL_CACHE_DIR"]), "ENVTOOL_CACHE_DIR")
-    if os.environ.get("XDG_CACHE_HOME"):
-        return checked_dir(Path(os.environ["XDG_CACHE_HOME"]) / "envtool", "XDG_CACHE_HOME")
-    return checked_dir(Path.home() / ".cache" / "envtool", "HOME")
 
 
 def rattler_package_cache(cache: Path) -> Path:
@@ -169,7 +153,7 @@ def archive_matches(path: Path, pkg: LockedPackage) -> bool:
 
 
 def cache_path(archive_dir: Path, file_name: str) -> Path:
-    """archive_dir/file_name, confined: the name is a plain file name (lock_model checked it when
+    """archive_dir/file_name, confined: the name is a plain file name (core/lockfile checked it when
     the lock was read) and the resolved path must still be directly under the resolved cache."""
     root = archive_dir.resolve()
     dest = root / file_name
@@ -526,7 +510,7 @@ def apply_install(plan: InstallPlan, progress: bool = True, force: bool = False)
         from envtool.adapters.uv_pip import pip_requirements
 
         pip_requirements(pip_pkgs, urls, plan.lock_path)
-    with install_state.hold_env_lock(prefix, prefix.name, on_wait=note):
+    with mutex.hold_env_mutex(prefix, prefix.name, on_wait=note):
         # Everything that can refuse the install runs before the prefix is touched: a refused
         # install leaves a healthy env healthy (no marker) and the archive cache as it was.
         damaged_records = check_prefix_records(prefix) if prefix.is_dir() else []
@@ -1096,7 +1080,7 @@ def _link(
     for p in pkgs:
         if (p.name, p.version, p.build) in installed and p.name not in damaged:
             continue
-        entry = _extracted_entry(rattler_cache, p)  # lock_model checked the parts
+        entry = _extracted_entry(rattler_cache, p)  # core/lockfile checked the parts
         misplaced = _misplaced_entry(entry, rattler_cache)
         if archives[p.file_name] == entry:  # no archive: the entry itself was verified
             if misplaced:

@@ -224,3 +224,19 @@ def list_env_prefixes(environ: dict[str, str] | None = None) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir() and looks_like_env(p))
+
+
+def current_platform() -> str:
+    """This machine's conda platform (linux-64, osx-arm64, …), as rattler names it."""
+    from rattler.platform import Subdir
+
+    return str(Subdir.current())
+
+
+def default_cache_dir() -> Path:
+    """ENVTOOL_CACHE_DIR, else the user's cache dir: shared by every env, so reinstalls are offline."""
+    if os.environ.get("ENVTOOL_CACHE_DIR"):
+        return checked_dir(Path(os.environ["ENVTOOL_CACHE_DIR"]), "ENVTOOL_CACHE_DIR")
+    if os.environ.get("XDG_CACHE_HOME"):
+        return checked_dir(Path(os.environ["XDG_CACHE_HOME"]) / "envtool", "XDG_CACHE_HOME")
+    return checked_dir(Path.home() / ".cache" / "envtool", "HOME")

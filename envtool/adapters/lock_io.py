@@ -1,5 +1,5 @@
 """conda-lock.yml on disk: written (version 1) through conda-lock's own models and writer; read
-back into envtool's lock model (core/lock_model.py) by `read_lock`, the one reader.
+back into envtool's lock model (core/lockfile.py) by `read_lock`, the one reader.
 
 Written atomically: the file is rendered into a private temp folder beside the target (under the
 same name, so conda-lock's header names the real file) and moved into place with os.replace.
@@ -19,20 +19,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from envtool.core.lock_model import (
+from envtool.core.lockfile import (
+    DIGEST_PLACEHOLDER,
+    KEY_DIGEST,
     Lock,
     LockedPackage,
+    PipPackage,
+    SolvedPackage,
+    dependency_map,
     entry_problem,
     file_name_of,
     parse_build_from_file_name,
     platform_problem,
-)
-from envtool.core.lockfile import (
-    DIGEST_PLACEHOLDER,
-    KEY_DIGEST,
-    PipPackage,
-    SolvedPackage,
-    dependency_map,
     with_content_digest,
 )
 from envtool.errors import UsageError
@@ -364,3 +362,14 @@ def _locked_package(dep: dict[str, Any], optional: bool) -> LockedPackage:
     if problem:
         raise ValueError(f"package {name!r} ({pkg.platform}): {problem}")
     return pkg
+
+
+def stored_lock_options(lock_path: Path) -> tuple[str | None, dict[str, Any] | None]:
+    """(input hash, stored plan options) from a lock, found without a YAML parser (fast no-op)."""
+    from envtool.adapters.files import LOCK_FILE_LIMIT, read_text_or_none
+    from envtool.core.lockfile import parse_lock_options, parse_lock_stamp
+
+    text = read_text_or_none(lock_path, LOCK_FILE_LIMIT)
+    if text is None:
+        return None, None
+    return parse_lock_stamp(text), parse_lock_options(text)

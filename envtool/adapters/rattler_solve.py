@@ -20,6 +20,8 @@ from envtool.errors import UsageError
 if TYPE_CHECKING:  # an annotation only: rattler is imported where a solve runs
     from rattler import RepoDataRecord
 
+    from envtool.core.spec import CondaSpec
+
 
 def resolve_channel(text: str) -> str:
     """A channel name -> https://conda.anaconda.org/NAME; a local path -> file:// URL; URLs as is."""
@@ -323,3 +325,29 @@ def read_channel_identity(channels: list[str], platforms: list[str]) -> list[str
             except OSError:
                 out.append(f"{url}/{subdir} missing")
     return out
+
+
+def absolute_channel(channel: str) -> str:
+    """A local channel folder given relative to the current directory -> an absolute path, so the
+    stored request still points at it when `envtool lock` runs from elsewhere."""
+    if "://" not in channel and (
+        channel.startswith((".", "~")) or Path(channel).expanduser().is_dir()
+    ):
+        return str(Path(channel).expanduser().resolve())
+    return channel
+
+
+def check_specs(specs: list[CondaSpec], source: str) -> None:
+    """Refuse, before any probing or solving, a spec the solver cannot read (`pytorch=>>2`):
+    one line naming the file and the spec as written (the plan would otherwise drop it)."""
+    import rattler
+
+    for spec in specs:
+        try:
+            rattler.MatchSpec(spec.render(), strict=False)
+        except Exception as exc:  # rattler's InvalidMatchSpecError
+            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise UsageError(
+                f"{source}: {(spec.raw or spec.render())!r} is not a valid conda spec ({reason})",
+                "use conda's form `name`, `name=1.2`, `name>=1.2,<2` or `channel::name=1.2`",
+            ) from None

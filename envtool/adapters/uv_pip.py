@@ -22,7 +22,7 @@ from envtool.core.spec import PIP_NAME
 from envtool.errors import UsageError
 
 if TYPE_CHECKING:
-    from envtool.core.lock_model import LockedPackage
+    from envtool.core.lockfile import LockedPackage
 
 # conda package -> the pip distributions it provides (only the ones pip must never replace)
 TORCH_FAMILY = {"pytorch": "torch", "torchvision": "torchvision", "torchaudio": "torchaudio"}

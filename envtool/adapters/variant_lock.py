@@ -1,7 +1,7 @@
 """Variant locks on disk: the channel's torch builds (rattler), the index (read bounded and strict,
 written atomically) and what a written variant lock holds.
 
-The workflow that solves and writes the variants is envtool/variant_locking.py; the pure model
+The workflow that solves and writes the variants is envtool/workflows/variants.py; the pure model
 and the install choice are core/variants.py.
 """
 
@@ -190,7 +190,7 @@ def choose_in(
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise UsageError(problems[0] + more, relock.replace("…", ",".join(index.requested)))
     if platform is None:
-        from envtool.adapters.installer import current_platform
+        from envtool.adapters.locate import current_platform
 
         platform = current_platform()
     if variant is not None and force:  # --force: no host check, only a known variant
@@ -326,3 +326,13 @@ def variant_bundle_files(env_dir: Path, platforms: list[str] | None) -> list[str
         for plat in bundle_platforms(lock, platforms):
             files.update(p.file_name for p in lock.for_platform(plat))
     return sorted(files)
+
+
+def indexed_variants(env_dir: Path) -> str | None:
+    """The `--variants` value the index was locked with ('auto', 'cpu,cuda12.6'); None without
+    a readable index (`envtool lock NAME` of a project that has only variant locks)."""
+    try:
+        index = read_index(env_dir)
+    except UsageError:
+        return None
+    return ",".join(index.requested) if index else None

@@ -1,26 +1,18 @@
 """`envtool create NAME`: plan, solve, verify, lock (and install) a CUDA-matched environment.
 
 Writes environments/NAME/environment.yml (the request) and environments/NAME/conda-lock.yml
-(the answer) under the current directory or --dir. The locking itself lives in envtool.locking.
+(the answer) under the current directory or --dir. The locking itself is workflows/lock.py.
 """
 
 from __future__ import annotations
 
 import click
 
-from envtool.commands import project_dir_option, renders
+from envtool.commands import project_dir_option, renders, summarize_lock
 from envtool.core.plan import PLATFORMS
 from envtool.errors import UsageError
-from envtool.locking import (
-    DEFAULT_PROFILE,
-    absolute_channel,
-    lock_environment,
-    parse_virtual_overrides,
-    read_profile,
-    request_from_yml,
-    summarize,
-)
 from envtool.output import Result
+from envtool.workflows.lock import lock_environment, request_from_yml
 
 
 @click.command("create")
@@ -121,7 +113,12 @@ def cmd(
                 exc.message = f"-f {exc.message}"
             raise
     else:
+        from envtool.adapters.profiles import DEFAULT_PROFILE, read_profile
+
         text, source = read_profile(profile or DEFAULT_PROFILE)
+    from envtool.adapters.rattler_solve import absolute_channel
+    from envtool.core.request import parse_virtual_overrides
+
     flags = {
         "cuda": cuda,
         "torch": torch_version,
@@ -136,12 +133,11 @@ def cmd(
     request = request_from_yml(text, source, flags)
     if dry_run:
         outcome = lock_environment(name, text, source, request, directory, dry_run=True)
-        return summarize(outcome, name, "create", True)
+        return summarize_lock(outcome, name, "create", True)
     from contextlib import ExitStack
 
-    from envtool.adapters.install_state import hold_env_lock
     from envtool.adapters.locate import env_prefix, project_env_paths
-    from envtool.locking import hold_project_lock
+    from envtool.adapters.mutex import hold_env_mutex, hold_project_mutex
     from envtool.output import note
 
     target = None if no_install else env_prefix(name, prefix)
@@ -149,11 +145,11 @@ def cmd(
         # One create at a time per environment: the lock written and the env installed from it
         # agree (two creates racing left a 6-package lock beside an 806-package env). The
         # project lock first, then the env's: every command takes them in that order.
-        held.enter_context(hold_project_lock(project_env_paths(name, directory)[0], name))
+        held.enter_context(hold_project_mutex(project_env_paths(name, directory)[0], name))
         if target is not None:
-            held.enter_context(hold_env_lock(target, name, on_wait=note))
+            held.enter_context(hold_env_mutex(target, name, on_wait=note))
         outcome = lock_environment(name, text, source, request, directory)
-        result = summarize(outcome, name, "create", False)
+        result = summarize_lock(outcome, name, "create", False)
         if target is not None:
             from envtool.adapters.installer import apply_install
             from envtool.commands.install import plan_from_lock

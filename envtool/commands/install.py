@@ -212,13 +212,12 @@ def hold_install_locks(lock_path: Path, target: Path, label: str) -> Iterator[No
     lock file's project folder (so `lock`/`create` cannot rewrite it mid-install), then the env
     lock (so `remove` or another install cannot run at the same time) — that order, always.
     Once held, an interrupted removal of the env is finished first."""
-    from envtool.adapters.install_state import hold_env_lock
+    from envtool.adapters.mutex import hold_env_mutex, hold_project_mutex
     from envtool.commands.remove import finish_interrupted_removal
-    from envtool.locking import hold_project_lock
     from envtool.output import note
 
-    with hold_project_lock(lock_path.absolute().parent, label):
-        with hold_env_lock(target, label, on_wait=note):
+    with hold_project_mutex(lock_path.absolute().parent, label):
+        with hold_env_mutex(target, label, on_wait=note):
             finish_interrupted_removal(target, label)
             yield
 
@@ -241,12 +240,13 @@ def plan_from_lock(
     env holds another lock's install. `follow_symlinks=False`: the lock is a bundle's (a link
     there is refused)."""
     from envtool.adapters import installer
+    from envtool.adapters.locate import current_platform
     from envtool.adapters.lock_io import read_lock
 
     lock = read_lock(lock_path, follow_symlinks=follow_symlinks)
     if replacing is not None:
         _refuse_replacing(replacing[0], target, lock.sha256, replacing[1])
-    plat = platform or installer.current_platform()
+    plat = platform or current_platform()
     if not force:
         check_host(lock.custom_metadata, plat)
     return installer.plan_install(

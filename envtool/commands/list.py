@@ -37,7 +37,8 @@ def render_env_table(rows: list[dict]) -> list[str]:
 def removing_rows(root: Path) -> list[dict]:
     """One row per `.NAME#removing-<random>` folder: a removal under way (its env lock held)
     or one that was killed or failed midway (`remove NAME` finishes it)."""
-    from envtool.adapters.install_state import env_lock_busy, leftover_name
+    from envtool.adapters.install_state import leftover_name
+    from envtool.adapters.mutex import env_mutex_busy
 
     try:
         entries = sorted(root.iterdir())
@@ -52,7 +53,7 @@ def removing_rows(root: Path) -> list[dict]:
             {
                 "name": name,
                 "state": "removing",
-                "interrupted": not env_lock_busy(root / name),
+                "interrupted": not env_mutex_busy(root / name),
                 "flavor": None,
                 "cuda": None,
                 "torch": None,

@@ -8,23 +8,21 @@ conda-lock are imported. `--check` exits 1 when the lock is stale.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
-from envtool.commands import project_dir_option, renders
+from envtool.adapters.lock_io import stored_lock_options
+from envtool.commands import project_dir_option, renders, summarize_lock
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import DiagnosedFailure, UsageError
-from envtool.locking import (
-    LockOutcome,
-    lock_environment,
-    request_from_yml,
-    stored_lock_options,
-    summarize,
-)
 from envtool.output import Result
+from envtool.workflows.lock import LockOutcome, lock_environment, request_from_yml
+
+if TYPE_CHECKING:
+    from envtool.workflows.variants import VariantsOutcome
 
 
 def current_input_hash(yml_text: str, stored: dict[str, Any]) -> str:
@@ -89,12 +87,10 @@ def cmd(
         )
     yml_text = read_text(yml_path, ENV_FILE_LIMIT, what="environment file")
     if variants is None and not lock_path.exists():  # a variants-only project: re-lock those
-        from envtool.variant_locking import indexed_variants
+        from envtool.adapters.variant_lock import indexed_variants
 
         variants = indexed_variants(env_dir)
-    if variants is not None:  # variant locks: envtool/variant_locking.py
-        from envtool.variant_locking import variants_command
-
+    if variants is not None:  # variant locks: workflows/variants.py
         result = variants_command(
             name, yml_text, str(yml_path), variants, directory,
             check=check, force=force, dry_run=dry_run,
@@ -102,7 +98,7 @@ def cmd(
         return result
     variant_lines = None
     if check:  # every variant lock is checked too; a variants-only project has no conda-lock.yml
-        from envtool.variant_locking import check_variants
+        from envtool.workflows.variants import check_variants
 
         variant_lines = check_variants(name, env_dir, yml_text)
         if variant_lines is not None and not lock_path.exists():
@@ -136,7 +132,7 @@ def cmd(
         )
     if fresh and not force:
         outcome = LockOutcome(env_dir, None, stamp or "", False, False, {}, {})
-        return summarize(outcome, name, "lock", dry_run)
+        return summarize_lock(outcome, name, "lock", dry_run)
     request = request_from_yml(yml_text, str(yml_path), {}, stored)
     outcome = lock_environment(
         name,
@@ -148,4 +144,74 @@ def cmd(
         probe=stored is None,
         dry_run=dry_run,
     )
-    return summarize(outcome, name, "lock", dry_run)
+    return summarize_lock(outcome, name, "lock", dry_run)
+
+
+def summarize_variants(outcome: VariantsOutcome, dry_run: bool) -> Result:
+    """`lock --variants`' Result: each variant's state, the torch pin, the index written."""
+    from envtool.adapters.variant_lock import index_path
+
+    data: dict[str, Any] = {
+        "name": outcome.name,
+        "env_dir": str(outcome.env_dir),
+        "requested": list(outcome.requested),
+        "torch": outcome.torch,
+        "changed": outcome.changed,
+        "written": outcome.written,
+        "dry_run": dry_run,
+        "variants": [
+            {"name": v.name, "lock": str(v.lock), "state": v.state, "packages": v.packages}
+            for v in outcome.variants
+        ],
+        "index": str(index_path(outcome.env_dir)) if outcome.index else None,
+        "notes": outcome.notes,
+    }
+    text = list(outcome.notes)
+    if not outcome.changed:
+        text.append(
+            f"{outcome.name}: variant locks are up to date ({', '.join(v.name for v in outcome.variants)})"
+        )
+        return Result("lock", data, text)
+    pin = f"torch {outcome.torch}" if outcome.torch else "torch per variant"
+    text.append(f"{outcome.name}: {len(outcome.variants)} variants, {pin}")
+    described = {v.name: v.describe() for v in outcome.index.variants} if outcome.index else {}
+    for v in outcome.variants:
+        counts = ", ".join(f"{p}: {n} packages" for p, n in v.packages.items())
+        what = described.get(v.name, v.name)
+        state = {"fresh": "unchanged", "written": f"wrote {v.lock.name}", "dry-run": "solved"}[
+            v.state
+        ]
+        text.append(f"  {what} — {state}" + (f" ({counts})" if counts else ""))
+        if dry_run:
+            text += [f"    {line}" for line in v.plan_text]
+    if outcome.written:
+        text.append(f"wrote {index_path(outcome.env_dir)}")
+    else:
+        text.append("dry run: nothing written")
+    return Result("lock", data, text)
+
+
+def variants_command(
+    name: str,
+    yml_text: str,
+    source: str,
+    variants: str,
+    directory: str | None,
+    *,
+    check: bool,
+    force: bool,
+    dry_run: bool,
+) -> Result:
+    """`envtool lock NAME --variants LIST|auto [--check|--force|--dry-run]`."""
+    from envtool.core.variants import parse_variant_list
+    from envtool.workflows.variants import check_variants, lock_variants
+
+    requested = parse_variant_list(variants)
+    env_dir = project_env_paths(name, directory)[0]
+    if check:
+        lines = check_variants(name, env_dir, yml_text, requested) or []
+        return Result("lock", {"name": name, "state": "fresh", "variants": lines}, lines)
+    outcome = lock_variants(
+        name, yml_text, source, requested, directory, force=force, dry_run=dry_run
+    )
+    return summarize_variants(outcome, dry_run)

@@ -36,8 +36,9 @@ def _confirmed(question: str) -> bool:
 @renders
 def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json: bool) -> Result:
     """Remove an environment. Refuses directories that are not conda environments."""
-    from envtool.adapters.install_state import hold_env_lock, removal_leftovers
+    from envtool.adapters.install_state import removal_leftovers
     from envtool.adapters.locate import env_prefix
+    from envtool.adapters.mutex import hold_env_mutex
 
     target = env_prefix(name, prefix)
     label = name or target.name
@@ -50,7 +51,7 @@ def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json:
         return Result("remove", data, [f"would remove {w}" for w in what])
     if not yes and not _confirmed(f"Remove {target}?"):
         raise UsageError("not removed", "pass --yes to remove without asking")
-    with hold_env_lock(target, label, on_wait=note):
+    with hold_env_mutex(target, label, on_wait=note):
         # act on what is there now: another envtool may have removed or re-created it meanwhile
         _check_removable(target)
         text = remove_prefix(target, label)

@@ -98,7 +98,7 @@ def _install_again(name: str | None, prefix: str | None, target: Path, lock: Pat
     --force when the one host check (core.host_check, as install applies it) refuses that lock
     on this host: without it the printed command would only be refused."""
     from envtool.adapters.host_probe import probe_host
-    from envtool.adapters.installer import current_platform
+    from envtool.adapters.locate import current_platform
     from envtool.adapters.lock_io import read_lock
     from envtool.core.hints import finish_install_command
     from envtool.core.host_check import host_refusal

@@ -1,5 +1,5 @@
 """Export a lock as a portable environment.yml or a conda @EXPLICIT file. Pure: lock model
-(core/lock_model.py, every category, as conda-lock's parser sees the lock) and request in, text out.
+(core/lockfile.py, every category, as conda-lock's parser sees the lock) and request in, text out.
 
 Portable means: channel names (not URLs), the user's top-level specs pinned to the locked
 versions without build strings, the pip section kept, no prefix, no virtual packages, and only
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from envtool.core.lock_model import Lock, LockedPackage, toposorted
+from envtool.core.lockfile import Lock, LockedPackage, toposorted
 from envtool.core.spec import CondaSpec, EnvSpec, parse_pip_line, render_environment_yml
 from envtool.errors import UsageError
 

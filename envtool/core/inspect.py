@@ -1,7 +1,7 @@
 """What does an environment file ask for? Pure: EnvSpec in, one answer out.
 
 read_ask is **the** reader: `envtool inspect` (inspect_env adds the file's problems to it),
-`create -f`, `lock` and `lock --variants` (locking.request_from_yml) all take its FileAsk, so the
+`create -f`, `lock` and `lock --variants` (workflows/lock.request_from_yml) all take its FileAsk, so the
 report and the plan never disagree. Its `cuda` is the plan's request: "X.Y", a major "X" (the
 newest X.y that runs), "cpu" or "auto" (the file names no CUDA: the host decides).
 

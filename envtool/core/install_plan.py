@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from envtool.core.lock_model import LockedPackage
+from envtool.core.lockfile import LockedPackage
 
 # where a conda package's files come from, as the plan saw the caches (apply checks each again:
 # a cached copy that fails the lock's hash is fetched, one that is not there any more too)

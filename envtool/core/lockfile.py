@@ -1,8 +1,10 @@
-"""The lock model, before conda-lock's writer sees it: solved packages, the input hash that makes
-`envtool lock` a no-op when nothing changed, and the plan recorded in `metadata.custom_metadata`.
+"""The lockfile model, both ways: what envtool writes (solved packages, the input hash that makes
+`envtool lock` a no-op when nothing changed, the plan recorded in `metadata.custom_metadata`, the
+content digest) and a conda-lock.yml as read back (`Lock`, `LockedPackage`: the one model that
+install, bundle, verify/drift and export share; every entry checked before it becomes a path).
 
-Pure: the adapter (adapters/lock_io.py) turns these into conda-lock models and writes the file.
-The file as read back is core/lock_model.py.
+Pure: the adapter (adapters/lock_io.py) reads and writes the file (conda-lock's writer, envtool's
+own v1 reader); nothing here imports conda-lock or touches the disk.
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from envtool.errors import UsageError
 
 if TYPE_CHECKING:  # an annotation only: importing core.plan costs every lock reader ~25 ms
     from envtool.core.plan import Plan
@@ -176,3 +182,238 @@ def dependency_map(depends: tuple[str, ...]) -> dict[str, str]:
         name, spec = split_dependency(dep)
         out[name] = spec if name not in out else f"{out[name]},{spec}"
     return dict(sorted(out.items()))
+
+
+def solved_torch(solved: dict[str, list[Any]]) -> str:
+    """The pytorch version(s) the solve chose, e.g. '2.7.1' (or '2.7.1 linux-64, 2.7.0 win-64')."""
+    found = {
+        p: next((r.version for r in recs if r.name == "pytorch"), "") for p, recs in solved.items()
+    }
+    versions = sorted(set(found.values()))
+    if len(versions) == 1:
+        return versions[0]
+    return ", ".join(f"{v} {p}" for p, v in sorted(found.items()))
+
+
+# --- the lock as read back (adapters/lock_io.read_lock fills it) ---
+ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
+
+
+PIP_SUFFIXES = (".whl", ".tar.gz", ".zip")  # wheels, and the sdists uv may lock
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")  # controls and whitespace: never in a field
+# Package names as conda and PEP 508 spell them; they become requirement lines and export text.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+_SUBDIR = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def file_name_of(url: str) -> str:
+    """'https://…/linux-64/x-1.0-h0_0.conda#md5' -> 'x-1.0-h0_0.conda' (percent-decoded)."""
+    return urllib.parse.unquote(url.rsplit("/", 1)[-1].split("#", 1)[0])
+
+
+def archive_name_problem(file_name: str, manager: str = "conda") -> str | None:
+    """Why `file_name` (already percent-decoded) cannot name a file in envtool's archive cache,
+    or None: it must be one plain file name — it is joined to the cache dir and a bundle's
+    channel dir, and a lock can come from anyone (`..%2F..%2Fx.conda` decodes to a path)."""
+    suffixes = ARCHIVE_SUFFIXES if manager == "conda" else PIP_SUFFIXES
+    if not file_name or file_name in (".", ".."):
+        return "no file name"
+    if "/" in file_name or "\\" in file_name or ".." in file_name:
+        return f"archive file name {file_name!r} is a path, not a file name"
+    if _CONTROL.search(file_name) or "%" in file_name:  # '%' left after decoding: double-encoded
+        return f"archive file name {file_name!r} holds control, space or '%' characters"
+    if "?" in file_name or "#" in file_name:  # a query or fragment: the name is not the file's
+        return f"archive file name {file_name!r} holds '?' or '#'"
+    if file_name.startswith(".") or len(file_name.encode("utf-8", "surrogateescape")) > 255:
+        return f"archive file name {file_name!r} is not a plain file name"
+    if not file_name.endswith(suffixes) or file_name in suffixes:
+        return f"archive file name {file_name!r} does not end in {' or '.join(suffixes)}"
+    return None
+
+
+def entry_problem(pkg: LockedPackage) -> str | None:
+    """Why a lock entry cannot be trusted to become paths, requirement lines or export text, or
+    None. Every field envtool writes anywhere is checked here, once, when the lock is read."""
+    if not _NAME.fullmatch(pkg.name):
+        return f"package name {pkg.name!r} is not a package name"
+    if not _SUBDIR.fullmatch(pkg.platform):
+        return f"platform {pkg.platform!r} is not a platform name"
+    for label, value in (("version", pkg.version), ("build", pkg.build), ("url", pkg.url)):
+        if _CONTROL.search(value):
+            return f"{label} {value!r} holds control or space characters"
+    if pkg.version == "" or pkg.url == "":
+        return "no version or no url"
+    if "$" in pkg.url:
+        # uv and pip expand ${VAR} in requirement URLs: a lock could send the user's secrets
+        # (GITHUB_TOKEN, AWS keys) to its server before any hash is checked
+        return f"url {pkg.url!r} holds '$' (an environment-variable reference)"
+    for label, value in (("version", pkg.version), ("build", pkg.build)):
+        # both name folders (rattler's cache entry `name-version-build`): never a path
+        if "/" in value or "\\" in value or ".." in value:
+            return f"{label} {value!r} is a path"
+    for label, value, size in (("sha256", pkg.sha256, 64), ("md5", pkg.md5, 32)):
+        if value is not None and (len(value) != size or not _HEX.fullmatch(value)):
+            return f"{label} {value!r} is not {size} hex digits"
+    problem = archive_name_problem(file_name_of(pkg.url), pkg.manager)
+    if problem:
+        return problem
+    if pkg.url.lower().startswith("file:") and ("?" in pkg.url or "#" in pkg.url):
+        # file:///dev/zero?/x-1.0-h0_0.conda names x-1.0-h0_0.conda but opens /dev/zero
+        return f"url {pkg.url!r} is a file:// URL with a query or fragment"
+    if pkg.manager == "conda" and not _SUBDIR.fullmatch(pkg.subdir):
+        return f"subdir {pkg.subdir!r} (from the url) is not a platform name"
+    return None
+
+
+def platform_problem(platform: str) -> str | None:
+    """Why a lock's platform name cannot be used (it names folders and export lines), or None."""
+    return None if _SUBDIR.fullmatch(platform) else f"platform {platform!r} is not a platform name"
+
+
+def parse_build_from_file_name(file_name: str, name: str, version: str) -> str | None:
+    """'pytorch-2.7.1-cuda126_mkl_py311_h30b5a27_300.conda' -> 'cuda126_mkl_py311_h30b5a27_300'.
+
+    The head is `name-version-` (so a build string holding '-' survives); a file name that does
+    not start with it falls back to the part after the last '-'; not a conda archive -> None."""
+    stem = file_name
+    for suffix in ARCHIVE_SUFFIXES:
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    else:
+        return None
+    head = f"{name}-{version}-"
+    if stem.startswith(head):
+        return stem[len(head) :]
+    return stem.rsplit("-", 1)[-1] if stem.count("-") >= 2 else None
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    """One package entry of a conda-lock file, in plain types (one per manager+name+platform)."""
+
+    name: str
+    version: str
+    manager: str  # "conda" | "pip"
+    platform: str
+    url: str
+    build: str = ""  # conda: the lock's build, else parsed from the file name; "" = none/unknown
+    md5: str | None = None
+    sha256: str | None = None
+    dependencies: tuple[str, ...] = ()  # names only, sorted (their order means nothing)
+    # only in dev/extra categories: `conda-lock install` leaves it out by default, export keeps it
+    optional: bool = False
+
+    @property
+    def file_name(self) -> str:
+        """The archive's plain file name (read_lock refused every entry for which it is not)."""
+        name = file_name_of(self.url)
+        problem = archive_name_problem(name, self.manager)
+        if problem:  # defence in depth: a model built without read_lock
+            raise UsageError(f"package {self.name}: {problem}", "fix or regenerate the lock")
+        return name
+
+    @property
+    def subdir(self) -> str:
+        parts = self.url.split("#", 1)[0].rstrip("/").split("/")
+        return parts[-2] if len(parts) >= 2 else self.platform
+
+
+@dataclass
+class Lock:
+    """A whole conda-lock file: packages in file order, every category."""
+
+    packages: list[LockedPackage]
+    platforms: list[str]
+    channels: list[str]
+    sources: list[str] = field(default_factory=list)
+    content_hash: dict[str, str] = field(default_factory=dict)
+    custom_metadata: dict[str, str] = field(default_factory=dict)
+    path: Path | None = None  # where it was read from, and the sha256 of those bytes
+    sha256: str = ""
+
+    def for_platform(self, platform: str) -> list[LockedPackage]:
+        """What gets installed for the platform: optional (dev/extra) entries left out."""
+        return [p for p in self.packages if p.platform == platform and not p.optional]
+
+    def conda(self, platform: str) -> dict[str, LockedPackage]:
+        """Every conda package of the platform by name, optional ones too (as conda-lock's
+        parser returns them: export and render see the whole lock)."""
+        return {p.name: p for p in self.packages if p.manager == "conda" and p.platform == platform}
+
+    def pip(self, platform: str) -> dict[str, LockedPackage]:
+        return {p.name: p for p in self.packages if p.manager == "pip" and p.platform == platform}
+
+    def require_platform(self, platform: str, hint: str) -> None:
+        """Refuse a platform the lock holds no solution for (instead of doing nothing for it)."""
+        if platform not in self.platforms:
+            raise UsageError(
+                f"{self.path}: the lock has no {platform} solution "
+                f"(it has {', '.join(self.platforms)})",
+                hint,
+            )
+
+    def hashed_for_platform(self, platform: str) -> list[LockedPackage]:
+        """for_platform, refusing a lock entry with no hash: envtool verifies every file against
+        the lock before linking, and an entry without one cannot be verified."""
+        pkgs = self.for_platform(platform)
+        missing = [p.name for p in pkgs if not p.sha256 and not p.md5]
+        if missing:
+            shown = ", ".join(missing[:3]) + (
+                f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            )
+            raise UsageError(
+                f"{self.path}: {len(missing)} {platform} package(s) have no hash ({shown})",
+                "envtool installs only hash-pinned files: re-lock with `envtool lock NAME`",
+            )
+        return pkgs
+
+
+def toposorted(packages: list[LockedPackage]) -> list[LockedPackage]:
+    """The order conda-lock's parser gives (Lockfile.toposort_inplace): per platform (sorted),
+    conda packages then pip packages, each topologically by dependency names."""
+    out: list[LockedPackage] = []
+    for platform in sorted({p.platform for p in packages}):
+        for manager in ("conda", "pip"):
+            pkgs = {p.name: p for p in packages if p.platform == platform and p.manager == manager}
+            order = _toposort_names({n: set(p.dependencies) for n, p in pkgs.items()})
+            out += [pkgs[n] for n in order if n in pkgs]
+    return out
+
+
+def _toposort_names(graph: dict[str, set[str]]) -> list[str]:
+    """conda's toposort (safe mode): layers of ready names, each sorted; on a cycle the name with
+    the fewest open dependencies (then the first by name) goes next. pip -> python is dropped so
+    python comes before pip.
+
+    Kahn's algorithm by layers: each name counts its open dependencies and knows its dependents,
+    so a layer costs what it touches (conda's loop rescans every name per layer: quadratic in a
+    dependency chain, 10k packages took 15 s, 50k over 300 s)."""
+    data = {k: set(v) - {k} for k, v in graph.items()}
+    if "python" in data:
+        data["python"].discard("pip")
+    for extra in set().union(*data.values()) - set(data):
+        data[extra] = set()  # a dependency outside the graph (virtual, other manager)
+    dependents: dict[str, list[str]] = {k: [] for k in data}
+    for name, deps in data.items():
+        for dep in deps:
+            dependents[dep].append(name)
+    open_deps = {k: len(v) for k, v in data.items()}
+    done: set[str] = set()
+    order: list[str] = []
+    ready = sorted(k for k, n in open_deps.items() if n == 0)
+    while len(done) < len(data):
+        if not ready:  # a cycle: break it where conda does
+            ready = [min((k for k in data if k not in done), key=lambda k: (open_deps[k], k))]
+        order += ready
+        done.update(ready)
+        following: list[str] = []
+        for name in ready:
+            for dependent in dependents[name]:
+                if dependent not in done:
+                    open_deps[dependent] -= 1
+                    if open_deps[dependent] == 0:
+                        following.append(dependent)
+        ready = sorted(following)
+    return order

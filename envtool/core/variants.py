@@ -643,3 +643,33 @@ def check_installed_variant(
         else f"installed variant {installed} is not this host's pick ({pick.variant.name})"
     )
     return Check(cid, "warn", summary, [pick.reason], f"reinstall to get it: `{install}`")
+
+
+def decide_variants(
+    request: Any, builds: list[Any], requested: tuple[str, ...]
+) -> tuple[tuple[str, ...], str | None, list[str]]:
+    """`lock --variants`' decision, from the request every variant shares and the torch `builds`
+    its channels list: (variants, torch pin, notes): `auto` expanded; the torch release every
+    variant shares (none: each variant takes its newest, and a warning says so)."""
+    from envtool.core.plan import NO_CUDA_PLATFORMS
+
+    platforms = [p for p in request.platforms if p not in NO_CUDA_PLATFORMS] or list(
+        request.platforms
+    )
+    notes: list[str] = []
+    if requested == (AUTO,):
+        found, variants = auto_variants(builds, platforms, request.python, request.torch)
+        torch = request.torch or found
+        notes.append(f"auto: torch {found} has builds for {', '.join(variants)}")
+        return variants, torch, notes
+    if request.torch:
+        return requested, request.torch, notes
+    torch = common_torch(builds, requested, platforms, request.python)
+    if torch is None:
+        notes.append(
+            f"warning: no torch release has builds for all of {', '.join(requested)}: each "
+            "variant takes its newest torch (builds: "
+            + describe_lines(lines_by_torch(builds, platforms, request.python))
+            + "); pin one with pytorch=X.Y in environment.yml"
+        )
+    return requested, torch, notes

@@ -1,7 +1,7 @@
 """`envtool lock NAME --variants LIST|auto`: one standard conda-lock v1 file per variant
 (environments/NAME/conda-lock.<variant>.yml) plus the index (variants.yml) install chooses from.
 
-Each variant goes through the one lock workflow (`locking.lock_environment`: plan at the
+Each variant goes through the one lock workflow (`workflows/lock.lock_environment`: plan at the
 variant's CUDA or CPU, solve with rattler, verify — no CPU build inside a CUDA variant, one CUDA
 version per variant — then conda-lock's writer). Variants are for other machines, so this host's
 driver and GPUs play no part. Every variant is pinned to one torch release when the channel has
@@ -25,15 +25,15 @@ from envtool import __version__
 from envtool.adapters.locate import project_env_paths
 from envtool.adapters.variant_lock import index_path, index_problems, read_index
 from envtool.core.variants import (
-    AUTO,
     CPU,
     VariantIndex,
+    decide_variants,
     lock_file_name,
     variant_cuda,
     variant_sort_key,
 )
 from envtool.errors import DiagnosedFailure, EnvtoolError, UsageError
-from envtool.output import Result, note
+from envtool.output import note
 
 
 @dataclass
@@ -61,9 +61,9 @@ class VariantsOutcome:
 def variant_fresh(lock_path: Path, yml_text: str, cuda: str | None, torch: str | None) -> bool:
     """The variant lock at `lock_path` was solved from this environment.yml, for this CUDA and
     torch pin, over channels that did not change (the input hash `envtool lock` compares)."""
+    from envtool.adapters.lock_io import stored_lock_options
     from envtool.adapters.rattler_solve import read_channel_identity
     from envtool.core.lockfile import compute_input_hash
-    from envtool.locking import stored_lock_options
 
     stamp, stored = stored_lock_options(lock_path)
     if stamp is None or stored is None:
@@ -96,7 +96,7 @@ def _as_indexed(env_dir: Path, index: VariantIndex | None, name: str) -> bool:
 
 
 def _stored_torch(lock_path: Path) -> str | None:
-    from envtool.locking import stored_lock_options
+    from envtool.adapters.lock_io import stored_lock_options
 
     stored = stored_lock_options(lock_path)[1] or {}
     torch = stored.get("torch")
@@ -139,7 +139,7 @@ def lock_variants(
             False,
         )
     request, builds = _base_request(name, yml_text, source, env_dir, main_lock, old, cache_dir)
-    variants, torch, notes = _decide(request, builds, requested)
+    variants, torch, notes = decide_variants(request, builds, requested)
     staging = None if dry_run else Path(tempfile.mkdtemp(prefix=".envtool-variants-", dir=env_dir))
     try:
         results: list[VariantOutcome] = []
@@ -180,9 +180,10 @@ def _base_request(
 ) -> tuple[Any, list[Any]]:
     """The request every variant shares (environment.yml + the options the last lock stored, this
     host's driver and GPUs left out) and the torch builds its channels hold."""
+    from envtool.adapters.lock_io import stored_lock_options
     from envtool.adapters.variant_lock import discover_builds
     from envtool.core.plan import DEFAULT_CHANNELS, NO_CUDA_PLATFORMS, check_request
-    from envtool.locking import request_from_yml, stored_lock_options
+    from envtool.workflows.lock import request_from_yml
 
     stored = stored_lock_options(main_lock)[1]
     if stored is None and old is not None and old.variants:
@@ -200,35 +201,6 @@ def _base_request(
     return request, discover_builds(channels, platforms, cache_dir)
 
 
-def _decide(
-    request: Any, builds: list[Any], requested: tuple[str, ...]
-) -> tuple[tuple[str, ...], str | None, list[str]]:
-    """(variants, torch pin, notes): `auto` expanded; the torch release every variant shares."""
-    from envtool.core.plan import NO_CUDA_PLATFORMS
-    from envtool.core.variants import auto_variants, common_torch, describe_lines, lines_by_torch
-
-    platforms = [p for p in request.platforms if p not in NO_CUDA_PLATFORMS] or list(
-        request.platforms
-    )
-    notes: list[str] = []
-    if requested == (AUTO,):
-        found, variants = auto_variants(builds, platforms, request.python, request.torch)
-        torch = request.torch or found
-        notes.append(f"auto: torch {found} has builds for {', '.join(variants)}")
-        return variants, torch, notes
-    if request.torch:
-        return requested, request.torch, notes
-    torch = common_torch(builds, requested, platforms, request.python)
-    if torch is None:
-        notes.append(
-            f"warning: no torch release has builds for all of {', '.join(requested)}: each "
-            "variant takes its newest torch (builds: "
-            + describe_lines(lines_by_torch(builds, platforms, request.python))
-            + "); pin one with pytorch=X.Y in environment.yml"
-        )
-    return requested, torch, notes
-
-
 def _lock_one(
     name: str,
     yml_text: str,
@@ -241,7 +213,7 @@ def _lock_one(
     cache_dir: Path | None,
 ) -> VariantOutcome:
     from envtool.core.plan import render_plan
-    from envtool.locking import lock_environment
+    from envtool.workflows.lock import lock_environment
 
     lock_name = lock_file_name(variant)
     note(f"variant {variant}:")
@@ -280,17 +252,13 @@ def _install_variants(
     old: VariantIndex | None,
 ) -> VariantIndex:
     """Move the staged locks beside environment.yml, drop the locks of variants no longer asked
-    for, and write the index — under the project's write lock, so two locks never interleave."""
+    for, and write the index — under the project mutex, so two locks never interleave."""
     import os
 
-    from filelock import FileLock
-
+    from envtool.adapters.mutex import hold_project_mutex
     from envtool.adapters.variant_lock import variant_from_lock, write_index
-    from envtool.locking import write_lock_path
 
-    lock_file = Path(write_lock_path(env_dir))
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(lock_file)):
+    with hold_project_mutex(env_dir, name):
         rows = []
         for r in results:
             final = env_dir / lock_file_name(r.name)
@@ -306,47 +274,6 @@ def _install_variants(
         index = VariantIndex(name, requested, torch, tuple(rows))
         write_index(env_dir, index)
     return index
-
-
-def summarize_variants(outcome: VariantsOutcome, dry_run: bool) -> Result:
-    data: dict[str, Any] = {
-        "name": outcome.name,
-        "env_dir": str(outcome.env_dir),
-        "requested": list(outcome.requested),
-        "torch": outcome.torch,
-        "changed": outcome.changed,
-        "written": outcome.written,
-        "dry_run": dry_run,
-        "variants": [
-            {"name": v.name, "lock": str(v.lock), "state": v.state, "packages": v.packages}
-            for v in outcome.variants
-        ],
-        "index": str(index_path(outcome.env_dir)) if outcome.index else None,
-        "notes": outcome.notes,
-    }
-    text = list(outcome.notes)
-    if not outcome.changed:
-        text.append(
-            f"{outcome.name}: variant locks are up to date ({', '.join(v.name for v in outcome.variants)})"
-        )
-        return Result("lock", data, text)
-    pin = f"torch {outcome.torch}" if outcome.torch else "torch per variant"
-    text.append(f"{outcome.name}: {len(outcome.variants)} variants, {pin}")
-    described = {v.name: v.describe() for v in outcome.index.variants} if outcome.index else {}
-    for v in outcome.variants:
-        counts = ", ".join(f"{p}: {n} packages" for p, n in v.packages.items())
-        what = described.get(v.name, v.name)
-        state = {"fresh": "unchanged", "written": f"wrote {v.lock.name}", "dry-run": "solved"}[
-            v.state
-        ]
-        text.append(f"  {what} — {state}" + (f" ({counts})" if counts else ""))
-        if dry_run:
-            text += [f"    {line}" for line in v.plan_text]
-    if outcome.written:
-        text.append(f"wrote {index_path(outcome.env_dir)}")
-    else:
-        text.append("dry run: nothing written")
-    return Result("lock", data, text)
 
 
 def check_variants(
@@ -375,38 +302,3 @@ def check_variants(
             f"run `envtool lock {quote_posix(name)} --variants {','.join(requested or index.requested)}`",
         )
     return [f"{name}: variant {v.name} is fresh ({env_dir / v.lock})" for v in index.variants]
-
-
-def variants_command(
-    name: str,
-    yml_text: str,
-    source: str,
-    variants: str,
-    directory: str | None,
-    *,
-    check: bool,
-    force: bool,
-    dry_run: bool,
-) -> Result:
-    """`envtool lock NAME --variants LIST|auto [--check|--force|--dry-run]`."""
-    from envtool.core.variants import parse_variant_list
-
-    requested = parse_variant_list(variants)
-    env_dir = project_env_paths(name, directory)[0]
-    if check:
-        lines = check_variants(name, env_dir, yml_text, requested) or []
-        return Result("lock", {"name": name, "state": "fresh", "variants": lines}, lines)
-    outcome = lock_variants(
-        name, yml_text, source, requested, directory, force=force, dry_run=dry_run
-    )
-    return summarize_variants(outcome, dry_run)
-
-
-def indexed_variants(env_dir: Path) -> str | None:
-    """The `--variants` value the index was locked with ('auto', 'cpu,cuda12.6'); None without
-    a readable index (`envtool lock NAME` of a project that has only variant locks)."""
-    try:
-        index = read_index(env_dir)
-    except UsageError:
-        return None
-    return ",".join(index.requested) if index else None

@@ -1,0 +1,166 @@
+"""A lock request, pure: flags checked, the request merged from what an environment file asks for
+(core/inspect.read_ask) with the flags and the options the last lock stored, the file's version
+limits carried into the plan, and the request as recorded (resolved, and rendered back into the
+environment.yml `create` writes). workflows/lock.request_from_yml reads the file through these.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from envtool.core.plan import Plan, Request, planned_gpus
+from envtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from envtool.core.inspect import FileAsk
+    from envtool.core.spec import EnvSpec
+
+
+def check_flag_values(flags: dict[str, Any]) -> None:
+    """Refuse an empty --cuda/--torch/--python/--flavor and a version flag no version can be."""
+    for key in ("cuda", "torch", "python", "flavor"):
+        if flags.get(key) is not None and not str(flags[key]).strip():
+            # an empty value is not "auto" (--cuda '' from an unset shell variable)
+            raise UsageError(
+                f"--{key} '': empty", f"pass a value, or leave --{key} out for the default"
+            )
+    for key in ("cuda", "torch", "python", "driver"):
+        value = str(flags.get(key) or "")
+        if len(value) > 64 or any(len(p) > 16 for p in re.findall(r"\w+", value)):
+            # no version has a 5000-digit part: refused before anything compares it, and the
+            # value is not echoed whole
+            example = {"cuda": "12.4", "torch": "2.7", "python": "3.11", "driver": "550.54.14"}
+            raise UsageError(
+                f"--{key} {value[:24]}…: not a version", f"e.g. --{key} {example[key]}"
+            )
+
+
+def merge_request(
+    spec: EnvSpec, ask: FileAsk, flags: dict[str, Any], stored: dict[str, Any] | None
+) -> Request:
+    """Merge: explicit flags > what the file asks for (`ask`, read from `spec`) > options stored
+    in the previous lock > defaults."""
+    conda = [d.render() for d in spec.dependencies] + list(ask.conda_added)
+    pip = [p for p in spec.pip if p not in ask.pip_replaced]
+    inferred = {
+        "cuda": None if ask.cuda == "auto" else ask.cuda,
+        "torch": ask.torch,
+        "python": ask.python,
+        "flavor": ask.flavor,
+    }
+    stored = stored or {}
+    merged: dict[str, Any] = {}
+    for key in ("cuda", "torch", "python", "flavor"):
+        merged[key] = flags.get(key) or inferred.get(key) or stored.get(key)
+    # a major in the file (`cuda-version=12`) was resolved by the last lock: keep that X.Y, as for
+    # auto, so a re-lock on another host (a login node) keeps the target
+    asked, kept = inferred.get("cuda") or "", str(stored.get("cuda") or "")
+    if not flags.get("cuda") and asked.isdigit() and kept.startswith(asked + "."):
+        merged["cuda"] = kept
+    platforms = flags.get("platforms") or spec.platforms or stored.get("platforms") or ["linux-64"]
+    channels = flags.get("channels") or spec.channels or stored.get("channels") or []
+    return Request(
+        conda_specs=tuple(conda),
+        pip_specs=tuple(pip),
+        cuda=merged["cuda"] or "auto",
+        torch=merged["torch"],
+        python=merged["python"],
+        flavor=merged["flavor"] or "conda-forge",
+        platforms=tuple(dict.fromkeys(platforms)),
+        channels=tuple(channels),
+        driver=flags.get("driver") or stored.get("driver"),
+        gpus=tuple(flags.get("gpus") or stored.get("gpus") or ()),
+        virtual_overrides=tuple(
+            tuple(p)
+            for p in (flags.get("virtual_overrides") or stored.get("virtual_overrides") or ())
+        ),
+    )
+
+
+_PLAIN_VERSION = re.compile(r"^(==?)?(\d+(?:\.\d+)*)(\.\*)?$")
+
+
+def resolved_request(request: Request, plan: Plan) -> Request:
+    """The request as re-locked later: `auto` replaced by the CUDA it resolved to on this host, so
+    `envtool lock` on another machine (or no GPU) re-solves the same target; the GPUs the plan was
+    made for (--gpu or probed) recorded as distinct compute capabilities, so that target keeps its
+    `__cuda_arch` (and arch check) on a login node. Recorded this way, the input hash changes with
+    the GPUs only when the plan does: a different lowest/extra capability, not a GPU count, a
+    spelling (sm_90 / 9.0) or any GPU of a CPU plan."""
+    any_cuda = any(p.cuda for p in plan.platforms)
+    return replace(
+        request,
+        cuda=plan.cuda if any_cuda and plan.cuda else "cpu",
+        channels=tuple(plan.channels),
+        gpus=planned_gpus(plan) if any_cuda else (),
+    )
+
+
+def render_request_yml(name: str, text: str, source: str, plan: Plan, request: Request) -> str:
+    """environment.yml for environments/NAME: the user's specs plus the plan's CUDA-forcing specs
+    (of the first CUDA platform), so plain `conda env create -f` asks for the same build."""
+    from envtool.core.spec import parse_conda_spec, parse_environment_yml, render_environment_yml
+
+    spec = parse_environment_yml(text, source)
+    primary = next((p for p in plan.platforms if p.cuda), plan.platforms[0])
+    spec.name = name
+    spec.channels = list(plan.channels)
+    kept = [s for s in file_limits(request.conda_specs) if s not in primary.specs]
+    spec.dependencies = [parse_conda_spec(s) for s in [*primary.specs, *kept]]
+    spec.prefix = None
+    # the pip torch wheels the plan installs from conda are gone from the pip section
+    spec.has_pip_section = spec.has_pip_section and (bool(request.pip_specs) or len(spec.pip) == 0)
+    spec.pip = list(request.pip_specs)
+    spec.platforms = list(request.platforms) if list(request.platforms) != ["linux-64"] else []
+    return render_environment_yml(spec)
+
+
+def file_limits(conda_specs: tuple[str, ...] | list[str]) -> list[str]:
+    """The file's version limits that are not plain pins (`pytorch>=2.8`, `cuda-version<13`,
+    `python>=3.10`): a plain pin becomes --torch/--cuda/--python, a limit has no flag, and the
+    plan replaces the specs of the names it owns (pytorch, cuda-version, …), so these are
+    carried into the solve as constraints (with_file_limits) instead of being dropped."""
+    from envtool.core.spec import parse_conda_spec
+
+    out = []
+    for text in conda_specs:
+        try:
+            s = parse_conda_spec(text)
+        except ValueError:
+            continue
+        if s.version and s.version != "*" and not _PLAIN_VERSION.match(s.version):
+            out.append(text)
+    return out
+
+
+def with_file_limits(plan: Plan, request: Request) -> Plan:
+    """`plan` with the request file's version limits the plan replaced added to each platform's
+    constraints: the solve then honours them, or fails saying which package cannot satisfy them."""
+    limits = file_limits(request.conda_specs)
+    if not limits:
+        return plan
+    platforms = tuple(
+        replace(
+            pp,
+            constraints=(
+                *pp.constraints,
+                *(s for s in limits if s not in pp.specs and s not in pp.constraints),
+            ),
+        )
+        for pp in plan.platforms
+    )
+    return replace(plan, platforms=platforms)
+
+
+def parse_virtual_overrides(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    out = []
+    for v in values:
+        name, sep, ver = v.partition("=")
+        if not sep or not name.startswith("__") or not ver:
+            raise UsageError(
+                f"--virtual-package {v}: expected NAME=VER", "e.g. --virtual-package __glibc=2.17"
+            )
+        out.append((name, ver))
+    return out

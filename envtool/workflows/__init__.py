@@ -1,0 +1,5 @@
+"""Workflows: the multi-step work several commands run (lock an environment, lock its variants).
+
+Between the layers: commands -> workflows -> adapters -> core. A workflow may import adapters and
+the core, never a command; adapters and the core never import a workflow.
+"""

@@ -1,0 +1,203 @@
+"""Lock an environment: request → plan → solve (py-rattler) → verify → conda-lock.yml.
+
+The workflow `envtool create` and `envtool lock` share (and `lock --variants`, once per variant:
+workflows/variants.py); the command modules only parse flags and render (commands.summarize_lock).
+Writes nothing unless the solution verifies (then atomically, under the project mutex).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from envtool import __version__
+from envtool.adapters.locate import project_env_paths
+from envtool.core.lockfile import compute_input_hash, plan_custom_metadata, solved_torch
+from envtool.core.plan import DEFAULT_CHANNELS, NO_CUDA_PLATFORMS, CudaBuild, Plan, Request
+from envtool.core.request import render_request_yml, resolved_request, with_file_limits
+from envtool.errors import DiagnosedFailure, cannot_write
+from envtool.output import note
+
+
+@dataclass
+class LockOutcome:
+    env_dir: Path
+    plan: Plan | None
+    input_hash: str
+    changed: bool  # False: inputs unchanged, nothing solved or written
+    written: bool
+    packages: dict[str, int]  # platform -> conda package count
+    pip: dict[str, int]
+
+
+def lock_environment(
+    name: str,
+    env_yml_text: str,
+    source: str,
+    request: Request,
+    directory: str | None,
+    *,
+    write_yml: bool = True,
+    probe: bool = True,
+    dry_run: bool = False,
+    cache_dir: Path | None = None,
+    lock_name: str | None = None,
+) -> LockOutcome:
+    """Plan -> discover/solve -> verify -> pip -> write environment.yml + conda-lock.yml (atomically).
+
+    `request.conda_specs`/`pip_specs` come from `env_yml_text`; a failed solve or check writes nothing.
+    `lock_name`: another file name beside environment.yml (a variant lock: conda-lock.cpu.yml).
+    """
+    from envtool.adapters.host_probe import probe_host_facts
+    from envtool.adapters.rattler_solve import (
+        discover_plan_solve,
+        read_channel_identity,
+        resolve_channel,
+    )
+    from envtool.core.plan import check_request, plan_environment
+    from envtool.core.verify_solution import verify_solution
+
+    env_dir, yml_path, lock_path = project_env_paths(name, directory)
+    if lock_name:
+        lock_path = env_dir / lock_name
+    # re-locking a stored plan targets the stored CUDA, not whatever host runs the re-lock
+    picks = request.cuda == "auto" or request.cuda.isdigit()  # picked from this host's driver
+    host = probe_host_facts(request) if probe or picks else None
+    check_request(request, host)  # refuse impossible requests before touching a channel
+    channels = list(request.channels or DEFAULT_CHANNELS[request.flavor])
+    # the channel's own torch builds decide which CUDA versions exist (not a table)
+    discover = (
+        [p for p in request.platforms if p not in NO_CUDA_PLATFORMS] or None
+        if request.cuda != "cpu"
+        else None
+    )
+    if not dry_run:
+        from envtool.adapters.lock_io import preload_lock_writer
+
+        preload_lock_writer()
+    note(f"solving {name} for {', '.join(request.platforms)} …")
+    listed: list[list[CudaBuild] | None] = [None]  # the channel's builds the last plan saw
+
+    def planner(builds: list[CudaBuild] | None, cuda: str | None) -> Plan:
+        """The planner the solver calls again for a suggested --cuda, to check it solves."""
+        listed[0] = builds
+        return with_file_limits(
+            plan_environment(replace(request, cuda=cuda) if cuda else request, host, builds),
+            request,
+        )
+
+    plan, solved = discover_plan_solve(channels, discover, planner, cache_dir)
+    for w in plan.warnings:
+        note(f"warning: {w}")
+    for n in plan.notes:
+        note(f"note: {n}")
+    problems = [
+        p
+        for pp in plan.platforms
+        for p in verify_solution(
+            pp,
+            solved[pp.platform],
+            gpus=plan.gpus,
+            driver=plan.driver,
+            flavor=plan.flavor,
+            available=None if listed[0] is None else {b.cuda for b in listed[0] if b.cuda},
+        )
+    ]
+    if problems:
+        raise DiagnosedFailure(
+            "the solution is not what the plan asked for, nothing written: "
+            + "; ".join(f"{p.platform}: {p.message}" for p in problems),
+            next(
+                (p.hint for p in problems if p.hint),
+                "pin the CUDA runtime packages (cuda-version=X.Y), or pick another --cuda/--torch",
+            ),
+        )
+    resolved = resolved_request(request, plan)
+    # create writes the request file; lock leaves the user's file (and its comments) alone
+    yml_text = (
+        render_request_yml(name, env_yml_text, source, plan, resolved)
+        if write_yml
+        else env_yml_text
+    )
+    pip_locked: dict[str, list[Any]] = {}
+    if plan.pip_specs:
+        from envtool.adapters.uv_pip import compile_pip
+
+        for pp in plan.platforms:
+            glibc = next((v for n, v, _ in pp.virtual_packages if n == "__glibc"), "2.28")
+            pip_locked[pp.platform] = compile_pip(
+                list(plan.pip_specs), solved[pp.platform], pp.platform, plan.python, glibc
+            )
+    options = resolved.options()
+    identity = read_channel_identity(list(plan.channels), list(request.platforms))
+    input_hash = compute_input_hash(yml_text, options, identity, __version__)
+    outcome = LockOutcome(
+        env_dir,
+        plan,
+        input_hash,
+        True,
+        False,
+        {p: len(v) for p, v in solved.items()},
+        {p: len(v) for p, v in pip_locked.items()},
+    )
+    if dry_run:
+        return outcome
+    from envtool.adapters.files import read_text_or_none
+    from envtool.adapters.lock_io import write_lock, write_text_atomic
+    from envtool.adapters.mutex import hold_project_mutex
+
+    try:
+        env_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(env_dir, exc) from None
+    # two envtool processes on one environment write one after the other, never interleaved
+    with hold_project_mutex(env_dir, name):
+        from envtool.core.shell_quote import join_posix
+
+        # `lock` read environment.yml before it waited for this lock: a create (or an edit)
+        # may have changed it meanwhile, and a lock solved from the old text must not land
+        on_disk = None if write_yml else read_text_or_none(yml_path)
+        if on_disk is not None and on_disk != env_yml_text:
+            raise DiagnosedFailure(
+                f"{yml_path} changed while {name} was being locked; nothing written",
+                f"run `{join_posix(['envtool', 'lock', name])}` again",
+            )
+        write_lock(
+            lock_path,
+            solved,
+            pip_locked,
+            [resolve_channel(c) for c in plan.channels],
+            {pp.platform: input_hash for pp in plan.platforms},
+            plan_custom_metadata(plan, options, input_hash, __version__, solved_torch(solved)),
+            ["environment.yml"],
+        )
+        if read_text_or_none(yml_path) != yml_text:
+            write_text_atomic(yml_path, yml_text)  # unchanged request: keep file and mtime
+    outcome.written = True
+    return outcome
+
+
+def request_from_yml(
+    text: str, source: str, flags: dict[str, Any], stored: dict[str, Any] | None = None
+) -> Request:
+    """Merge: explicit flags > what the file asks for > options stored in the previous lock >
+    defaults (core/request.merge_request). The flags are checked first, then every spec is one
+    rattler can read (rattler_solve.check_specs), before anything is probed or solved."""
+    from envtool.adapters.rattler_solve import check_specs
+    from envtool.core.inspect import read_ask
+    from envtool.core.request import check_flag_values, merge_request
+    from envtool.core.spec import parse_environment_yml
+
+    check_flag_values(flags)
+    spec = parse_environment_yml(text, source)
+    check_specs(spec.dependencies, source)
+    # the one reader `envtool inspect` also reports (core/inspect.read_ask)
+    ask = read_ask(spec)
+    if ask.pip_replaced:
+        moved = ", ".join(p.strip() for p in ask.pip_replaced)
+        note(
+            f"note: {source}: pip {moved} installed from conda instead (the planned torch build; "
+            "pip would overwrite it)"
+        )
+    return merge_request(spec, ask, flags, stored)
