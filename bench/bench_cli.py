@@ -88,7 +88,7 @@ def groups(python: str) -> dict[str, Group]:
                 "python -c probe_host()": [
                     PY,
                     "-c",
-                    "from envtool.adapters.host_probe import probe_host; probe_host()",
+                    "from envtool.adapters.host.host_probe import probe_host; probe_host()",
                 ],
             },  # fmt: skip
             subject="python -c probe_host()",

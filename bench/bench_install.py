@@ -59,8 +59,8 @@ def time_case(
 ) -> dict[str, list[float]]:
     """Warm the caches, then alternate envtool install / raw rattler.install (/ the CLI) into
     fresh prefixes, reps times; returns the samples (seconds) per side."""
-    from envtool.adapters import lock_io
-    from envtool.adapters.installer import install_from_lock
+    from envtool.adapters.install.installer import install_from_lock
+    from envtool.adapters.lockfile import lock_io
 
     cache = work / f"cache{size}"
     # warm both caches once (not timed)

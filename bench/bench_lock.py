@@ -71,7 +71,7 @@ def scenario(name: str, create_args: list[str], work: Path, reps: int) -> dict[s
         text=True,
     )
     plan = json.loads(dry.stdout)["plan"]
-    from envtool.adapters.rattler_solve import resolve_channel
+    from envtool.adapters.solve.rattler_solve import resolve_channel
 
     pp = plan["platforms"][0]
     raw_plan = {

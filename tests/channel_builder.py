@@ -261,8 +261,8 @@ def write_lock(
 
     `channels` is the channel (URL or name) or channels the records were solved from; `pip`
     entries are (name, version, wheel path)."""
-    from envtool.adapters.lock_io import write_lock as write_lock_file
-    from envtool.adapters.rattler_solve import to_solved
+    from envtool.adapters.lockfile.lock_io import write_lock as write_lock_file
+    from envtool.adapters.solve.rattler_solve import to_solved
     from envtool.core.lockfile import PipPackage
 
     conda = [to_solved(r, "linux-64") for r in records]
@@ -393,7 +393,7 @@ def run_paused(point: str, seconds: float, argv: list[str]) -> None:
     install there. Run in a child: `python -c 'import channel_builder; …run_paused(…)'`."""
     import time
 
-    from envtool.adapters import installer
+    from envtool.adapters.install import installer
     from envtool.cli import main
 
     def pause(at: str) -> None:

@@ -11,7 +11,7 @@ import channel_builder as cb
 import pytest
 from conftest import run_envtool
 
-from envtool.adapters.lock_io import read_lock
+from envtool.adapters.lockfile.lock_io import read_lock
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from solve_scenarios import H200
 
-from envtool.adapters.profiles import profiles_dir
-from envtool.adapters.rattler_solve import resolve_channel
+from envtool.adapters.shipped.profiles import profiles_dir
+from envtool.adapters.solve.rattler_solve import resolve_channel
 from envtool.core.spec import parse_environment_yml
 
 
@@ -312,7 +312,7 @@ def test_create_and_install_refuse_a_cuda_build_on_a_gpu_less_host_alike(
     """One host check (issue 12 item 4): create used to install a CUDA build on a GPU-less host
     silently while `install` of the very lock it wrote refused. Now create refuses before it
     installs with install's line, and --force proceeds in both; --no-install only locks."""
-    from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.host.host_probe import probe_host
 
     for var in ("ENVTOOL_DRIVER_VERSION", "CONDA_OVERRIDE_CUDA"):
         monkeypatch.delenv(var, raising=False)

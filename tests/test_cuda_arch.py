@@ -307,7 +307,7 @@ def test_a_solution_without_the_gpus_arch_is_refused(conda_forge: str, cuda_line
     and the --cuda to pass among the channel's CUDA lines (conda-forge's 11.8 builds carry sm_35);
     Hopper and Ampere pass, and so does a Blackwell GPU (the PTX JIT-compiles on sm_120); a driver
     too old for a GPU is told to upgrade."""
-    from envtool.adapters.rattler_solve import solve_platforms
+    from envtool.adapters.solve.rattler_solve import solve_platforms
 
     plan = plan_environment(Request(cuda="12.6", channels=(conda_forge,)), None, None)
     pp = plan.platforms[0]

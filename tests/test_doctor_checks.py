@@ -215,7 +215,7 @@ def test_install_state_and_lock_drift_skip_when_unknown():
     assert check_install_state(H100, env).status == "skip"
     assert check_lock_drift(H100, env).status == "skip"
     env.install_state = "incomplete"
-    # the shape envtool.adapters.installed.compute_drift returns
+    # the shape envtool.adapters.install.installed.compute_drift returns
     env.drift = {
         "clean": False,
         "missing": [],

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, FakeHost, run_envtool
 
-from envtool.adapters import deep as deep_adapter
+from envtool.adapters.host import deep as deep_adapter
 from envtool.adapters.proc import ProcResult
 from envtool.core.facts import EnvFacts, HostFacts, TorchFacts
 
@@ -142,7 +142,7 @@ def test_replay_with_an_old_driver_fails_with_the_fix(h200_record: Path):
 @pytest.mark.integration
 def test_replay_of_a_host_whose_driver_hung_fails_with_the_fix(tmp_path: Path):
     # Record a live probe whose NVML never answers (a wedged driver), then replay it through the CLI.
-    from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.host.host_probe import probe_host
 
     release = threading.Event()
 
@@ -253,7 +253,7 @@ def test_bad_replay_env_json_is_a_usage_error(tmp_path: Path):
 
 def test_host_and_env_probes_overlap(monkeypatch: pytest.MonkeyPatch):
     """The host probe must run while the env probe (importing torch) runs, not after it."""
-    from envtool.adapters import env_probe, host_probe
+    from envtool.adapters.host import env_probe, host_probe
     from envtool.adapters.locate import resolve_target
     from envtool.commands import doctor
 
@@ -339,7 +339,7 @@ def test_deep_without_gpu_skips_with_the_reason():
 @pytest.mark.integration
 def test_interrupted_install_is_a_failure(tmp_path: Path):
     """An install killed half-way leaves envtool's marker; doctor must not call it healthy."""
-    from envtool.adapters.install_state import write_incomplete_marker
+    from envtool.adapters.install.install_state import write_incomplete_marker
 
     prefix = tmp_path / "envs" / "train"
     (prefix / "conda-meta").mkdir(parents=True)

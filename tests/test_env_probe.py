@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from envtool.adapters import env_probe
-from envtool.adapters.env_probe import probe_env, read_installed, read_torch_static
-from envtool.adapters.host_probe import probe_host
+from envtool.adapters.host import env_probe
+from envtool.adapters.host.env_probe import probe_env, read_installed, read_torch_static
+from envtool.adapters.host.host_probe import probe_host
 from envtool.adapters.locate import Target
 
 VENV_PY = REPO / ".venv" / "bin" / "python"
@@ -153,7 +153,7 @@ def test_doctor_stops_waiting_for_the_env_once_the_host_probe_finds_the_driver_h
     """On a wedged driver torch's CUDA init blocks like NVML does: once the host probe says so,
     doctor stops waiting for the env's python (it would wait out the 120 s time-out) and the
     verdict stays the driver's."""
-    from envtool.adapters import host_probe
+    from envtool.adapters.host import host_probe
     from envtool.commands.doctor import probe_facts
     from envtool.core.checks import SKIP, check_torch_present
     from envtool.core.facts import HostFacts
@@ -173,7 +173,7 @@ def test_a_failing_host_probe_is_reported_without_waiting_for_the_env(
 ) -> None:
     """A bad ENVTOOL_NVML_TIMEOUT (say) is an exit-2 error at once, not after the env probe's
     120 s time-out. Liveness guard: the call must come back well inside those 120 s."""
-    from envtool.adapters import host_probe
+    from envtool.adapters.host import host_probe
     from envtool.commands.doctor import probe_facts
     from envtool.errors import UsageError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import channel_builder as cb
 import pytest
 
-from envtool.adapters.lock_io import read_lock
+from envtool.adapters.lockfile.lock_io import read_lock
 from envtool.core.export import channel_name
 from envtool.core.spec import parse_environment_yml
 

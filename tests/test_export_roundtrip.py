@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from solve_scenarios import H200, LEGACY_CHANNELS, channel_flags
 
-from envtool.adapters.lock_io import read_lock
-from envtool.adapters.rattler_solve import solve_platforms
+from envtool.adapters.lockfile.lock_io import read_lock
+from envtool.adapters.solve.rattler_solve import solve_platforms
 from envtool.core.plan import TOOLKIT_VERSIONED, PlatformPlan
 from envtool.core.spec import parse_environment_yml
 from envtool.core.versions import cuda_from_build_tag, major_minor

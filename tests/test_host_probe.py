@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from envtool.adapters import host_probe, nvidia_smi
-from envtool.adapters.host_probe import apply_overrides, facts_from_record, probe_host
+from envtool.adapters.host import host_probe
+from envtool.adapters.host.host_probe import apply_overrides, facts_from_record, probe_host
 from envtool.adapters.proc import ProcResult
+from envtool.core import nvidia_smi
 from envtool.core.checks import check_nvidia_driver
 from envtool.core.facts import EnvFacts, HostFacts
 from envtool.errors import UsageError
@@ -647,7 +648,7 @@ def test_a_thread_stuck_in_nvml_does_not_keep_the_process_alive_at_exit(tmp_path
     # An NVML call that never returns (the Event is never set), then a normal interpreter exit.
     code = """
 import pathlib, sys, threading
-from envtool.adapters.host_probe import probe_host
+from envtool.adapters.host.host_probe import probe_host
 from envtool.adapters.proc import ProcResult
 
 class Wedged:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from envtool.adapters.templates import TEMPLATES, templates_dir
+from envtool.adapters.shipped.templates import TEMPLATES, templates_dir
 from envtool.commands.init import TEMPLATE_NAMES
 
 

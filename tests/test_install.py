@@ -11,10 +11,10 @@ import pytest
 import yaml
 from conftest import FakeHost
 
-from envtool.adapters import install_state
-from envtool.adapters.installed import compute_drift, describe_env, read_conda_meta
-from envtool.adapters.installer import install_from_lock
-from envtool.adapters.lock_io import read_lock
+from envtool.adapters.install import install_state
+from envtool.adapters.install.installed import compute_drift, describe_env, read_conda_meta
+from envtool.adapters.install.installer import install_from_lock
+from envtool.adapters.lockfile.lock_io import read_lock
 from envtool.core.drift import PackageId, diff_packages
 from envtool.core.facts import GpuFacts, HostFacts
 from envtool.core.lockfile import parse_build_from_file_name
@@ -169,7 +169,7 @@ def test_a_version_2_lock_reads_like_its_version_1_original(fixtures: Path, tmp_
         ours.custom_metadata,
     )
     code = (
-        "import sys; from envtool.adapters.lock_io import read_lock; "
+        "import sys; from envtool.adapters.lockfile.lock_io import read_lock; "
         f"assert read_lock({str(v2)!r}).packages; "
         "assert 'conda_lock.conda_lock' not in sys.modules"
     )
@@ -274,7 +274,7 @@ def test_a_lock_entry_without_a_hash_is_refused_before_anything_is_written(
     setup: cb.CudaSetup, cache: Path, tmp_path: Path
 ) -> None:
     """Not "hash mismatch … tampered with": the lock itself cannot vouch for the file."""
-    from envtool.adapters.bundle import write_bundle
+    from envtool.adapters.install.bundle import write_bundle
 
     data = yaml.safe_load(setup.lock.read_text())
     for entry in data["package"]:
@@ -330,7 +330,7 @@ def test_markers_are_invisible_to_conda_meta_readers(tmp_path: Path) -> None:
 def test_activated_environ_runs_activate_d_and_replaces_the_callers_env(
     demo: Path, tmp_path: Path
 ) -> None:
-    from envtool.adapters.activation import activated_environ, render_activation_script
+    from envtool.adapters.launch.activation import activated_environ, render_activation_script
 
     prefix = demo
     caller = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CONDA_PREFIX": "/opt/other-env"}
@@ -349,7 +349,7 @@ def test_verify_sees_a_pip_package_added_behind_the_locks_back(
 ) -> None:
     import subprocess
 
-    from envtool.adapters.uv_pip import uv_binary
+    from envtool.adapters.install.uv_pip import uv_binary
 
     prefix = demo
     stray = cb.build_wheel(tmp_path / "w", name="stray_pkg", version="9.9")
@@ -376,7 +376,7 @@ def test_verify_sees_a_pip_package_added_behind_the_locks_back(
 def test_dry_run_on_a_real_lock_lists_its_packages_without_touching_anything(
     fixtures: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from envtool.adapters.installer import plan_install
+    from envtool.adapters.install.installer import plan_install
 
     lock = read_lock(
         fixtures / "locks" / "konstantinjdobler__nlp-research-template__conda-lock.yml"
@@ -396,7 +396,7 @@ def test_dry_run_on_a_real_lock_lists_its_packages_without_touching_anything(
 def test_host_check_on_this_gpu_host() -> None:
     """GPU tier: on a real NVIDIA host the probe + check must accept a lock that this driver and
     these GPUs can run, and refuse one whose arch list leaves the GPUs out. Skips without a GPU."""
-    from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.host.host_probe import probe_host
     from envtool.commands.install import plan_host_check
     from envtool.core.cuda import capability_to_arch, newest_cuda_native
 
@@ -421,7 +421,7 @@ def test_atomic_text_write_is_utf8_whatever_the_locale(tmp_path) -> None:
 
     target = tmp_path / "state.json"
     code = (
-        "import sys; from pathlib import Path; from envtool.adapters.lock_io import write_text_atomic; "
+        "import sys; from pathlib import Path; from envtool.adapters.lockfile.lock_io import write_text_atomic; "
         'write_text_atomic(Path(sys.argv[1]), \'{"prefix": "/home/zo\\u00eb/envs"}\')'
     )
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}

@@ -32,7 +32,8 @@ def project(setup: cb.CudaSetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def watch(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     """Every read of a lock file's bytes (files.read_bytes, under lock_io.read_lock, the one
     reader), and every plan handed to the apply step."""
-    from envtool.adapters import files, installer
+    from envtool.adapters import files
+    from envtool.adapters.install import installer
 
     seen: dict[str, list[Any]] = {"lock_reads": [], "applied": []}
     read_bytes, apply_install = files.read_bytes, installer.apply_install

@@ -181,7 +181,7 @@ def test_verify_relink_hint_is_a_command_this_host_runs_with_force_where_the_hos
     import json
     import shlex
 
-    from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.host.host_probe import probe_host
 
     gpu_less = {
         k: v for k, v in env.items() if k not in ("ENVTOOL_DRIVER_VERSION", "CONDA_OVERRIDE_CUDA")

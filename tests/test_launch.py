@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_envtool, start_envtool
 
-from envtool.adapters import launcher
-from envtool.adapters.host_probe import probe_host
-from envtool.adapters.launcher import kill_marked, pids_with_environ
+from envtool.adapters.host.host_probe import probe_host
+from envtool.adapters.launch import launcher
+from envtool.adapters.launch.launcher import kill_marked, pids_with_environ
 
 SCRIPTS = REPO / "tests" / "scripts"
 RANK_FILE = SCRIPTS / "rank_file.py"
@@ -419,7 +419,7 @@ def test_the_error_file_wins_over_the_log_and_torchrun_dying_falls_back_to_logs(
     tmp_path: Path,
 ) -> None:
     """read_failure on a run folder laid out as torchrun 2.13 leaves it (captured above)."""
-    from envtool.adapters.launcher import read_failure
+    from envtool.adapters.launch.launcher import read_failure
     from envtool.core.launch_plan import LaunchRequest, plan_launch
 
     plan = plan_launch(
@@ -479,8 +479,8 @@ def test_max_restarts_recovers_from_a_failing_rank(tmp_path: Path) -> None:
 
 
 def test_manifest_lock_hash_comes_from_the_installers_state_record(tmp_path: Path) -> None:
-    from envtool.adapters.install_state import envtool_meta_dir
-    from envtool.adapters.launcher import read_lock_hash
+    from envtool.adapters.install.install_state import envtool_meta_dir
+    from envtool.adapters.launch.launcher import read_lock_hash
 
     assert read_lock_hash(tmp_path) is None  # not an envtool-installed env
     meta = envtool_meta_dir(tmp_path)
@@ -490,7 +490,7 @@ def test_manifest_lock_hash_comes_from_the_installers_state_record(tmp_path: Pat
 
 
 def test_probe_is_local_address() -> None:
-    from envtool.adapters.ports import probe_is_local_address
+    from envtool.adapters.launch.ports import probe_is_local_address
 
     assert probe_is_local_address("127.0.0.1")
     assert not probe_is_local_address("192.0.2.1")  # TEST-NET-1: never assigned to a host
@@ -529,7 +529,7 @@ def test_a_conda_prefix_is_activated_for_every_rank(tmp_path: Path) -> None:
 def test_a_failing_on_started_leaves_no_process_running(tmp_path: Path) -> None:
     """If gathering the manifest facts fails while the run is starting, the error propagates
     and torchrun and its workers (in sessions of their own) are stopped, not left unwatched."""
-    from envtool.adapters.launcher import apply_launch
+    from envtool.adapters.launch.launcher import apply_launch
     from envtool.core.launch_plan import LaunchPlan
 
     run_id = "test-" + uuid.uuid4().hex
@@ -572,7 +572,7 @@ def test_a_failing_on_started_leaves_no_process_running(tmp_path: Path) -> None:
 
 
 def test_preflight_reads_torch_version_from_the_env_without_importing_it(tmp_path: Path) -> None:
-    from envtool.adapters.launcher import read_torch_version
+    from envtool.adapters.launch.launcher import read_torch_version
 
     assert read_torch_version(None) is None
     assert read_torch_version(tmp_path) is None  # no torch installed
@@ -630,7 +630,7 @@ def test_an_explicit_rdzv_endpoint_on_a_busy_port_is_one_line_exit_2(
 
 
 def test_an_explicit_free_rdzv_endpoint_still_runs(tmp_path: Path) -> None:
-    from envtool.adapters.ports import probe_free_port
+    from envtool.adapters.launch.ports import probe_free_port
 
     port = probe_free_port()
     out = tmp_path / "o"
@@ -871,7 +871,7 @@ def test_progress_watch_names_the_rank_silent_longest(
     tmp_path: Path, nnodes: int, node_rank: int | None, expected: str
 ) -> None:
     """Logs laid out as torchrun leaves them; rank 1 stopped writing first, rank 0 later."""
-    from envtool.adapters.launcher import ProgressWatch
+    from envtool.adapters.launch.launcher import ProgressWatch
     from envtool.core.launch_plan import LaunchRequest, plan_launch
 
     plan = plan_launch(

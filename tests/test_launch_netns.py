@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from envtool.adapters.launcher import pids_with_environ
+from envtool.adapters.launch.launcher import pids_with_environ
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ def two_nodes() -> Iterator[list[tuple[str, str]]]:
 # envtool with another torch version in its pre-flight fingerprint: patched in this child
 # interpreter only (the product reads no variable or flag for it)
 FAKE_TORCH = (
-    "import sys, envtool.adapters.preflight as p; real = p.probe_fingerprint; "
+    "import sys, envtool.adapters.launch.preflight as p; real = p.probe_fingerprint; "
     "p.probe_fingerprint = lambda *a: {**real(*a), 'torch': '2.0.0+other'}; "
     "from envtool.cli import main; sys.argv[0] = 'envtool'; main()"
 )

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from solve_scenarios import scenarios
 
-from envtool.adapters.lock_io import load_yaml
+from envtool.adapters.lockfile.lock_io import load_yaml
 
 pytestmark = pytest.mark.skipif(
     not hasattr(yaml, "CDumper"), reason="PyYAML built without libyaml: the pure emitter is used"
@@ -53,7 +53,7 @@ def test_envtool_writes_the_bytes_of_conda_locks_pure_writer(
 def test_a_document_with_non_ascii_text_is_left_to_conda_locks_own_emitter() -> None:
     """libyaml folds long escaped non-ASCII scalars elsewhere than PyYAML does: a lock naming
     /home/josé/… would differ by machine (PyYAML with or without libyaml), so it is not swapped."""
-    from envtool.adapters.lock_io import _libyaml_emitter
+    from envtool.adapters.lockfile.lock_io import _libyaml_emitter
 
     path = "/home/jos\u00e9/" + "projekt-\u00fcbersicht/" * 8 + "environment.yml"
     doc = {"metadata": {"sources": [path]}, "package": [{"name": "x", "version": "1"}]}

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from channel_builder import build_wheel
 
-from envtool.adapters.uv_pip import compile_pip, parse_pylock, python_platform
+from envtool.adapters.install.uv_pip import compile_pip, parse_pylock, python_platform
 from envtool.core.lockfile import SolvedPackage
 from envtool.errors import UsageError
 

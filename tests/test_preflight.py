@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from envtool.adapters import preflight
+from envtool.adapters.launch import preflight
 
 SCRIPT = str(REPO / "tests" / "scripts" / "allreduce_loss.py")
 

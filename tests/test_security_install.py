@@ -21,10 +21,11 @@ import channel_builder as cb
 import pytest
 from conftest import run_envtool, start_envtool
 
-from envtool.adapters import install_state, mutex
-from envtool.adapters.installed import compute_drift
-from envtool.adapters.installer import InstallReport, fetch_verified, install_from_lock
-from envtool.adapters.lock_io import read_lock
+from envtool.adapters import mutex
+from envtool.adapters.install import install_state
+from envtool.adapters.install.installed import compute_drift
+from envtool.adapters.install.installer import InstallReport, fetch_verified, install_from_lock
+from envtool.adapters.lockfile.lock_io import read_lock
 from envtool.errors import DiagnosedFailure, UsageError
 
 pytestmark = pytest.mark.integration
@@ -657,7 +658,7 @@ def test_a_rattler_panic_is_one_line_without_a_backtrace(
     """rattler 0.28 panics ('Expected just reordering', path_resolver/src/lib.rs:476) linking a
     package that ships a conda-meta record; envtool now refuses such a package before rattler
     sees it, so the check is switched off here to reach the panic and its capture."""
-    from envtool.adapters import installer
+    from envtool.adapters.install import installer
 
     record = json.loads(next((demo / "conda-meta").glob("python_abi-*.json")).read_text())
     record.update(name="x", version="1", build="0", fn="x-1-0.conda", files=[])
@@ -725,7 +726,7 @@ def test_a_decompression_bomb_in_the_info_part_is_refused_after_a_bounded_read(
 
     import zstandard
 
-    from envtool.adapters import installer
+    from envtool.adapters.install import installer
     from envtool.core.lockfile import LockedPackage
 
     monkeypatch.setattr(installer, "_SCAN_LIMIT", 1 << 20)
@@ -875,7 +876,7 @@ def test_a_shared_cache_entry_swapped_for_a_link_after_it_was_verified_is_refuse
 ) -> None:
     """No archive to extract again (the entry was used without one): one refusal, nothing linked
     from the link; the next install downloads the archive and extracts it again."""
-    from envtool.adapters import installer
+    from envtool.adapters.install import installer
 
     monkeypatch.delenv("ENVTOOL_CACHE_DIR", raising=False)
     monkeypatch.delenv("RATTLER_CACHE_DIR", raising=False)

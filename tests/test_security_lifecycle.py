@@ -21,8 +21,8 @@ import channel_builder as cb
 import pytest
 from conftest import REPO, run_envtool, start_envtool
 
-from envtool.adapters.install_state import removal_leftovers
-from envtool.adapters.lock_io import read_lock
+from envtool.adapters.install.install_state import removal_leftovers
+from envtool.adapters.lockfile.lock_io import read_lock
 from envtool.adapters.mutex import env_mutex_path, hold_env_mutex
 
 pytestmark = pytest.mark.integration
@@ -202,7 +202,7 @@ def test_create_lock_and_install_take_the_env_lock(
 KILLABLE_REMOVE = textwrap.dedent(
     """
     import sys, time
-    from envtool.adapters import install_state
+    from envtool.adapters.install import install_state
 
     real = install_state.delete_tree
 

@@ -213,7 +213,7 @@ def test_state_env_var_names_must_be_identifiers(
 def test_empty_caller_path_does_not_add_the_current_directory(tmp_path: Path) -> None:
     """`export PATH=/p/bin:"$PATH"` under an empty PATH would end in ':' (= the cwd)."""
     prefix = make_env(tmp_path / "p", {})
-    from envtool.adapters.activation import render_activation_script
+    from envtool.adapters.launch.activation import render_activation_script
 
     hook = render_activation_script(prefix, "bash")
     proc = subprocess.run(

@@ -728,7 +728,7 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_last_periodic_checkpoi
 def preflight_argv(tmp_path: Path, python: str, port: int) -> list[str]:
     """The batch script's pre-flight srun line for 2 nodes, as the words srun would run (the
     batch shell's $head/$port/$SLURM_NNODES expanded to this host)."""
-    from envtool.adapters.preflight import script_source
+    from envtool.adapters.launch.preflight import script_source
 
     req = slurm_req(cpu=True, gpus_per_node=None, python=python)
     req.preflight_script = script_source()

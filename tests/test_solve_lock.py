@@ -58,7 +58,7 @@ def pkgs(lock: dict, platform: str = "linux-64") -> dict[str, dict]:
 
 def test_bare_pytorch_plus_cuda_version_silently_falls_back_to_cpu(harvested) -> None:
     """The solver trap envtool exists to avoid, reproduced on real metadata — and caught."""
-    from envtool.adapters.rattler_solve import solve_platforms
+    from envtool.adapters.solve.rattler_solve import solve_platforms
 
     naive = naive_plan("12.6", "pytorch", "cuda-version 12.6.*")
     solved = solve_platforms([str(harvested / "conda-forge")], [naive])["linux-64"]
@@ -133,7 +133,7 @@ def test_legacy_pytorch_cuda_121_locks_one_cuda_version(create, tmp_path) -> Non
 
 
 def test_legacy_solve_without_envtool_pins_mixes_cuda_and_verifier_catches_it(harvested) -> None:
-    from envtool.adapters.rattler_solve import solve_platforms
+    from envtool.adapters.solve.rattler_solve import solve_platforms
 
     naive = naive_plan("12.1", "pytorch", "pytorch-cuda 12.1.*")
     channels = [str(harvested / c) for c in LEGACY_CHANNELS]

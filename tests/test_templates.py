@@ -378,7 +378,7 @@ def torchrun_through_wrapper(
 ) -> tuple[int, str, str]:
     """torchrun, 2 ranks, each running the template through `wrapper` (which plays a node with
     a different view of --out-dir); a hang fails the test and leaves no worker behind."""
-    from envtool.adapters.launcher import pids_with_environ
+    from envtool.adapters.launch.launcher import pids_with_environ
 
     script = cwd / "wrapper.py"
     script.write_text(wrapper)

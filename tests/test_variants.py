@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_host_probe import strip_command_line
 
-from envtool.adapters import nvidia_smi
 from envtool.core import cuda as cu
+from envtool.core import nvidia_smi
 from envtool.core.variants import (
     ChannelBuild,
     HostGpu,

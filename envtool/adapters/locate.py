@@ -208,7 +208,7 @@ def existing_env(name: str | None, prefix: str | None = None) -> Path:
 
 def looks_like_env(prefix: Path) -> bool:
     """A conda prefix has conda-meta/ (with `history` or package records): the guard for remove."""
-    from envtool.adapters.install_state import read_install_state
+    from envtool.adapters.install.install_state import read_install_state
 
     meta = Path(prefix) / "conda-meta"
     return meta.is_dir() and (

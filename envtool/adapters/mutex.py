@@ -4,7 +4,7 @@ A mutex is a file lock (filelock) held while envtool works: `hold_env_mutex` per
 prefix (create, install, a bundle's install and remove), `hold_project_mutex` per project folder
 (lock and create while they write the lock files, every install while it reads them). The project
 mutex is always taken before the env mutex, never after, so the two cannot deadlock. Not to be
-confused with a *lockfile* (conda-lock.yml: core/lockfile.py, adapters/lock_io.py).
+confused with a *lockfile* (conda-lock.yml: core/lockfile.py, adapters/lockfile/lock_io.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from envtool.adapters.install_state import sibling_name
+from envtool.adapters.install.install_state import sibling_name
 from envtool.adapters.locate import default_cache_dir
 from envtool.core.shell_quote import printable
 from envtool.errors import UsageError

@@ -51,7 +51,7 @@ def cmd(
         raise UsageError(
             f"-o {out_dir}: directory exists and is not a bundle", "pick a new directory"
         )
-    from envtool.adapters import variant_lock as vl
+    from envtool.adapters.lockfile import variant_lock as vl
 
     if name and not lock_file and vl.has_index(lock.parent):  # every variant; install picks
         if dry_run:
@@ -69,8 +69,8 @@ def cmd(
         ]
         return Result("bundle", data, text)
     if dry_run:
-        from envtool.adapters.bundle import bundle_platforms
-        from envtool.adapters.lock_io import read_lock
+        from envtool.adapters.install.bundle import bundle_platforms
+        from envtool.adapters.lockfile.lock_io import read_lock
 
         contents = read_lock(lock)
         plats = bundle_platforms(contents, list(platforms) or None)
@@ -80,7 +80,7 @@ def cmd(
             {"dry_run": True, "files": files},
             [f"would bundle {len(files)} files into {out}"],
         )
-    from envtool.adapters.bundle import write_bundle
+    from envtool.adapters.install.bundle import write_bundle
 
     env_name = name or Path(lock).resolve().parent.name  # environments/NAME/conda-lock.yml
     data = write_bundle(lock, out, list(platforms) or None, progress=not as_json, name=env_name)

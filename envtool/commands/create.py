@@ -113,10 +113,10 @@ def cmd(
                 exc.message = f"-f {exc.message}"
             raise
     else:
-        from envtool.adapters.profiles import DEFAULT_PROFILE, read_profile
+        from envtool.adapters.shipped.profiles import DEFAULT_PROFILE, read_profile
 
         text, source = read_profile(profile or DEFAULT_PROFILE)
-    from envtool.adapters.rattler_solve import absolute_channel
+    from envtool.adapters.solve.rattler_solve import absolute_channel
     from envtool.core.request import parse_virtual_overrides
 
     flags = {
@@ -151,7 +151,7 @@ def cmd(
         outcome = lock_environment(name, text, source, request, directory)
         result = summarize_lock(outcome, name, "create", False)
         if target is not None:
-            from envtool.adapters.installer import apply_install
+            from envtool.adapters.install.installer import apply_install
             from envtool.commands.install import plan_from_lock
             from envtool.commands.remove import finish_interrupted_removal
 

@@ -44,7 +44,7 @@ COLLECT_ENV = "collect_env.txt"  # a raw capture folder's `python -m torch.utils
 
 def probe_env_fast(target: Target) -> EnvFacts:
     """--fast: no python run; torch facts read from the files of the installed package."""
-    from envtool.adapters.env_probe import read_installed, read_torch_static
+    from envtool.adapters.host.env_probe import read_installed, read_torch_static
 
     env = EnvFacts(
         python_exe=str(target.python),
@@ -65,7 +65,7 @@ def probe_facts(
 ) -> tuple[HostFacts, EnvFacts]:
     """Host and env probes run at the same time: the env probe (importing torch, seconds) would
     otherwise add to the host probe (nvidia-smi, up to a second or two)."""
-    from envtool.adapters import host_probe
+    from envtool.adapters.host import host_probe
 
     def host() -> HostFacts:
         facts = host_probe.probe_host(record=record)
@@ -76,7 +76,7 @@ def probe_facts(
     def env() -> EnvFacts:
         if fast:
             return probe_env_fast(target)
-        from envtool.adapters.env_probe import probe_env
+        from envtool.adapters.host.env_probe import probe_env
 
         return probe_env(target, cancel=stop_env)
 
@@ -102,7 +102,7 @@ def probe_facts(
 def read_install_facts(env: EnvFacts, prefix: Path, with_drift: bool) -> None:
     """Fill install_state (envtool's install markers) and, for a finished envtool install,
     drift against the lock it was installed from (what `envtool verify` computes)."""
-    from envtool.adapters.install_state import (
+    from envtool.adapters.install.install_state import (
         read_incomplete_marker,
         read_install_state,
         read_state_record,
@@ -121,7 +121,7 @@ def read_install_facts(env: EnvFacts, prefix: Path, with_drift: bool) -> None:
     if not lock_path or not Path(lock_path).is_file():
         return
     try:
-        from envtool.adapters.installed import compute_drift
+        from envtool.adapters.install.installed import compute_drift
 
         env.drift = compute_drift(prefix, lock_path)
     except Exception as exc:  # noqa: BLE001 - a broken lock is verify's finding; doctor goes on
@@ -160,7 +160,7 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
     and every field type-checked; anything else is one line naming the file."""
     import os
 
-    from envtool.adapters.host_probe import RECORD_FILES, facts_from_record
+    from envtool.adapters.host.host_probe import RECORD_FILES, facts_from_record
 
     if not directory.is_dir():
         what = "a file, not a directory" if directory.exists() else "no such directory"
@@ -197,7 +197,7 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
     else:
         host = HostFacts.from_dict(_recorded_json(host_json), f"--replay {host_json}")
     if driver:
-        from envtool.adapters.host_probe import apply_overrides
+        from envtool.adapters.host.host_probe import apply_overrides
 
         host = apply_overrides(host, driver=driver)
     return host, env
@@ -210,7 +210,7 @@ def _replay_captures(
     `nvidia-smi-q.xml`, `query.csv`, `topo.txt`, …) plus `collect_env.txt` (what
     `python -m torch.utils.collect_env` printed): host facts parsed as a recording's are, env facts
     from collect_env (none without it)."""
-    from envtool.adapters.host_probe import apply_overrides, facts_from_record
+    from envtool.adapters.host.host_probe import apply_overrides, facts_from_record
     from envtool.core.collect_env import parse_collect_env
 
     text = {n: _recorded_bytes(directory / n).decode("utf-8", errors="replace") for n in names}
@@ -244,7 +244,7 @@ def _recorded_json(path: Path) -> Any:
 def read_replay_deep(directory: Path) -> dict[str, Any] | None:
     import os
 
-    from envtool.adapters.deep import check_deep_record
+    from envtool.adapters.host.deep import check_deep_record
 
     path = directory / DEEP_FILE
     if not os.path.lexists(path):
@@ -448,7 +448,7 @@ def cmd(
                     "pass a new or writable directory",
                 ) from None
         if deep or deep_cpu:
-            from envtool.adapters.deep import probe_deep
+            from envtool.adapters.host.deep import probe_deep
             from envtool.output import note
 
             note("envtool doctor: running --deep (GPU matmuls, all-reduce) in the environment…")
@@ -459,7 +459,7 @@ def cmd(
                 write_atomic(record_dir / DEEP_FILE, json.dumps(deep_result, indent=2))
 
     checks = run_checks(host, env) + run_deep_checks(deep_result)
-    from envtool.adapters.variant_lock import doctor_variant_check
+    from envtool.adapters.lockfile.variant_lock import doctor_variant_check
 
     # installed from variant locks: is it still the variant this host would pick?
     if picked := doctor_variant_check(host, env.install_lock, env.name or "NAME"):

@@ -21,7 +21,7 @@ REQUEST_NAMES = ("environment.yml", "environment.yaml")
 def read_request(lock_path: Path, sources: list[str]) -> EnvSpec | None:
     """The request the lock was solved from: the files in the lock's metadata.sources (merged, as
     conda-lock merges them), else environment.yml beside the lock, else None."""
-    from envtool.adapters.installed import unsafe_path
+    from envtool.adapters.install.installed import unsafe_path
     from envtool.core.spec import parse_environment_yml
 
     # a lock from elsewhere names its sources: only files in the lock's own folder are read (an
@@ -69,7 +69,7 @@ def run_export(
     NAME's lock is environments/NAME/conda-lock.yml in the project folder `directory` (cwd)."""
     from envtool.adapters.files import write_atomic
     from envtool.adapters.locate import project_env_paths
-    from envtool.adapters.lock_io import read_lock
+    from envtool.adapters.lockfile.lock_io import read_lock
     from envtool.core.export import (
         explicit_platform,
         plan_export,
@@ -149,7 +149,7 @@ def cmd(
             "give NAME with --dir, or --lock FILE alone",
         )
     if variant is not None:  # environments/NAME/conda-lock.<variant>.yml, known to the index
-        from envtool.adapters.variant_lock import variant_lock_path
+        from envtool.adapters.lockfile.variant_lock import variant_lock_path
 
         if not name or lock_file:
             raise UsageError("--variant picks among NAME's variant locks", "give NAME, not --lock")

@@ -15,8 +15,8 @@ from envtool.output import Result
 @renders
 def cmd(name: str | None, prefix: str | None, as_json: bool) -> Result:
     """Show where NAME lives, what it was installed from, and whether the install finished."""
-    from envtool.adapters.install_state import read_state_record
-    from envtool.adapters.installed import describe_env, finish_command
+    from envtool.adapters.install.install_state import read_state_record
+    from envtool.adapters.install.installed import describe_env, finish_command
     from envtool.adapters.locate import existing_env
 
     target = existing_env(name, prefix)

@@ -34,7 +34,7 @@ def cmd(
     Each template is one file that imports only torch and the standard library and runs with
     plain `python`, `torchrun` or `envtool launch`.
     """
-    from envtool.adapters.templates import TEMPLATES, apply_init, plan_init, templates_dir
+    from envtool.adapters.shipped.templates import TEMPLATES, apply_init, plan_init, templates_dir
 
     if list_:
         return render_list(TEMPLATES, str(templates_dir()))
@@ -58,7 +58,7 @@ def cmd(
 
 def visible_gpus() -> int:
     """GPUs ranks would see on this host (after CUDA_VISIBLE_DEVICES), as `launch` counts them."""
-    from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.host.host_probe import probe_host
     from envtool.commands.launch import summarize_host
 
     return int(summarize_host(probe_host())["visible_gpus"])

@@ -31,7 +31,7 @@ def plan_host_check(meta: dict[str, str], platform: str, host: HostFacts) -> lis
 def check_host(meta: dict[str, str], platform: str) -> None:
     """Probe the host; a driver or GPU that cannot run the locked build is a UsageError — the
     same line for create, install NAME, --lock and --from (each skips it with --force)."""
-    from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.host.host_probe import probe_host
     from envtool.core.host_check import host_refusal
 
     refusal = host_refusal(meta, platform, probe_host())
@@ -62,7 +62,7 @@ def resolve_install_args(
         lock = Path(lock_file) if lock_file else bundle / "conda-lock.yml"
         override.append(str((bundle / "channel").resolve()))
         if not name and not prefix:  # the name `envtool bundle NAME` recorded, not DIR's
-            from envtool.adapters.bundle import read_bundle_name
+            from envtool.adapters.install.bundle import read_bundle_name
 
             recorded = read_bundle_name(bundle)
             name = recorded
@@ -87,7 +87,7 @@ def _refuse_replacing(name: str, target: Path, lock_sha256: str, from_dir: str) 
     """A bundle names its env; that name must not silently replace an env already there (one
     installed from this very lock is only converged: nothing of it is replaced). Called with
     the env lock held and the plan's one read of the lock: a create cannot slip in between."""
-    from envtool.adapters.install_state import read_state_record
+    from envtool.adapters.install.install_state import read_state_record
 
     if not (target.exists() or target.is_symlink()):
         return
@@ -155,7 +155,10 @@ def cmd(
     # symlink, like its bundle.json: a link could point the install anywhere
     bundle_lock = from_dir is not None and lock_file is None
     if not lock_file and (name or from_dir):  # variant locks: the one this host runs
-        from envtool.adapters.variant_lock import choose_bundle_variant, choose_project_variant
+        from envtool.adapters.lockfile.variant_lock import (
+            choose_bundle_variant,
+            choose_project_variant,
+        )
         from envtool.output import note
 
         picked = (
@@ -239,9 +242,9 @@ def plan_from_lock(
     apply_plan executes it. `replacing` (the bundle's env name, --from DIR): refused when that
     env holds another lock's install. `follow_symlinks=False`: the lock is a bundle's (a link
     there is refused)."""
-    from envtool.adapters import installer
+    from envtool.adapters.install import installer
     from envtool.adapters.locate import current_platform
-    from envtool.adapters.lock_io import read_lock
+    from envtool.adapters.lockfile.lock_io import read_lock
 
     lock = read_lock(lock_path, follow_symlinks=follow_symlinks)
     if replacing is not None:
@@ -263,7 +266,7 @@ def plan_from_lock(
 
 def apply_plan(plan: InstallPlan, label: str, progress: bool, force: bool) -> Result:
     """Execute `plan` (the caller holds the locks) and report it."""
-    from envtool.adapters.installer import apply_install
+    from envtool.adapters.install.installer import apply_install
 
     report = apply_install(plan, progress=progress, force=force)
     text = [

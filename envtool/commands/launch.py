@@ -175,8 +175,8 @@ def new_run_id() -> str:
 def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -> Result:
     """Run torchrun here. The Result carries the ranks' exit code; its text is empty (the ranks'
     output and envtool's notes already streamed), --json prints the manifest."""
-    from envtool.adapters import launcher
-    from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.host.host_probe import probe_host
+    from envtool.adapters.launch import launcher
     from envtool.core.launch_plan import LaunchRequest, plan_launch, render_dry_run
 
     torch_version = preflight_torch(target)
@@ -189,12 +189,12 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     nnodes = opts["nnodes"] or 1
     free_port = None
     if nnodes == 1 and not opts["rdzv_endpoint"]:
-        from envtool.adapters.ports import probe_free_port
+        from envtool.adapters.launch.ports import probe_free_port
 
         free_port = probe_free_port()
     endpoint_is_local = False
     if nnodes > 1 and opts["rdzv_endpoint"] and opts["node_rank"] is None:
-        from envtool.adapters.ports import probe_is_local_address
+        from envtool.adapters.launch.ports import probe_is_local_address
         from envtool.core.launch_plan import parse_endpoint
 
         endpoint_is_local = probe_is_local_address(parse_endpoint(opts["rdzv_endpoint"])[0])
@@ -342,7 +342,7 @@ def preflight_nodes(
     """Before a multi-node torchrun: the head (node 0, or the node the c10d endpoint is local
     to) listens on the rendezvous port; the others reach it within --rdzv-timeout; every node's
     torch, CUDA, NCCL and lock hash match the head's. Any failure ends every node in one line."""
-    from envtool.adapters import preflight
+    from envtool.adapters.launch import preflight
     from envtool.core.launch_plan import parse_endpoint
 
     host, port = parse_endpoint(opts["rdzv_endpoint"])
@@ -364,7 +364,7 @@ def preflight_nodes(
 def check_rendezvous_port(opts: dict[str, Any], nnodes: int, endpoint_is_local: bool) -> None:
     """An explicit --rdzv-endpoint this node will listen on (one node, or the head node) must
     have its port free: torchrun would otherwise end in a store traceback."""
-    from envtool.adapters.ports import probe_is_local_address, probe_port_in_use
+    from envtool.adapters.launch.ports import probe_is_local_address, probe_port_in_use
     from envtool.core.launch_plan import parse_endpoint
 
     if not opts["rdzv_endpoint"]:
@@ -385,7 +385,7 @@ def check_rendezvous_port(opts: dict[str, Any], nnodes: int, endpoint_is_local: 
 
 def preflight_torch(target: Any) -> str | None:
     """torch must be in the environment; read statically (no torch import, stays fast)."""
-    from envtool.adapters.launcher import read_torch_version
+    from envtool.adapters.launch.launcher import read_torch_version
     from envtool.adapters.proc import run_capture
 
     version = read_torch_version(target.prefix)
@@ -479,11 +479,11 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         rdzv_timeout=opts["rdzv_timeout"],
     )
     if opts["nodes"] > 1 and not opts["skip_checks"]:
-        from envtool.adapters.preflight import script_source
+        from envtool.adapters.launch.preflight import script_source
 
         req.preflight_script = script_source()  # run by the env's python on every node
     if req.is_conda:
-        from envtool.adapters.activation import render_activation_script
+        from envtool.adapters.launch.activation import render_activation_script
 
         # the exact script `conda activate` runs, activate.d hooks included
         req.activation = render_activation_script(Path(req.prefix or ""), "bash")
@@ -496,7 +496,7 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     if opts["dry_run"]:
         return Result("launch", data={**data, "dry_run": True, "script": text}, text=[text])
     from envtool.adapters.files import write_atomic
-    from envtool.adapters.launcher import make_run_dir, read_lock_hash, write_manifest
+    from envtool.adapters.launch.launcher import make_run_dir, read_lock_hash, write_manifest
     from envtool.core.slurm import plan_nproc_per_node
 
     make_run_dir(run_dir)

@@ -37,7 +37,7 @@ def render_env_table(rows: list[dict]) -> list[str]:
 def removing_rows(root: Path) -> list[dict]:
     """One row per `.NAME#removing-<random>` folder: a removal under way (its env lock held)
     or one that was killed or failed midway (`remove NAME` finishes it)."""
-    from envtool.adapters.install_state import leftover_name
+    from envtool.adapters.install.install_state import leftover_name
     from envtool.adapters.mutex import env_mutex_busy
 
     try:
@@ -69,14 +69,14 @@ def removing_rows(root: Path) -> list[dict]:
 @renders
 def cmd(as_json: bool) -> Result:
     """List installed environments; `incomplete` means an install was interrupted."""
-    from envtool.adapters.install_state import leftover_name
-    from envtool.adapters.installed import describe_env
+    from envtool.adapters.install.install_state import leftover_name
+    from envtool.adapters.install.installed import describe_env
     from envtool.adapters.locate import envs_dir, list_env_prefixes
 
     rows = [describe_env(p) for p in list_env_prefixes() if leftover_name(p) is None]
     rows += removing_rows(envs_dir())
     text = render_env_table(rows) or [f"no environments under {envs_dir()}"]
-    from envtool.adapters.installed import finish_command
+    from envtool.adapters.install.installed import finish_command
 
     for r in rows:  # each unfinished install gets the command that finishes it (its own lock)
         if r["state"] == "incomplete":

@@ -14,7 +14,7 @@ import click
 
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
-from envtool.adapters.lock_io import stored_lock_options
+from envtool.adapters.lockfile.lock_io import stored_lock_options
 from envtool.commands import project_dir_option, renders, summarize_lock
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import DiagnosedFailure, UsageError
@@ -30,7 +30,7 @@ def current_input_hash(yml_text: str, stored: dict[str, Any]) -> str:
 
     The lock stores the options it was solved with; an unchanged environment.yml re-plans to the
     same options, so hashing (file text, stored options, channel identity) decides freshness."""
-    from envtool.adapters.rattler_solve import read_channel_identity
+    from envtool.adapters.solve.rattler_solve import read_channel_identity
     from envtool.core.lockfile import compute_input_hash
 
     identity = read_channel_identity(
@@ -87,7 +87,7 @@ def cmd(
         )
     yml_text = read_text(yml_path, ENV_FILE_LIMIT, what="environment file")
     if variants is None and not lock_path.exists():  # a variants-only project: re-lock those
-        from envtool.adapters.variant_lock import indexed_variants
+        from envtool.adapters.lockfile.variant_lock import indexed_variants
 
         variants = indexed_variants(env_dir)
     if variants is not None:  # variant locks: workflows/variants.py
@@ -149,7 +149,7 @@ def cmd(
 
 def summarize_variants(outcome: VariantsOutcome, dry_run: bool) -> Result:
     """`lock --variants`' Result: each variant's state, the torch pin, the index written."""
-    from envtool.adapters.variant_lock import index_path
+    from envtool.adapters.lockfile.variant_lock import index_path
 
     data: dict[str, Any] = {
         "name": outcome.name,

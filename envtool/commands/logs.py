@@ -30,7 +30,7 @@ def cmd(**opts: Any) -> Result:
     envtool logs 20261130-031939-97668d --rank 1
     envtool logs --follow
     """
-    from envtool.adapters.runs import MERGED_LOG, find_run, read_log_from, read_manifest
+    from envtool.adapters.launch.runs import MERGED_LOG, find_run, read_log_from, read_manifest
 
     run_dir = find_run(Path(opts["run_dir"]), opts["run"])
     path = run_dir / MERGED_LOG
@@ -85,7 +85,7 @@ def cmd(**opts: Any) -> Result:
 
 def _ended(manifest: Any) -> bool:
     """The run is over: its manifest has an exit code, or the envtool writing it is gone."""
-    from envtool.adapters.runs import writer_alive
+    from envtool.adapters.launch.runs import writer_alive
 
     if isinstance(manifest, dict) and manifest.get("exit_code") is not None:
         return True

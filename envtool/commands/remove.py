@@ -36,7 +36,7 @@ def _confirmed(question: str) -> bool:
 @renders
 def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json: bool) -> Result:
     """Remove an environment. Refuses directories that are not conda environments."""
-    from envtool.adapters.install_state import removal_leftovers
+    from envtool.adapters.install.install_state import removal_leftovers
     from envtool.adapters.locate import env_prefix
     from envtool.adapters.mutex import hold_env_mutex
 
@@ -67,7 +67,7 @@ def _present(target: Path) -> bool:
 
 def _check_removable(target: Path) -> None:
     """Refuse what is not an env (or a link to one, or the leftover of a removal)."""
-    from envtool.adapters.install_state import removal_leftovers
+    from envtool.adapters.install.install_state import removal_leftovers
     from envtool.adapters.locate import looks_like_env
 
     if not _present(target):
@@ -94,7 +94,7 @@ def remove_prefix(target: Path, label: str) -> list[str]:
 
     A symlink is removed as a link: what it points to may be shared or live elsewhere (scratch),
     and deleting through a link is not what `remove NAME` promises. rmtree refuses links too."""
-    from envtool.adapters.install_state import move_aside, removal_leftovers
+    from envtool.adapters.install.install_state import move_aside, removal_leftovers
 
     text: list[str] = []
     if target.is_symlink():
@@ -120,7 +120,7 @@ def remove_prefix(target: Path, label: str) -> list[str]:
 def finish_interrupted_removal(target: Path, label: str) -> None:
     """Before an install into `target` (its env lock held): delete what an interrupted `remove`
     left beside it. One that cannot be deleted does not block the install; we say how to end it."""
-    from envtool.adapters.install_state import removal_leftovers
+    from envtool.adapters.install.install_state import removal_leftovers
 
     for leftover in removal_leftovers(target):
         note(f"finishing the interrupted removal of {label} ({leftover})")
@@ -131,7 +131,7 @@ def finish_interrupted_removal(target: Path, label: str) -> None:
 
 
 def _delete(path: Path, label: str, target: Path) -> None:
-    from envtool.adapters.install_state import delete_tree
+    from envtool.adapters.install.install_state import delete_tree
     from envtool.adapters.locate import envs_dir
     from envtool.core.hints import remove_command
 

@@ -20,15 +20,15 @@ from envtool.commands import renders
 @renders
 def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
     """Activate the environment (activate.d scripts included) and exec COMMAND; its exit code is ours."""
-    from envtool.adapters.activation import activated_environ
-    from envtool.adapters.install_state import read_install_state
+    from envtool.adapters.install.install_state import read_install_state
+    from envtool.adapters.launch.activation import activated_environ
     from envtool.adapters.locate import existing_env
     from envtool.errors import UsageError
     from envtool.output import note
 
     target = existing_env(name, prefix)
     if read_install_state(target) == "incomplete":
-        from envtool.adapters.installed import describe_env, finish_command
+        from envtool.adapters.install.installed import describe_env, finish_command
 
         note(
             f"warning: {target.name} is incomplete (an install was interrupted); "

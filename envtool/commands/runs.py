@@ -23,7 +23,7 @@ def cmd(**opts: Any) -> Result:
     envtool runs
     envtool runs --run-dir /scratch/runs --json
     """
-    from envtool.adapters.runs import (
+    from envtool.adapters.launch.runs import (
         list_run_dirs,
         read_manifest,
         read_requeue_history,

@@ -22,7 +22,7 @@ from envtool.output import Result
 @renders
 def cmd(name: str | None, prefix: str | None, shell: str) -> Result:
     """Print the script that activates NAME in SHELL (PATH, CONDA_PREFIX, activate.d scripts)."""
-    from envtool.adapters.activation import render_activation_script
+    from envtool.adapters.launch.activation import render_activation_script
     from envtool.adapters.locate import existing_env
 
     target = existing_env(name, prefix)

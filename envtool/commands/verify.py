@@ -35,12 +35,12 @@ def cmd(
     variant: str | None = None,
 ) -> Result:
     """Compare an installed environment with its lock; exit 1 when they differ."""
-    from envtool.adapters.install_state import (
+    from envtool.adapters.install.install_state import (
         read_incomplete_marker,
         read_install_state,
         read_state_record,
     )
-    from envtool.adapters.installed import compute_drift
+    from envtool.adapters.install.installed import compute_drift
     from envtool.adapters.locate import existing_env, project_lock_path
     from envtool.core.drift import render_drift
     from envtool.errors import UsageError
@@ -48,7 +48,7 @@ def cmd(
     target = existing_env(name, prefix)
     lock = Path(lock_file) if lock_file else None
     if variant is not None:  # environments/NAME/conda-lock.<variant>.yml, known to the index
-        from envtool.adapters.variant_lock import variant_lock_path
+        from envtool.adapters.lockfile.variant_lock import variant_lock_path
 
         if not name or lock_file:
             raise UsageError("--variant picks among NAME's variant locks", "give NAME, not --lock")
@@ -97,9 +97,9 @@ def _install_again(name: str | None, prefix: str | None, target: Path, lock: Pat
     """The install that relinks or finishes this env from the lock verify compared with, with
     --force when the one host check (core.host_check, as install applies it) refuses that lock
     on this host: without it the printed command would only be refused."""
-    from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.host.host_probe import probe_host
     from envtool.adapters.locate import current_platform
-    from envtool.adapters.lock_io import read_lock
+    from envtool.adapters.lockfile.lock_io import read_lock
     from envtool.core.hints import finish_install_command
     from envtool.core.host_check import host_refusal
 

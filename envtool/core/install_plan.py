@@ -1,6 +1,6 @@
 """An install as data: what `envtool install` will do, built from one read of the lock
-(adapters/installer.plan_install), printed by `--dry-run`, and executed as it is by
-adapters/installer.apply_install. Pure: no I/O; the adapter fills in what it saw on disk."""
+(adapters/install/installer.plan_install), printed by `--dry-run`, and executed as it is by
+adapters/install/installer.apply_install. Pure: no I/O; the adapter fills in what it saw on disk."""
 
 from __future__ import annotations
 

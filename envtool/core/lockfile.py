@@ -3,7 +3,7 @@
 content digest) and a conda-lock.yml as read back (`Lock`, `LockedPackage`: the one model that
 install, bundle, verify/drift and export share; every entry checked before it becomes a path).
 
-Pure: the adapter (adapters/lock_io.py) reads and writes the file (conda-lock's writer, envtool's
+Pure: the adapter (adapters/lockfile/lock_io.py) reads and writes the file (conda-lock's writer, envtool's
 own v1 reader); nothing here imports conda-lock or touches the disk.
 """
 
@@ -195,7 +195,7 @@ def solved_torch(solved: dict[str, list[Any]]) -> str:
     return ", ".join(f"{v} {p}" for p, v in sorted(found.items()))
 
 
-# --- the lock as read back (adapters/lock_io.read_lock fills it) ---
+# --- the lock as read back (adapters/lockfile/lock_io.read_lock fills it) ---
 ARCHIVE_SUFFIXES = (".conda", ".tar.bz2")
 
 

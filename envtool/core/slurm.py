@@ -56,7 +56,7 @@ class SlurmRequest:
     activation: str | None = None  # the env's activation script (rattler), when available
     requeue: bool = False  # checkpoint and requeue on the time-limit signal or a preemption
     max_requeues: int = 3
-    preflight_script: str | None = None  # adapters/preflight_script.py's text (multi-node)
+    preflight_script: str | None = None  # adapters/launch/preflight_script.py's text (multi-node)
     rdzv_timeout: float = 60.0
 
 

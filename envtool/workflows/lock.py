@@ -49,8 +49,8 @@ def lock_environment(
     `request.conda_specs`/`pip_specs` come from `env_yml_text`; a failed solve or check writes nothing.
     `lock_name`: another file name beside environment.yml (a variant lock: conda-lock.cpu.yml).
     """
-    from envtool.adapters.host_probe import probe_host_facts
-    from envtool.adapters.rattler_solve import (
+    from envtool.adapters.host.host_probe import probe_host_facts
+    from envtool.adapters.solve.rattler_solve import (
         discover_plan_solve,
         read_channel_identity,
         resolve_channel,
@@ -73,7 +73,7 @@ def lock_environment(
         else None
     )
     if not dry_run:
-        from envtool.adapters.lock_io import preload_lock_writer
+        from envtool.adapters.lockfile.lock_io import preload_lock_writer
 
         preload_lock_writer()
     note(f"solving {name} for {', '.join(request.platforms)} …")
@@ -122,7 +122,7 @@ def lock_environment(
     )
     pip_locked: dict[str, list[Any]] = {}
     if plan.pip_specs:
-        from envtool.adapters.uv_pip import compile_pip
+        from envtool.adapters.install.uv_pip import compile_pip
 
         for pp in plan.platforms:
             glibc = next((v for n, v, _ in pp.virtual_packages if n == "__glibc"), "2.28")
@@ -144,7 +144,7 @@ def lock_environment(
     if dry_run:
         return outcome
     from envtool.adapters.files import read_text_or_none
-    from envtool.adapters.lock_io import write_lock, write_text_atomic
+    from envtool.adapters.lockfile.lock_io import write_lock, write_text_atomic
     from envtool.adapters.mutex import hold_project_mutex
 
     try:
@@ -184,7 +184,7 @@ def request_from_yml(
     """Merge: explicit flags > what the file asks for > options stored in the previous lock >
     defaults (core/request.merge_request). The flags are checked first, then every spec is one
     rattler can read (rattler_solve.check_specs), before anything is probed or solved."""
-    from envtool.adapters.rattler_solve import check_specs
+    from envtool.adapters.solve.rattler_solve import check_specs
     from envtool.core.inspect import read_ask
     from envtool.core.request import check_flag_values, merge_request
     from envtool.core.spec import parse_environment_yml

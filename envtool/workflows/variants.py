@@ -23,7 +23,7 @@ from typing import Any
 
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
-from envtool.adapters.variant_lock import index_path, index_problems, read_index
+from envtool.adapters.lockfile.variant_lock import index_path, index_problems, read_index
 from envtool.core.variants import (
     CPU,
     VariantIndex,
@@ -61,8 +61,8 @@ class VariantsOutcome:
 def variant_fresh(lock_path: Path, yml_text: str, cuda: str | None, torch: str | None) -> bool:
     """The variant lock at `lock_path` was solved from this environment.yml, for this CUDA and
     torch pin, over channels that did not change (the input hash `envtool lock` compares)."""
-    from envtool.adapters.lock_io import stored_lock_options
-    from envtool.adapters.rattler_solve import read_channel_identity
+    from envtool.adapters.lockfile.lock_io import stored_lock_options
+    from envtool.adapters.solve.rattler_solve import read_channel_identity
     from envtool.core.lockfile import compute_input_hash
 
     stamp, stored = stored_lock_options(lock_path)
@@ -88,7 +88,7 @@ def stale_variants(env_dir: Path, yml_text: str, index: VariantIndex) -> list[st
 
 def _as_indexed(env_dir: Path, index: VariantIndex | None, name: str) -> bool:
     """The variant's lock is the file the index recorded (not hand-edited since)."""
-    from envtool.adapters.variant_lock import file_sha256
+    from envtool.adapters.lockfile.variant_lock import file_sha256
 
     row = index.get(name) if index else None
     path = env_dir / lock_file_name(name)
@@ -96,7 +96,7 @@ def _as_indexed(env_dir: Path, index: VariantIndex | None, name: str) -> bool:
 
 
 def _stored_torch(lock_path: Path) -> str | None:
-    from envtool.adapters.lock_io import stored_lock_options
+    from envtool.adapters.lockfile.lock_io import stored_lock_options
 
     stored = stored_lock_options(lock_path)[1] or {}
     torch = stored.get("torch")
@@ -180,8 +180,8 @@ def _base_request(
 ) -> tuple[Any, list[Any]]:
     """The request every variant shares (environment.yml + the options the last lock stored, this
     host's driver and GPUs left out) and the torch builds its channels hold."""
-    from envtool.adapters.lock_io import stored_lock_options
-    from envtool.adapters.variant_lock import discover_builds
+    from envtool.adapters.lockfile.lock_io import stored_lock_options
+    from envtool.adapters.lockfile.variant_lock import discover_builds
     from envtool.core.plan import DEFAULT_CHANNELS, NO_CUDA_PLATFORMS, check_request
     from envtool.workflows.lock import request_from_yml
 
@@ -255,8 +255,8 @@ def _install_variants(
     for, and write the index — under the project mutex, so two locks never interleave."""
     import os
 
+    from envtool.adapters.lockfile.variant_lock import variant_from_lock, write_index
     from envtool.adapters.mutex import hold_project_mutex
-    from envtool.adapters.variant_lock import variant_from_lock, write_index
 
     with hold_project_mutex(env_dir, name):
         rows = []

@@ -28,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envtool.adapters import nvidia_smi as smi
 from envtool.adapters.proc import Runner, run_capture
 from envtool.core import cuda as cuda_kb
+from envtool.core import nvidia_smi as smi
 from envtool.core.facts import GpuFacts, HostFacts, check_fields
 from envtool.core.versions import cuda_from_int, major_minor, parse_version
 from envtool.errors import UsageError

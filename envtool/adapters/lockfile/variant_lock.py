@@ -39,10 +39,10 @@ def discover_builds(
     listing `lock_environment` plans `--cuda auto` from (rattler_solve's discovery)."""
     import asyncio
 
-    from envtool.adapters.rattler_solve import _discover
+    from envtool.adapters.solve.rattler_solve import _discover
 
     async def run() -> list[ChannelBuild]:
-        from envtool.adapters.network import gateway as make_gateway
+        from envtool.adapters.solve.network import gateway as make_gateway
 
         try:
             gateway = make_gateway(cache_dir)  # rattler's client: retries, credentials, mirrors
@@ -98,7 +98,7 @@ def file_sha256(path: Path) -> str:
 def variant_from_lock(name: str, lock_path: Path) -> Variant:
     """The index row of a written variant lock: its hash, and what envtool recorded in it (CUDA,
     minimum driver, GPU architectures) plus the pytorch build each platform locked."""
-    from envtool.adapters.lock_io import read_lock
+    from envtool.adapters.lockfile.lock_io import read_lock
     from envtool.core.cuda import parse_arch_list
 
     lock = read_lock(lock_path)
@@ -175,7 +175,7 @@ def choose_in(
 ) -> tuple[Path, Choice] | None:
     """The variant lock in `folder` (a project's environments/NAME, or a bundle DIR) this host
     installs, and why; None when `folder` has no index and no --variant was given."""
-    from envtool.adapters.host_probe import probe_host
+    from envtool.adapters.host.host_probe import probe_host
     from envtool.core.variants import check_chosen, choose_variant, parse_variant
 
     index = read_index(folder)
@@ -237,8 +237,8 @@ def write_variant_bundle(
     files in one bundle (one channel), plus the index, so `install --from DIR` chooses on the
     offline machine. DIR/conda-lock.yml is the cpu variant's when there is one (what an
     envtool that knows no variants installs), else the newest CUDA variant's."""
-    from envtool.adapters.bundle import write_bundle
     from envtool.adapters.files import LOCK_FILE_LIMIT, read_bytes, write_atomic
+    from envtool.adapters.install.bundle import write_bundle
     from envtool.core.shell_quote import quote_posix
 
     index = read_index(env_dir)
@@ -315,8 +315,8 @@ def doctor_variant_check(host: HostFacts, install_lock: str | None, env_label: s
 def variant_bundle_files(env_dir: Path, platforms: list[str] | None) -> list[str]:
     """What `bundle --dry-run` of a project with variant locks would carry: every variant's
     files (each once)."""
-    from envtool.adapters.bundle import bundle_platforms
-    from envtool.adapters.lock_io import read_lock
+    from envtool.adapters.install.bundle import bundle_platforms
+    from envtool.adapters.lockfile.lock_io import read_lock
 
     index = read_index(env_dir)
     assert index is not None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters import preflight_script as script
+from envtool.adapters.launch import preflight_script as script
 from envtool.errors import DiagnosedFailure
 
 compare = script.compare
@@ -27,8 +27,8 @@ class PreflightFailure(DiagnosedFailure):
 def probe_fingerprint(prefix: Path | None, torch_version: str | None) -> dict[str, str | None]:
     """What every node must share, read without importing torch: torch and its CUDA build
     (torch/version.py), the NCCL package (conda-meta or a pip nvidia-nccl dist), the lock."""
-    from envtool.adapters.env_probe import read_torch_static
-    from envtool.adapters.launcher import read_lock_hash
+    from envtool.adapters.host.env_probe import read_torch_static
+    from envtool.adapters.launch.launcher import read_lock_hash
 
     facts = read_torch_static(prefix) if prefix is not None else None
     return {
@@ -48,7 +48,7 @@ def read_nccl_version(prefix: Path | None) -> str | None:
         parts = meta.name[: -len(".json")].rsplit("-", 2)
         if len(parts) == 3 and parts[0] == "nccl":
             return parts[1]
-    from envtool.adapters.env_probe import site_packages_dirs
+    from envtool.adapters.host.env_probe import site_packages_dirs
 
     for d in site_packages_dirs(prefix):
         for dist in sorted(d.glob("nvidia_nccl_cu*-*.dist-info")):

@@ -148,7 +148,7 @@ def delete_tree(path: Path) -> None:
 
 
 def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    from envtool.adapters.lock_io import write_text_atomic
+    from envtool.adapters.lockfile.lock_io import write_text_atomic
 
     write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envtool.adapters.proc import run_capture
-from envtool.adapters.rattler_solve import one_line
+from envtool.adapters.solve.rattler_solve import one_line
 from envtool.core.lockfile import PipPackage, SolvedPackage
 from envtool.core.shell_quote import printable
 from envtool.core.spec import PIP_NAME

@@ -10,7 +10,7 @@ from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters.env_probe import site_packages_dirs
+from envtool.adapters.host.env_probe import site_packages_dirs
 from envtool.core.drift import PackageId, diff_packages
 
 
@@ -193,7 +193,7 @@ def compute_drift(
     another size than their records say (`full`: or another sha256), and `damaged_records`:
     conda-meta/*.json that do not parse."""
     from envtool.adapters.locate import current_platform
-    from envtool.adapters.lock_io import read_lock
+    from envtool.adapters.lockfile.lock_io import read_lock
 
     lock = read_lock(Path(lock_path))
     plat = platform or current_platform()
@@ -305,7 +305,7 @@ def _sha256(path: Path) -> str:
 
 def describe_env(prefix: Path) -> dict[str, Any]:
     """One row of `envtool list` / the head of `envtool info`: from files only, no python run."""
-    from envtool.adapters.install_state import (
+    from envtool.adapters.install.install_state import (
         read_incomplete_marker,
         read_install_state,
         read_state_record,
@@ -349,7 +349,7 @@ def finish_command(row: dict[str, Any]) -> str:
     """The command that finishes the unfinished install of a `describe_env` row (info, list):
     core.hints' answer, from the lock the interrupted install recorded, by NAME when the env is
     the envs dir's NAME, else by its prefix."""
-    from envtool.adapters.install_state import read_incomplete_marker
+    from envtool.adapters.install.install_state import read_incomplete_marker
     from envtool.adapters.locate import env_prefix
     from envtool.core.hints import finish_install_command
     from envtool.errors import UsageError

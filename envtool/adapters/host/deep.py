@@ -63,7 +63,7 @@ def run_group(
     torchrun starts each worker in a session of its own, out of the group's reach, so every
     process also carries a marker in its environment and a time-out kills those found by it
     (they hold our output pipes too: left alive, reading the output would wait on them)."""
-    from envtool.adapters.launcher import kill_run
+    from envtool.adapters.launch.launcher import kill_run
 
     run_id = f"deep-{os.getpid()}-{uuid.uuid4().hex}"
     child_env = dict(os.environ if env is None else env)

@@ -1,6 +1,6 @@
 """The multi-node pre-flight exchange, standard library only (Python >= 3.8 syntax).
 
-envtool imports it (adapters/preflight.py, `envtool launch --nnodes N`), and a `--slurm` batch
+envtool imports it (adapters/launch/preflight.py, `envtool launch --nnodes N`), and a `--slurm` batch
 script runs its source with the environment's python on every node (`python -I -c SOURCE HEAD
 PORT NNODES TIMEOUT`, node from $SLURM_NODEID), where envtool may not be installed. One JSON
 line each way, bounded in size and time:

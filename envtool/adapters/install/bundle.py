@@ -15,9 +15,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters.installer import InstallReport, fetch_verified
+from envtool.adapters.install.installer import InstallReport, fetch_verified
 from envtool.adapters.locate import default_cache_dir, valid_env_name
-from envtool.adapters.lock_io import read_lock, write_text_atomic
+from envtool.adapters.lockfile.lock_io import read_lock, write_text_atomic
 from envtool.core.lockfile import Lock, LockedPackage
 from envtool.output import note
 

@@ -62,7 +62,7 @@ def read_activated_environ(prefix: Path | None, environ: Mapping[str, str]) -> d
     if prefix is None:
         return env
     if (prefix / "conda-meta").is_dir():
-        from envtool.adapters.activation import activated_environ
+        from envtool.adapters.launch.activation import activated_environ
 
         return activated_environ(prefix, environ)
     env["VIRTUAL_ENV"] = str(prefix)
@@ -73,7 +73,7 @@ def read_activated_environ(prefix: Path | None, environ: Mapping[str, str]) -> d
 
 def read_torch_version(prefix: Path | None) -> str | None:
     """torch's version from its site-packages, without importing torch (pre-flight stays fast)."""
-    from envtool.adapters.env_probe import read_torch_static
+    from envtool.adapters.host.env_probe import read_torch_static
 
     facts = read_torch_static(prefix) if prefix is not None else None
     return facts.version if facts is not None else None
@@ -81,7 +81,7 @@ def read_torch_version(prefix: Path | None) -> str | None:
 
 def read_lock_hash(prefix: Path | None) -> str | None:
     """The sha256 of the lock an installed env came from (the installer's state record), if any."""
-    from envtool.adapters.install_state import read_state_record
+    from envtool.adapters.install.install_state import read_state_record
 
     record = read_state_record(prefix) if prefix is not None else None
     value = record.get("lock_sha256") if isinstance(record, dict) else None
@@ -108,7 +108,7 @@ def make_run_dir(path: Path) -> None:
 def write_manifest(path: Path, data: dict[str, Any]) -> None:
     """Whole file or nothing: write beside, then rename. A run folder that cannot take it (a
     full disk, a quota) is a RunDirError naming the file and the disk."""
-    from envtool.adapters.lock_io import write_text_atomic
+    from envtool.adapters.lockfile.lock_io import write_text_atomic
 
     try:
         write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")

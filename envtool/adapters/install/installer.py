@@ -47,11 +47,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters import install_state, mutex
-from envtool.adapters.installed import check_prefix_records, set_aside_records
+from envtool.adapters import mutex
+from envtool.adapters.install import install_state
+from envtool.adapters.install.installed import check_prefix_records, set_aside_records
+from envtool.adapters.install.progress import Progress
 from envtool.adapters.locate import current_platform, default_cache_dir
-from envtool.adapters.lock_io import read_lock
-from envtool.adapters.progress import Progress
+from envtool.adapters.lockfile.lock_io import read_lock
 from envtool.core.install_plan import (
     FETCH,
     PACKAGE_CACHE,
@@ -287,7 +288,7 @@ async def _download(
                     else:
                         from rattler.package_streaming import download_to_writer
 
-                        from envtool.adapters.network import client
+                        from envtool.adapters.solve.network import client
 
                         resumed = resumed or size > 0
                         await download_to_writer(client(size), url, sink)
@@ -507,7 +508,7 @@ def apply_install(plan: InstallPlan, progress: bool = True, force: bool = False)
 
     urls = {p.package.file_name: p.url for p in plan.packages}
     if pip_pkgs:  # a bad pip entry is refused before anything is fetched or linked
-        from envtool.adapters.uv_pip import pip_requirements
+        from envtool.adapters.install.uv_pip import pip_requirements
 
         pip_requirements(pip_pkgs, urls, plan.lock_path)
     with mutex.hold_env_mutex(prefix, prefix.name, on_wait=note):
@@ -607,7 +608,7 @@ def _fetch_all(
     progress.start_fetch(len(pkgs), len(pkgs) - len(todo), lock_name)
     results: list[Any] = []
     if todo:
-        from envtool.adapters.network import download_concurrency
+        from envtool.adapters.solve.network import download_concurrency
 
         async def run() -> list[Any]:
             gate = asyncio.Semaphore(download_concurrency())
@@ -832,7 +833,7 @@ def _checked_contents(
         paths = data.get("paths") if isinstance(data, dict) else None
         if not isinstance(paths, list) or not all(isinstance(e, dict) for e in paths):
             raise refuse("info/paths.json has no list of paths")
-        from envtool.adapters.installed import unsafe_path
+        from envtool.adapters.install.installed import unsafe_path
 
         for entry in paths:
             why = unsafe_path(entry.get("_path"))
@@ -1224,7 +1225,7 @@ def _rust_stderr_captured() -> Iterator[_Captured]:
 def _damaged_in(prefix: Path) -> set[str]:
     """Installed packages with files gone from disk, of the wrong size, or modified since they
     were linked with another sha256: the install relinks them (converge)."""
-    from envtool.adapters.installed import damaged_packages, read_conda_meta
+    from envtool.adapters.install.installed import damaged_packages, read_conda_meta
 
     if not (prefix / "conda-meta").is_dir():
         return set()
@@ -1232,7 +1233,7 @@ def _damaged_in(prefix: Path) -> set[str]:
 
 
 def _installed_ids(prefix: Path) -> set[tuple[str, str, str]]:
-    from envtool.adapters.installed import read_conda_meta
+    from envtool.adapters.install.installed import read_conda_meta
 
     if not (prefix / "conda-meta").is_dir():
         return set()
@@ -1251,12 +1252,12 @@ def _channel_of(url: str) -> str:
 def _restore_locked_urls(prefix: Path, pkgs: list[LockedPackage]) -> None:
     """rattler linked these from verified local copies; conda-meta should name where the lock
     says each package comes from, like any conda-installed env."""
-    from envtool.adapters.lock_io import write_text_atomic
+    from envtool.adapters.lockfile.lock_io import write_text_atomic
 
     by_file = {p.file_name: p for p in pkgs}
     if not by_file:
         return
-    from envtool.adapters.installed import load_record
+    from envtool.adapters.install.installed import load_record
 
     for meta in (prefix / "conda-meta").glob("*.json"):
         data = load_record(meta)  # bounded and strict, like every record read
@@ -1273,9 +1274,9 @@ def _restore_locked_urls(prefix: Path, pkgs: list[LockedPackage]) -> None:
 def _install_pip(
     pkgs: list[LockedPackage], urls: dict[str, str], prefix: Path, uv_cache: Path
 ) -> None:
+    from envtool.adapters.install.uv_pip import pip_requirements, uv_binary
     from envtool.adapters.locate import python_in
     from envtool.adapters.proc import run_capture
-    from envtool.adapters.uv_pip import pip_requirements, uv_binary
 
     python = python_in(prefix)
     if not python.exists():

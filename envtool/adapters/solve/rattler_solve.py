@@ -65,7 +65,7 @@ def solve_platforms(channels: list[str], platform_plans: list[PlatformPlan]) -> 
 
     async def run() -> SolveResult:
 
-        from envtool.adapters.network import gateway as make_gateway
+        from envtool.adapters.solve.network import gateway as make_gateway
 
         try:
             gateway = make_gateway()
@@ -88,7 +88,7 @@ async def _session(
     from envtool.core.plan import Refusal
 
     try:
-        from envtool.adapters.network import gateway as make_gateway
+        from envtool.adapters.solve.network import gateway as make_gateway
 
         # rattler's client: a 503 or a reset on repodata is retried, credentials and mirrors apply
         gateway = make_gateway(cache_dir)

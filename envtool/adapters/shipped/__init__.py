@@ -1,0 +1,2 @@
+"""What envtool ships beside its code: the environment profiles (profiles) and the training-script
+templates `init` writes (templates)."""
