@@ -253,9 +253,8 @@ def test_bad_replay_env_json_is_a_usage_error(tmp_path: Path):
 
 def test_host_and_env_probes_overlap(monkeypatch: pytest.MonkeyPatch):
     """The host probe must run while the env probe (importing torch) runs, not after it."""
-    from envtool.adapters.host import env_probe, host_probe
+    from envtool.adapters.host import doctor_probe, env_probe, host_probe
     from envtool.adapters.locate import resolve_target
-    from envtool.commands import doctor
 
     env_started = threading.Event()
     seen_overlap: list[bool] = []
@@ -270,7 +269,7 @@ def test_host_and_env_probes_overlap(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(env_probe, "probe_env", fake_env)
     monkeypatch.setattr(host_probe, "probe_host", fake_host)
-    host, env = doctor.probe_facts(resolve_target(), fast=False, driver=None, record=None)
+    host, env = doctor_probe.probe_facts(resolve_target(), fast=False, driver=None, record=None)
     assert seen_overlap == [True]
     assert isinstance(host, HostFacts) and env.python_exe
 

@@ -334,7 +334,7 @@ def _replay_dir(tmp_path, files: dict[str, str], env: EnvFacts):
 
 def test_replay_t4_driver_515_with_cu121_torch(fixtures, tmp_path):
     # nvidia-smi/xml/tesla-t4.xml: driver 515.105.01 (CUDA 11.7), Tesla T4
-    from envtool.commands.doctor import read_replay
+    from envtool.adapters.host.doctor_probe import read_replay
 
     rec = _replay_dir(
         tmp_path,
@@ -356,7 +356,7 @@ def test_replay_t4_driver_515_with_cu121_torch(fixtures, tmp_path):
 )
 def test_replay_of_json_that_is_not_facts_is_a_usage_error(tmp_path, env_json, host_json):
     """env.json/host.json holding valid JSON of the wrong shape: exit 2 naming the file."""
-    from envtool.commands.doctor import read_replay
+    from envtool.adapters.host.doctor_probe import read_replay
     from envtool.errors import UsageError
 
     (tmp_path / "env.json").write_text(env_json)
@@ -368,7 +368,7 @@ def test_replay_of_json_that_is_not_facts_is_a_usage_error(tmp_path, env_json, h
 
 def test_replay_mig_h100_warns_about_mig(fixtures, tmp_path):
     # nvidia-smi/extracted/linux-x86_64__nvidia-h100-mig__590.48.01/idle__q.txt: MIG on, 4 instances
-    from envtool.commands.doctor import read_replay
+    from envtool.adapters.host.doctor_probe import read_replay
 
     src = fixtures / "nvidia-smi" / "extracted" / "linux-x86_64__nvidia-h100-mig__590.48.01"
     rec = _replay_dir(
@@ -382,7 +382,7 @@ def test_replay_mig_h100_warns_about_mig(fixtures, tmp_path):
 
 def test_replay_driver_610_renamed_fields_is_healthy(fixtures, tmp_path):
     # driver 610 prints "KMD Version" / "CUDA UMD Version"; RTX 2080 SUPER (sm_75) with cu130 wheels
-    from envtool.commands.doctor import read_replay
+    from envtool.adapters.host.doctor_probe import read_replay
 
     src = (
         fixtures

@@ -154,7 +154,7 @@ def test_doctor_stops_waiting_for_the_env_once_the_host_probe_finds_the_driver_h
     doctor stops waiting for the env's python (it would wait out the 120 s time-out) and the
     verdict stays the driver's."""
     from envtool.adapters.host import host_probe
-    from envtool.commands.doctor import probe_facts
+    from envtool.adapters.host.doctor_probe import probe_facts
     from envtool.core.checks import SKIP, check_torch_present
     from envtool.core.facts import HostFacts
 
@@ -174,7 +174,7 @@ def test_a_failing_host_probe_is_reported_without_waiting_for_the_env(
     """A bad ENVTOOL_NVML_TIMEOUT (say) is an exit-2 error at once, not after the env probe's
     120 s time-out. Liveness guard: the call must come back well inside those 120 s."""
     from envtool.adapters.host import host_probe
-    from envtool.commands.doctor import probe_facts
+    from envtool.adapters.host.doctor_probe import probe_facts
     from envtool.errors import UsageError
 
     target = wrapper(tmp_path, "hang", f"exec {sys.executable} -c 'import time; time.sleep(600)'")

@@ -84,7 +84,7 @@ def test_drift_reports_missing_extra_and_changed_builds() -> None:
 
 
 def test_host_check_refuses_a_driver_too_old_for_the_locked_cuda(fake_h200: FakeHost) -> None:
-    from envtool.commands.install import plan_host_check
+    from envtool.workflows.install import plan_host_check
 
     meta = {"envtool_cuda": "12.6", "envtool_gpu_archs": "sm_80 sm_90"}
     # the real 2 x H200 capture (driver 580.159.04): can run CUDA 12.6
@@ -397,8 +397,8 @@ def test_host_check_on_this_gpu_host() -> None:
     """GPU tier: on a real NVIDIA host the probe + check must accept a lock that this driver and
     these GPUs can run, and refuse one whose arch list leaves the GPUs out. Skips without a GPU."""
     from envtool.adapters.host.host_probe import probe_host
-    from envtool.commands.install import plan_host_check
     from envtool.core.cuda import capability_to_arch, newest_cuda_native
+    from envtool.workflows.install import plan_host_check
 
     host = probe_host()
     if not host.has_driver or not any(g.capability for g in host.gpus):

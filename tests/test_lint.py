@@ -48,11 +48,11 @@ def _safe_loader(expr: str) -> bool:
 
 @pytest.mark.slow
 def test_project_rules_hold() -> None:
-    """No shell=True, YAML only through safe loaders, only the CLI exits, a pure core, and the
-    layers import one way (commands -> workflows -> adapters -> core; commands not each other)."""
+    """No shell=True, YAML only through safe loaders, only the CLI exits, a core without os,
+    subprocess, click or rattler (the layers: test_layers_import_one_way)."""
     import ast
 
-    bad = _layer_violations()
+    bad: list[str] = []
     for rel, tree in _trees("envtool", "tests", "bench"):
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
@@ -87,24 +87,9 @@ def test_project_rules_hold() -> None:
     assert not bad, "\n".join(bad)
 
 
-# Layer imports that break the rule today, each with why it stays (module -> imported module).
-# Empty it as they move; a new entry needs a reason a reviewer accepts.
-LAYER_ALLOWLIST: dict[tuple[str, str], str] = {
-    # install's host check (its refusal line and --force) is one rule for create and install; it
-    # belongs in an adapter beside core/host_check.py, but create's and install's install paths
-    # are being reworked (plan, then apply: issue 13 item 4), where it moves
-    ("envtool.commands.create", "envtool.commands.install"): "check_host: moves with item 4",
-    # finishing an interrupted `remove` before an install: I/O on the prefix, an adapter's job
-    # (install_state, beside removal_leftovers); its callers are the install paths above
-    ("envtool.commands.create", "envtool.commands.remove"): "finish_interrupted_removal: item 4",
-    ("envtool.commands.install", "envtool.commands.remove"): "finish_interrupted_removal: item 4",
-    # the host summary launch prints (and init's GPU count): belongs in an adapter beside
-    # host_probe; launch.py is being reworked (runs, Slurm) by another change
-    ("envtool.commands.init", "envtool.commands.launch"): "summarize_host: launch rework",
-    # launch's preflight probes the env as doctor does (doctor's probing moves to an adapter:
-    # issue 13 item 5, "doctor's probing … sit in commands/doctor.py")
-    ("envtool.commands.launch", "envtool.commands.doctor"): "probe_env_fast: item 5",
-}
+# Layer imports that break the rule, each with why it stays (module -> imported module). Empty:
+# a new entry needs a reason a reviewer accepts (and says where the code should move).
+LAYER_ALLOWLIST: dict[tuple[str, str], str] = {}
 
 
 def _envtool_imports(tree):
@@ -174,3 +159,76 @@ def _layer_violations() -> list[str]:
         for me, mod in sorted(stale)
     ]
     return bad
+
+
+def test_layers_import_one_way() -> None:
+    """commands -> workflows -> adapters -> core, never back: the core imports no adapter,
+    command, workflow or cli; an adapter no command or workflow; a workflow no command; a
+    command no other command (shared code lives in a workflow, an adapter, the core, or the
+    commands package's __init__)."""
+    bad = _layer_violations()
+    assert not bad, "\n".join(bad)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """envtool's modules -> the envtool modules each imports, wherever in the file (an import
+    inside a function is an edge too: it is a cycle waiting for the first call)."""
+    graph: dict[str, set[str]] = {}
+    for rel, tree in _trees("envtool"):
+        me = _module(rel)
+        graph.setdefault(me, set()).update(m for _, m in _envtool_imports(tree) if m != me)
+    return {me: {m for m in mods if m in graph} for me, mods in graph.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles() -> None:
+    """No two envtool modules import each other, directly or round a longer loop (an
+    installer that imports installed, which imports installer): one of them holds what both
+    need, or it moves down a layer."""
+    graph = _import_graph()
+    cycles = [
+        " <-> ".join(c) + ": " + "; ".join(f"{m} imports {sorted(graph[m] & set(c))}" for m in c)
+        for c in _cycles(graph)
+    ]
+    assert not cycles, "\n".join(cycles)

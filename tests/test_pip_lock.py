@@ -10,8 +10,9 @@ import pytest
 import yaml
 from channel_builder import build_wheel
 
-from envtool.adapters.install.uv_pip import compile_pip, parse_pylock, python_platform
+from envtool.adapters.install.uv_pip import compile_pip
 from envtool.core.lockfile import SolvedPackage
+from envtool.core.pip_lock import parse_pylock, python_platform
 from envtool.errors import UsageError
 
 CONDA = [

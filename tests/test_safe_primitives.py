@@ -207,7 +207,7 @@ def test_printable_escapes_terminal_controls():
 
 
 def test_the_requirements_writer_refuses_anything_but_one_line_per_entry() -> None:
-    from envtool.adapters.install.uv_pip import locked_requirement, requirements_text
+    from envtool.core.pip_lock import locked_requirement, requirements_text
     from envtool.errors import UsageError
 
     ok = locked_requirement("a.b-c_d", "1.0", "file:///w/a.whl", "AB" * 32, "L")

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from conftest import run_envtool
 
-from envtool.adapters.install.uv_pip import requirements_text
 from envtool.adapters.locate import project_env_paths
+from envtool.core.pip_lock import requirements_text
 from envtool.errors import UsageError
 
 

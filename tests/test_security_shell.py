@@ -615,7 +615,7 @@ def _record(tmp_path: Path, record: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_doctor_record_does_not_write_through_planted_links(tmp_path: Path) -> None:
-    from envtool.commands.doctor import ENV_FILE, HOST_DIR
+    from envtool.adapters.host.doctor_probe import ENV_FILE, HOST_DIR
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
@@ -633,7 +633,7 @@ def test_doctor_record_does_not_write_through_planted_links(tmp_path: Path) -> N
 
 
 def test_doctor_record_refuses_a_planted_host_folder_link(tmp_path: Path) -> None:
-    from envtool.commands.doctor import HOST_DIR
+    from envtool.adapters.host.doctor_probe import HOST_DIR
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

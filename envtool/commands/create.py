@@ -152,8 +152,8 @@ def cmd(
         result = summarize_lock(outcome, name, "create", False)
         if target is not None:
             from envtool.adapters.install.installer import apply_install
-            from envtool.commands.install import plan_from_lock
-            from envtool.commands.remove import finish_interrupted_removal
+            from envtool.workflows.install import plan_from_lock
+            from envtool.workflows.remove import finish_interrupted_removal
 
             lock_path = outcome.env_dir / "conda-lock.yml"
             try:  # install's plan: its host check, its line and its --force (one rule)

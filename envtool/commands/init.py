@@ -58,8 +58,7 @@ def cmd(
 
 def visible_gpus() -> int:
     """GPUs ranks would see on this host (after CUDA_VISIBLE_DEVICES), as `launch` counts them."""
-    from envtool.adapters.host.host_probe import probe_host
-    from envtool.commands.launch import summarize_host
+    from envtool.adapters.host.host_probe import probe_host, summarize_host
 
     return int(summarize_host(probe_host())["visible_gpus"])
 

@@ -175,7 +175,7 @@ def new_run_id() -> str:
 def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -> Result:
     """Run torchrun here. The Result carries the ranks' exit code; its text is empty (the ranks'
     output and envtool's notes already streamed), --json prints the manifest."""
-    from envtool.adapters.host.host_probe import probe_host
+    from envtool.adapters.host.host_probe import probe_host, summarize_host
     from envtool.adapters.launch import launcher
     from envtool.core.launch_plan import LaunchRequest, plan_launch, render_dry_run
 
@@ -401,24 +401,10 @@ def preflight_torch(target: Any) -> str | None:
     )
 
 
-def summarize_host(host: HostFacts) -> dict[str, Any]:
-    """Driver, GPU names and how many GPUs ranks can see (after CUDA_VISIBLE_DEVICES)."""
-    driver = host.driver_version
-    gpus = [g.name for g in host.gpus]
-    cvd = host.cuda_visible_devices
-    if cvd is None:
-        cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    visible = len(gpus)
-    if cvd is not None:
-        entries = [e for e in cvd.split(",") if e.strip() and e.strip() != "-1"]
-        visible = min(visible, len(entries))
-    return {"driver": driver, "gpus": gpus, "visible_gpus": visible}
-
-
 def preflight_doctor(target: Any, host: HostFacts) -> None:
     """The doctor's fast checks (no python run) over the already probed host must pass before
     GPUs are claimed."""
-    from envtool.commands.doctor import probe_env_fast
+    from envtool.adapters.host.doctor_probe import probe_env_fast
     from envtool.core.checks import FAIL, run_checks
 
     failed = [c for c in run_checks(host, probe_env_fast(target)) if c.status == FAIL]

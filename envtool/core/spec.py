@@ -19,7 +19,7 @@ from envtool.errors import UsageError
 MAX_SPEC_CHARS = 1000
 MAX_VERSION_PART = 64
 MAX_PIP_CHARS = 4096  # a pip entry may carry a URL and --hash options
-# PEP 508 distribution names (uv_pip checks lock entries with the same rule)
+# PEP 508 distribution names (core/pip_lock checks lock entries with the same rule)
 PIP_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 # a newline in an entry would become a second requirement line in the requirements file
 _PIP_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -645,3 +645,17 @@ def probe_host_facts(request: Request) -> HostFacts | None:
     if request.cuda == "cpu" or (request.driver and request.gpus):
         return None
     return probe_host()
+
+
+def summarize_host(host: HostFacts) -> dict[str, Any]:
+    """Driver, GPU names and how many GPUs ranks can see (after CUDA_VISIBLE_DEVICES)."""
+    driver = host.driver_version
+    gpus = [g.name for g in host.gpus]
+    cvd = host.cuda_visible_devices
+    if cvd is None:
+        cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = len(gpus)
+    if cvd is not None:
+        entries = [e for e in cvd.split(",") if e.strip() and e.strip() != "-1"]
+        visible = min(visible, len(entries))
+    return {"driver": driver, "gpus": gpus, "visible_gpus": visible}

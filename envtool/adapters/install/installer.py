@@ -508,7 +508,7 @@ def apply_install(plan: InstallPlan, progress: bool = True, force: bool = False)
 
     urls = {p.package.file_name: p.url for p in plan.packages}
     if pip_pkgs:  # a bad pip entry is refused before anything is fetched or linked
-        from envtool.adapters.install.uv_pip import pip_requirements
+        from envtool.core.pip_lock import pip_requirements
 
         pip_requirements(pip_pkgs, urls, plan.lock_path)
     with mutex.hold_env_mutex(prefix, prefix.name, on_wait=note):
@@ -1274,9 +1274,10 @@ def _restore_locked_urls(prefix: Path, pkgs: list[LockedPackage]) -> None:
 def _install_pip(
     pkgs: list[LockedPackage], urls: dict[str, str], prefix: Path, uv_cache: Path
 ) -> None:
-    from envtool.adapters.install.uv_pip import pip_requirements, uv_binary
+    from envtool.adapters.install.uv_pip import uv_binary
     from envtool.adapters.locate import python_in
     from envtool.adapters.proc import run_capture
+    from envtool.core.pip_lock import pip_requirements
 
     python = python_in(prefix)
     if not python.exists():

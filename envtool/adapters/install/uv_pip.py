@@ -1,4 +1,5 @@
-"""The pip section, resolved with `uv pip compile` for the target python and platform.
+"""The pip section, resolved with `uv pip compile` for the target python and platform (the pure
+parts, requirement lines and pylock.toml, are core/pip_lock.py).
 
 Output is read from uv's pylock.toml (PEP 751: every distribution with its URL and sha256), and
 becomes `manager: pip` entries of conda-lock.yml. A pip entry that would replace the conda torch
@@ -17,78 +18,15 @@ from typing import TYPE_CHECKING
 from envtool.adapters.proc import run_capture
 from envtool.adapters.solve.rattler_solve import one_line
 from envtool.core.lockfile import PipPackage, SolvedPackage
-from envtool.core.shell_quote import printable
-from envtool.core.spec import PIP_NAME
+from envtool.core.pip_lock import parse_pylock, python_platform, requirements_text
 from envtool.errors import UsageError
 
 if TYPE_CHECKING:
-    from envtool.core.lockfile import LockedPackage
+    pass
 
 # conda package -> the pip distributions it provides (only the ones pip must never replace)
 TORCH_FAMILY = {"pytorch": "torch", "torchvision": "torchvision", "torchaudio": "torchaudio"}
-PYTHON_PLATFORM = {
-    "linux-64": "x86_64-manylinux_{glibc}",
-    "linux-aarch64": "aarch64-manylinux_{glibc}",
-    "osx-arm64": "aarch64-apple-darwin",
-    "win-64": "x86_64-pc-windows-msvc",
-}
 _PASS_OPTIONS = ("--index-url", "--extra-index-url", "--find-links")
-# one token: no whitespace (a requirements file splits options there), no control characters
-# (a newline starts another requirement)
-_TOKEN = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]+")
-_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
-
-
-def check_pip_name(name: object, where: str) -> str:
-    """A PEP 508 distribution name, or a one-line UsageError naming `where`."""
-    if not isinstance(name, str) or not PIP_NAME.fullmatch(name):
-        raise UsageError(
-            f"{where}: pip package name {printable(repr(name))[:120]} is not a valid name",
-            "a pip name is letters, digits and . _ - (PEP 508); fix or re-create the lock",
-        )
-    return name
-
-
-def locked_requirement(name: str, version: str, url: str, sha256: str | None, where: str) -> str:
-    """One line `NAME @ URL --hash=sha256:HEX` from a lock's pip entry, each field checked:
-    a newline or space in any of them would add requirements or options to the file."""
-    check_pip_name(name, where)
-    for field_name, value in (("version", version), ("url", url)):
-        if not isinstance(value, str) or not _TOKEN.fullmatch(value):
-            raise UsageError(
-                f"{where}: pip package {name}: {field_name} {printable(repr(value))[:120]} "
-                "holds spaces or control characters",
-                "fix or re-create the lock",
-            )
-    if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
-        raise UsageError(
-            f"{where}: pip package {name}: sha256 {printable(repr(sha256))[:120]} is not 64 hex "
-            "digits",
-            "re-lock so every pip entry carries a hash",
-        )
-    return f"{name} @ {url} --hash=sha256:{sha256.lower()}"
-
-
-def requirements_text(lines: list[str], where: str) -> str:
-    """The one writer of requirements files: each item must be one line (no newline or other
-    control character), so N entries are N requirements; anything else is refused."""
-    for line in lines:
-        if "${" in line:  # uv/pip expand ${VAR} here: a file from elsewhere could read secrets
-            raise UsageError(
-                f"{where}: pip entry {printable(repr(line))[:120]} refers to an environment "
-                "variable (${…})",
-                "write the URL or version out in full",
-            )
-        if not line.strip() or _CONTROL.search(line):
-            raise UsageError(
-                f"{where}: pip entry {printable(repr(line))[:120]} is not a single requirement "
-                "line",
-                "write one requirement per entry, without newlines or control characters",
-            )
-    return "".join(line + "\n" for line in lines)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def uv_binary() -> str:
@@ -102,10 +40,6 @@ def uv_binary() -> str:
         if not found:
             raise UsageError("uv not found", "install it: pip install uv") from None
         return found
-
-
-def python_platform(platform: str, glibc: str = "2.28") -> str:
-    return PYTHON_PLATFORM[platform].format(glibc=glibc.replace(".", "_"))
 
 
 def compile_pip(
@@ -187,48 +121,6 @@ def compile_pip(
     return [p for p in packages if p.name not in conda_names]
 
 
-def parse_pylock(text: str, platform: str) -> list[PipPackage]:
-    """uv's pylock.toml -> PipPackage per distribution (the wheel for this platform, else sdist)."""
-    import tomllib
-
-    data = tomllib.loads(text)
-    out: list[PipPackage] = []
-    for pkg in data.get("packages", []):
-        wheels = pkg.get("wheels") or []
-        pick = _pick_wheel(wheels, platform) or pkg.get("sdist")
-        if not pick:
-            raise UsageError(
-                f"pip package {pkg.get('name')}: no wheel or sdist URL in the resolution",
-                "use an index or --find-links folder that serves files",
-            )
-        out.append(
-            PipPackage(
-                name=pkg["name"],
-                version=str(pkg.get("version", "")),
-                platform=platform,
-                url=pick["url"],
-                sha256=(pick.get("hashes") or {}).get("sha256"),
-            )
-        )
-    return sorted(out, key=lambda p: p.name)
-
-
-def _pick_wheel(wheels: list[dict], platform: str) -> dict | None:
-    if len(wheels) <= 1:
-        return wheels[0] if wheels else None
-    want = {
-        "linux-64": ("manylinux", "x86_64"),
-        "linux-aarch64": ("manylinux", "aarch64"),
-        "osx-arm64": ("macosx", "arm64"),
-        "win-64": ("win", "amd64"),
-    }[platform]
-    for w in wheels:
-        name = w["url"].rsplit("/", 1)[-1].lower()
-        if all(part in name for part in want):
-            return w
-    return next((w for w in wheels if w["url"].endswith("-none-any.whl")), wheels[0])
-
-
 def _conda_python(conda: list[SolvedPackage]) -> str:
     for p in conda:
         if p.name == "python":
@@ -236,13 +128,3 @@ def _conda_python(conda: list[SolvedPackage]) -> str:
     raise UsageError(
         "the environment has a pip section but no python", "add python to the dependencies"
     )
-
-
-def pip_requirements(pkgs: list[LockedPackage], urls: dict[str, str], where: str) -> str:
-    """The requirements file for a lock's pip entries (`uv pip install --require-hashes
-    --no-deps -r`): one checked line per entry, so the file installs exactly these."""
-    lines = [
-        locked_requirement(p.name, p.version, urls[p.file_name].split("#", 1)[0], p.sha256, where)
-        for p in pkgs
-    ]
-    return requirements_text(lines, where)
