@@ -34,7 +34,7 @@ def hold_mutex(
 ) -> Iterator[None]:
     """Hold the lock file `path`; say so when another process holds it and we wait.
 
-    Re-entrant within a process (one FileLock object per path): `create` holds the env lock
+    Re-entrant within a process (one FileLock object per path): `create` holds the env mutex
     across lock-write + install, and the installer takes it again inside."""
     from filelock import FileLock, Timeout
 
@@ -70,7 +70,7 @@ def hold_env_mutex(
 
 
 def env_mutex_busy(prefix: Path) -> bool:
-    """Does another process hold the env lock right now (e.g. a removal under way)?"""
+    """Does another process hold the env mutex right now (e.g. a removal under way)?"""
     from filelock import FileLock, Timeout
 
     path = env_mutex_path(Path(prefix))

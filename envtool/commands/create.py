@@ -144,7 +144,7 @@ def cmd(
     with ExitStack() as held:
         # One create at a time per environment: the lock written and the env installed from it
         # agree (two creates racing left a 6-package lock beside an 806-package env). The
-        # project lock first, then the env's: every command takes them in that order.
+        # project mutex first, then the env's: every command takes them in that order.
         held.enter_context(hold_project_mutex(project_env_paths(name, directory)[0], name))
         if target is not None:
             held.enter_context(hold_env_mutex(target, name, on_wait=note))

@@ -11,7 +11,7 @@ from envtool.commands import renders
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import UsageError
 from envtool.output import Result
-from envtool.workflows.install import hold_install_locks, plan_from_lock
+from envtool.workflows.install import hold_install_mutexes, plan_from_lock
 
 if TYPE_CHECKING:
     from envtool.core.install_plan import InstallPlan
@@ -161,7 +161,7 @@ def cmd(
         return Result(
             "install", {"dry_run": True, "name": label, **planned.to_dict()}, planned.render()
         )
-    with hold_install_locks(lock_path, target, label):
+    with hold_install_mutexes(lock_path, target, label):
         # the lock is read (once) with its project folder held: what is planned is what runs
         planned = plan()
         result = apply_plan(planned, label, progress=not (as_json or quiet), force=force)

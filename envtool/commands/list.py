@@ -35,7 +35,7 @@ def render_env_table(rows: list[dict]) -> list[str]:
 
 
 def removing_rows(root: Path) -> list[dict]:
-    """One row per `.NAME#removing-<random>` folder: a removal under way (its env lock held)
+    """One row per `.NAME#removing-<random>` folder: a removal under way (its env mutex held)
     or one that was killed or failed midway (`remove NAME` finishes it)."""
     from envtool.adapters.install.install_state import leftover_name
     from envtool.adapters.mutex import env_mutex_busy

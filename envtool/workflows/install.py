@@ -1,6 +1,6 @@
 """Installing from a lock, the steps `install` (NAME, --lock, --from) and `create` share: the
 plan from one read of the lock with the one host check (plan_from_lock; --force skips the
-check), and the mutexes every install holds, in their one order (hold_install_locks), with an
+check), and the mutexes every install holds, in their one order (hold_install_mutexes), with an
 interrupted removal finished first. The command applies the plan (adapters/install/installer)."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def check_host(meta: dict[str, str], platform: str) -> None:
 def _refuse_replacing(name: str, target: Path, lock_sha256: str, from_dir: str) -> None:
     """A bundle names its env; that name must not silently replace an env already there (one
     installed from this very lock is only converged: nothing of it is replaced). Called with
-    the env lock held and the plan's one read of the lock: a create cannot slip in between."""
+    the env mutex held and the plan's one read of the lock: a create cannot slip in between."""
     from envtool.adapters.install.install_state import read_state_record
 
     if not (target.exists() or target.is_symlink()):
@@ -58,10 +58,11 @@ def _refuse_replacing(name: str, target: Path, lock_sha256: str, from_dir: str) 
 
 
 @contextlib.contextmanager
-def hold_install_locks(lock_path: Path, target: Path, label: str) -> Iterator[None]:
+def hold_install_mutexes(lock_path: Path, target: Path, label: str) -> Iterator[None]:
     """What every install into an env holds (`install NAME`, `--lock`, `--from` a bundle): the
-    lock file's project folder (so `lock`/`create` cannot rewrite it mid-install), then the env
-    lock (so `remove` or another install cannot run at the same time) — that order, always.
+    project mutex of the lockfile's folder (so `lock`/`create` cannot rewrite it mid-install),
+    then the env mutex (so `remove` or another install cannot run at the same time) — that
+    order, always.
     Once held, an interrupted removal of the env is finished first."""
     from envtool.adapters.mutex import hold_env_mutex, hold_project_mutex
     from envtool.output import note

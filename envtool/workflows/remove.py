@@ -13,7 +13,7 @@ from envtool.output import note
 
 
 def remove_prefix(target: Path, label: str) -> list[str]:
-    """Remove the env at `target` (the caller holds its env lock) and any earlier removal's
+    """Remove the env at `target` (the caller holds its env mutex) and any earlier removal's
     leftovers; lines to report.
 
     The prefix is first renamed to a sibling `.NAME#removing-<random>` (one atomic step), then
@@ -47,7 +47,7 @@ def remove_prefix(target: Path, label: str) -> list[str]:
 
 
 def finish_interrupted_removal(target: Path, label: str) -> None:
-    """Before an install into `target` (its env lock held): delete what an interrupted `remove`
+    """Before an install into `target` (its env mutex held): delete what an interrupted `remove`
     left beside it. One that cannot be deleted does not block the install; we say how to end it."""
     from envtool.adapters.install.install_state import removal_leftovers
 

@@ -4,7 +4,7 @@ Order of work, chosen so nothing is ever half-done or unverified:
   1. read the lock once (lock_io.read_lock, the one reader) and plan (plan_install: the
      platform's packages, their URLs, what the caches hold — core/install_plan.InstallPlan,
      what `install --dry-run` prints); apply_install executes that plan, steps 2–6;
-  2. take the per-environment file lock; check the prefix's package records; fetch (step 3);
+  2. take the env mutex (adapters/mutex.py); check the prefix's package records; fetch (step 3);
      then write the `incomplete` marker;
   3. fetch every archive into envtool's archive cache through rattler's client (network.py:
      retries, the user's credentials and mirrors; a body cut short is fetched again, then a
