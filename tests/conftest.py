@@ -153,7 +153,7 @@ class FakeHost:
     def facts(self, driver: str | None = None) -> HostFacts:
         """The HostFacts `doctor --replay` makes of the capture (a new object each call);
         `driver`: as replayed with `--driver DRIVER`."""
-        from envtool.adapters.host.host_probe import apply_overrides, facts_from_record
+        from envtool.core.host_record import apply_overrides, facts_from_record
 
         facts = facts_from_record(self.smi())
         return apply_overrides(facts, driver=driver) if driver else facts

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from envtool.adapters.host import host_probe
-from envtool.adapters.host.host_probe import apply_overrides, facts_from_record, probe_host
+from envtool.adapters.host.host_probe import probe_host
 from envtool.adapters.proc import ProcResult
-from envtool.core import nvidia_smi
+from envtool.core import host_record, nvidia_smi
 from envtool.core.checks import check_nvidia_driver
 from envtool.core.facts import EnvFacts, HostFacts
+from envtool.core.host_record import apply_overrides, facts_from_record
 from envtool.errors import UsageError
 
 # ---------------------------------------------------------------- helpers over the real captures
@@ -600,7 +600,7 @@ def test_hung_nvml_gives_the_proc_driver_no_nvidia_smi_and_a_failing_verdict(
     assert verdict.status == "fail" and "not answering" in verdict.summary
     assert "dmesg | grep -i xid" in (verdict.fix or "") and "nvidia-smi -r" in (verdict.fix or "")
     # --record / --replay: the raw files say "hung", the replay says so too, and so does host.json.
-    assert set(record) <= set(host_probe.RECORD_FILES)
+    assert set(record) <= set(host_record.RECORD_FILES)
     assert facts_from_record(record) == facts
     assert HostFacts.from_dict(json.loads(json.dumps(facts.to_dict()))) == facts
 
@@ -708,7 +708,7 @@ def test_record_then_replay_gives_the_same_facts(fixtures: Path, tmp_path: Path)
     live = probe_host(
         env, runner=h200_runner(fixtures, xml=False), nvml=None, record=record, proc_root=tmp_path
     )
-    assert set(record) <= set(host_probe.RECORD_FILES)
+    assert set(record) <= set(host_record.RECORD_FILES)
     assert {"nvidia-smi.txt", "query.csv", "topo.txt", "env.json", "probe.json"} <= set(record)
     # through the file system, as doctor --record / --replay do
     rec_dir = tmp_path / "rec"

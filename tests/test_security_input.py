@@ -283,7 +283,7 @@ def _base_recordings(tmp: Path, fixtures_root: Path | None) -> dict[str, Path]:
     _write_json(host_only / "env.json", _rich_env())
     import json
 
-    from envtool.adapters.host.host_probe import facts_from_record
+    from envtool.core.host_record import facts_from_record
 
     host = facts_from_record({"nvml.json": json.dumps(_nvml())}).to_dict()
     host |= {"topology": "GPU0 X NV18", "overrides": {"CONDA_OVERRIDE_CUDA": "12.4"}}
@@ -638,9 +638,9 @@ def test_doctor_reports_hung_nvidia_smi_and_nvcc_and_leaves_nothing_running(tmp_
 def test_a_hung_nvidia_smi_beside_a_known_driver_is_a_hung_driver() -> None:
     import json
 
-    from envtool.adapters.host.host_probe import facts_from_record
     from envtool.core.checks import check_nvidia_driver
     from envtool.core.facts import EnvFacts
+    from envtool.core.host_record import facts_from_record
 
     errors = ["nvidia-smi -q -x did not answer in 10 s — the driver may be hung"]
     raw = {

@@ -58,10 +58,11 @@ def probe_facts(
     """Host and env probes run at the same time: the env probe (importing torch, seconds) would
     otherwise add to the host probe (nvidia-smi, up to a second or two)."""
     from envtool.adapters.host import host_probe
+    from envtool.core.host_record import apply_overrides
 
     def host() -> HostFacts:
         facts = host_probe.probe_host(record=record)
-        return host_probe.apply_overrides(facts, driver=driver) if driver else facts
+        return apply_overrides(facts, driver=driver) if driver else facts
 
     stop_env = threading.Event()  # set when the env probe is not worth waiting for
 
@@ -152,7 +153,7 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
     and every field type-checked; anything else is one line naming the file."""
     import os
 
-    from envtool.adapters.host.host_probe import RECORD_FILES, facts_from_record
+    from envtool.core.host_record import RECORD_FILES, facts_from_record
 
     if not directory.is_dir():
         what = "a file, not a directory" if directory.exists() else "no such directory"
@@ -189,7 +190,7 @@ def read_replay(directory: Path, driver: str | None = None) -> tuple[HostFacts, 
     else:
         host = HostFacts.from_dict(_recorded_json(host_json), f"--replay {host_json}")
     if driver:
-        from envtool.adapters.host.host_probe import apply_overrides
+        from envtool.core.host_record import apply_overrides
 
         host = apply_overrides(host, driver=driver)
     return host, env
@@ -202,8 +203,8 @@ def _replay_captures(
     `nvidia-smi-q.xml`, `query.csv`, `topo.txt`, …) plus `collect_env.txt` (what
     `python -m torch.utils.collect_env` printed): host facts parsed as a recording's are, env facts
     from collect_env (none without it)."""
-    from envtool.adapters.host.host_probe import apply_overrides, facts_from_record
     from envtool.core.collect_env import parse_collect_env
+    from envtool.core.host_record import apply_overrides, facts_from_record
 
     text = {n: _recorded_bytes(directory / n).decode("utf-8", errors="replace") for n in names}
     source = f"--replay {directory}"
