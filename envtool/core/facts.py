@@ -276,3 +276,87 @@ def _bad(source: str, where: str, value: Any, expected: str) -> UsageError:
         "re-record it with `envtool doctor --record DIR` (the file was edited or is from a "
         "newer envtool)",
     )
+
+
+# --- doctor --deep's results (what deep_script writes, `doctor --record` keeps in deep.json)
+
+# What deep_script writes (and `doctor --record` keeps in deep.json): checked before the deep
+# checks read it, so a replayed or a broken result is one line, not a TypeError in a check.
+_MATMUL_SCHEMA: dict[str, Any] = {
+    "torch": str | None,
+    "cuda": str | None,
+    "device_count": int | None,
+    "size": int | None,
+    "results": list[dict[str, Any]],
+    "error": str | None,
+}
+
+
+_MATMUL_ROW_SCHEMA: dict[str, Any] = {
+    "device": str,
+    "dtype": str | None,
+    "name": str | None,
+    "rel_error": float,
+    "tolerance": float | None,
+    "ok": bool | None,
+    "tflops": float | None,
+    "error": str | None,
+}
+
+
+_ALLREDUCE_SCHEMA: dict[str, Any] = {
+    "world_size": int | None,
+    "backend": str | None,
+    "nccl": str | None,
+    "sum_exact": bool | None,
+    "sizes": list[dict[str, Any]],
+    "error": str | None,
+    "skipped": str | None,
+}
+
+
+_SIZE_SCHEMA: dict[str, Any] = {
+    "size_mib": float,
+    "exact": bool | None,
+    "time_us": float | None,
+    "algbw_gbps": float,
+    "busbw_gbps": float,
+}
+
+
+_SIZE_REQUIRED = ("size_mib", "algbw_gbps", "busbw_gbps")
+
+
+def check_deep_record(data: Any, source: str) -> dict[str, Any]:
+    """A --deep result ({"matmul", "allreduce", "skipped"}) with every value the checks read
+    type-checked; a UsageError naming `source` and the field otherwise."""
+    out = check_fields(
+        data,
+        {"matmul": dict[str, Any] | None, "allreduce": dict[str, Any] | None, "skipped": Any},
+        source,
+    )
+    check_fields(out, {"skipped": str | None}, source)
+    if out.get("matmul") is not None:
+        mm = check_fields(out["matmul"], _MATMUL_SCHEMA, source, "matmul.")
+        for i, row in enumerate(mm.get("results") or []):
+            where = f"matmul.results[{i}]."
+            check_fields(row, _MATMUL_ROW_SCHEMA, source, where)
+            _require(
+                row, ("device",) if row.get("error") else ("device", "rel_error"), source, where
+            )
+    if out.get("allreduce") is not None:
+        ar = check_fields(out["allreduce"], _ALLREDUCE_SCHEMA, source, "allreduce.")
+        for i, size in enumerate(ar.get("sizes") or []):
+            where = f"allreduce.sizes[{i}]."
+            check_fields(size, _SIZE_SCHEMA, source, where)
+            _require(size, _SIZE_REQUIRED, source, where)
+    return out
+
+
+def _require(data: dict[str, Any], keys: tuple[str, ...], source: str, where: str) -> None:
+    missing = [k for k in keys if data.get(k) is None]
+    if missing:
+        raise UsageError(
+            f"{source}: {where}{missing[0]} is missing",
+            "re-record it with `envtool doctor --deep --record DIR`",
+        )

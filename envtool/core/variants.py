@@ -20,12 +20,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envtool.core import cuda as cu
 from envtool.core.shell_quote import quote_posix
 from envtool.core.versions import major_minor, parse_version
 from envtool.errors import UsageError
+
+if TYPE_CHECKING:
+    from envtool.core.facts import HostFacts
 
 INDEX_FILE = "variants.yml"
 INDEX_VERSION = 1
@@ -673,3 +676,17 @@ def decide_variants(
             + "); pin one with pytorch=X.Y in environment.yml"
         )
     return requested, torch, notes
+
+
+def host_gpus(host: HostFacts) -> list[HostGpu]:
+    """The GPUs this process would use: CUDA_VISIBLE_DEVICES by index when it lists indices
+    ("" hides them all); names (UUIDs, MIG) are not mapped, so every GPU counts then."""
+    visible = host.cuda_visible_devices
+    gpus = [g for g in host.gpus if g.capability]
+    if visible is not None:
+        tokens = [t.strip() for t in visible.split(",") if t.strip()]
+        if not tokens:
+            return []
+        if all(t.isdigit() for t in tokens):
+            gpus = [g for g in gpus if str(g.index) in tokens]
+    return [HostGpu(g.capability or "", g.name) for g in gpus]

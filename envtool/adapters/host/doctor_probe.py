@@ -237,7 +237,7 @@ def _recorded_json(path: Path) -> Any:
 def read_replay_deep(directory: Path) -> dict[str, Any] | None:
     import os
 
-    from envtool.adapters.host.deep import check_deep_record
+    from envtool.core.facts import check_deep_record
 
     path = directory / DEEP_FILE
     if not os.path.lexists(path):

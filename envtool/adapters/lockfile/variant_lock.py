@@ -15,10 +15,10 @@ from envtool.core.variants import (
     INDEX_FILE,
     ChannelBuild,
     Choice,
-    HostGpu,
     PlatformBuild,
     Variant,
     VariantIndex,
+    host_gpus,
     lock_file_name,
     parse_index,
     render_index,
@@ -134,20 +134,6 @@ def index_problems(env_dir: Path, index: VariantIndex) -> list[str]:
         elif file_sha256(path) != v.sha256:
             out.append(f"{path}: changed since it was indexed")
     return out
-
-
-def host_gpus(host: HostFacts) -> list[HostGpu]:
-    """The GPUs this process would use: CUDA_VISIBLE_DEVICES by index when it lists indices
-    ("" hides them all); names (UUIDs, MIG) are not mapped, so every GPU counts then."""
-    visible = host.cuda_visible_devices
-    gpus = [g for g in host.gpus if g.capability]
-    if visible is not None:
-        tokens = [t.strip() for t in visible.split(",") if t.strip()]
-        if not tokens:
-            return []
-        if all(t.isdigit() for t in tokens):
-            gpus = [g for g in gpus if str(g.index) in tokens]
-    return [HostGpu(g.capability or "", g.name) for g in gpus]
 
 
 def choose_project_variant(
