@@ -187,8 +187,9 @@ class ByteTokens(Dataset):
 # --- shared: gpt_model ---
 # FP8 (--fp8): the transformer blocks' four matmuls run on FP8 tensor cores through
 # torch._scaled_mm; embeddings, the tied head, LayerNorm, attention and the loss stay bf16/fp32,
-# and so do the master weights: FP8Matmul casts the weight it is handed (fp32 in lm, FSDP's
-# gathered bf16 copy in fsdp) afresh on every call, like the activations. Each operand is cast
+# and so do the master weights. lm casts each weight once per optimizer step
+# (GPT.cache_fp8_weights: fp8 copy, its scale and its transpose, reused by every micro-step);
+# fsdp casts the gathered bf16 copy on every call, since caching would undo the sharding. Each operand is cast
 # with its own dynamic per-tensor scale (amax of this very tensor -> the format's max): no
 # state, no history, nothing in the checkpoint. e4m3 (3 mantissa bits) for activations and
 # weights; e5m2 (more range) for the output gradients, as in torchao's float8 "tensorwise"
@@ -224,23 +225,25 @@ class FP8Matmul(torch.autograd.Function):
     wants its first operand row-major and its second column-major: hence the transposes."""
 
     @staticmethod
-    def forward(ctx, x, weight):
+    def forward(ctx, x, weight, w8=None, sw=None, w8t=None):
         x2 = x.reshape(-1, x.shape[-1])
         x8, sx = to_fp8(x2, FP8_FORWARD)
-        w8, sw = to_fp8(weight, FP8_FORWARD)
+        if w8 is None:  # no copy cast for this optimizer step: cast now
+            w8, sw = to_fp8(weight, FP8_FORWARD)
         out = torch._scaled_mm(
             x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=torch.bfloat16, use_fast_accum=True
         )
-        ctx.save_for_backward(x8, sx, w8, sw)  # fp8: half the activation memory of bf16
+        ctx.save_for_backward(x8, sx, w8, sw, w8t)  # fp8: half the activation memory of bf16
         ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
         return out.view(*x.shape[:-1], out.shape[-1])
 
     @staticmethod
     def backward(ctx, grad_out):
-        x8, sx, w8, sw = ctx.saved_tensors
+        x8, sx, w8, sw, w8t = ctx.saved_tensors
         g8, sg = to_fp8(grad_out.reshape(-1, grad_out.shape[-1]), FP8_GRAD)
+        w_col = w8.t().contiguous().t() if w8t is None else w8t.t()  # column-major (N, K)
         grad_x = torch._scaled_mm(  # (M, N) @ (N, K)
-            g8, w8.t().contiguous().t(), scale_a=sg, scale_b=sw, out_dtype=ctx.x_dtype
+            g8, w_col, scale_a=sg, scale_b=sw, out_dtype=ctx.x_dtype
         )
         grad_w = torch._scaled_mm(  # (N, M) @ (M, K), straight in the weight's dtype
             g8.t().contiguous(),
@@ -249,7 +252,7 @@ class FP8Matmul(torch.autograd.Function):
             scale_b=sx,
             out_dtype=ctx.w_dtype,
         )
-        return grad_x.view(*grad_out.shape[:-1], grad_x.shape[-1]), grad_w
+        return grad_x.view(*grad_out.shape[:-1], grad_x.shape[-1]), grad_w, None, None, None
 
 
 class Linear(nn.Linear):
@@ -261,7 +264,11 @@ class Linear(nn.Linear):
         self.fp8 = fp8
 
     def forward(self, x):
-        return FP8Matmul.apply(x, self.weight) if self.fp8 else super().forward(x)
+        if not self.fp8:
+            return super().forward(x)
+        if hasattr(self, "fp8_w"):  # cast once this optimizer step (GPT.cache_fp8_weights)
+            return FP8Matmul.apply(x, self.weight, self.fp8_w, self.fp8_scale, self.fp8_wt)
+        return FP8Matmul.apply(x, self.weight)
 
 
 class CausalSelfAttention(nn.Module):
@@ -316,6 +323,24 @@ class GPT(nn.Module):
     def _init_weights(module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @torch.no_grad()
+    def cache_fp8_weights(self) -> None:
+        """Cast every FP8 linear's weight (and its transpose, which backward needs) once, for all
+        micro-steps until the next optimizer step: at accumulation 8 this saves 7 of 8 casts of
+        every weight. Non-persistent buffers: not in the checkpoint, updated in place (the
+        compiled graphs keep reading the same tensors)."""
+        for m in self.modules():
+            if isinstance(m, Linear) and m.fp8:
+                w8, sw = to_fp8(m.weight, FP8_FORWARD)
+                if not hasattr(m, "fp8_w"):
+                    m.register_buffer("fp8_w", w8, persistent=False)
+                    m.register_buffer("fp8_scale", sw, persistent=False)
+                    m.register_buffer("fp8_wt", w8.t().contiguous(), persistent=False)
+                else:
+                    m.fp8_w.copy_(w8)
+                    m.fp8_scale.copy_(sw)
+                    m.fp8_wt.copy_(w8.t())
 
     def forward(self, idx, targets):
         pos = torch.arange(idx.shape[1], device=idx.device)

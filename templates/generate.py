@@ -27,7 +27,8 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
 Measured on one H200 (torch 2.11, bf16, batch 1, 512-token prompt; docs/benchmarks-gpu.md):
-    --size 1.3b   660 tokens/s decode (36% of 4.8 TB/s), 3.3 ms to the first token
+    --size 1.3b   660 tokens/s decode (36% of 4.8 TB/s), 3.3 ms to the first token;
+                  with --tune 719 (sdpa) / 742 (--decode-attn math), after 2-3 min of warm-up
     --size 124m   about 2,100 tokens/s decode, 0.9 ms to the first token
 Where the rest goes: cuBLAS's batch-1 matrix-vector kernels read the block weights at ~2.6 TB/s
 (the one big matrix, the 50k-vocabulary head, at 3.85), and each of ~14 kernels a layer costs
@@ -130,6 +131,10 @@ class Config:
     decode_attn: str = field(default="sdpa", metadata={"help": "sdpa|math (decode attention)"})
     decode_linear: str = field(
         default="mm", metadata={"help": "mm|reduce: decode matmuls as cuBLAS or fused reductions"}
+    )
+    tune: bool = field(
+        default=False,
+        metadata={"help": "GPU: tune the compiled kernels (+14-18%% decode, minutes of warm-up)"},
     )
     repeat: int = field(default=3, metadata={"help": "timed generations after one warm-up"})
     profile: bool = field(default=False, metadata={"help": "print the top kernels of a decode"})
@@ -515,6 +520,13 @@ class Engine:
             for name in ("recompile_limit", "cache_size_limit"):  # one graph per bucket
                 if hasattr(cache, name):
                     setattr(cache, name, 64)
+            if cfg.tune and device.type == "cuda":
+                # Inductor then writes each batch-1 matmul as a reduction it tunes (its own
+                # comment: matrix-vector products reach peak bandwidth only with this; gpt-fast
+                # turns it on). Measured at 1.3B on H200: +14-18 % decode over cuBLAS's kernels,
+                # but 2-3+ minutes of warm-up on a cold cache, and again for each new cache
+                # bucket a server meets mid-flight: opt-in, not the default.
+                importlib.import_module("torch._inductor.config").coordinate_descent_tuning = True
             # Separate compiles: prefill is matrix-bound (one per prompt bucket), decode is
             # bandwidth-bound (one per cache bucket S); static shapes so each can be captured.
             self.prefill_fn = torch.compile(prefill_step, dynamic=False, fullgraph=True)

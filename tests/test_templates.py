@@ -568,3 +568,46 @@ def test_fp8_model_has_the_bf16_models_parameters_so_checkpoints_move_between_th
     assert all(torch.equal(plain[k], fp8[k]) for k in plain)
     assert sum(isinstance(m, mod.Linear) and m.fp8 for m in models[1].modules()) == 4 * 2
     assert models[1].head.__class__ is not mod.Linear  # the tied head stays a bf16 matmul
+
+
+@pytest.mark.parametrize("name", ["lm", "fsdp"])
+def test_fp8_weights_cast_once_per_step_give_the_same_loss_and_gradients_as_casting_per_call(
+    name: str,
+) -> None:
+    """lm casts each weight once per optimizer step and every micro-step reuses it: the loss and
+    the gradients must be those of casting afresh on each call, the checkpoint must not carry
+    the casts, and a refresh after the weights change must be seen (in-place buffers)."""
+    import torch
+
+    mod = load_template(name)
+    cfg = mod.parse_config(["--size", "tiny", "--vocab-size", "256", "--seq-len", "64"])
+    cfg.fp8 = True
+    torch.manual_seed(0)
+    model = mod.GPT(cfg)
+    keys = list(model.state_dict())
+    idx = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(1))
+
+    def loss_and_grads():
+        model.zero_grad(set_to_none=True)
+        loss = model(idx, idx.roll(-1, 1))
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    for _ in range(2):  # before and after the weights change
+        fresh = [m for m in model.modules() if isinstance(m, mod.Linear) and m.fp8]
+        for m in fresh:  # drop any cast: the per-call path
+            for b in ("fp8_w", "fp8_scale", "fp8_wt"):
+                m._buffers.pop(b, None)
+        want_loss, want_grads = loss_and_grads()
+        model.cache_fp8_weights()
+        model.cache_fp8_weights()  # the in-place refresh path too
+        got_loss, got_grads = loss_and_grads()
+        assert torch.equal(got_loss, want_loss)
+        assert all(torch.equal(a, b) for a, b in zip(got_grads, want_grads, strict=True))
+        assert list(model.state_dict()) == keys  # the casts are not checkpointed
+        with torch.no_grad():
+            for p in model.parameters():  # not a pure rescale: per-tensor scaling hides one
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(2)) * 0.02)
+    stale = model.blocks[0].fc.fp8_w.float()
+    model.cache_fp8_weights()
+    assert not torch.equal(model.blocks[0].fc.fp8_w.float(), stale)  # the refresh reaches them

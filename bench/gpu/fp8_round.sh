@@ -70,15 +70,13 @@ run lm-1.3b-fp8  170 400 $PY $TP $T $TX $SH13 --fp8
 # loss agreement: real text as bytes, 124M, eager, same seed -> same init and data order
 L="--size 124m --data $ROOT/.fp8bench/corpus.txt --vocab-size 256 --seq-len $LOSS_SEQ --batch-size 16 --max-steps $LOSS_STEPS --warmup-steps 30 --log-every 25 --ckpt-every -1 --resume never --out-dir /tmp/lout"
 [ -n "$CPU" ] && L="$L --cpu --size tiny"
-run loss-bf16 60 420 $PY $TP $L
-run loss-fp8  60 460 $PY $TP $L --fp8
-run nanogpt-124m 80 470 bash -c "cd $NG && $PY train.py $NGC $NGX $NS124"
-run lm-124m-bf16 80 490 $PY $TP $T $TX $SH124
+run loss-fp8  60 420 $PY $TP $L --fp8
+run loss-bf16 60 440 $PY $TP $L
 # FSDP2 (one GPU) with per-block compile and --fp8, and a DCP checkpoint: does it compose?
-run fsdp-tiny-fp8 45 510 $PY $ROOT/templates/fsdp.py --size tiny --max-steps 6 --log-every 1 $TX --fp8 --ckpt-every 3 --out-dir /tmp/fout
-# a bf16 candidate: Inductor's coordinate-descent tuning of its Triton kernels (no code change)
-run lm-124m-bf16-cdt 80 520 env TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1 $PY $TP $T $TX $SH124
-run lm-124m-fp8 60 530 $PY $TP $T $TX $SH124 --fp8
+run fsdp-tiny-fp8 45 470 $PY $ROOT/templates/fsdp.py --size tiny --max-steps 6 --log-every 1 $TX --fp8 --ckpt-every 3 --out-dir /tmp/fout
+run lm-124m-fp8 60 490 $PY $TP $T $TX $SH124 --fp8
+run nanogpt-124m 80 500 bash -c "cd $NG && $PY train.py $NGC $NGX $NS124"
+run lm-124m-bf16 80 520 $PY $TP $T $TX $SH124
 
 $PY "$ROOT/bench/gpu/fp8_table.py" "$EV" | tee "$OUT/summary.txt"
 cp "$OUT/summary.txt" "$EV/summary.txt"

@@ -11,9 +11,10 @@ import json
 import sys
 from pathlib import Path
 
-from envtool.adapters.env_probe import probe_env
-from envtool.adapters.host_probe import facts_from_record, probe_host
+from envtool.adapters.host.env_probe import probe_env
+from envtool.adapters.host.host_probe import probe_host
 from envtool.adapters.locate import resolve_target
+from envtool.core.host_record import facts_from_record
 
 
 def main(argv: list[str]) -> int:
