@@ -7,7 +7,7 @@ import click
 from envtool.commands import renders
 from envtool.output import Result
 
-# Kept in step with adapters.templates.TEMPLATES (tested).
+# Kept in step with adapters.shipped.templates.TEMPLATES (tested).
 TEMPLATE_NAMES = ("ddp", "lm", "fsdp", "generate")
 
 

@@ -169,7 +169,7 @@ def cmd(
 
 
 def apply_plan(plan: InstallPlan, label: str, progress: bool, force: bool) -> Result:
-    """Execute `plan` (the caller holds the locks) and report it."""
+    """Execute `plan` (the caller holds the mutexes: hold_install_mutexes) and report it."""
     from envtool.adapters.install.installer import apply_install
 
     report = apply_install(plan, progress=progress, force=force)

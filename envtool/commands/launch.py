@@ -1,8 +1,8 @@
 """`envtool launch`: run a training script through torchrun inside an environment.
 
 parse flags → pre-flight (torch present, GPUs visible, doctor's fast checks) → plan
-(core.launch_plan) → multi-node pre-flight (adapters.preflight: every node reaches the head,
-same torch/CUDA/NCCL/lock) → run (adapters.launcher; all.log merges every rank) → manifest +
+(core.launch_plan) → multi-node pre-flight (adapters.launch.preflight: every node reaches the
+head, same torch/CUDA/NCCL/lock) → run (adapters.launch.launcher; all.log merges every rank) → manifest +
 "which rank failed first".
 `--slurm` writes (and with --submit, submits) a batch script instead (core.slurm).
 """

@@ -13,6 +13,7 @@ from typing import Any
 
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
+from envtool.core.facts import HostFacts
 from envtool.core.lockfile import compute_input_hash, plan_custom_metadata, solved_torch
 from envtool.core.plan import DEFAULT_CHANNELS, NO_CUDA_PLATFORMS, CudaBuild, Plan, Request
 from envtool.core.request import render_request_yml, resolved_request, with_file_limits
@@ -49,7 +50,6 @@ def lock_environment(
     `request.conda_specs`/`pip_specs` come from `env_yml_text`; a failed solve or check writes nothing.
     `lock_name`: another file name beside environment.yml (a variant lock: conda-lock.cpu.yml).
     """
-    from envtool.adapters.host.host_probe import probe_host_facts
     from envtool.adapters.solve.rattler_solve import (
         discover_plan_solve,
         read_channel_identity,
@@ -63,7 +63,7 @@ def lock_environment(
         lock_path = env_dir / lock_name
     # re-locking a stored plan targets the stored CUDA, not whatever host runs the re-lock
     picks = request.cuda == "auto" or request.cuda.isdigit()  # picked from this host's driver
-    host = probe_host_facts(request) if probe or picks else None
+    host = _probe_host_facts(request) if probe or picks else None
     check_request(request, host)  # refuse impossible requests before touching a channel
     channels = list(request.channels or DEFAULT_CHANNELS[request.flavor])
     # the channel's own torch builds decide which CUDA versions exist (not a table)
@@ -201,3 +201,12 @@ def request_from_yml(
             "pip would overwrite it)"
         )
     return merge_request(spec, ask, flags, stored)
+
+
+def _probe_host_facts(request: Request) -> HostFacts | None:
+    """This host's driver and GPUs, unless --cuda cpu or --driver with --gpu make them irrelevant."""
+    if request.cuda == "cpu" or (request.driver and request.gpus):
+        return None
+    from envtool.adapters.host.host_probe import probe_host
+
+    return probe_host()

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from envtool.adapters.proc import Runner, run_capture
 from envtool.core import nvidia_smi as smi
@@ -45,10 +45,6 @@ from envtool.core.host_record import (
     facts_from_record,
 )
 from envtool.errors import UsageError
-
-if TYPE_CHECKING:
-    from envtool.core.plan import Request
-
 
 LIB_PATTERNS = ("libcudart.so*", "libnccl.so*", "libcuda.so*", "libcublas.so*")
 
@@ -379,13 +375,6 @@ def _ld_library_hits(ld_path: str | None) -> list[str]:
             for pattern in LIB_PATTERNS:
                 hits.extend(sorted(glob.glob(os.path.join(glob.escape(d), pattern))))
     return hits
-
-
-def probe_host_facts(request: Request) -> HostFacts | None:
-    """This host's driver and GPUs, unless --cuda cpu or --driver with --gpu make them irrelevant."""
-    if request.cuda == "cpu" or (request.driver and request.gpus):
-        return None
-    return probe_host()
 
 
 def summarize_host(host: HostFacts) -> dict[str, Any]:

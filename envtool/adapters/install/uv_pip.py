@@ -13,16 +13,12 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from envtool.adapters.proc import run_capture
 from envtool.adapters.solve.rattler_solve import one_line
 from envtool.core.lockfile import PipPackage, SolvedPackage
 from envtool.core.pip_lock import parse_pylock, python_platform, requirements_text
 from envtool.errors import UsageError
-
-if TYPE_CHECKING:
-    pass
 
 # conda package -> the pip distributions it provides (only the ones pip must never replace)
 TORCH_FAMILY = {"pytorch": "torch", "torchvision": "torchvision", "torchaudio": "torchaudio"}
