@@ -2,7 +2,7 @@
 
 Subcommands load lazily so `envtool --help` imports no rattler, conda-lock or yaml. The top-level
 `envtool --help` / `-h` does not import click either (click is ~half of that command's time): it
-prints the same text click would, from the same strings (tests/test_cli_help.py compares them),
+prints the same text click would, from the same strings (tests/cli/test_cli_help.py compares them),
 and falls back to click when a line would need wrapping (a terminal narrower than 80 columns).
 """
 

@@ -138,6 +138,44 @@ def cuda_graph() -> list[Pkg]:
     ]
 
 
+def cuda118_pkgs() -> list[Pkg]:
+    """A CUDA 11.8 line of cuda_graph's torch (conda-forge's shape), to add to cuda_graph()."""
+    py_dep = f"python >={PY_VER},<{NEXT_PY}.0a0"
+    abi_dep = f"python_abi {PY_VER}.* *_{CP_TAG}"
+    lt = "cuda118_mkl_h1111111_300"
+    return [
+        Pkg(
+            "cuda-version",
+            "11.8",
+            "h70ddcb2_3",
+            subdir="noarch",
+            build_number=3,
+            constrains=["cudatoolkit 11.8|11.8.*", "__cuda >=11"],
+            files={"share/cuda-version/VERSION": "11.8\n"},
+        ),
+        Pkg(
+            "libtorch",
+            "2.7.1",
+            lt,
+            build_number=300,
+            depends=["cuda-version >=11.8,<12"],
+            constrains=["pytorch-gpu 2.7.1", "pytorch-cpu <0.0a0"],
+            files={"lib/libtorch_cuda.so": "stub cuda118 library\n"},
+        ),
+        Pkg(
+            "pytorch",
+            "2.7.1",
+            f"cuda118_mkl_{PY_TAG}_h2222222_300",
+            build_number=300,
+            depends=["__cuda", "cuda-version >=11.8,<12", f"libtorch 2.7.1 {lt}", py_dep, abi_dep],
+            constrains=["pytorch-cpu <0.0a0", "pytorch-gpu 2.7.1"],
+            files={
+                f"lib/python{PY_VER}/site-packages/torch_stub/__init__.py": "BUILD = 'cuda118'\n"
+            },
+        ),
+    ]
+
+
 def synthetic_graph(n: int, files_per_pkg: int = 5) -> list[Pkg]:
     """n small noarch packages plus one `synthetic-all` that depends on all of them."""
     pkgs = [

@@ -1,4 +1,4 @@
-"""A local HTTP mirror of a channel folder with fault injection (tests/test_fetch.py and
+"""A local HTTP mirror of a channel folder with fault injection (tests/install/test_fetch.py and
 bench/bench_fetch.py): a real `ThreadingHTTPServer` on 127.0.0.1, serving files with their
 Content-Length, and per-path faults decided by `Faults`:
 

@@ -1,7 +1,8 @@
 """`envtool create` flags for solves over the real repodata harvested from pixi locks.
 
 The fixture channels (fixtures/repodata/harvested-from-pixi-locks) are solve-only: no package
-files. tests/test_solve_lock.py checks these scenarios and bench/bench_lock.py times the same ones.
+files. tests/lock/test_solve_lock.py checks these scenarios and bench/bench_lock.py times the same
+ones.
 """
 
 from __future__ import annotations

@@ -13,5 +13,5 @@ E doctor --python "$PY" --json > $O/doctor.json 2>$O/doctor.err; echo "rc=$?" >>
 for i in 1 2 3 4 5; do /usr/bin/time -f "%e s" python3 -m envtool doctor --python "$PY" --fast > /dev/null 2>> $O/doctor-fast-times.txt; done
 E doctor --python "$PY" --driver 470.57.02 > $O/whatif-470.txt 2>&1; echo "rc=$?" >> $O/whatif-470.txt
 E doctor --python "$PY" --driver 520.61.05 > $O/whatif-520.txt 2>&1; echo "rc=$?" >> $O/whatif-520.txt
-python3 -m pytest -q -p no:cacheprovider tests/test_install.py -k test_host_check_on_this_gpu_host > $O/gpu-test.txt 2>&1; echo "rc=$?" >> $O/gpu-test.txt
+python3 -m pytest -q -p no:cacheprovider tests/install/test_install.py -k test_host_check_on_this_gpu_host > $O/gpu-test.txt 2>&1; echo "rc=$?" >> $O/gpu-test.txt
 tail -n 3 $O/*.txt

@@ -155,8 +155,8 @@ def write_lock(
 def _libyaml_emitter() -> Iterator[None]:
     """conda-lock's writer calls `yaml.dump` with PyYAML's pure-Python emitter: ~3/4 of `envtool
     lock` at 1000 packages. For the length of the write, that call uses libyaml's emitter (same
-    representer, same bytes: tests/test_lock_writer.py compares them on real locks), 4-7x faster.
-    Not for a document with non-ASCII text (a source path like /home/josé/…): there the two
+    representer, same bytes: tests/lock/test_lock_writer.py compares them on real locks), 4-7x
+    faster. Not for a document with non-ASCII text (a source path like /home/josé/…): there the two
     emitters fold long escaped scalars at different places, so conda-lock's own emitter writes it.
     A CLI process is single-threaded here (the preload thread was joined above)."""
     import yaml

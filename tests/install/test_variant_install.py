@@ -12,7 +12,6 @@ from pathlib import Path
 import channel_builder as cb
 import pytest
 from conftest import run_envtool
-from test_variant_lock import cuda118_pkgs
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +21,7 @@ STUB = Path("lib") / f"python{cb.PY_VER}" / "site-packages" / "torch_stub" / "__
 @pytest.fixture(scope="module")
 def channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cb.build_channel(
-        tmp_path_factory.mktemp("variants") / "channel", cb.cuda_graph() + cuda118_pkgs()
+        tmp_path_factory.mktemp("variants") / "channel", cb.cuda_graph() + cb.cuda118_pkgs()
     )
 
 
@@ -165,7 +164,7 @@ def test_readme_one_lock_many_machines_runs(fixtures: Path, tmp_path: Path, env)
     prefixes are applied; /tmp/proj is this test's folder; `…` stands for any text."""
     import shlex
 
-    from test_readme import README_TEXT, _blocks, readme_command
+    from readme_commands import README_TEXT, blocks, readme_command
 
     proj = str(tmp_path)
     fixture_channel = "../shared/fixtures/"
@@ -181,7 +180,7 @@ def test_readme_one_lock_many_machines_runs(fixtures: Path, tmp_path: Path, env)
 
     block = next(
         [line for _, line in b]
-        for b in _blocks(README_TEXT)
+        for b in blocks(README_TEXT)
         if any("--variants auto" in line for _, line in b)
     )
     steps: list[tuple[str, list[str]]] = []

@@ -150,44 +150,6 @@ def test_a_variant_that_does_not_exist_writes_nothing(
 # ---------------------------------------------------------------- installable by rattler alone
 
 
-def cuda118_pkgs() -> list[cb.Pkg]:
-    """channel_builder's graph plus a CUDA 11.8 line of the same torch (conda-forge's shape)."""
-    py_dep = f"python >={cb.PY_VER},<{cb.NEXT_PY}.0a0"
-    abi_dep = f"python_abi {cb.PY_VER}.* *_{cb.CP_TAG}"
-    lt = "cuda118_mkl_h1111111_300"
-    return [
-        cb.Pkg(
-            "cuda-version",
-            "11.8",
-            "h70ddcb2_3",
-            subdir="noarch",
-            build_number=3,
-            constrains=["cudatoolkit 11.8|11.8.*", "__cuda >=11"],
-            files={"share/cuda-version/VERSION": "11.8\n"},
-        ),
-        cb.Pkg(
-            "libtorch",
-            "2.7.1",
-            lt,
-            build_number=300,
-            depends=["cuda-version >=11.8,<12"],
-            constrains=["pytorch-gpu 2.7.1", "pytorch-cpu <0.0a0"],
-            files={"lib/libtorch_cuda.so": "stub cuda118 library\n"},
-        ),
-        cb.Pkg(
-            "pytorch",
-            "2.7.1",
-            f"cuda118_mkl_{cb.PY_TAG}_h2222222_300",
-            build_number=300,
-            depends=["__cuda", "cuda-version >=11.8,<12", f"libtorch 2.7.1 {lt}", py_dep, abi_dep],
-            constrains=["pytorch-cpu <0.0a0", "pytorch-gpu 2.7.1"],
-            files={
-                f"lib/python{cb.PY_VER}/site-packages/torch_stub/__init__.py": "BUILD = 'cuda118'\n"
-            },
-        ),
-    ]
-
-
 def rattler_install(lock_path: Path, channel: Path, prefix: Path) -> None:
     """Install a conda-lock v1 file's linux-64 packages with rattler and PyYAML only: the lock's
     URLs and sha256 pick the channel's records; rattler fetches, checks and links them."""
@@ -216,7 +178,7 @@ def rattler_install(lock_path: Path, channel: Path, prefix: Path) -> None:
 
 
 def test_each_variant_lock_installs_with_rattler_alone(project, run_cli, tmp_path) -> None:
-    channel = cb.build_channel(tmp_path / "channel", cb.cuda_graph() + cuda118_pkgs())
+    channel = cb.build_channel(tmp_path / "channel", cb.cuda_graph() + cb.cuda118_pkgs())
     env_dir = project(channel, ["python", "pytorch"])
     rc, out, err = run_cli(["lock", "demo", "--variants", "cpu,cuda11.8,cuda12.6"], tmp_path)
     assert rc == 0, err

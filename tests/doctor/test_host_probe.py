@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from smi_captures import strip_command_line
 
 from envtool.adapters.host.host_probe import probe_host
 from envtool.adapters.proc import ProcResult
@@ -52,11 +53,6 @@ GPU_BY_CAPTURE = {
 
 def expected_gpu(capture: str) -> tuple[str, str, int, int | None]:
     return next(v for k, v in GPU_BY_CAPTURE.items() if k in capture)
-
-
-def strip_command_line(text: str) -> str:
-    """extracted/ files start with a `# $ <command>` line that nvidia-smi did not print."""
-    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("# $ "))
 
 
 def capture_sections(text: str) -> dict[str, str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_host_probe import strip_command_line
+from smi_captures import strip_command_line
 
 from envtool.core import cuda as cu
 from envtool.core import nvidia_smi
