@@ -15,16 +15,7 @@ from envtool.errors import UsageError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from envtool.core.facts import HostFacts
     from envtool.core.install_plan import InstallPlan
-
-
-def plan_host_check(meta: dict[str, str], platform: str, host: HostFacts) -> list[tuple[str, str]]:
-    """Can this host run the locked build? [(problem, fix)]; empty when it can (the one host
-    check, core.host_check, that create and verify use too)."""
-    from envtool.core.host_check import host_problems
-
-    return host_problems(meta, platform, host)
 
 
 def check_host(meta: dict[str, str], platform: str) -> None:

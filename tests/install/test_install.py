@@ -84,20 +84,20 @@ def test_drift_reports_missing_extra_and_changed_builds() -> None:
 
 
 def test_host_check_refuses_a_driver_too_old_for_the_locked_cuda(fake_h200: FakeHost) -> None:
-    from envtool.workflows.install import plan_host_check
+    from envtool.core.host_check import host_problems
 
     meta = {"envtool_cuda": "12.6", "envtool_gpu_archs": "sm_80 sm_90"}
     # the real 2 x H200 capture (driver 580.159.04): can run CUDA 12.6
-    assert plan_host_check(meta, "linux-64", fake_h200.facts()) == []
+    assert host_problems(meta, "linux-64", fake_h200.facts()) == []
     old = HostFacts(driver_version="470.57.02", gpus=[GpuFacts(0, "Tesla T4", "7.5")])
-    problems = plan_host_check(meta, "linux-64", old)
+    problems = host_problems(meta, "linux-64", old)
     assert "470.57.02" in problems[0][0] and "12.6" in problems[0][0]
     assert any("sm_75" in p for p, _ in problems)  # T4 not in sm_80/sm_90
-    assert "login node" in plan_host_check(meta, "linux-64", HostFacts())[0][1]
-    assert plan_host_check({"envtool_cuda": "cpu"}, "linux-64", HostFacts()) == []
+    assert "login node" in host_problems(meta, "linux-64", HostFacts())[0][1]
+    assert host_problems({"envtool_cuda": "cpu"}, "linux-64", HostFacts()) == []
     # an H200 on a 470 driver: no CUDA helps, the driver must be upgraded for the GPU (issue 12)
     h200_old = fake_h200.facts(driver="470.57.02")
-    problem, fix = plan_host_check({"envtool_cuda": "11.8"}, "linux-64", h200_old)[0]
+    problem, fix = host_problems({"envtool_cuda": "11.8"}, "linux-64", h200_old)[0]
     assert problem == "driver 470.57.02 cannot drive NVIDIA H200, sm_90 (needs >= 520.61.05)"
     assert fix == "upgrade the NVIDIA driver to ≥ 520.61.05 for this GPU (NVIDIA H200, sm_90)"
 
@@ -398,7 +398,7 @@ def test_host_check_on_this_gpu_host() -> None:
     these GPUs can run, and refuse one whose arch list leaves the GPUs out. Skips without a GPU."""
     from envtool.adapters.host.host_probe import probe_host
     from envtool.core.cuda import capability_to_arch, newest_cuda_native
-    from envtool.workflows.install import plan_host_check
+    from envtool.core.host_check import host_problems
 
     host = probe_host()
     if not host.has_driver or not any(g.capability for g in host.gpus):
@@ -406,11 +406,11 @@ def test_host_check_on_this_gpu_host() -> None:
     cuda = newest_cuda_native(host.driver_version)
     archs = sorted({capability_to_arch(g.capability) for g in host.gpus if g.capability})
     fits = {"envtool_cuda": cuda, "envtool_gpu_archs": " ".join(archs)}
-    assert plan_host_check(fits, "linux-64", host) == []
+    assert host_problems(fits, "linux-64", host) == []
     misses = {"envtool_cuda": cuda, "envtool_gpu_archs": "sm_35"}  # Kepler only: no modern GPU
-    assert plan_host_check(misses, "linux-64", host)
+    assert host_problems(misses, "linux-64", host)
     too_new = {"envtool_cuda": "99.0"}
-    assert plan_host_check(too_new, "linux-64", host) == []  # unknown CUDA: not judged
+    assert host_problems(too_new, "linux-64", host) == []  # unknown CUDA: not judged
 
 
 @pytest.mark.integration

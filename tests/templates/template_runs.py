@@ -1,0 +1,61 @@
+"""What the template tests share: the tiny shapes, the child environment, and running a
+template under torchrun (2 CPU processes, gloo) or as a plain script."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+
+TEMPLATES = ("ddp", "lm", "fsdp")
+# Small enough for 2 CPU cores; the same seed/schedule in every run so runs are comparable.
+TINY = {
+    "ddp": ["--hidden", "64", "--depth", "2", "--batch-size", "32"],
+    "lm": ["--size", "tiny", "--vocab-size", "256", "--seq-len", "64", "--batch-size", "4"],
+    "fsdp": ["--size", "tiny", "--vocab-size", "256", "--seq-len", "64", "--batch-size", "4"],
+}
+COMMON = ["--cpu", "--seed", "7", "--log-every", "1", "--warmup-steps", "2", "--decay-steps", "6"]
+STEP_LINE = re.compile(r"^step (\d+) loss (\S+)", re.MULTILINE)
+
+
+def template(name: str) -> Path:
+    return REPO / "templates" / f"{name}.py"
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)  # a single-process run must not think it is under torchrun
+    return env
+
+
+def torchrun(name: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    argv += [str(template(name)), *TINY[name], *COMMON, *args]
+    return subprocess.run(
+        argv, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=120
+    )
+
+
+def single_process(name: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The template as a plain script: no torchrun, world size 1."""
+    argv = [sys.executable, str(template(name)), *TINY[name], *COMMON, *args]
+    return subprocess.run(
+        argv, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=60
+    )
+
+
+def result_of(stdout: str) -> dict:
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, stdout  # rank 0 only, exactly once
+    return json.loads(lines[0].removeprefix("RESULT "))
+
+
+def step_losses(stdout: str) -> dict[int, str]:
+    return {int(step): loss for step, loss in STEP_LINE.findall(stdout)}
