@@ -59,3 +59,17 @@ def result_of(stdout: str) -> dict:
 
 def step_losses(stdout: str) -> dict[int, str]:
     return {int(step): loss for step, loss in STEP_LINE.findall(stdout)}
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """The packages a template imports (relative imports refused: it is one standalone file)."""
+    import ast
+
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "relative import in a standalone script"
+            imported.add(node.module.split(".")[0])
+    return imported

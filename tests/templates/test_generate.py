@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, run_envtool
+from template_runs import child_env, top_level_imports
 
 GENERATE = REPO / "templates" / "generate.py"
 LM = REPO / "templates" / "lm.py"
@@ -28,14 +29,6 @@ LM = REPO / "templates" / "lm.py"
 LM_ARGS = ["--cpu", "--size", "tiny", "--vocab-size", "256", "--seq-len", "64"]
 PROMPT = "the quick "
 GREEDY = ["--prompt", PROMPT, "--max-new-tokens", "40", "--temperature", "0", "--repeat", "1"]
-
-
-def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(var, None)  # a single-process run must not think it is under torchrun
-    return env
 
 
 def generate(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -97,13 +90,7 @@ def reference_greedy(ckpt_dir: Path, prompt: bytes, n: int) -> list[int]:
 
 def test_template_imports_only_torch_and_stdlib() -> None:
     tree = ast.parse(GENERATE.read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "relative import in a standalone script"
-            imported.add(node.module.split(".")[0])
+    imported = top_level_imports(GENERATE)
     assert imported - set(sys.stdlib_module_names) == {"torch"}
     text = GENERATE.read_text()
     assert text.index("torch.cuda.set_device(local_rank)") < text.index("init_process_group(")

@@ -16,6 +16,7 @@ from template_runs import (
     single_process,
     step_losses,
     template,
+    top_level_imports,
     torchrun,
 )
 
@@ -24,14 +25,7 @@ from template_runs import (
 
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_template_imports_only_torch_and_stdlib(name: str) -> None:
-    tree = ast.parse(template(name).read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "relative import in a standalone script"
-            imported.add(node.module.split(".")[0])
+    imported = top_level_imports(template(name))
     foreign = imported - set(sys.stdlib_module_names) - {"torch"}
     assert not foreign, f"{name}.py imports {sorted(foreign)}"
     assert "torch" in imported
