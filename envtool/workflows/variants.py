@@ -15,8 +15,12 @@ imports neither rattler nor conda-lock.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import stat
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -140,7 +144,9 @@ def lock_variants(
         )
     request, builds = _base_request(name, yml_text, source, env_dir, main_lock, old, cache_dir)
     variants, torch, notes = decide_variants(request, builds, requested)
-    staging = None if dry_run else Path(tempfile.mkdtemp(prefix=".envtool-variants-", dir=env_dir))
+    if not dry_run:
+        _sweep_stale_staging(env_dir)
+    staging = None if dry_run else Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=env_dir))
     try:
         results: list[VariantOutcome] = []
         for v in variants:
@@ -167,6 +173,22 @@ def lock_variants(
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
     return VariantsOutcome(name, env_dir, requested, torch, results, index, True, True, notes)
+
+
+STAGING_PREFIX = ".envtool-variants-"
+STALE_STAGING_S = 3600  # a staging folder nobody has written for an hour: its run was killed
+
+
+def _sweep_stale_staging(env_dir: Path) -> None:
+    """Staging folders a killed `lock --variants` left (SIGKILL runs no `finally`): removed once
+    nobody has written them for an hour — another `lock --variants` may be filling a fresh one.
+    Only real folders: a link of that name is left alone, never followed."""
+    cutoff = time.time() - STALE_STAGING_S
+    for entry in env_dir.glob(STAGING_PREFIX + "*"):
+        with contextlib.suppress(OSError):
+            st = os.lstat(entry)
+            if stat.S_ISDIR(st.st_mode) and st.st_mtime < cutoff:
+                shutil.rmtree(entry)
 
 
 def _base_request(

@@ -213,3 +213,32 @@ def test_dry_run_writes_nothing_and_plain_lock_relocks_the_variants(
     assert not (env_dir / "conda-lock.yml").exists()
     rc, out, _ = run_cli(["lock", "demo", "--json"], tmp_path)
     assert rc == 0 and '"requested": [' in out
+
+
+def test_a_killed_runs_staging_folder_is_swept_and_a_live_one_kept(
+    harvested, project, run_cli, tmp_path
+) -> None:
+    """SIGKILL of `lock --variants` runs no cleanup: its staging folder (half-written variant
+    locks) would stay in environments/NAME forever. The next run removes one nobody has written
+    for an hour, keeps a fresh one (another run may be filling it) and never follows a link."""
+    import os
+
+    env_dir = project(harvested / "conda-forge", ["python=3.12", "pytorch"])
+    stale = env_dir / ".envtool-variants-killed"
+    (stale / "sub").mkdir(parents=True)
+    (stale / "conda-lock.cpu.yml").write_text("half a lock")
+    old = os.stat(stale).st_mtime - 2 * 3600
+    os.utime(stale, (old, old))
+    fresh = env_dir / ".envtool-variants-live"
+    fresh.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not envtool's")
+    link = env_dir / ".envtool-variants-link"
+    link.symlink_to(outside, target_is_directory=True)
+    os.utime(link, (old, old), follow_symlinks=False)
+    rc, _, err = run_cli(["lock", "demo", "--variants", "cpu"], tmp_path)
+    assert rc == 0, err
+    assert not stale.exists() and fresh.is_dir()
+    assert link.is_symlink() and (outside / "keep.txt").read_text() == "not envtool's"
+    assert (env_dir / "conda-lock.cpu.yml").is_file()
