@@ -731,7 +731,10 @@ def test_sigkill_of_envtool_takes_torchrun_and_every_rank_with_it(
         wait_for_ranks(ready, proc)
         assert len(leftovers(marker)) >= 4  # envtool, torchrun, two ranks
         proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=60)
+        # The pipes close when the last rank is gone: torchrun gives deaf ranks 30 s before its
+        # SIGKILL, and on a loaded 2-core CI run its shutdown took over 60 s once (a bound, not
+        # a speed check; wait_gone's is 120 s).
+        proc.communicate(timeout=180)
         assert wait_gone(marker) == []
         assert not (tmp_path / "out" / "rank-0").exists()
     finally:
