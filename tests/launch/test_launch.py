@@ -135,11 +135,7 @@ def test_ctrl_c_stops_every_rank_and_leaves_no_process(tmp_path: Path, deaf: boo
         "launch", str(RANK_FILE), "--cpu", "--", *args, cwd=tmp_path, env=launch_env(marker)
     )
     try:
-        deadline = time.monotonic() + 60
-        while not (ready / "rank-1").exists() or not (ready / "rank-0").exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "ranks never started"
-            time.sleep(0.1)
+        wait_for_ranks(ready, proc)
         assert len(leftovers(marker)) >= 4  # envtool, torchrun, two ranks
         proc.send_signal(signal.SIGINT)  # what the terminal sends on Ctrl-C
         if deaf:
@@ -812,11 +808,7 @@ def test_a_stop_shows_envtools_lines_not_torchruns_traceback(
         "launch", str(RANK_FILE), "--cpu", "--", *args, cwd=tmp_path, env=launch_env(marker)
     )
     try:
-        deadline = time.monotonic() + 60
-        while not (ready / "rank-1").exists() or not (ready / "rank-0").exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "ranks never started"
-            time.sleep(0.1)
+        wait_for_ranks(ready, proc)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:

@@ -600,6 +600,27 @@ def _release_requeued(job_id: str, env: dict[str, str], timeout: float = 60) -> 
         time.sleep(0.2)
 
 
+def _submit_requeue_job(
+    env: dict[str, str], tmp_path: Path, launch_args: list[str], script_args: list[str]
+) -> tuple[str, Path, Path]:
+    """`envtool launch ddp.py --slurm --requeue --submit` on the test cluster: (job id, run
+    folder, the job's slurm-<id>.out)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "envtool", "launch", DDP, "--slurm", "--cpu", "--nodes", "1"]
+        + ["--nproc", "2", "--requeue", *launch_args, "--submit", "--json", "--"]
+        + [*DDP_ARGS, *script_args, "--out-dir", str(tmp_path / "ckpt")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    run_dir = Path(data["sbatch_path"]).parent
+    return data["job_id"], run_dir, run_dir / f"slurm-{data['job_id']}.out"
+
+
 @pytest.fixture(scope="module")
 def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The RESULT of the same ddp run, uninterrupted, through a plain `envtool launch`."""
@@ -633,21 +654,9 @@ def test_a_requeued_job_checkpoints_resumes_and_ends_like_an_uninterrupted_run(
     loss as the same run uninterrupted."""
     env = {**slurm_cluster, "OMP_NUM_THREADS": "1"}
     expected = ddp_reference
-    proc = subprocess.run(
-        [sys.executable, "-m", "envtool", "launch", DDP, "--slurm", "--cpu", "--nodes", "1"]
-        + ["--nproc", "2", "--time", "10", "--requeue", "--max-requeues", "2", "--submit"]
-        + ["--json", "--", *DDP_ARGS, "--out-dir", str(tmp_path / "ckpt")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    job_id, run_dir, output = _submit_requeue_job(
+        env, tmp_path, ["--time", "10", "--max-requeues", "2"], []
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    data = json.loads(proc.stdout)
-    job_id = data["job_id"]
-    run_dir = Path(data["sbatch_path"]).parent
-    output = run_dir / f"slurm-{job_id}.out"
     _wait_for_text(output, "step 10 loss", env=env)  # mid-run: well before step 150
     signalled = subprocess.run(
         ["scancel", "--batch", "--signal=USR1", job_id], env=env, capture_output=True, text=True
@@ -693,21 +702,9 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_last_periodic_checkpoi
     job and it resumes from the last periodic checkpoint (--ckpt-every 5), ending like an
     uninterrupted run."""
     env = {**slurm_cluster, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "envtool", "launch", DDP, "--slurm", "--cpu", "--nodes", "1"]
-        + ["--nproc", "2", "--requeue", "--max-requeues", "1", "--submit", "--json", "--"]
-        + [*DDP_ARGS, "--ckpt-every", "5", "--out-dir", str(tmp_path / "ckpt")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    job_id, run_dir, output = _submit_requeue_job(
+        env, tmp_path, ["--max-requeues", "1"], ["--ckpt-every", "5"]
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    data = json.loads(proc.stdout)
-    job_id = data["job_id"]
-    run_dir = Path(data["sbatch_path"]).parent
-    output = run_dir / f"slurm-{job_id}.out"
     _wait_for_text(output, "step 12 loss", env=env)  # the step-10 checkpoint is on disk
     subprocess.run(["scancel", "--full", "--signal=TERM", job_id], env=env, check=True)
     _wait_for_text(run_dir / "requeues.log", "requeued (1 of 1)", env=env)
