@@ -176,6 +176,23 @@ def test_a_version_2_lock_reads_like_its_version_1_original(fixtures: Path, tmp_
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_a_v2_lock_naming_a_platform_that_is_no_platform_is_refused_like_a_v1(
+    fixtures: Path, tmp_path: Path
+) -> None:
+    """A platform name reaches export's header and the bundle's folder names: a newline in it
+    wrote a `prefix:` key into the exported environment.yml. v1 locks were checked, v2 were not."""
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    v1 = sorted((fixtures / "locks").rglob("*conda-lock*.yml"))[0]
+    data = parse_conda_lock_file(v1).model_dump(mode="json", by_alias=True)
+    data["metadata"]["platforms"].append("x\nprefix: /tmp/evil\n#")
+    for version in (1, 2):
+        bad = tmp_path / f"v{version}.yml"
+        bad.write_text(yaml.safe_dump({**data, "version": version}))
+        with pytest.raises(UsageError, match="is not a platform name"):
+            read_lock(bad)
+
+
 def test_unreadable_lock_is_a_usage_error_naming_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "conda-lock.yml"
     bad.write_text("version: 1\npackage: [\n")

@@ -248,6 +248,10 @@ def read_lock(lock_path: Path | str, follow_symlinks: bool = True) -> Lock:
         )
     try:
         lock = _lock_v1(content) if content["version"] == 1 else _lock_v2(content)
+        for plat in lock.platforms:  # both versions: a name reaches export's text and paths
+            problem = platform_problem(plat)
+            if problem:
+                raise ValueError(f"metadata: {problem}")
     except Exception as exc:  # missing keys, wrong types, pydantic: "not a usable lock"
         raise UsageError(
             f"{lock_path}: invalid conda-lock file ({_first_line(exc)})",
@@ -282,10 +286,6 @@ def _lock_v1(content: dict[str, Any]) -> Lock:
         for deps in entries.values()
     ]
     meta = content["metadata"]
-    for plat in meta["platforms"]:
-        problem = platform_problem(str(plat))
-        if problem:
-            raise ValueError(f"metadata: {problem}")
     return Lock(
         packages=packages,
         platforms=[str(p) for p in meta["platforms"]],
