@@ -292,6 +292,24 @@ def test_a_record_path_through_a_symlinked_folder_is_refused(
     assert (outside / "victim").read_text() == "precious\n"
 
 
+@pytest.mark.parametrize("files", [["../../outside/victim"], ["bin/ok", 7], ["/etc/hostname"]])
+def test_verify_reports_a_record_listing_paths_outside_the_prefix_and_reads_none_of_them(
+    files: list, setup: cb.CudaSetup, demo: Path, tmp_path: Path
+) -> None:
+    """verify --full hashed '../..' paths a record listed (a file outside the env, or one that
+    blocks when read), and a path that is no string was a TypeError with a traceback."""
+    outside = tmp_path / "outside"
+    outside.mkdir(exist_ok=True)
+    (outside / "victim").write_text("precious\n")
+    record = _evil_record(demo, [])
+    data = json.loads(record.read_text())
+    data["files"] = files
+    record.write_text(json.dumps(data))
+    drift = compute_drift(demo, setup.lock, "linux-64", check_files=True, full=True)
+    assert not drift["clean"] and drift["damaged_records"] == [str(record)]
+    assert all(d["name"] != "evil" for d in drift["damaged"])
+
+
 @pytest.mark.parametrize("content", ["{", "", "[]", '{"name": "python_abi"}', "\x00" * 10])
 def test_a_damaged_record_is_set_aside_and_its_package_relinked(
     content: str, setup: cb.CudaSetup, demo: Path

@@ -80,6 +80,12 @@ def record_paths(data: dict[str, Any]) -> list[Any]:
     return [*data.get("files", []), *(p.get("_path") for p in paths)]
 
 
+def _lists_unsafe_path(data: dict[str, Any]) -> bool:
+    """A record naming a path outside the prefix (or no path at all): verify reports the record
+    as damaged and reads none of its files (install refuses it: check_prefix_records)."""
+    return any(unsafe_path(rel) for rel in record_paths(data))
+
+
 def check_prefix_records(prefix: Path) -> list[Path]:
     """Check every conda-meta/*.json of an existing prefix before anything is linked or
     unlinked: rattler removes the files a record lists for any package not in the lock, so a
@@ -208,7 +214,9 @@ def compute_drift(
         drift["damaged_records"] = [
             str(m)
             for m in sorted((Path(prefix) / "conda-meta").glob("*.json"))
-            if not isinstance(d := load_record(m), dict) or _record_problem(d) is not None
+            if not isinstance(d := load_record(m), dict)
+            or _record_problem(d) is not None
+            or _lists_unsafe_path(d)
         ]
         drift["clean"] = drift["clean"] and not drift["damaged"] and not drift["damaged_records"]
     drift["platform"] = plat
@@ -227,6 +235,8 @@ def damaged_packages(
     cost of `full` (measured: 314 MB / 21k files, 0.21 s by size, 0.88 s full)."""
     out = []
     for r in records:
+        if _lists_unsafe_path(r):  # reported as a damaged record, never followed
+            continue
         gone: list[str] = []
         changed: list[str] = []
         entries = {e.get("_path"): e for e in (r.get("paths_data") or {}).get("paths", [])}
