@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from envtool.core.shell_quote import printable
+
 
 @dataclass
 class RunRow:
@@ -51,7 +53,10 @@ def summarize_manifest(
     m = data if isinstance(data, dict) else {}
     code = _int(m.get("exit_code"))
     start, end = _time(m.get("start_time")), _time(m.get("end_time"))
-    duration = (end - start).total_seconds() if start and end else None
+    try:
+        duration = (end - start).total_seconds() if start and end else None
+    except TypeError:  # one time with a zone, one without: not comparable, so unknown
+        duration = None
     script = _str(m.get("script"))
     if script is None and isinstance(m.get("command"), list) and m["command"]:
         script = _str(m["command"][-1])
@@ -79,7 +84,7 @@ def summarize_manifest(
     )
 
 
-_HISTORY = re.compile(r"restart (\d+): (.*)$")
+_HISTORY = re.compile(r"restart (\d{1,9}): (.*)$")  # bounded: int() of 5000 digits raises
 
 
 def slurm_status(history: str) -> str | None:
@@ -110,7 +115,8 @@ def render_rows(rows: list[RunRow]) -> list[str]:
         status = r.status + (f" (job {r.job_id})" if r.job_id else "")
         duration = f"{r.duration_s:.0f}s" if r.duration_s is not None else "-"
         lock = (r.lock_hash or "-")[:12]
-        table.append((r.id, r.script or "-", shape, status, _or(r.exit_code, "-"), duration, lock))
+        row = (r.id, r.script or "-", shape, status, _or(r.exit_code, "-"), duration, lock)
+        table.append(tuple(printable(c) for c in row))  # a newline in a field is no new row
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table

@@ -149,6 +149,39 @@ def test_a_broken_manifest_is_listed_and_bad_names_are_one_line(tmp_path: Path) 
     assert res.returncode == 2 and "not a regular file" in res.stderr
 
 
+def test_manifests_that_once_crashed_runs_are_rows_and_a_newline_forges_no_row(
+    tmp_path: Path,
+) -> None:
+    """Times with and without a zone (a TypeError), a pid past a C int (os.kill's
+    OverflowError), a 5000-digit restart count in requeues.log (int()'s digit limit): each was
+    a traceback. A newline in a field printed a row of its own."""
+    import socket
+
+    manifests = {
+        "20260101-000000-aaaaaa": {
+            "start_time": "2026-01-01T00:00:00+00:00",
+            "end_time": "2026-01-01T00:01:00",
+            "exit_code": 0,
+            "script": "a\nforged  1 x 1  finished",
+        },
+        "20260101-000001-bbbbbb": {"pid": 10**23, "host": socket.gethostname()},
+        "20260101-000002-cccccc": {"slurm": {"job_id": "1"}},
+    }
+    for name, data in manifests.items():
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "manifest.json").write_text(json.dumps(data))
+    (tmp_path / "runs" / "20260101-000002-cccccc" / "requeues.log").write_text(
+        f"x restart {'9' * 5000}: running\n"
+    )
+    proc = run_envtool("runs", cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 4 and not any(line.startswith("forged") for line in lines), lines
+    assert "a\\x0aforged" in proc.stdout or "a\\nforged" in proc.stdout, proc.stdout
+    rows = json.loads(run_envtool("runs", "--json", cwd=tmp_path).stdout)["runs"]
+    assert [r["duration_s"] for r in rows][0] is None and rows[2]["status"] == "submitted"
+
+
 H = "2026-12-01T15:31:57Z job 7 restart"
 
 

@@ -83,7 +83,7 @@ def writer_alive(manifest: Any) -> bool | None:
     if (
         not isinstance(pid, int)
         or isinstance(pid, bool)
-        or pid <= 0
+        or not 0 < pid < 1 << 31  # os.kill takes a C int (a larger one: OverflowError)
         or host != socket.gethostname()
     ):
         return None
