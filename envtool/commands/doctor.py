@@ -237,8 +237,11 @@ def cmd(
     checks = run_checks(host, env) + run_deep_checks(deep_result)
     from envtool.adapters.lockfile.variant_lock import doctor_variant_check
 
-    # installed from variant locks: is it still the variant this host would pick?
-    if picked := doctor_variant_check(host, env.install_lock, env.name or "NAME"):
+    # installed from variant locks: is it still the variant this host would pick? Live only: a
+    # recording's install_lock names a path on the machine it came from, not files to read here.
+    if not replay_dir and (
+        picked := doctor_variant_check(host, env.install_lock, env.name or "NAME")
+    ):
         checks.append(picked)  # type: ignore[arg-type]
     text = [] if as_json else terminal_lines(render_human(checks, host, env, verbose, deep_result))
     return Result(

@@ -248,6 +248,14 @@ def test_info_verify_export_and_doctor_know_the_variant(project: Path, env: dict
     assert upgraded["status"] == "warn"
     assert upgraded["summary"] == "cuda12.6 now runs here; installed variant is cuda11.8"
     assert upgraded["fix"] == "reinstall to get it: `envtool install demo`"
+    # A replay judges the recording alone: the install_lock it names is a path on the recorded
+    # machine, so no variants.yml is read from this one (it used to be, here: a warn).
+    e = {**env, "ENVTOOL_DRIVER_VERSION": "570.86.10"}
+    r = run_envtool("doctor", "demo", "--record", str(project / "rec"), env=e, cwd=project)
+    assert r.returncode in (0, 1), r.stderr
+    r = run_envtool("doctor", "--replay", str(project / "rec"), "--json", env=env, cwd=project)
+    assert r.returncode in (0, 1), r.stderr
+    assert all(c["id"] != "variant-choice" for c in json.loads(r.stdout)["checks"])
 
 
 @pytest.mark.slow
