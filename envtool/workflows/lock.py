@@ -153,16 +153,8 @@ def lock_environment(
         raise cannot_write(env_dir, exc) from None
     # two envtool processes on one environment write one after the other, never interleaved
     with hold_project_mutex(env_dir, name):
-        from envtool.core.shell_quote import join_posix
-
-        # `lock` read environment.yml before it waited for this lock: a create (or an edit)
-        # may have changed it meanwhile, and a lock solved from the old text must not land
-        on_disk = None if write_yml else read_text_or_none(yml_path)
-        if on_disk is not None and on_disk != env_yml_text:
-            raise DiagnosedFailure(
-                f"{yml_path} changed while {name} was being locked; nothing written",
-                f"run `{join_posix(['envtool', 'lock', name])}` again",
-            )
+        if not write_yml:
+            refuse_changed_yml(yml_path, env_yml_text, name)
         write_lock(
             lock_path,
             solved,
@@ -210,3 +202,18 @@ def _probe_host_facts(request: Request) -> HostFacts | None:
     from envtool.adapters.host.host_probe import probe_host
 
     return probe_host()
+
+
+def refuse_changed_yml(yml_path: Path, solved_from: str, name: str) -> None:
+    """Called holding the project mutex: `lock` read environment.yml before it waited for the
+    mutex, and a create (or an edit) may have changed it meanwhile; a lock solved from the old
+    text must not land."""
+    from envtool.adapters.files import read_text_or_none
+    from envtool.core.shell_quote import join_posix
+
+    on_disk = read_text_or_none(yml_path)
+    if on_disk is not None and on_disk != solved_from:
+        raise DiagnosedFailure(
+            f"{yml_path} changed while {name} was being locked; nothing written",
+            f"run `{join_posix(['envtool', 'lock', name])}` again",
+        )

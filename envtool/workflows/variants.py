@@ -168,7 +168,7 @@ def lock_variants(
                 name, env_dir, requested, torch, results, None, True, False, notes
             )
         assert staging is not None
-        index = _install_variants(name, env_dir, staging, results, requested, torch, old)
+        index = _install_variants(name, env_dir, yml_text, results, requested, torch, old)
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
@@ -267,7 +267,7 @@ def _lock_one(
 def _install_variants(
     name: str,
     env_dir: Path,
-    staging: Path,
+    yml_text: str,
     results: list[VariantOutcome],
     requested: tuple[str, ...],
     torch: str | None,
@@ -279,8 +279,11 @@ def _install_variants(
 
     from envtool.adapters.lockfile.variant_lock import variant_from_lock, write_index
     from envtool.adapters.mutex import hold_project_mutex
+    from envtool.workflows.lock import refuse_changed_yml
 
     with hold_project_mutex(env_dir, name):
+        # the variants were solved from yml_text before this wait, as `lock` solves
+        refuse_changed_yml(env_dir / "environment.yml", yml_text, name)
         rows = []
         for r in results:
             final = env_dir / lock_file_name(r.name)

@@ -435,6 +435,34 @@ def test_lock_waits_for_the_project_and_refuses_an_environment_yml_changed_meanw
     assert again.returncode == 0, again.stderr
 
 
+def test_lock_variants_waits_for_the_project_and_refuses_an_environment_yml_changed_meanwhile(
+    race_project: tuple[Path, list[str]], env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lock --variants` solves every variant from environment.yml into staging, then waits for
+    the project mutex to move them in: an edit meanwhile must stop it as it stops `lock` (the
+    check looked at the staging folder, so the stale variants landed)."""
+    from envtool.adapters.mutex import hold_project_mutex
+
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", env["ENVTOOL_CACHE_DIR"])
+    project, common = race_project
+    made = run_envtool(
+        "create", "race", *common, "--cuda", "cpu", "--no-install", env=env, cwd=project
+    )
+    assert made.returncode == 0, made.stderr
+    env_dir = project / "environments" / "race"
+    yml = env_dir / "environment.yml"
+    with hold_project_mutex(env_dir, "race"):
+        proc = start_waiting("lock", "race", "--variants", "cpu", env=env, cwd=project)
+        yml.write_text(yml.read_text() + "# edited by someone else\n")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err
+    assert "changed while race was being locked; nothing written" in err
+    assert not (env_dir / "conda-lock.cpu.yml").exists() and not (env_dir / "variants.yml").exists()
+    assert not list(env_dir.glob(".envtool-variants-*"))  # its staging folder is gone too
+    again = run_envtool("lock", "race", "--variants", "cpu", env=env, cwd=project)
+    assert again.returncode == 0, again.stderr
+
+
 def test_install_from_a_bundle_takes_the_same_env_lock(
     setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
 ) -> None:
