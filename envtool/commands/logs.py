@@ -84,9 +84,11 @@ def cmd(**opts: Any) -> Result:
 
 
 def _ended(manifest: Any) -> bool:
-    """The run is over: its manifest has an exit code, or the envtool writing it is gone."""
+    """The run is over: its manifest has an exit code, or the envtool writing it is gone, or
+    there is none to wait for (envtool writes it before all.log, so a folder with a log and no
+    readable manifest was left by a killed or older envtool: following it would never end)."""
     from envtool.adapters.launch.runs import writer_alive
 
-    if isinstance(manifest, dict) and manifest.get("exit_code") is not None:
+    if not isinstance(manifest, dict) or manifest.get("exit_code") is not None:
         return True
     return writer_alive(manifest) is False

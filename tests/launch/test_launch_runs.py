@@ -238,3 +238,14 @@ def test_a_burst_of_output_at_the_end_is_all_in_the_merged_log(tmp_path: Path) -
         lines = [line for line in f if line.startswith(b"[node 0 rank 1] ")]
     assert len(lines) == 240_000
     assert lines[-1] == b"[node 0 rank 1] 00239999 " + b"x" * 95 + b"\n"
+
+
+def test_following_a_run_with_a_log_and_no_manifest_ends(tmp_path: Path) -> None:
+    """A folder with all.log and no manifest (an envtool killed before writing it, or an older
+    one): `logs --follow` printed the log and then waited forever for an end nobody writes."""
+    run = tmp_path / "runs" / "20260101-000000-aaaaaa"
+    run.mkdir(parents=True)
+    (run / "all.log").write_text("[node 0 rank 0] hello\n")
+    proc = run_envtool("logs", "--follow", run.name, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[node 0 rank 0] hello"]

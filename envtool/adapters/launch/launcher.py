@@ -196,10 +196,10 @@ def apply_launch(
                 daemon=True,
             )
             copier.start()
+            if on_started is not None:  # the manifest first: all.log never exists without one
+                on_started()
             merged = MergedLog(plan)
             merged.start()
-            if on_started is not None:
-                on_started()
             watch = ProgressWatch(plan, hang_timeout)
             watches.append(watch)
             code = _wait(proc, received, grace, watch)
