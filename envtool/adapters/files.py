@@ -152,3 +152,15 @@ def read_text_or_none(path: Path, limit: int | None = None) -> str | None:
         return read_text(path, limit or ENV_FILE_LIMIT)
     except UsageError:
         return None
+
+
+def file_digest(path: Path, algo: str) -> str:
+    """The hex digest of a file envtool hashes in place (an archive in its cache, a file in a
+    prefix), read in 1 MiB chunks."""
+    import hashlib
+
+    h = hashlib.new(algo)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -141,7 +141,7 @@ def _pip_index_line(lines: list[PipLine]) -> PipLine | None:
 
 
 # A plain pin (`12.6`, `==12.6`, `12.6.*`, or `12`, which conda reads as 12.*), not a range.
-_PLAIN_VERSION = re.compile(r"^(==?)?(\d+(?:\.\d+)*)(\.\*)?$")
+PLAIN_VERSION = re.compile(r"^(==?)?(\d+(?:\.\d+)*)(\.\*)?$")
 # pip wheels a conda plan replaces with its own build, and the conda package each one becomes
 _TORCH_FAMILY = {"torch": "pytorch", "torchvision": "torchvision", "torchaudio": "torchaudio"}
 # a pip range conda reads the same way (`>=2.1,<2.4`), carried over as a conda limit
@@ -182,7 +182,7 @@ class FileAsk:
 
 
 def _plain(version: str | None) -> str | None:
-    m = _PLAIN_VERSION.match(version or "")
+    m = PLAIN_VERSION.match(version or "")
     return m.group(2) if m else None
 
 

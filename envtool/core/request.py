@@ -10,6 +10,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from envtool.core.inspect import PLAIN_VERSION
 from envtool.core.plan import Plan, Request, planned_gpus
 from envtool.errors import UsageError
 
@@ -79,9 +80,6 @@ def merge_request(
     )
 
 
-_PLAIN_VERSION = re.compile(r"^(==?)?(\d+(?:\.\d+)*)(\.\*)?$")
-
-
 def resolved_request(request: Request, plan: Plan) -> Request:
     """The request as re-locked later: `auto` replaced by the CUDA it resolved to on this host, so
     `envtool lock` on another machine (or no GPU) re-solves the same target; the GPUs the plan was
@@ -130,7 +128,7 @@ def file_limits(conda_specs: tuple[str, ...] | list[str]) -> list[str]:
             s = parse_conda_spec(text)
         except ValueError:
             continue
-        if s.version and s.version != "*" and not _PLAIN_VERSION.match(s.version):
+        if s.version and s.version != "*" and not PLAIN_VERSION.match(s.version):
             out.append(text)
     return out
 

@@ -239,9 +239,6 @@ class Variant:
     def sm(self) -> tuple[str, ...]:
         return tuple(a for a in self.archs if a.startswith("sm_"))
 
-    def build_for(self, platform: str) -> PlatformBuild | None:
-        return next((b for b in self.builds if b.platform == platform), None)
-
     def describe(self) -> str:
         """'cuda12.6: torch 2.7.1 (cuda126_mkl_…), driver ≥ 560.28.03, sm_50 … sm_90'."""
         b = self.builds[0] if self.builds else None

@@ -143,8 +143,8 @@ def lock_environment(
     )
     if dry_run:
         return outcome
-    from envtool.adapters.files import read_text_or_none
-    from envtool.adapters.lockfile.lock_io import write_lock, write_text_atomic
+    from envtool.adapters.files import read_text_or_none, write_atomic
+    from envtool.adapters.lockfile.lock_io import write_lock
     from envtool.adapters.mutex import hold_project_mutex
 
     try:
@@ -165,7 +165,7 @@ def lock_environment(
             ["environment.yml"],
         )
         if read_text_or_none(yml_path) != yml_text:
-            write_text_atomic(yml_path, yml_text)  # unchanged request: keep file and mtime
+            write_atomic(yml_path, yml_text)  # unchanged request: keep file and mtime
     outcome.written = True
     return outcome
 

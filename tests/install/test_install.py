@@ -438,8 +438,8 @@ def test_atomic_text_write_is_utf8_whatever_the_locale(tmp_path) -> None:
 
     target = tmp_path / "state.json"
     code = (
-        "import sys; from pathlib import Path; from envtool.adapters.lockfile.lock_io import write_text_atomic; "
-        'write_text_atomic(Path(sys.argv[1]), \'{"prefix": "/home/zo\\u00eb/envs"}\')'
+        "import sys; from pathlib import Path; from envtool.adapters.files import write_atomic; "
+        'write_atomic(Path(sys.argv[1]), \'{"prefix": "/home/zo\\u00eb/envs"}\')'
     )
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
     proc = subprocess.run(

@@ -15,9 +15,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from envtool.adapters.files import write_atomic
 from envtool.adapters.install.installer import InstallReport, fetch_verified
 from envtool.adapters.locate import default_cache_dir, valid_env_name
-from envtool.adapters.lockfile.lock_io import read_lock, write_text_atomic
+from envtool.adapters.lockfile.lock_io import read_lock
 from envtool.core.lockfile import Lock, LockedPackage
 from envtool.output import note
 
@@ -74,7 +75,7 @@ def write_bundle(
     try:
         data = _fill_bundle(lock, plats, per_platform, cache, out_dir, progress)
         data["name"] = name
-        write_text_atomic(out_dir / MANIFEST_NAME, json.dumps(data, indent=1) + "\n")
+        write_atomic(out_dir / MANIFEST_NAME, json.dumps(data, indent=1) + "\n")
         return data
     except BaseException:
         # a failed fetch or a Ctrl-C must not leave a half bundle behind: `bundle` refuses a

@@ -148,9 +148,9 @@ def delete_tree(path: Path) -> None:
 
 
 def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    from envtool.adapters.lockfile.lock_io import write_text_atomic
+    from envtool.adapters.files import write_atomic
 
-    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
 def sibling_name(prefix: Path, suffix: str) -> str:

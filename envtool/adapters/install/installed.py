@@ -10,6 +10,7 @@ from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
 
+from envtool.adapters.files import file_digest
 from envtool.adapters.host.env_probe import site_packages_dirs
 from envtool.core.drift import PackageId, diff_packages
 
@@ -271,7 +272,11 @@ def damaged_packages(
                 continue
             sha = e.get("sha256_in_prefix") or (None if rewritten else e.get("sha256"))
             suspect = full or (linked_at is not None and st.st_mtime > linked_at)
-            if suspect and isinstance(sha, str) and _sha256(prefix / f) != sha.lower():
+            if (
+                suspect
+                and isinstance(sha, str)
+                and file_digest(prefix / f, "sha256") != sha.lower()
+            ):
                 changed.append(f)
         if gone or changed:
             out.append(
@@ -301,16 +306,6 @@ def _softlink_changed(path: Path, st: os.stat_result, entry: dict[str, Any]) -> 
     except OSError:
         return True
     return hashlib.sha256(os.fsencode(target)).hexdigest() != want.lower()
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def describe_env(prefix: Path) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from envtool.adapters import mutex
+from envtool.adapters.files import file_digest
 from envtool.adapters.install import install_state
 from envtool.adapters.install.installed import check_prefix_records, set_aside_records
 from envtool.adapters.install.progress import Progress
@@ -134,14 +135,6 @@ def _channel_dir(channel: str) -> Path | None:
     if "://" in channel:
         return None
     return Path(channel).expanduser()
-
-
-def file_digest(path: Path, algo: str) -> str:
-    h = hashlib.new(algo)
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def archive_matches(path: Path, pkg: LockedPackage) -> bool:
@@ -1262,7 +1255,7 @@ def _channel_of(url: str) -> str:
 def _restore_locked_urls(prefix: Path, pkgs: list[LockedPackage]) -> None:
     """rattler linked these from verified local copies; conda-meta should name where the lock
     says each package comes from, like any conda-installed env."""
-    from envtool.adapters.lockfile.lock_io import write_text_atomic
+    from envtool.adapters.files import write_atomic
 
     by_file = {p.file_name: p for p in pkgs}
     if not by_file:
@@ -1278,7 +1271,7 @@ def _restore_locked_urls(prefix: Path, pkgs: list[LockedPackage]) -> None:
             continue
         data["url"] = p.url
         data["channel"] = _channel_of(p.url)
-        write_text_atomic(meta, json.dumps(data, indent=2))
+        write_atomic(meta, json.dumps(data, indent=2))
 
 
 def _install_pip(

@@ -108,10 +108,10 @@ def make_run_dir(path: Path) -> None:
 def write_manifest(path: Path, data: dict[str, Any]) -> None:
     """Whole file or nothing: write beside, then rename. A run folder that cannot take it (a
     full disk, a quota) is a RunDirError naming the file and the disk."""
-    from envtool.adapters.lockfile.lock_io import write_text_atomic
+    from envtool.adapters.files import write_atomic
 
     try:
-        write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+        write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
     except UsageError as exc:  # files.write_atomic's one line; the OSError is its context
         cause = exc.__context__
         if isinstance(cause, OSError):

@@ -8,7 +8,6 @@ same name, so conda-lock's header names the real file) and moved into place with
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from envtool.adapters.files import write_atomic
 from envtool.core.lockfile import (
     DIGEST_PLACEHOLDER,
     KEY_DIGEST,
@@ -144,9 +144,9 @@ def write_lock(
         tmp = tmpdir / path.name
         with _libyaml_emitter():
             write_conda_lock_file(lock, tmp, metadata_choices=None)
-        # the lock's own content digest (lock --check: an edited url/sha256 is not fresh)
-        tmp.write_bytes(with_content_digest(tmp.read_bytes()))
-        os.replace(tmp, path)
+        # the lock's own content digest (lock --check: an edited url/sha256 is not fresh),
+        # written whole or not at all like every file envtool writes (fsync, then rename)
+        write_atomic(path, with_content_digest(tmp.read_bytes()))
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
 
@@ -187,14 +187,6 @@ def _all_ascii(obj: Any) -> bool:
     if isinstance(obj, (list, tuple)):
         return all(_all_ascii(v) for v in obj)
     return True
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write beside the target, then os.replace: readers see the old file or the new one
-    (files.write_atomic: an exclusive random temp name, so a planted link is never followed)."""
-    from envtool.adapters.files import write_atomic
-
-    write_atomic(path, text)
 
 
 def load_yaml(data: Any) -> Any:

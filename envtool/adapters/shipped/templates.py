@@ -90,10 +90,6 @@ def template_path(name: str) -> Path:
     return path
 
 
-def read_template(name: str) -> str:
-    return template_path(name).read_text(encoding="utf-8")
-
-
 def plan_init(name: str, dest: str | os.PathLike[str] | None, force: bool) -> InitPlan:
     """Where `envtool init` would write, refusing to clobber a file without --force."""
     source = template_path(name)
