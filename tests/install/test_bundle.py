@@ -129,3 +129,28 @@ def test_an_output_that_is_a_file_is_a_usage_error(fixtures, run_cli, tmp_path) 
     (tmp_path / "out").touch()
     rc, _, err = run_cli(["bundle", "--lock", str(lock), "-o", "out"], tmp_path)
     assert rc == 2 and "-o out: not a directory" in err
+
+
+@pytest.mark.integration
+def test_a_lock_changed_while_it_is_bundled_leaves_no_bundle(
+    private_lock: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundle's lock was copied from disk after the archives were fetched for the lock as
+    read: an edit in between gave a bundle whose conda-lock.yml was not the lock bundle.json's
+    sha256 and archives describe."""
+    from envtool.adapters.install import bundle
+
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    real = bundle.fetch_verified
+
+    def fetch_then_edit(*args, **kwargs):
+        out = real(*args, **kwargs)
+        private_lock.write_text(private_lock.read_text() + "# edited meanwhile\n")
+        return out
+
+    monkeypatch.setattr(bundle, "fetch_verified", fetch_then_edit)
+    from envtool.errors import DiagnosedFailure
+
+    with pytest.raises(DiagnosedFailure, match="changed while it was being bundled"):
+        bundle.write_bundle(private_lock, tmp_path / "b", None)
+    assert not (tmp_path / "b").exists()

@@ -138,7 +138,7 @@ def _fill_bundle(
     leftover = channel / ".tmp"  # rattler's indexer scratch dir; not part of a channel
     if leftover.is_dir() and not any(leftover.iterdir()):
         leftover.rmdir()
-    _copy_atomic(lock.path, out_dir / LOCK_NAME)
+    _write_lock_copy(lock, out_dir / LOCK_NAME)
     return {
         "bundle": str(out_dir),
         "lock": str(out_dir / LOCK_NAME),
@@ -147,6 +147,23 @@ def _fill_bundle(
         "platforms": plats,
         "files": sorted(files),
     }
+
+
+def _write_lock_copy(lock: Lock, dest: Path) -> None:
+    """The bundle's lock is the very file that was read, planned and hashed (bundle.json names
+    its sha256): read once more, bounded, and refused if it changed since."""
+    import hashlib
+
+    from envtool.adapters.files import LOCK_FILE_LIMIT, read_bytes
+    from envtool.errors import DiagnosedFailure
+
+    data = read_bytes(lock.path, LOCK_FILE_LIMIT, what="lock file")
+    if hashlib.sha256(data).hexdigest() != lock.sha256:
+        raise DiagnosedFailure(
+            f"{lock.path} changed while it was being bundled; the bundle was not finished",
+            "run the same bundle command again",
+        )
+    write_atomic(dest, data)
 
 
 def _copy_atomic(src: Path, dest: Path) -> None:
