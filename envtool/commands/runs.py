@@ -34,14 +34,15 @@ def cmd(**opts: Any) -> Result:
 
     rows = []
     for run_dir in list_run_dirs(Path(opts["run_dir"])):
+        broken = False
         try:
             manifest = read_manifest(run_dir)
-        except UsageError as exc:  # one broken manifest must not hide the other runs
-            manifest = {"broken": exc.message}
+        except UsageError:  # one broken manifest must not hide the other runs
+            manifest, broken = None, True
         row = summarize_manifest(
             run_dir.name, manifest, writer_alive(manifest), read_requeue_history(run_dir)
         )
-        if isinstance(manifest, dict) and "broken" in manifest and len(manifest) == 1:
+        if broken:
             row.status = "unreadable manifest"
         rows.append(row)
     return Result("runs", data={"runs": [r.to_dict() for r in rows]}, text=render_rows(rows))

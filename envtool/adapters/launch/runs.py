@@ -32,7 +32,6 @@ def read_manifest(run_dir: Path) -> Any:
 def read_requeue_history(run_dir: Path) -> str | None:
     """A --requeue Slurm job's requeues.log (its batch script appends a line per event)."""
     from envtool.adapters.files import read_text
-    from envtool.errors import UsageError
 
     path = run_dir / "requeues.log"
     if not path.exists():
