@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Issue 25, one nvidia-h200 call: the generate template's Triton decode kernels (bf16 and
+# --quant int8) beside ../shared/baselines/decode_probe.py on the same shapes, batch 1; cold vs
+# warm start through --compile-cache; held-out loss of int8 vs bf16 on a 124M byte-level model
+# trained in the same call (the Python standard library's sources as text).
+# Run from the repo root with .gpuwork/{generate.py,decode_probe.py} (the versions measured).
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+G=.gpuwork; LOG=$OUT/${TAG:-run1}.log; T0=$(date +%s); BUDGET=${BUDGET:-570}
+W=/tmp/w; mkdir -p $W && cp $G/generate.py $W/gen.py  # what `envtool init --template generate` writes
+BENCH="--seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0 --repeat 3"
+step() {  # step NAME TIMEOUT CMD...: skipped when the call's budget is spent
+  local name=$1 limit=$2; shift 2
+  local left=$(( BUDGET - ($(date +%s) - T0) ))
+  if (( left < 25 )); then echo "=== $name skipped (budget)" | tee -a $LOG; return; fi
+  (( limit > left )) && limit=$left
+  echo "=== $name: $*" >> $LOG
+  local t0=$(date +%s.%N)
+  timeout $limit "$@" >> $LOG 2>&1; local rc=$?
+  local wall=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+  echo "=== $name rc=$rc wall=${wall}s" >> $LOG
+  echo "$name rc=$rc wall=${wall}s"
+}
+TIMEFORMAT="import torch+triton: %R s"; { nvidia-smi -L; time python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())'; } >> $LOG 2>&1
+for part in ${PARTS:-probe13 g13 int13 loss probe124 g124 warm13}; do case $part in
+probe13) step probe-1.3b 80 python3 $G/decode_probe.py 1.3b ;;
+g13) step g13-cold 140 python3 $W/gen.py --size 1.3b $BENCH --compile-cache /tmp/cc --profile ;;
+warm13) step g13-warm 50 python3 $W/gen.py --size 1.3b $BENCH --compile-cache /tmp/cc ;;
+int13) step g13-int8 100 python3 $W/gen.py --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8 --profile ;;
+nopdl13) step g13-nopdl 90 python3 $W/gen.py --size 1.3b $BENCH --compile-cache /tmp/cc --no-pdl ;;
+nopdl124) step g124-nopdl 50 python3 $W/gen.py --size 124m $BENCH --compile-cache /tmp/cc --no-pdl ;;
+int13b) step g13-int8 100 python3 $W/gen.py --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8
+        step g13-bf16 60 python3 $W/gen.py --size 1.3b $BENCH --compile-cache /tmp/cc ;;
+probe124) step probe-124m 50 python3 $G/decode_probe.py 124m ;;
+g124) step g124 60 python3 $W/gen.py --size 124m $BENCH --compile-cache /tmp/cc --profile
+      step g124-int8 45 python3 $W/gen.py --size 124m $BENCH --compile-cache /tmp/cc --quant int8 ;;
+loss)
+  STD=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
+  cat $STD/*.py $STD/*/*.py > /tmp/corpus.txt 2>/dev/null
+  head -c -400000 /tmp/corpus.txt > /tmp/train.txt; tail -c 400000 /tmp/corpus.txt > /tmp/heldout.txt
+  ls -l /tmp/train.txt /tmp/heldout.txt >> $LOG
+  L="--size 124m --data /tmp/train.txt --vocab-size 256 --seq-len 1024 --batch-size 16 --max-steps 300 --warmup-steps 30 --log-every 50 --resume never --out-dir /tmp/lout"
+  step train-124m 90 python3 templates/lm.py $L
+  E="--ckpt /tmp/lout --eval-data /tmp/heldout.txt --eval-windows 128 --prompt def --max-new-tokens 300 --temperature 0 --compile-cache /tmp/cc"
+  step eval-bf16 50 python3 $W/gen.py $E
+  step eval-int8 50 python3 $W/gen.py $E --quant int8 ;;
+esac; done
+grep -E "^=== |^prefill|^decode|TTFT|compiled:|eager:|params|compile\+|^eval|^step 300|RESULT \{\"step" $LOG | cut -c1-300 > $OUT/${TAG:-run1}-summary.txt
+cat $OUT/${TAG:-run1}-summary.txt
