@@ -60,8 +60,13 @@ def summarize_lock(outcome: LockOutcome, name: str, command: str, dry_run: bool)
         "packages": outcome.packages,
         "pip_packages": outcome.pip,
         "plan": plan.to_dict() if plan else None,
+        "lock_diff": outcome.diff.to_dict() if outcome.diff else None,
     }
     text = render_plan(plan) if plan else []
+    if outcome.diff is not None:
+        from envtool.core.lock_diff import render_lock_diff
+
+        text += render_lock_diff(outcome.diff)
     if not outcome.changed:
         text.append(f"{name}: lock is up to date ({outcome.env_dir / 'conda-lock.yml'})")
     else:
