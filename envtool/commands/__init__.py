@@ -23,6 +23,22 @@ project_dir_option = click.option(
 )
 
 
+def relock_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options `add`, `drop` and `update` share: --dir, --no-install, --dry-run, --json."""
+    for option in reversed(
+        (
+            project_dir_option,
+            click.option("--no-install", is_flag=True, help="Re-lock only; install nothing."),
+            click.option(
+                "--dry-run", is_flag=True, help="Solve and print the lock diff; write nothing."
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope."),
+        )
+    ):
+        func = option(func)
+    return func
+
+
 def renders(func: Callable[..., Any]) -> Callable[..., None]:
     """The one place a command's outcome becomes output and an exit code: the command returns a
     `Result` (or raises an EnvtoolError, which cli.py renders); this prints it with

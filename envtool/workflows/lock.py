@@ -48,6 +48,7 @@ def lock_environment(
     lock_name: str | None = None,
     previous: Path | None = None,
     replaces: str | None = None,
+    hold: dict[str, tuple[str, ...]] | None = None,
 ) -> LockOutcome:
     """Plan -> discover/solve -> verify -> pip -> write environment.yml + conda-lock.yml (atomically).
 
@@ -56,6 +57,7 @@ def lock_environment(
     `previous`: the lock the diff compares with (default: the one this writes over).
     `replaces`: the environment.yml text on disk that `env_yml_text` (an edit: add, drop) takes
     the place of; written with the lock, under the mutex, only when the lock is.
+    `hold`: per platform, constraints that keep packages at their locked builds (`update PKG`).
     """
     from envtool.adapters.solve.rattler_solve import (
         discover_plan_solve,
@@ -89,9 +91,18 @@ def lock_environment(
     def planner(builds: list[CudaBuild] | None, cuda: str | None) -> Plan:
         """The planner the solver calls again for a suggested --cuda, to check it solves."""
         listed[0] = builds
-        return with_file_limits(
+        planned = with_file_limits(
             plan_environment(replace(request, cuda=cuda) if cuda else request, host, builds),
             request,
+        )
+        if not hold:
+            return planned
+        return replace(
+            planned,
+            platforms=tuple(
+                replace(pp, constraints=(*pp.constraints, *hold.get(pp.platform, ())))
+                for pp in planned.platforms
+            ),
         )
 
     plan, solved = discover_plan_solve(channels, discover, planner, cache_dir)
