@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lock": ("envtool.commands.lock", "Re-lock an environment (no-op when inputs are unchanged)."),
     "add": ("envtool.commands.add", "Add packages to an environment, re-lock, install."),
     "drop": ("envtool.commands.drop", "Drop packages from an environment, re-lock, install."),
-    "update": ("envtool.commands.update", "Update packages to the newest the specs allow, re-lock."),
+    "update": ("envtool.commands.update", "Update packages to the newest allowed, re-lock."),
     "export": ("envtool.commands.export", "Write a portable environment.yml (or @EXPLICIT file)."),
     "install": ("envtool.commands.install", "Install an environment from its lock."),
     "list": ("envtool.commands.list", "List installed environments and their state."),
