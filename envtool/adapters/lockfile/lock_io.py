@@ -66,6 +66,10 @@ def read_lock(lock_path: Path | str, follow_symlinks: bool = True) -> Lock:
     install, bundle, verify/drift and export; tests check it agrees with conda-lock's parser.
     `follow_symlinks=False` (a bundle's lock): a symbolic link there is refused, not followed."""
     lock_path = Path(lock_path)
+    from envtool.adapters.lockfile.pixi_lock import read_pixi_lock, split_pixi_ref
+
+    if (pixi := split_pixi_ref(lock_path)) is not None:  # an env installed from a pixi.lock
+        return read_pixi_lock(pixi[0]).as_lock(pixi[1])
     if not follow_symlinks and lock_path.is_symlink():
         pass  # read_bytes refuses it in one line, whatever it points at
     elif lock_path.is_dir():
