@@ -465,6 +465,10 @@ def choose_variant(
             f"{','.join(sorted({CPU, *index.names()}, key=variant_sort_key))}`, "
             "or install on a GPU host",
         )
+    over = _driver_above_gpu_ceiling(driver, gpus)
+    if over:  # core/suggest's first rule: no driver of this branch drives the GPU
+        message, fix = over
+        raise UsageError(message, fix)
     too_old = _driver_below_gpu_floor(driver, gpus)
     if too_old:  # no CUDA build runs on a GPU its driver cannot drive: the driver is the fix
         floor, gpu = too_old
@@ -498,6 +502,20 @@ def choose_variant(
     raise UsageError(
         f"{host}: none of {index.name}'s variants runs here ({'; '.join(skipped) or 'none'})",
         _way_out(index, driver, gpus, cudas, platform),
+    )
+
+
+def _driver_above_gpu_ceiling(driver: str, gpus: Sequence[HostGpu]) -> tuple[str, str] | None:
+    """(problem, fix) when the driver is newer than a GPU family's last branch (a Kepler GPU on
+    R535, a V100 on R590): a host that cannot exist as described; None otherwise."""
+    from envtool.core.suggest import Gpu, suggest_cuda
+
+    s = suggest_cuda(driver, [Gpu(g.capability, g.name) for g in gpus], [], flavor="pypi")
+    if s.kind != "ceiling":
+        return None
+    return (
+        f"{s.reasons[0]} (is the driver version right? `nvidia-smi` shows it)",
+        f"install an R{s.branch} driver (the last branch for {s.gpu}), or pass --force",
     )
 
 
