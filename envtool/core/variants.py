@@ -694,14 +694,8 @@ def decide_variants(
 
 
 def host_gpus(host: HostFacts) -> list[HostGpu]:
-    """The GPUs this process would use: CUDA_VISIBLE_DEVICES by index when it lists indices
-    ("" hides them all); names (UUIDs, MIG) are not mapped, so every GPU counts then."""
-    visible = host.cuda_visible_devices
-    gpus = [g for g in host.gpus if g.capability]
-    if visible is not None:
-        tokens = [t.strip() for t in visible.split(",") if t.strip()]
-        if not tokens:
-            return []
-        if all(t.isdigit() for t in tokens):
-            gpus = [g for g in gpus if str(g.index) in tokens]
-    return [HostGpu(g.capability or "", g.name) for g in gpus]
+    """The GPUs this process would use (core/host_record.visible_gpus: CUDA_VISIBLE_DEVICES by
+    index; "" hides them all; names are not mapped, so every GPU counts then)."""
+    from envtool.core.host_record import visible_gpus
+
+    return [HostGpu(g.capability, g.name) for g in visible_gpus(host)[0] if g.capability]
