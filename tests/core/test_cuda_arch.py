@@ -222,9 +222,13 @@ def test_the_pytorch_channel_keeps_the_official_lists(harvested: Path, run_cli, 
 def test_a_kepler_gpu_with_cuda_12_stays_refused_on_conda_forge() -> None:
     """conda-forge's lists do not rescue Kepler: CUDA 12 dropped it, and no 12.x list has sm_3x."""
     for cuda in ("12.6", "12.9"):
-        with pytest.raises(UsageError) as err:
-            plan_environment(Request(cuda=cuda, driver=DRIVER, gpus=("3.7",)), None, None)
+        with pytest.raises(UsageError) as err:  # on R470, Kepler's last branch
+            plan_environment(Request(cuda=cuda, driver="470.82.01", gpus=("3.7",)), None, None)
         assert "CUDA 12 dropped Kepler (sm_37)" in err.value.message
+        assert (err.value.hint or "").startswith("pass --cuda 11.8")  # never "upgrade the driver"
+        with pytest.raises(UsageError) as err:  # a K80 on R580 cannot exist
+            plan_environment(Request(cuda=cuda, driver=DRIVER, gpus=("3.7",)), None, None)
+        assert "R470 is the last driver branch for Kepler" in err.value.message
         assert not cu.arch_covered("3.7", cu.build_archs("conda-forge", cuda) or ())
 
 
