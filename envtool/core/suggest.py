@@ -163,6 +163,23 @@ def gpus_ceiling(gpus: Iterable[Gpu]) -> int | None:
     return min(lasts) if lasts else None
 
 
+def _no_common_driver(gpus: Sequence[Gpu]) -> str | None:
+    """Why no one driver drives all these GPUs (one's floor is past another's last branch)."""
+    ceiling = gpus_ceiling(gpus)
+    if ceiling is None:
+        return None
+    for g in gpus:
+        floor = cu.gpu_min_driver(g.capability, g.name)
+        if floor and cu.driver_branch(floor) > ceiling:
+            old = next(x for x in gpus if _last_branch(x) == ceiling)
+            return (
+                f"no driver drives both {old.label()} (last branch R{ceiling}) and {g.label()} "
+                f"(needs ≥ {floor}): run them on separate hosts, or hide one with "
+                "CUDA_VISIBLE_DEVICES"
+            )
+    return None
+
+
 def _last_branch(g: Gpu) -> int | None:
     try:
         return cu.gpu_last_branch(g.capability)
@@ -251,6 +268,9 @@ def suggest_cuda(
     )
     if major is not None:
         cands = [c for c in cands if c.split(".")[0] == major]
+    clash = _no_common_driver(gpus)
+    if clash:  # a Kepler GPU beside a Blackwell one: no driver drives both
+        return Suggestion("cpu", reasons=(clash,))
     if driver:
         over = driver_ceiling_for_gpus(driver, gpus)
         if over:  # 1. no driver of this branch drives the GPU
@@ -273,9 +293,7 @@ def suggest_cuda(
     covering: list[str] = []
     reasons: list[str] = []
     for c in cands:  # 2. architecture first: no driver makes a build carry an arch
-        problem = gpu_problem(
-            c, gpus, flavor=flavor, torch=(torch or {}).get(c), platform=platform
-        )
+        problem = gpu_problem(c, gpus, flavor=flavor, torch=(torch or {}).get(c), platform=platform)
         if problem:
             reasons.append(problem)
         else:
@@ -388,7 +406,9 @@ def judge_cuda(
     if too_old:
         floor, gpu = too_old
         return CudaVerdict(
-            "gpu-driver", f"driver {driver} cannot drive {gpu.label()}: it needs ≥ {floor}", instead()
+            "gpu-driver",
+            f"driver {driver} cannot drive {gpu.label()}: it needs ≥ {floor}",
+            instead(),
         )
     verdict = cu.driver_supports(driver, cuda)
     if verdict.mode == "no":

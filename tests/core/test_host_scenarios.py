@@ -231,6 +231,14 @@ CREATE = [
         "nv-eol-kepler",
     ),
     (
+        "k80+h100-470-auto",
+        [K80, H100],
+        "470.82.01",
+        {},
+        ("refuse", "no driver drives both Tesla K80, sm_37 (last branch R470)", "--cuda cpu"),
+        "nv-eol-kepler nv-h100-520",
+    ),
+    (
         "gtx1080+rtx3090-580-auto",
         [GTX1080, RTX3090],
         "580.65.06",
