@@ -565,22 +565,13 @@ def _way_out(
 
 
 def _variant_to_add(driver: str, gpus: Sequence[HostGpu]) -> str | None:
-    """The newest CUDA with an official arch list covering every GPU that this driver runs
-    natively (else through compatibility). The index does not record its flavor: PyTorch's
-    official builds are the reference here."""
-    best: tuple[int, tuple[int, ...], str] | None = None
-    for cuda in cu.arch_table_cudas("pytorch"):
-        archs = cu.build_archs("pytorch", cuda) or ()
-        if any(not _covers(g, archs) for g in gpus):
-            continue
-        verdict = cu.driver_supports(driver, cuda).mode
-        rank = {"native": 2, "compat": 1}.get(verdict)
-        if rank is None:
-            continue
-        key = (rank, parse_version(cuda), cuda)
-        if best is None or key > best:
-            best = key
-    return variant_name(best[2]) if best else None
+    """The variant to add: core/suggest's answer for this driver and these GPUs among the CUDA
+    lines conda-forge (lock's default channel) publishes. The index does not record its flavor,
+    so a suggestion never names a line that channel lacks (no cuda11.3 for a K80)."""
+    from envtool.core.suggest import Gpu, suggest_cuda
+
+    s = suggest_cuda(driver, [Gpu(g.capability, g.name) for g in gpus], None, flavor="conda-forge")
+    return variant_name(s.cuda) if s.kind == "cuda" and s.cuda else None
 
 
 def check_chosen(

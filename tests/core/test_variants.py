@@ -176,8 +176,10 @@ def test_kepler_nothing_fits_names_the_variant_to_add() -> None:
         choose_variant("470.82.01", k80, cuda12)
     assert "none of demo's variants runs here" in exc.value.message
     assert "not Tesla K80 (sm_37)" in exc.value.message
-    # the newest CUDA whose official builds still carry sm_37 that driver 470 runs natively
-    assert "envtool lock demo --variants cpu,cuda11.3,cuda12.6,cuda12.9" in exc.value.hint
+    # the newest CUDA line conda-forge (lock's default channel) built whose arch list carries
+    # sm_3x and that driver 470 runs: 11.8 (compat); never cuda11.3, which it never built
+    assert "envtool lock demo --variants cpu,cuda11.8,cuda12.6,cuda12.9" in exc.value.hint
+    assert "cuda11.3" not in exc.value.hint
     assert "envtool install demo --variant cpu" in exc.value.hint
 
 
