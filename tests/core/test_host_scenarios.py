@@ -489,7 +489,18 @@ DOCTOR = [
         None,
         "nv-rn-t3",
     ),
-    ("mig-h100-580-cu130", [H100], "580.65.06", "2.11.0+cu130", "13.0", {}, None, None, "nv-rn-t3"),
+    # MIG: the capability is the parent GPU's; two MIG slices change no CUDA verdict
+    (
+        "mig-h100-580-cu130",
+        [H100],
+        "580.65.06",
+        "2.11.0+cu130",
+        "13.0",
+        {"mig": 2},
+        "mig",
+        "MIG UUID",
+        "nv-rn-t3",
+    ),
     (
         "a100-535-cu124",
         [A100],
@@ -530,10 +541,15 @@ DOCTOR = [
                          [r[1:] for r in DOCTOR], ids=[r[0] for r in DOCTOR])  # fmt: skip
 def test_doctor_verdicts(gpus, driver, version, cuda, extra, heads, fix, source) -> None:
     assert all(k in cu.load_cuda_data().sources for k in source.split()), source
+    extra = dict(extra)
+    mig = extra.pop("mig", 0)
     host = HostFacts(
         driver_version=driver,
         source="nvml",
-        gpus=[GpuFacts(i, n, c, mig_enabled="mig" in version) for i, (n, c) in enumerate(gpus)],
+        gpus=[
+            GpuFacts(i, n, c, mig_enabled=bool(mig), mig_devices=mig)
+            for i, (n, c) in enumerate(gpus)
+        ],
         **extra,
     )
     checks = run_checks(host, cuda_env(version, cuda))  # --fast: torch's arch list not read
