@@ -135,3 +135,57 @@ def filter_rank(lines: list[str], rank: int) -> list[str]:
         for line in lines
         if line.startswith("[node ") and mark in line.split("] ", 1)[0] + "] "
     ]
+
+
+MAX_LINE_BYTES = 64 * 1024  # a log line kept whole; a longer one is cut (a progress bar's \r
+# redraws with no newline, a dumped tensor): memory stays bounded, time linear
+
+
+def render_cut_mark(limit: int) -> bytes:
+    """What ends a cut line: ` … [line cut at 64 KiB]`."""
+    size = f"{limit // 1024} KiB" if limit % 1024 == 0 else f"{limit} bytes"
+    return f" … [line cut at {size}]".encode()
+
+
+class LineSplitter:
+    """Bytes in, whole lines out (without their newline). A line longer than `limit` comes out
+    once, its first `limit` bytes and the cut mark, as soon as it passes the limit; the rest of it,
+    up to the next newline, is dropped. At most `limit` bytes are held; each byte is looked at
+    once (joining the unfinished line to every new chunk was quadratic: 10 s for a 64 MB line)."""
+
+    def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
+        self.limit = limit
+        self.mark = render_cut_mark(limit)
+        self.held = bytearray()
+        self.cutting = False  # inside a line already cut: drop until its newline
+
+    def feed(self, data: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        start = 0
+        while start <= len(data):
+            newline = data.find(b"\n", start)
+            end = len(data) if newline < 0 else newline
+            if not self.cutting:
+                room = self.limit - len(self.held)
+                if end - start > room:
+                    self.held += data[start : start + room]
+                    out.append(bytes(self.held) + self.mark)
+                    self.held.clear()
+                    self.cutting = True
+                else:
+                    self.held += data[start:end]
+            if newline < 0:
+                break
+            if not self.cutting:
+                out.append(bytes(self.held))
+            self.held.clear()
+            self.cutting = False
+            start = newline + 1
+        return out
+
+    def flush(self) -> list[bytes]:
+        """The last line when the stream ended without a newline (nothing if it was cut)."""
+        rest = [] if self.cutting or not self.held else [bytes(self.held)]
+        self.held.clear()
+        self.cutting = False
+        return rest

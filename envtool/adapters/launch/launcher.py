@@ -31,6 +31,7 @@ from envtool.core.launch_plan import (
     parse_last_exception,
     parse_root_cause,
 )
+from envtool.core.runs import MAX_LINE_BYTES, LineSplitter
 from envtool.errors import DiagnosedFailure, UsageError
 
 GRACE_SECONDS = 20.0  # after a forwarded Ctrl-C/SIGTERM: time for ranks to checkpoint and exit
@@ -297,7 +298,7 @@ class MergedLog:
         self.plan = plan
         self.path = path or Path(plan.run_dir) / MERGED_LOG
         self.offsets: dict[Path, int] = {}
-        self.partial: dict[Path, bytes] = {}
+        self.splitters: dict[Path, LineSplitter] = {}  # per rank file: its unfinished line
         self.labels: dict[tuple[str, int], bytes] = {}  # (attempt dir, local rank) -> prefix
         self.out: IO[bytes] | None = None
         self._workers: dict[int, tuple[int, int]] | None = None
@@ -353,17 +354,15 @@ class MergedLog:
                 continue
             grew = True
             self.offsets[path] = self.offsets.get(path, 0) + len(data)
-            data = self.partial.pop(path, b"") + data
-            lines = data.split(b"\n")
-            rest = lines.pop()
-            if rest:
-                self.partial[path] = rest
+            # a line past 64 KiB (a progress bar's \r redraws) is cut: bounded, linear
+            lines = self.splitters.setdefault(path, LineSplitter()).feed(data)
             if lines:
                 self._write(path, lines)
         if final:
-            for path, rest in sorted(self.partial.items()):
-                self._write(path, [rest])
-            self.partial.clear()
+            for path, splitter in sorted(self.splitters.items()):
+                rest = splitter.flush()
+                if rest:
+                    self._write(path, rest)
         return grew
 
     def _write(self, path: Path, lines: list[bytes]) -> None:
@@ -541,18 +540,31 @@ def _copy_stream(
         log = open(log_path, "ab")  # noqa: SIM115  (closed below, whatever happens)
     except OSError as exc:
         errors.append(RunDirError(log_path, exc))
-    for line in iter(src.readline, b""):
-        if log is not None:
-            try:
-                log.write(line)
-                log.flush()
-            except OSError as exc:
-                errors.append(RunDirError(log_path, exc))
-                log = _close_quietly(log)
+    # read in pieces of at most one line's cap: a rank's \r progress with no newline (tee'd
+    # by torchrun) is never held whole; the console gets every piece, launcher.log whole lines
+    # (a longer one cut, marked)
+    lines = LineSplitter()
+    for piece in iter(lambda: src.readline(MAX_LINE_BYTES), b""):
+        log = _append_lines(log, log_path, lines.feed(piece), errors)
         signame = stopped_by() if stopped_by is not None else None
-        _to_console(console, [line] if signame is None else after_stop.feed(line, signame))
+        _to_console(console, [piece] if signame is None else after_stop.feed(piece, signame))
     _to_console(console, after_stop.flush())
-    _close_quietly(log)
+    _close_quietly(_append_lines(log, log_path, lines.flush(), errors))
+
+
+def _append_lines(
+    log: IO[bytes] | None, log_path: Path, lines: list[bytes], errors: list[RunDirError]
+) -> IO[bytes] | None:
+    """Write whole lines to launcher.log; the log, or None once it stopped taking writes."""
+    if log is None or not lines:
+        return log
+    try:
+        log.write(b"".join(line + b"\n" for line in lines))
+        log.flush()
+    except OSError as exc:
+        errors.append(RunDirError(log_path, exc))
+        return _close_quietly(log)
+    return log
 
 
 def _to_console(console: IO[bytes], lines: list[bytes]) -> None:
