@@ -189,3 +189,39 @@ class LineSplitter:
         self.held.clear()
         self.cutting = False
         return rest
+
+
+# --- a hung run: which rank(s) stopped -------------------------------------------------------
+
+TIE_SECONDS = 0.1  # logs that stopped growing this close together: one instant, no order
+
+
+def find_stalled_ranks(
+    last_writes: dict[int, float], stopped: list[int], all_ranks: list[int]
+) -> tuple[list[int], str]:
+    """The local ranks a hung run names, and why: those whose process is stopped (SIGSTOP, a
+    debugger: the others then wait on them in a collective) when there are any; else those
+    whose log stopped growing first (within TIE_SECONDS of the earliest: a rank that printed
+    its last line a moment after the stuck one is waiting, not stuck); else (nothing printed
+    yet) every rank. `last_writes`: mtimes of the ranks that printed something."""
+    if stopped:
+        return sorted(stopped), "its process is stopped (SIGSTOP or a debugger)"
+    if last_writes:
+        first = min(last_writes.values())
+        named = sorted(r for r, t in last_writes.items() if t - first <= TIE_SECONDS)
+        return named, "its log stopped growing first"
+    return sorted(all_ranks), "no rank printed anything yet"
+
+
+def render_ranks(ranks: list[int], offset: int = 0, known: bool = True) -> str:
+    """`rank 1`, `ranks 1 and 3`, `ranks 0, 1 and 2` (global: local + offset when the node's
+    rank is known), or `local rank 1 on this node` (c10d without --node-rank)."""
+    numbers = [str(r + offset) if known else str(r) for r in ranks]
+    word = "rank" if known else "local rank"
+    if not numbers:
+        return "no rank"
+    if len(numbers) == 1:
+        text = f"{word} {numbers[0]}"
+    else:
+        text = f"{word}s {', '.join(numbers[:-1])} and {numbers[-1]}"
+    return text if known else text + " on this node"
