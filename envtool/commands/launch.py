@@ -89,6 +89,14 @@ def _bounded_nproc(value: int | None) -> int | None:
     metavar="SECONDS",
     help="Stop the run when no rank's log has grown for this long (default: only warn).",
 )
+@click.option(
+    "--startup-grace",
+    type=click.FloatRange(min=1),
+    default=None,
+    metavar="SECONDS",
+    help="Before any rank prints: how long start-up may stay silent under --hang-timeout "
+    "(default: 600, or --hang-timeout if longer).",
+)
 @click.option("--all-ranks", is_flag=True, help="Show every rank on the console, not rank 0.")
 @click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
 @click.option(
@@ -141,10 +149,12 @@ def cmd(**opts: Any) -> Result:
             "--requeue requeues a Slurm job", "add --slurm (a local run resumes when relaunched)"
         )
     if opts["slurm"]:
-        if opts["hang_timeout"] is not None:  # the batch job runs torchrun without envtool
+        if opts["hang_timeout"] is not None or opts["startup_grace"] is not None:
+            # the batch job runs torchrun without envtool
+            flag = "--hang-timeout" if opts["hang_timeout"] is not None else "--startup-grace"
             raise UsageError(
-                "--hang-timeout watches a local run; a --slurm job is not watched by envtool",
-                "drop --hang-timeout (bound the job with --time)",
+                f"{flag} watches a local run; a --slurm job is not watched by envtool",
+                f"drop {flag} (bound the job with --time)",
             )
         if opts["requeue"]:
             check_resumable(list(opts["script_args"]))
@@ -298,6 +308,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         stdout_to_stderr=opts["as_json"],
         on_started=record_facts,
         hang_timeout=opts["hang_timeout"],
+        startup_grace=opts["startup_grace"],
     )
     manifest.update(
         start_time=outcome.started,
@@ -328,11 +339,20 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
 
     if outcome.hang is not None:
         hang = outcome.hang
-        note(
-            f"envtool: {hang.label} made no progress for {hang.rank_silent:.0f} s (no rank's "
-            f"log grew for {hang.all_silent:.0f} s) — stopped by --hang-timeout "
-            f"{opts['hang_timeout']:g}; logs: {hang.log or plan.run_dir + '/'}"
-        )
+        logs = hang.log or plan.run_dir + "/"
+        if hang.startup:
+            note(
+                f"envtool: no rank printed anything for {hang.all_silent:.0f} s after the start "
+                f"({hang.label}) — stopped by --startup-grace (with --hang-timeout "
+                f"{opts['hang_timeout']:g}); raise --startup-grace if start-up takes longer; "
+                f"logs: {logs}"
+            )
+        else:
+            note(
+                f"envtool: {hang.label} made no progress for {hang.rank_silent:.0f} s "
+                f"({hang.why}; no rank's log grew for {hang.all_silent:.0f} s) — stopped by "
+                f"--hang-timeout {opts['hang_timeout']:g}; logs: {logs}"
+            )
     elif outcome.interrupted_by:
         note(
             f"envtool: stopped by {outcome.interrupted_by}; every rank ended — logs: {plan.run_dir}/"
