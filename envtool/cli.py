@@ -18,6 +18,7 @@ GROUP_HELP = "envtool: CUDA-correct, reproducible PyTorch multi-GPU environments
 DEBUG_HELP = "Show tracebacks instead of one-line errors."
 VERSION_HELP = "Show the version and exit."
 HELP_HELP = "Show this message and exit."
+OFFLINE_HELP = "Install from the package cache only."
 
 # name -> (module, one-line help). Help text lives here so `--help` needs no imports.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -31,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Plan, solve, lock and install a CUDA-matched environment.",
     ),
     "lock": ("envtool.commands.lock", "Re-lock an environment (no-op when inputs are unchanged)."),
+    "config": ("envtool.commands.config", "Show the settings in force and where each comes from."),
     "add": ("envtool.commands.add", "Add packages to an environment, re-lock, install."),
     "drop": ("envtool.commands.drop", "Drop packages from an environment, re-lock, install."),
     "update": ("envtool.commands.update", "Update packages to the newest allowed, re-lock."),
@@ -85,7 +87,12 @@ def fast_help(width: int | None = None) -> str | None:
     would wrap). width: click's formatter width (default: from the terminal, as click does)."""
     if width is None:
         width = max(min(_terminal_columns(), 80) - 2, 50)
-    options = [("--version", VERSION_HELP), ("--debug", DEBUG_HELP), ("-h, --help", HELP_HELP)]
+    options = [
+        ("--version", VERSION_HELP),
+        ("--debug", DEBUG_HELP),
+        ("--offline", OFFLINE_HELP),
+        ("-h, --help", HELP_HELP),
+    ]
     lines = ["Usage: envtool [OPTIONS] COMMAND [ARGS]...", "", f"  {GROUP_HELP}", ""]
     lines += ["Options:", *_dl(options)]
     lines += ["", "Commands:", *_dl(_command_rows())]
@@ -134,10 +141,16 @@ def _click_cli():  # -> click.Group
     )
     @click.version_option(__version__, prog_name="envtool", help=VERSION_HELP)
     @click.option("--debug", is_flag=True, help=DEBUG_HELP)
+    @click.option("--offline", is_flag=True, help=OFFLINE_HELP)
     @click.pass_context
-    def cli(ctx: click.Context, debug: bool) -> None:
+    def cli(ctx: click.Context, debug: bool, offline: bool) -> None:
+        from envtool.adapters.config import apply_config
+
         ctx.ensure_object(dict)
         ctx.obj["debug"] = debug
+        # settings files become environment variables below any already set (flag > variable
+        # > envtool.toml > the user's config.toml): docs/config.md
+        ctx.obj["config"] = apply_config(offline)
 
     _CLI = cli
     return cli
