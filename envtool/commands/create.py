@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import click
 
-from envtool.commands import project_dir_option, renders, summarize_lock
+from envtool.commands import (
+    env_name,
+    gpus_mistake_option,
+    project_dir_option,
+    renders,
+    summarize_lock,
+)
 from envtool.core.plan import PLATFORMS
 from envtool.errors import UsageError
 from envtool.output import Result
@@ -16,7 +22,7 @@ from envtool.workflows.lock import lock_environment, request_from_yml
 
 
 @click.command("create")
-@click.argument("name")
+@env_name(required=True)
 @click.option(
     "--cuda",
     default=None,
@@ -54,6 +60,7 @@ from envtool.workflows.lock import lock_environment, request_from_yml
     help="Channel name, URL or local folder (repeatable, in priority order).",
 )
 @click.option("--driver", default=None, help="Plan for a machine with this NVIDIA driver version.")
+@gpus_mistake_option
 @click.option(
     "--gpu",
     "gpus",

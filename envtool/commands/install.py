@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from envtool.commands import renders
+from envtool.commands import env_name, renders
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import UsageError
 from envtool.output import Result
@@ -62,7 +62,7 @@ def resolve_install_args(
 
 
 @click.command("install")
-@click.argument("name", required=False)
+@env_name
 @click.option(
     "--lock",
     "lock_file",

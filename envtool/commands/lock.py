@@ -15,7 +15,7 @@ import click
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
 from envtool.adapters.lockfile.lock_io import stored_lock_options
-from envtool.commands import project_dir_option, renders, summarize_lock
+from envtool.commands import env_name, project_dir_option, renders, summarize_lock
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result
@@ -49,7 +49,7 @@ def lock_edited(lock_path: Path) -> str | None:
 
 
 @click.command("lock")
-@click.argument("name")
+@env_name(required=True)
 @project_dir_option
 @click.option(
     "--check", is_flag=True, help="Exit 1 if the lock is stale, 0 if fresh; write nothing."

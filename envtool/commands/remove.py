@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from envtool.commands import renders
+from envtool.commands import env_name, renders
 from envtool.errors import UsageError
 from envtool.output import Result, note
 
@@ -26,7 +26,7 @@ def _confirmed(question: str) -> bool:
 
 
 @click.command("remove")
-@click.argument("name", required=False)
+@env_name
 @click.option("--prefix", help="The environment's directory instead of NAME.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
