@@ -197,7 +197,7 @@ def missing_env_hint(name: str) -> str:
         locked = False
     if locked:
         return f"environments/{name}/conda-lock.yml is here: install it with `envtool install {q}`"
-    return f"create it with `envtool create {q}` (`envtool list` shows the installed ones)"
+    return f"create it with `envtool create {q}` (envtool list shows the installed ones)"
 
 
 def _prefix_of(exe: Path) -> Path | None:

@@ -84,11 +84,24 @@ def resolve_and_say(
     """**The** target of a command that acts on one environment (locate.resolve_target over
     core/target's rule), said in one line on stderr: which environment and why."""
     from envtool.adapters.locate import resolve_target
-    from envtool.output import note
 
     target = resolve_target(name, prefix, python)
-    note(f"envtool {command}: {target.describe(verb)}")
+    _PENDING[:] = [f"envtool {command}: {target.describe(verb)}"]
     return target
+
+
+# The target line waits until the command does its work (say_target: before a launch, an exec,
+# or the Result): an error before then stays the one line it names, and names the env itself.
+_PENDING: list[str] = []
+
+
+def say_target() -> None:
+    """Print the pending target line (stderr), once."""
+    from envtool.output import note
+
+    for line in _PENDING:
+        note(line)
+    _PENDING.clear()
 
 
 def target_data(target: Target, verb: str) -> dict[str, Any]:
@@ -105,7 +118,9 @@ def renders(func: Callable[..., Any]) -> Callable[..., None]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> None:
+        _PENDING.clear()  # one command a process, but tests run many in one
         result = func(*args, **kwargs)
+        say_target()
         if result is None:
             return
         from envtool.output import emit

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from envtool.commands import env_name, renders, resolve_and_say, target_data
+from envtool.commands import env_name, renders, resolve_and_say, say_target, target_data
 from envtool.core.checks import (
     Check,
     check_by_id,
@@ -229,6 +229,7 @@ def cmd(
             from envtool.adapters.host.deep import probe_deep
             from envtool.output import note
 
+            say_target()
             note("envtool doctor: running --deep (GPU matmuls, all-reduce) in the environment…")
             deep_result = probe_deep(str(target.python), _deep_gpu_count(host, env), cpu=deep_cpu)
             if record_dir is not None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from envtool.commands import renders, resolve_and_say, target_data
+from envtool.commands import renders, resolve_and_say, say_target, target_data
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result, note
 
@@ -245,6 +245,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         preflight_doctor(target, host_facts or probe_host())
     if nnodes > 1 and not opts["skip_checks"]:
         preflight_nodes(opts, target, torch_version, endpoint_is_local)
+    say_target()
     for line in plan.notes:
         note(f"envtool: {line}")
     manifest: dict[str, Any] = {

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from envtool.commands import renders, resolve_and_say
+from envtool.commands import renders, resolve_and_say, say_target
 
 _AFTER_DASHES = "envtool_run_command"
 
@@ -80,6 +80,7 @@ def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
             f"{command[0]}: command not found in {target.label}",
             "check the name, or install it into the env",
         )
+    say_target()
     # exec: signals, stdin and the exit code are the command's own, with no wrapper process.
     os.execve(exe, [command[0], *command[1:]], env)
 

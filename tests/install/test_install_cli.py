@@ -119,7 +119,7 @@ def test_commands_on_a_missing_env_say_where_they_looked(
     assert out.returncode == 2
     assert out.stderr.splitlines() == [
         f"envtool: error: no environment named 'ghost' under {tmp_path / 'envs'}"
-        " — create it with `envtool create ghost` (`envtool list` shows the installed ones)"
+        " — create it with `envtool create ghost` (envtool list shows the installed ones)"
     ]
     assert "Traceback" not in out.stderr
     # locked in this project, not installed: the fix is the install, not a second create
@@ -158,8 +158,6 @@ def test_verify_of_a_conda_named_env_outside_the_project_asks_for_its_lock(
     out = run_envtool("verify", "_scratch", env=env, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert out.stderr.splitlines() == [
-        f"envtool verify: verifying the conda env '_scratch' at {tmp_path / 'envs' / '_scratch'}"
-        " (NAME)",
         f"envtool: error: no lock known for {tmp_path / 'envs' / '_scratch'}"
         " — pass --lock FILE: the conda-lock.yml it came from",
     ]

@@ -1,0 +1,107 @@
+"""Issue 21 item 7: the small things a new user trips on in the first ten minutes, each held."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+
+def test_create_gpus_n_explains_gpu_cc_and_launch_gpus(run_cli, tmp_path) -> None:
+    code, out, err = run_cli(["create", "x", "--gpus", "2"], tmp_path)
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        "envtool: error: create --gpus 2: create plans for GPU architectures, not a GPU count"
+        " — name the GPU's compute capability with --gpu CC (e.g. --gpu 8.0; --cuda auto reads"
+        " this host's); how many GPUs to train on is `envtool launch train.py --gpus N`"
+    ]
+    assert not (tmp_path / "environments").exists()
+
+
+@pytest.mark.parametrize("flag", ["--nproc-per-node", "--nproc_per_node", "--gpus"])
+def test_launch_takes_torchruns_nproc_per_node(flag, run_cli, tmp_path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code, out, err = run_cli(
+        ["launch", str(script), flag, "3", "--cpu", "--dry-run", "--json"], tmp_path
+    )
+    assert code == 0, err
+    assert json.loads(out)["plan"]["nproc_per_node"] == 3
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["doctor", "--json", "--bogus"], "No such option '--bogus'"),
+        (["launch", "--json"], "Missing argument 'SCRIPT'"),
+        (["info", "--json", "a", "b"], "Got unexpected extra argument (b)"),
+    ],
+)
+def test_a_usage_error_under_json_is_the_envelope(argv, message, run_cli, tmp_path) -> None:
+    code, out, err = run_cli(argv, tmp_path)
+    assert code == 2
+    doc = json.loads(out)  # one object on stdout, as for every other error
+    assert doc["version"] == 1 and doc["command"] == argv[0] and doc["exit_code"] == 2
+    assert message in doc["error"]["message"]
+    assert doc["error"]["hint"] == f"see `envtool {argv[0]} --help`"
+    assert message in err  # and the usual lines on stderr
+
+
+def test_name_and_dash_n_are_one_name(run_cli, tmp_path) -> None:
+    code, _, err = run_cli(["doctor", "a", "-n", "b", "--fast"], tmp_path)
+    assert code == 2 and "NAME 'a' and -n 'b' disagree" in err
+    code, _, err = run_cli(["verify", "-n", "ghost"], tmp_path)
+    assert code == 2 and "no environment named 'ghost'" in err
+
+
+@pytest.mark.integration
+def test_info_before_install_reads_the_lock(harvested, run_cli, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("ENVTOOL_ENVS_DIR", str(tmp_path / "envs"))
+    conda_forge = str(harvested / "conda-forge")
+    code, _, err = run_cli(
+        ["create", "c", "--no-install", "--cuda", "cpu", "--channel", conda_forge], tmp_path
+    )
+    assert code == 0, err
+    code, out, err = run_cli(["info", "c", "--json"], tmp_path)
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["state"] == "not installed" and row["flavor"] == "conda-forge"
+    assert row["torch"].startswith("2.") and "cpu" in row["torch"]
+    assert row["install_command"] == "envtool install c"
+    assert err.splitlines() == [
+        f"envtool info: c is not installed; showing its lock {tmp_path / 'environments' / 'c' / 'conda-lock.yml'}"
+    ]
+
+
+@pytest.mark.integration
+def test_bash_completion_script_is_produced() -> None:
+    """docs/shell-completion.md's line: click's completion for the `envtool` entry point."""
+    env = {**os.environ, "_ENVTOOL_COMPLETE": "bash_source"}
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "envtool")]
+        if (REPO / ".venv" / "bin" / "envtool").exists()
+        else [sys.executable, "-m", "envtool"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (
+        "_envtool_completion()" in out.stdout
+        and "complete -o nosort -F _envtool_completion envtool" in out.stdout
+    )
+    # and it completes: the commands for `envtool d<TAB>`
+    env.update(_ENVTOOL_COMPLETE="bash_complete", COMP_WORDS="envtool d", COMP_CWORD="1")
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "envtool")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "plain,doctor" in out.stdout.splitlines(), out.stdout
