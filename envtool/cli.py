@@ -18,6 +18,7 @@ GROUP_HELP = "envtool: CUDA-correct, reproducible PyTorch multi-GPU environments
 DEBUG_HELP = "Show tracebacks instead of one-line errors."
 VERSION_HELP = "Show the version and exit."
 HELP_HELP = "Show this message and exit."
+NO_COLOR_HELP = "No color (also: NO_COLOR=1; none when not a terminal)."
 
 # name -> (module, one-line help). Help text lives here so `--help` needs no imports.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -100,7 +101,12 @@ def fast_help(width: int | None = None) -> str | None:
     would wrap). width: click's formatter width (default: from the terminal, as click does)."""
     if width is None:
         width = max(min(_terminal_columns(), 80) - 2, 50)
-    options = [("--version", VERSION_HELP), ("--debug", DEBUG_HELP), ("-h, --help", HELP_HELP)]
+    options = [
+        ("--version", VERSION_HELP),
+        ("--debug", DEBUG_HELP),
+        ("--no-color", NO_COLOR_HELP),
+        ("-h, --help", HELP_HELP),
+    ]
     lines = ["Usage: envtool [OPTIONS] COMMAND [ARGS]...", "", f"  {GROUP_HELP}", ""]
     blocks = [("Options", options), *_command_sections()]
     for i, (title, rows) in enumerate(blocks):
@@ -154,10 +160,15 @@ def _click_cli():  # -> click.Group
     )
     @click.version_option(__version__, prog_name="envtool", help=VERSION_HELP)
     @click.option("--debug", is_flag=True, help=DEBUG_HELP)
+    @click.option("--no-color", is_flag=True, help=NO_COLOR_HELP)
     @click.pass_context
-    def cli(ctx: click.Context, debug: bool) -> None:
+    def cli(ctx: click.Context, debug: bool, no_color: bool) -> None:
         ctx.ensure_object(dict)
         ctx.obj["debug"] = debug
+        if no_color:
+            from envtool.output import set_no_color
+
+            set_no_color()
 
     _CLI = cli
     return cli
@@ -225,9 +236,11 @@ def main(argv: list[str] | None = None) -> None:
                 render_error_json(_command_name(args), exc.message, exc.hint, exc.exit_code) + "\n"
             )
         from envtool.core.shell_quote import printable
+        from envtool.output import write_line
 
         # one line, whatever the message holds: names, lock fields, probed text
-        click.echo(f"envtool: error: {printable(exc.one_line())}", err=True)
+        write_line(sys.stderr, f"envtool: error: {printable(exc.one_line())}")
+        sys.stderr.flush()
         _echo_detail(exc.detail)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

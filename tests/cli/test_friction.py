@@ -105,3 +105,69 @@ def test_bash_completion_script_is_produced() -> None:
         timeout=60,
     )
     assert "plain,doctor" in out.stdout.splitlines(), out.stdout
+
+
+class _Stream:
+    """A stream with an encoding and a tty answer, as sys.stdout has."""
+
+    def __init__(self, encoding: str = "utf-8", tty: bool = False) -> None:
+        self.encoding, self.tty, self.parts = encoding, tty, []
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, text: str) -> None:
+        text.encode(self.encoding)  # what a real stream of this encoding would refuse
+        self.parts.append(text)
+
+
+VERDICT = "envtool doctor: FAIL — torch 2.7 → CUDA 12.8 needs driver ≥ 570… ✗"
+
+
+def test_color_on_a_terminal_only_and_never_with_no_color(monkeypatch) -> None:
+    from envtool import output
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    tty = _Stream(tty=True)
+    output.write_line(tty, VERDICT)
+    assert tty.parts == [VERDICT.replace("FAIL", "\x1b[31mFAIL\x1b[0m") + "\n"]
+    pipe = _Stream(tty=False)
+    output.write_line(pipe, VERDICT)
+    assert pipe.parts == [VERDICT + "\n"]
+    monkeypatch.setenv("NO_COLOR", "1")
+    tty = _Stream(tty=True)
+    output.write_line(tty, VERDICT)
+    assert "\x1b" not in tty.parts[0]
+    # data never drives the terminal: an ESC in a value stays escaped, color or not
+    monkeypatch.delenv("NO_COLOR")
+    tty = _Stream(tty=True)
+    output.write_line(tty, "  ✓ gpu: name \x1b]0;owned\x07")
+    assert tty.parts == ["  \x1b[32m✓\x1b[0m gpu: name \\x1b]0;owned\\x07\n"]
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_locale_that_is_not_utf8_gets_ascii_arrows_ticks_and_ellipses(encoding) -> None:
+    from envtool import output
+
+    stream = _Stream(encoding)
+    output.write_line(stream, VERDICT + " naïve")
+    expected_tail = "naïve" if encoding == "latin-1" else "na?ve"
+    assert stream.parts == [
+        f"envtool doctor: FAIL - torch 2.7 -> CUDA 12.8 needs driver >= 570... X {expected_tail}\n"
+    ]
+
+
+@pytest.mark.integration
+def test_no_color_flag_and_an_ascii_locale_end_to_end(tmp_path) -> None:
+    """`PYTHONIOENCODING=ascii` (a C/POSIX locale without UTF-8): doctor prints, in ASCII."""
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    out = subprocess.run(
+        [sys.executable, "-m", "envtool", "--no-color", "doctor", "--fast", "-v"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.isascii() and out.stderr.isascii()
+    assert out.stdout.startswith(b"envtool doctor: OK - ")
