@@ -157,10 +157,13 @@ def cmd(
         )
 
     if dry_run:  # reads only: no lock to wait for
+        from envtool.adapters.install.download_size import probe_download_sizes
+        from envtool.core.install_plan import plan_download, render_download
+
         planned = plan()
-        return Result(
-            "install", {"dry_run": True, "name": label, **planned.to_dict()}, planned.render()
-        )
+        download = plan_download(planned, probe_download_sizes(planned))
+        data = {"dry_run": True, "name": label, **planned.to_dict(), "download": download}
+        return Result("install", data, [*planned.render(), render_download(download)])
     with hold_install_mutexes(lock_path, target, label):
         # the lock is read (once) with its project folder held: what is planned is what runs
         planned = plan()
