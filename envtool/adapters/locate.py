@@ -268,6 +268,25 @@ def project_env_paths(name: str, directory: str | None = None) -> tuple[Path, Pa
     return env_dir, env_dir / "environment.yml", env_dir / "conda-lock.yml"
 
 
+def written_channel(channel: str, directory: str | None = None) -> str:
+    """A `--channel` as environment.yml records it: as the user gave it (a name, a URL, an
+    absolute or ~ path), except a relative folder: `./sub/dir` when it is inside the project
+    folder that is the current one (`envtool lock` from there finds it, and the project can be
+    moved or cloned with it), else its absolute path (a `../x` from here means nothing from
+    elsewhere)."""
+    if "://" in channel or channel.startswith(("/", "~")):
+        return channel
+    path = Path(channel)
+    if not (channel.startswith(".") or path.is_dir()):
+        return channel  # a channel name (conda-forge, pytorch/label/nightly)
+    absolute = path.resolve()
+    here = Path.cwd().resolve()
+    project = Path(directory).resolve() if directory else here
+    if project == here and absolute.is_relative_to(here) and absolute != here:
+        return "./" + absolute.relative_to(here).as_posix()
+    return str(absolute)
+
+
 def project_lock_path(name: str) -> Path:
     """The project's lock for NAME, absolute: it is recorded in the install state."""
     return project_env_paths(name)[2].absolute()

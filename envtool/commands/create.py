@@ -123,7 +123,7 @@ def cmd(
         from envtool.adapters.shipped.profiles import DEFAULT_PROFILE, read_profile
 
         text, source = read_profile(profile or DEFAULT_PROFILE)
-    from envtool.adapters.solve.rattler_solve import absolute_channel
+    from envtool.adapters.locate import written_channel
     from envtool.core.request import parse_virtual_overrides
 
     flags = {
@@ -132,7 +132,7 @@ def cmd(
         "python": python_version,
         "flavor": flavor,
         "platforms": list(platforms),
-        "channels": [absolute_channel(c) for c in channels],
+        "channels": [written_channel(c, directory) for c in channels],
         "driver": driver,
         "gpus": list(gpus),
         "virtual_overrides": parse_virtual_overrides(virtual),

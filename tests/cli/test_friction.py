@@ -171,3 +171,44 @@ def test_no_color_flag_and_an_ascii_locale_end_to_end(tmp_path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.isascii() and out.stderr.isascii()
     assert out.stdout.startswith(b"envtool doctor: OK - ")
+
+
+@pytest.mark.integration
+def test_a_local_channel_is_written_as_given_relative_to_the_project(
+    harvested, run_cli, tmp_path
+) -> None:
+    """`--channel ./chan` inside the project: environment.yml says ./chan (the project can move
+    or be cloned with its channel), and `envtool lock` from the project finds it again; a
+    channel outside the project is recorded absolute, a URL or a name as given."""
+    import shutil
+
+    shutil.copytree(harvested / "conda-forge", tmp_path / "chan")
+    code, _, err = run_cli(
+        ["create", "c", "--no-install", "--cuda", "cpu", "--channel", "chan"], tmp_path
+    )
+    assert code == 0, err
+    yml = (tmp_path / "environments" / "c" / "environment.yml").read_text()
+    assert "channels:\n  - ./chan\n" in yml and str(tmp_path) not in yml
+    moved = tmp_path.parent / (tmp_path.name + "-moved")
+    shutil.move(tmp_path, moved)  # a clone elsewhere: the relative channel moves with it
+    try:
+        code, out, err = run_cli(["lock", "c", "--force"], moved)
+        assert code == 0, err
+        assert "wrote environments/c/conda-lock.yml" in out
+    finally:
+        shutil.move(moved, tmp_path)
+
+
+def test_written_channel_keeps_names_urls_and_outside_paths(tmp_path, monkeypatch) -> None:
+    from envtool.adapters.locate import written_channel
+
+    (tmp_path / "proj" / "ch").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    monkeypatch.chdir(tmp_path / "proj")
+    assert written_channel("conda-forge") == "conda-forge"
+    assert written_channel("https://example.org/ch/") == "https://example.org/ch/"
+    assert written_channel("~/ch") == "~/ch"
+    assert written_channel("./ch") == written_channel("ch") == "./ch"
+    assert written_channel("../outside") == str((tmp_path / "outside").resolve())
+    # --dir elsewhere: the current folder is not the project, so the path is made absolute
+    assert written_channel("ch", str(tmp_path)) == str((tmp_path / "proj" / "ch").resolve())
