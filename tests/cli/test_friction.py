@@ -212,3 +212,14 @@ def test_written_channel_keeps_names_urls_and_outside_paths(tmp_path, monkeypatc
     assert written_channel("../outside") == str((tmp_path / "outside").resolve())
     # --dir elsewhere: the current folder is not the project, so the path is made absolute
     assert written_channel("ch", str(tmp_path)) == str((tmp_path / "proj" / "ch").resolve())
+
+
+def test_remove_of_a_package_name_says_remove_deletes_whole_envs(
+    run_cli, tmp_path, monkeypatch
+) -> None:
+    """pixi and uv users type `remove PKG` to drop a dependency: envtool's remove deletes an
+    environment, and says so instead of a bare "no environment"."""
+    monkeypatch.setenv("ENVTOOL_ENVS_DIR", str(tmp_path / "envs"))
+    code, _, err = run_cli(["remove", "torchvision", "--yes"], tmp_path)
+    assert code == 2
+    assert "remove deletes a whole environment (conda env remove), not a package" in err
