@@ -172,8 +172,14 @@ def cmd(
     if variant is not None:  # environments/NAME/conda-lock.<variant>.yml, known to the index
         from envtool.adapters.lockfile.variant_lock import variant_lock_path
 
-        if not name or lock_file:
-            raise UsageError("--variant picks among NAME's variant locks", "give NAME, not --lock")
+        if lock_file:
+            raise UsageError(
+                f"--variant {variant} and --lock {lock_file} both pick the lock", "drop one of them"
+            )
+        if not name:
+            raise UsageError(
+                f"--variant {variant} picks among NAME's variant locks", "give NAME as well"
+            )
         name, lock_file = None, variant_lock_path(name, variant, directory)
     text = run_export(name, lock_file, platform, fmt, output, dry_run, directory)
     return Result("export", raw=text if output is None or dry_run else "")

@@ -81,9 +81,13 @@ def cmd(
     from envtool.adapters.files import ENV_FILE_LIMIT, read_text
 
     if not yml_path.exists() and not yml_path.is_symlink():
+        q = quote_posix(name)
         raise UsageError(
             f"{yml_path}: no environment.yml",
-            f"create it with `envtool create {quote_posix(name)} --no-install`",
+            # the lock without its request: re-creating would solve anew; the lock still installs
+            f"restore it (e.g. from git); `envtool install {q}` installs the lock as it is"
+            if lock_path.is_file()
+            else f"create it with `envtool create {q} --no-install`",
         )
     yml_text = read_text(yml_path, ENV_FILE_LIMIT, what="environment file")
     if variants is None and not lock_path.exists():  # a variants-only project: re-lock those

@@ -57,8 +57,14 @@ def cmd(
     if variant is not None:  # environments/NAME/conda-lock.<variant>.yml, known to the index
         from envtool.adapters.lockfile.variant_lock import variant_lock_path
 
-        if not name or lock_file:
-            raise UsageError("--variant picks among NAME's variant locks", "give NAME, not --lock")
+        if lock_file:
+            raise UsageError(
+                f"--variant {variant} and --lock {lock_file} both pick the lock", "drop one of them"
+            )
+        if not name:
+            raise UsageError(
+                f"--variant {variant} picks among NAME's variant locks", "give NAME as well"
+            )
         lock = variant_lock_path(name, variant)
     if lock is None:
         # an interrupted first install has no state record yet; its marker names the lock

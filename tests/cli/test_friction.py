@@ -223,3 +223,18 @@ def test_remove_of_a_package_name_says_remove_deletes_whole_envs(
     code, _, err = run_cli(["remove", "torchvision", "--yes"], tmp_path)
     assert code == 2
     assert "remove deletes a whole environment (conda env remove), not a package" in err
+
+
+def test_no_hint_contradicts_the_flags_given(run_cli, tmp_path) -> None:
+    """"give NAME" when NAME was given, "create it" when only the install is missing: each
+    message fits what was typed."""
+    folder = tmp_path / "environments" / "e"
+    folder.mkdir(parents=True)
+    (folder / "conda-lock.yml").write_text("version: 1\n")
+    code, _, err = run_cli(["lock", "e"], tmp_path)  # the lock is here, its request is not
+    assert code == 2 and "`envtool install e` installs the lock as it is" in err
+    assert "envtool create" not in err
+    code, _, err = run_cli(["export", "e", "--variant", "cpu", "--lock", "x.yml"], tmp_path)
+    assert code == 2 and "--variant cpu and --lock x.yml both pick the lock" in err
+    code, _, err = run_cli(["export", "--variant", "cpu"], tmp_path)
+    assert code == 2 and "give NAME as well" in err
