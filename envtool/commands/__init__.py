@@ -23,6 +23,22 @@ project_dir_option = click.option(
 )
 
 
+def relock_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options `add`, `drop` and `update` share: --dir, --no-install, --dry-run, --json."""
+    for option in reversed(
+        (
+            project_dir_option,
+            click.option("--no-install", is_flag=True, help="Re-lock only; install nothing."),
+            click.option(
+                "--dry-run", is_flag=True, help="Solve and print the lock diff; write nothing."
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope."),
+        )
+    ):
+        func = option(func)
+    return func
+
+
 def renders(func: Callable[..., Any]) -> Callable[..., None]:
     """The one place a command's outcome becomes output and an exit code: the command returns a
     `Result` (or raises an EnvtoolError, which cli.py renders); this prints it with
@@ -60,8 +76,13 @@ def summarize_lock(outcome: LockOutcome, name: str, command: str, dry_run: bool)
         "packages": outcome.packages,
         "pip_packages": outcome.pip,
         "plan": plan.to_dict() if plan else None,
+        "lock_diff": outcome.diff.to_dict() if outcome.diff else None,
     }
     text = render_plan(plan) if plan else []
+    if outcome.diff is not None:
+        from envtool.core.lock_diff import render_lock_diff
+
+        text += render_lock_diff(outcome.diff)
     if not outcome.changed:
         text.append(f"{name}: lock is up to date ({outcome.env_dir / 'conda-lock.yml'})")
     else:
