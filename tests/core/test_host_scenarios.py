@@ -664,3 +664,13 @@ def test_a_host_that_cannot_exist_is_refused_and_its_suggestion_solves(
     rc, out, err2 = run_cli([*base, "--dry-run", "--gpu", gpu, *suggested.split()], tmp_path)
     assert rc == 0, err2
     assert f"CUDA {suggested.split()[-1]}" in out
+
+
+def test_an_arch_refusal_on_a_driver_too_old_for_the_gpu_names_both() -> None:
+    # an RTX 5090 on R560 with a lock built without sm_120 or PTX: the fix is the CUDA whose
+    # builds carry sm_120, on the driver Blackwell needs (nv-blackwell-570)
+    meta = {"envtool_cuda": "12.6", "envtool_gpu_archs": "sm_80 sm_90"}
+    host = HostFacts(driver_version="560.35.03", gpus=[GpuFacts(0, *RTX5090)])
+    problem, fix = host_problems(meta, "linux-64", host)[0]
+    assert "no kernels for this GPU" in problem
+    assert fix.startswith("re-create with `--cuda 13.0`") and "on a driver ≥ 570.26" in fix
