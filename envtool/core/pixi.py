@@ -145,12 +145,34 @@ def _value(v: Any) -> str:
 @dataclass(frozen=True)
 class PixiVariant:
     """One envtool variant as a pixi feature + environment: its name (cpu, cuda12.6), the CUDA
-    it needs (None: cpu), the pytorch build glob that pins it, the lowest GPU arch (CEP 46)."""
+    it needs (None: cpu), the lowest GPU arch it was planned for (CEP 46's __cuda_arch), and
+    the dependencies that pin its build."""
 
     name: str
     cuda: str | None
-    torch_build: str
+    dependencies: tuple[tuple[str, Any], ...]
     cuda_arch: str | None = None
+
+
+# what a variant's feature pins (so [dependencies] leaves them out)
+VARIANT_PINNED = ("cuda-version", "pytorch-cuda", "cpuonly", "cudatoolkit", "pytorch-mutex")
+
+
+def plan_pixi_variant(
+    name: str, cuda: str | None, flavor: str, cuda_arch: str | None = None
+) -> PixiVariant:
+    """The feature of one variant: conda-forge pins pytorch's build (`cuda126*`, `cpu*`) and
+    cuda-version; the legacy pytorch channel pins pytorch-cuda (or cpuonly)."""
+    if flavor == "pytorch":
+        deps: tuple[tuple[str, Any], ...] = (
+            (("pytorch-cuda", f"{cuda}.*"),) if cuda else (("cpuonly", "*"),)
+        )
+    elif cuda:
+        tag = "cuda" + cuda.replace(".", "")
+        deps = (("pytorch", {"version": "*", "build": f"{tag}*"}), ("cuda-version", f"{cuda}.*"))
+    else:
+        deps = (("pytorch", {"version": "*", "build": "cpu*"}),)
+    return PixiVariant(name, cuda, deps, cuda_arch)
 
 
 def pixi_name(text: str) -> str:
@@ -169,6 +191,21 @@ def _dependency_value(version: str | None, build: str | None, channel: str | Non
     return table
 
 
+def pixi_version(spec: Any) -> str | None:
+    """A conda spec's version as pixi reads it, through rattler's MatchSpec: conda's `=2.7`
+    shorthand means 2.7.*, which pixi's bare "2.7" would not (it is ==2.7 there)."""
+    from rattler import MatchSpec
+
+    if spec.version is None:
+        return None
+    parsed = MatchSpec(f"{spec.name} {spec.version}", strict=False).version
+    return str(parsed) if parsed is not None else None
+
+
+def _cuda_platforms(platforms: list[str]) -> list[str]:
+    return [p for p in platforms if p.startswith(("linux", "win"))]
+
+
 def render_pixi_toml(
     name: str,
     channels: list[str],
@@ -180,8 +217,8 @@ def render_pixi_toml(
 ) -> str:
     """A pixi.toml for environment.yml's request: [workspace] (name, channels, platforms),
     [dependencies], [pypi-dependencies], and each variant as a feature + environment. A CUDA
-    variant's platform is a pixi ≥ 0.71 rich platform (`cuda = { driver, arch }`, the arch
-    only when the lock recorded one), which the feature names in its `platforms`."""
+    variant runs on pixi ≥ 0.71 rich platforms (`{ platform, cuda = { driver, arch } }`; the
+    arch only when the lock recorded one), which its feature names in `platforms`."""
     lines = [
         f"# written by `envtool export --format pixi` from {source}",
         "[workspace]",
@@ -192,27 +229,25 @@ def render_pixi_toml(
     for v in variants:
         if not v.cuda:
             continue
-        cuda: Any = v.cuda if not v.cuda_arch else {"driver": v.cuda, "arch": v.cuda_arch}
-        for p in platforms:
-            if p.startswith("linux") or p.startswith("win"):
-                rich.append(
-                    _inline({"name": pixi_name(f"{p}-{v.name}"), "platform": p, "cuda": cuda})
-                )
+        cuda: Any = {"driver": v.cuda, "arch": v.cuda_arch} if v.cuda_arch else v.cuda
+        for p in _cuda_platforms(platforms):
+            rich.append(_inline({"name": pixi_name(f"{p}-{v.name}"), "platform": p, "cuda": cuda}))
     plain = [toml_string(p) for p in platforms]
     if rich:
         lines.append("platforms = [")
         lines += [f"  {item}," for item in (*plain, *rich)]
-        lines.append("]")
-        lines.append('requires-pixi = ">=0.71"')
+        lines += ["]", 'requires-pixi = ">=0.71"']
     else:
         lines.append(f"platforms = [{', '.join(plain)}]")
+    pinned = {n for v in variants for n, _ in v.dependencies}
     lines += ["", "[dependencies]"]
     for d in dependencies:
-        if any(v.cuda is not None or v.name == "cpu" for v in variants) and d.name == "pytorch":
-            value = _dependency_value(d.version, None, d.channel)  # the build is per variant
-        else:
-            value = _dependency_value(d.version, d.build, d.channel)
-        lines.append(f"{toml_key(d.name)} = {_value(value)}")
+        if d.name in VARIANT_PINNED and variants:
+            continue
+        build = None if d.name in pinned else d.build  # the variant's feature sets it
+        lines.append(
+            f"{toml_key(d.name)} = {_value(_dependency_value(d.version, build, d.channel))}"
+        )
     if pypi:
         lines += ["", "[pypi-dependencies]"]
         lines += [f"{toml_key(n)} = {toml_string(spec or '*')}" for n, spec in pypi]
@@ -220,16 +255,10 @@ def render_pixi_toml(
         feature = pixi_name(v.name)
         lines += ["", f"[feature.{feature}]"]
         if v.cuda:
-            names = [
-                pixi_name(f"{p}-{v.name}")
-                for p in platforms
-                if p.startswith("linux") or p.startswith("win")
-            ]
+            names = [pixi_name(f"{p}-{v.name}") for p in _cuda_platforms(platforms)]
             lines.append(f"platforms = {_value(names)}")
-        lines += [f"[feature.{feature}.dependencies]"]
-        lines.append(f"pytorch = {_value({'version': '*', 'build': v.torch_build})}")
-        if v.cuda:
-            lines.append(f"cuda-version = {toml_string(v.cuda + '.*')}")
+        lines.append(f"[feature.{feature}.dependencies]")
+        lines += [f"{toml_key(n)} = {_value(value)}" for n, value in v.dependencies]
     if variants:
         lines += ["", "[environments]"]
         lines += [f"{pixi_name(v.name)} = [{toml_string(pixi_name(v.name))}]" for v in variants]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from envtool.core import cuda as cu
 from envtool.core.facts import HostFacts
 from envtool.core.suggest import Gpu, Suggestion, judge_cuda, suggest_cuda
-from envtool.core.versions import major_minor, parse_version
+from envtool.core.versions import conda_order, major_minor, parse_version
 from envtool.errors import UsageError
 
 FLAVORS = ("conda-forge", "pytorch")
@@ -200,7 +200,7 @@ def parse_cuda_builds(
         py = re.search(r"py(3)\.?(\d+)", build)
         out.add(CudaBuild(version, cuda, f"{py.group(1)}.{py.group(2)}" if py else None, platform))
     return sorted(
-        out, key=lambda b: (parse_version(b.torch), b.cuda or "", b.python or "", b.platform or "")
+        out, key=lambda b: (conda_order(b.torch), b.cuda or "", b.python or "", b.platform or "")
     )
 
 
@@ -460,7 +460,7 @@ def _torch_by_cuda(
     releases): the newest listed build of that line; --torch alone when nothing was listed."""
     out: dict[str, str] = {}
     for b in _usable_builds(request, torch_series, builds):
-        if b.cuda and (b.cuda not in out or parse_version(b.torch) > parse_version(out[b.cuda])):
+        if b.cuda and (b.cuda not in out or conda_order(b.torch) > conda_order(out[b.cuda])):
             out[b.cuda] = b.torch
     if torch_series and builds is None:
         return {c: torch_series for c in cu.known_cuda_versions()}

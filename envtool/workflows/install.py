@@ -93,10 +93,12 @@ def plan_from_lock(
         lock = read_lock(lock_path, follow_symlinks=follow_symlinks)
     if replacing is not None:
         _refuse_replacing(replacing[0], target, lock.sha256, replacing[1])
+    from envtool.adapters.config import offline_mode
+
     plat = platform or current_platform()
     if not force:
         check_host(lock.custom_metadata, plat)
-    return installer.plan_install(
+    plan = installer.plan_install(
         lock,
         target,
         plat,
@@ -106,3 +108,15 @@ def plan_from_lock(
         host_check="skipped (--force)" if force else "ok",
         variant=variant,
     )
+    if offline_mode():  # --offline / ENVTOOL_OFFLINE / offline = true: the package cache only
+        from envtool.core.config import network_packages
+
+        if missing := network_packages(plan):
+            shown = ", ".join(missing[:5]) + (
+                f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            )
+            raise UsageError(
+                f"offline: {len(missing)} package(s) are not in the package cache ({shown})",
+                "install once online (or from `envtool bundle`'s --from DIR), or drop --offline",
+            )
+    return plan

@@ -225,7 +225,13 @@ def request_from_yml(
             f"note: {source}: pip {moved} installed from conda instead (the planned torch build; "
             "pip would overwrite it)"
         )
-    return merge_request(spec, ask, flags, stored)
+    request = merge_request(spec, ask, flags, stored)
+    if not request.channels:  # none from a flag, the file or the last lock: the settings'
+        from envtool.adapters.config import configured_channels
+
+        if configured := configured_channels():
+            request = replace(request, channels=configured)
+    return request
 
 
 def _probe_host_facts(request: Request) -> HostFacts | None:

@@ -81,8 +81,11 @@ def test_json_record_then_replay_gives_the_same_checks(tmp_path: Path):
     assert live.returncode == 0, live.stderr
     doc = json.loads(live.stdout)  # exactly one object: json.loads rejects trailing data
     # the envelope every command prints, doctor's schema its payload (README: doctor --json)
-    assert set(doc) == {"version", "command", "exit_code", "status", "checks", "facts"}
+    assert set(doc) == {"version", "command", "exit_code", "status", "checks", "facts", "target"}
     assert doc["command"] == "doctor" and doc["exit_code"] == 0
+    # which environment was checked, and why: nothing active here, so envtool's own python
+    assert doc["target"]["source"] == "own" and doc["target"]["python"] == sys.executable
+    assert doc["target"]["line"].startswith(f"checking envtool's own python {sys.executable}")
     assert doc["version"] == 1 and doc["status"] in ("ok", "warn")
     assert all(set(c) == CHECK_KEYS for c in doc["checks"])
     ids = [c["id"] for c in doc["checks"]]
