@@ -18,6 +18,8 @@ What counts as a command (the extractor's rules):
   (`-o`, `--opt`) must exist. An indented line starting with `[` continues a synopsis.
 - A line that shlex cannot split (unbalanced quotes) is prose inside a block, such as a diagram,
   unless it starts with `envtool`: then it is a broken command and extraction fails.
+- `_ENVTOOL_COMPLETE=… envtool` is click's completion script, not a command line.
+- A shell redirection (`> FILE`, `>> FILE`, `2>&1`) is the shell's, not an argument.
 - Words after a bare `--` belong to the script, not to envtool: they go to click after the `--`,
   which click passes through as positional arguments without reading them as options.
 """
@@ -126,10 +128,29 @@ def envtool_argvs(line: str) -> Iterator[list[str]]:
         for word in segment:
             for inner in _SUBSTITUTION.findall(word):
                 yield from envtool_argvs(inner)
+        completion = False
         while segment and _ASSIGNMENT.match(segment[0]):
+            completion |= segment[0].startswith("_ENVTOOL_COMPLETE=")
             segment = segment[1:]
-        if segment and segment[0] == "envtool":
-            yield segment[1:]
+        if segment and segment[0] == "envtool" and not completion:
+            yield _without_redirections(segment[1:])
+
+
+_REDIRECT = re.compile(r"^\d?(>>?|<)(&\d)?$")
+
+
+def _without_redirections(words: list[str]) -> list[str]:
+    """`envtool … > FILE` (a shell redirection: shlex keeps `>` and its target as words)."""
+    out: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif _REDIRECT.match(word):
+            skip = "&" not in word  # `2>&1` has no target word
+        else:
+            out.append(word)
+    return out
 
 
 def extract(text: str, page: str = "README.md") -> tuple[list[Command], list[Synopsis]]:
