@@ -159,12 +159,13 @@ def test_variant_needs_a_name_and_an_index(project: Path, env: dict[str, str]) -
 
 @pytest.mark.slow
 def test_readme_one_lock_many_machines_runs(fixtures: Path, tmp_path: Path, env) -> None:
-    """README's "One lock, many machines" transcript, run for real on the fixture channel (after
-    README's create example): each command's printed lines are what it prints; `ENVTOOL_DRIVER_VERSION=…`
-    prefixes are applied; /tmp/proj is this test's folder; `…` stands for any text."""
+    """The "One lock for every host" tutorial's transcript, run for real on the fixture channel
+    (after the create guide's example): each command's printed lines are what it prints;
+    `ENVTOOL_DRIVER_VERSION=…` prefixes are applied; /tmp/proj is this test's folder; `…` stands
+    for any text."""
     import shlex
 
-    from readme_commands import README_TEXT, blocks, readme_command
+    from readme_commands import blocks, page_text, readme_command
 
     proj = str(tmp_path)
     fixture_channel = "../shared/fixtures/"
@@ -180,7 +181,7 @@ def test_readme_one_lock_many_machines_runs(fixtures: Path, tmp_path: Path, env)
 
     block = next(
         [line for _, line in b]
-        for b in blocks(README_TEXT)
+        for b in blocks(page_text("docs/tutorials/one-lock-every-host.md"))
         if any("--variants auto" in line for _, line in b)
     )
     steps: list[tuple[str, list[str]]] = []

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from envtool.adapters.files import write_atomic
-from envtool.adapters.install.installer import InstallReport, fetch_verified
+from envtool.adapters.install.fetch import InstallReport, fetch_verified
 from envtool.adapters.locate import default_cache_dir, valid_env_name
 from envtool.adapters.lockfile.lock_io import read_lock
 from envtool.core.lockfile import Lock, LockedPackage

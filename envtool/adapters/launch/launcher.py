@@ -29,6 +29,7 @@ from envtool.core.launch_plan import (
     RankFailure,
     parse_error_file,
     parse_last_exception,
+    parse_last_traceback,
     parse_root_cause,
 )
 from envtool.core.runs import MAX_LINE_BYTES, LineSplitter
@@ -193,9 +194,10 @@ def apply_launch(
             if received:  # a signal that came while torchrun was being started
                 _signal_group(proc.pid, received[0])
             launcher_log = run_dir / "launcher.log"
+            crash = CrashConsole()
             copier = threading.Thread(
                 target=_copy_stream,
-                args=(proc.stderr, console, launcher_log, log_errors, stopped_by),
+                args=(proc.stderr, console, launcher_log, log_errors, stopped_by, crash),
                 daemon=True,
             )
             copier.start()
@@ -230,6 +232,7 @@ def apply_launch(
     )
     if code != 0:
         outcome.failure = read_failure(plan, _read_text(launcher_log))
+    _to_console(console, crash.finish(outcome.failure if not received and not watch.hang else None))
     return outcome
 
 
@@ -600,6 +603,7 @@ def _copy_stream(
     log_path: Path,
     errors: list[RunDirError],
     stopped_by: Callable[[], str | None] | None = None,
+    crash: CrashConsole | None = None,
 ) -> None:
     """torchrun's stderr to the console and launcher.log. A log that stops taking writes (a
     full disk) is noted in `errors` and dropped; the console copy goes on, so torchrun never
@@ -621,7 +625,11 @@ def _copy_stream(
     for piece in iter(lambda: src.readline(MAX_LINE_BYTES), b""):
         log = _append_lines(log, log_path, lines.feed(piece), errors)
         signame = stopped_by() if stopped_by is not None else None
-        _to_console(console, [piece] if signame is None else after_stop.feed(piece, signame))
+        if signame is not None:
+            shown = after_stop.feed(piece, signame)
+        else:
+            shown = crash.feed(piece) if crash is not None else [piece]
+        _to_console(console, shown)
     _to_console(console, after_stop.flush())
     _close_quietly(_append_lines(log, log_path, lines.flush(), errors))
 
@@ -698,6 +706,73 @@ class StopConsole:
         lines = [line for block in self.blocks.values() for line in block]
         self.blocks.clear()
         return lines
+
+
+# torchrun's own lines once a worker failed: its agent stopping the others, the failure it
+# logs, and the ChildFailedError traceback with its "Root Cause" box
+_TORCHRUN_FAILING = (
+    b"closing signal",
+    b"failed (exitcode",
+    b"Traceback (most recent call last)",
+    b"ChildFailedError",
+    b"Worker group FAILED",
+)
+
+
+class CrashConsole:
+    """The console while a run goes on (envtool has not stopped it): when a rank fails, torchrun
+    prints its ChildFailedError traceback and summary box, and the other ranks their secondary
+    errors (a peer closed the connection) — the first crash drowned in the noise. Those are held
+    back (launcher.log and all.log have every line); at the end, `finish` shows the failed
+    rank's own traceback instead, or, when no rank is to blame, what was held. A run that goes
+    on after a failure (torchrun restarted the workers) shows what was held at once."""
+
+    def __init__(self) -> None:
+        self.held: list[bytes] = []
+        self.blocks: dict[bytes, list[bytes]] = {}  # a rank's traceback, until its last line
+        self.failing = False  # torchrun has started reporting a failure
+
+    def feed(self, line: bytes) -> list[bytes]:
+        m = _RANK_PREFIX.match(line)
+        prefix, body = (m.group(0), line[m.end() :]) if m else (b"", line)
+        text = body.strip()
+        if not any(c.isalpha() for c in prefix.decode("latin-1")):  # torchrun's own; its
+            # summary box's "[0]:" is no rank's tee prefix ("[default0]:", "[rank0]:")
+            if self.failing or any(mark in line for mark in _TORCHRUN_FAILING):
+                self.failing = True
+                self.held.append(line)
+                return []
+            return [line]
+        block = self.blocks.get(prefix)
+        if block is None:
+            if text.startswith(b"Traceback (most recent call last)"):
+                self.blocks[prefix] = [line]
+                return []
+            if self.failing:  # the ranks run again (a restart): what happened is shown now
+                self.failing = False
+                return [*self._take(), line]
+            return [line]
+        block.append(line)
+        if body[:1] in (b" ", b"\t") or not text or text.startswith((b"Traceback", b"During")):
+            return []  # a frame of the traceback
+        self.held += self.blocks.pop(prefix)  # its exception line: the block is whole
+        return []
+
+    def _take(self) -> list[bytes]:
+        lines = self.held + [x for block in self.blocks.values() for x in block]
+        self.held, self.blocks = [], {}
+        return lines
+
+    def finish(self, failure: RankFailure | None) -> list[bytes]:
+        """After torchrun ended: the failed rank's traceback (the last lines of its own log)
+        when one rank is to blame (none when it was killed: envtool's cause line says so),
+        else everything held (nothing is lost)."""
+        held = self._take()
+        if failure is None:
+            return held
+        tail = parse_last_traceback(_read_text(Path(failure.log))) if failure.log else []
+        label = f"[rank{failure.rank}]: ".encode()
+        return [label + line.encode(errors="replace") + b"\n" for line in tail]
 
 
 def _close_quietly(log: IO[bytes] | None) -> None:
