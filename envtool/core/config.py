@@ -63,7 +63,7 @@ def parse_config(text: str, source: str) -> dict[str, str]:
 
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or int() of more than 4300 digits
         raise UsageError(
             f"{source}: not valid TOML ({printable(str(exc))[:200]})", "fix the file"
         ) from None
