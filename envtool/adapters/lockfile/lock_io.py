@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from envtool.adapters.files import write_atomic
+from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import (
     DIGEST_PLACEHOLDER,
     KEY_DIGEST,
@@ -146,7 +147,9 @@ def write_lock(
             write_conda_lock_file(lock, tmp, metadata_choices=None)
         # the lock's own content digest (lock --check: an edited url/sha256 is not fresh),
         # written whole or not at all like every file envtool writes (fsync, then rename)
-        write_atomic(path, with_content_digest(tmp.read_bytes()))
+        # never a URL's credentials: a lock is committed and shared (core/credentials)
+        text = redact_credentials(tmp.read_text(encoding="utf-8"), strip=True)
+        write_atomic(path, with_content_digest(text.encode("utf-8")))
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
 
