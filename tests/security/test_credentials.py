@@ -3,7 +3,7 @@
 A channel given as `http://user:SECRET@host/…` (and a mirror with credentials in rattler's
 config.toml) is used for the real solve and install over a local mirror that demands them; then
 every file under the test's folders — project, environments, caches (envtool's and rattler's),
-exports — and every line printed is searched for the secret. The credentials the install needs
+the three export formats — and every line printed is searched for the secret. The credentials the install needs
 come from rattler's auth store (RATTLER_AUTH_FILE), the documented place, kept outside the
 searched folders.
 """
@@ -93,6 +93,11 @@ def test_a_channel_url_with_credentials_reaches_no_file_and_no_output(
             )
         )
         printed.append(run_envtool("export", "net", "--format", "explicit", env=env, cwd=project))
+        printed.append(
+            run_envtool(
+                "export", "net", "--format", "pixi", "-o", "pixi.toml", env=env, cwd=project
+            )
+        )
         # a failure that names the URL: the same lock's archives on a host that is gone
         lock = project / "environments" / "net" / "conda-lock.yml"
         broken = tmp_path / "work" / "broken.yml"
@@ -113,6 +118,7 @@ def test_a_channel_url_with_credentials_reaches_no_file_and_no_output(
         )
     assert (project / "environments" / "net" / "conda-lock.yml").is_file()
     assert (project / "env.yml").is_file() and (project / "explicit.txt").is_file()
+    assert "127.0.0.1" in (project / "pixi.toml").read_text()  # the channel, without its secret
     assert (work / "envs" / "net" / "conda-meta").is_dir()
     assert SECRET in broken.read_text()  # the input had it; nothing envtool wrote does
     leaked = [p for p in _files_holding(work, SECRET) if p != "broken.yml"]
