@@ -196,6 +196,9 @@ def _disk_refusal(failure: BaseException, stderr: str) -> OSError | None:
         for code in re.findall(r"os error (\d+)", text):
             if int(code) in codes:
                 return OSError(int(code), os.strerror(int(code)))
+        for code in codes:  # the message without its number (a panic's text)
+            if os.strerror(code) in text:
+                return OSError(code, os.strerror(code))
     return None
 
 
