@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import Lock, LockedPackage, toposorted
 from envtool.core.spec import CondaSpec, EnvSpec, parse_pip_line, render_environment_yml
 from envtool.errors import UsageError
@@ -253,7 +254,7 @@ def render_export_env(plan: ExportPlan, lock_name: str) -> str:
         f"# Exported by envtool from {lock_name} for {', '.join(plan.platforms)}.\n"
         "# Top-level specs pinned to the locked versions; CUDA builds kept as a build glob.\n"
     )
-    return header + render_environment_yml(plan.env)
+    return redact_credentials(header + render_environment_yml(plan.env), strip=True)
 
 
 def render_explicit(lock: Lock, platform: str) -> str:
@@ -281,7 +282,7 @@ def render_explicit(lock: Lock, platform: str) -> str:
             url = _one_line(p.url, f"pip package {p.name}: url", source, spaces=False)
             sha = p.sha256 and _one_line(p.sha256, f"pip package {p.name}: sha256", source, False)
             lines.append(f"# pip {name} @ {url}{f'#sha256={sha}' if sha else ''}")
-    return "\n".join(lines) + "\n"
+    return redact_credentials("\n".join(lines) + "\n", strip=True)  # the auth store has them
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
