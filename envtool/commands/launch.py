@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envtool.commands import renders
+from envtool.core.slurm import PREFLIGHT_TOKEN_VAR
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result, note
 
@@ -223,15 +224,24 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         environ=dict(os.environ),
     )
     plan = plan_launch(req)
+    preflight = nnodes > 1 and not opts["skip_checks"]
     if opts["dry_run"]:
-        return Result(
-            "launch", data={"dry_run": True, "plan": plan.to_dict()}, text=render_dry_run(plan)
-        )
+        data: dict[str, Any] = {"dry_run": True, "plan": plan.to_dict()}
+        text = render_dry_run(plan)
+        if preflight:
+            data["preflight_token"], lines = render_token_lines(os.environ)
+            text = lines + text
+        return Result("launch", data=data, text=text)
+    from envtool.adapters.launch.preflight import read_token
+
+    # the multi-node pre-flight's shared secret, or exit 2 saying how to make one
+    token = read_token(os.environ) if preflight else None
+    environ.pop(PREFLIGHT_TOKEN_VAR, None)  # the pre-flight's secret: not the ranks' business
     check_rendezvous_port(opts, nnodes, endpoint_is_local)
     if plan.backend == "nccl" and not opts["skip_checks"]:
         preflight_doctor(target, host_facts or probe_host())
-    if nnodes > 1 and not opts["skip_checks"]:
-        preflight_nodes(opts, target, torch_version, endpoint_is_local)
+    if token is not None:
+        preflight_nodes(opts, target, torch_version, endpoint_is_local, token)
     for line in plan.notes:
         note(f"envtool: {line}")
     manifest: dict[str, Any] = {
@@ -336,12 +346,31 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     return Result("launch", data={"manifest": manifest}, exit_code=outcome.exit_code)
 
 
+def render_token_lines(environ: Any) -> tuple[str | None, list[str]]:
+    """`launch --dry-run` of a multi-node run: the token every node needs, a fresh one to
+    export when none is set (None, plus a comment, when one is: it is not printed)."""
+    from envtool.adapters.launch.preflight import render_new_token
+
+    if environ.get(PREFLIGHT_TOKEN_VAR):
+        return None, [f"# the pre-flight uses {PREFLIGHT_TOKEN_VAR} from this environment"]
+    token = render_new_token()
+    return token, [
+        "# the pre-flight's shared secret: export it on every node (keep it out of files others read)",
+        f"export {PREFLIGHT_TOKEN_VAR}={token}",
+    ]
+
+
 def preflight_nodes(
-    opts: dict[str, Any], target: Any, torch_version: str | None, endpoint_is_local: bool
+    opts: dict[str, Any],
+    target: Any,
+    torch_version: str | None,
+    endpoint_is_local: bool,
+    token: bytes,
 ) -> None:
     """Before a multi-node torchrun: the head (node 0, or the node the c10d endpoint is local
-    to) listens on the rendezvous port; the others reach it within --rdzv-timeout; every node's
-    torch, CUDA, NCCL and lock hash match the head's. Any failure ends every node in one line."""
+    to) listens on the rendezvous port; the others reach it within --rdzv-timeout, proving they
+    hold the run's token; every node's torch, CUDA, NCCL and lock hash match the head's. Any
+    failure ends every node in one line; a connection without the token is dropped and noted."""
     from envtool.adapters.launch import preflight
     from envtool.core.launch_plan import parse_endpoint
 
@@ -356,9 +385,9 @@ def preflight_nodes(
     )
     note(f"envtool: pre-flight: {what} (at most {opts['rdzv_timeout']:g} s)")
     if is_head:
-        preflight.run_head(host, port, opts["nnodes"], fingerprint, opts["rdzv_timeout"])
+        preflight.run_head(host, port, opts["nnodes"], fingerprint, opts["rdzv_timeout"], token)
     else:
-        preflight.run_node(host, port, node_rank, fingerprint, opts["rdzv_timeout"])
+        preflight.run_node(host, port, node_rank, fingerprint, opts["rdzv_timeout"], token)
 
 
 def check_rendezvous_port(opts: dict[str, Any], nnodes: int, endpoint_is_local: bool) -> None:

@@ -349,6 +349,8 @@ def _parse_row(row: dict[str, Any]) -> Variant:
         raise ValueError("sha256: not a sha256 hex digest")
     min_driver = row.get("min_driver")
     if min_driver is not None:
+        if isinstance(min_driver, bool) or not isinstance(min_driver, (str, int, float)):
+            raise ValueError("min_driver: not a driver version")
         parse_version(str(min_driver))  # ValueError: not a version
         min_driver = str(min_driver)
     elif name != CPU:

@@ -81,10 +81,6 @@ def lock_environment(
         if request.cuda != "cpu"
         else None
     )
-    if not dry_run:
-        from envtool.adapters.lockfile.lock_io import preload_lock_writer
-
-        preload_lock_writer()
     note(f"solving {name} for {', '.join(request.platforms)} …")
     listed: list[list[CudaBuild] | None] = [None]  # the channel's builds the last plan saw
 

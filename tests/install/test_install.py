@@ -150,7 +150,7 @@ def test_lock_reader_agrees_with_conda_lock_on_real_locks(fixtures: Path) -> Non
 
 @pytest.mark.integration
 def test_a_version_2_lock_reads_like_its_version_1_original(fixtures: Path, tmp_path: Path) -> None:
-    """v2 goes through conda-lock's models, loaded without conda-lock's CLI (~0.2 s more)."""
+    """envtool reads v2 without conda-lock (which stays the oracle: it made the v2 file)."""
     import subprocess
     import sys
 
@@ -171,7 +171,7 @@ def test_a_version_2_lock_reads_like_its_version_1_original(fixtures: Path, tmp_
     code = (
         "import sys; from envtool.adapters.lockfile.lock_io import read_lock; "
         f"assert read_lock({str(v2)!r}).packages; "
-        "assert 'conda_lock.conda_lock' not in sys.modules"
+        "assert not any(m.startswith('conda_lock') for m in sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
