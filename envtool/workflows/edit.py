@@ -64,9 +64,9 @@ def parse_package_args(packages: tuple[str, ...], what: str) -> list[Any]:
     for text in packages:
         try:
             spec = parse_conda_spec(text)
-        except ValueError as exc:
+        except ValueError as exc:  # the reason already echoes the spec, cut and escaped
             raise UsageError(
-                f"{what} {text!r}: {exc}", "use conda's form `name`, `name>=1.2` or `name=1.2`"
+                f"{what}: {exc}", "use conda's form `name`, `name>=1.2` or `name=1.2`"
             ) from None
         check_specs([spec], what)
         specs.append(spec)
