@@ -157,6 +157,20 @@ def parse_channels(value: str | None) -> tuple[str, ...]:
     return tuple(c.strip() for c in (value or "").split(",") if c.strip())
 
 
+def offline_refusal(plan: Any) -> UsageError | None:
+    """Offline: the refusal of a plan that needs the network (None: the caches hold it all)."""
+    from envtool.core.lockfile import some_names
+
+    missing = network_packages(plan)
+    if not missing:
+        return None
+    return UsageError(
+        f"offline: {len(missing)} package(s) are not in the package cache "
+        f"({some_names(missing, 5)})",
+        "install once online (or from `envtool bundle`'s --from DIR), or drop --offline",
+    )
+
+
 def network_packages(plan: Any) -> list[str]:
     """The conda packages of an install plan (core/install_plan.InstallPlan) that only the
     network can bring: not in envtool's archive cache, not extracted in rattler's package

@@ -190,6 +190,29 @@ def install_relocked(name: str, directory: str | None, progress: bool) -> dict[s
     return {"prefix": str(target), **report.to_dict()}
 
 
+def edit_verb(
+    command: str,
+    name: str,
+    directory: str | None,
+    add: tuple[str, ...],
+    drop: tuple[str, ...],
+    *,
+    no_install: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> Result:
+    """`add` and `drop`: environment.yml edited (core/env_edit), every lock re-solved from the
+    edit, installed unless --no-install / --dry-run."""
+    from envtool.core.env_edit import edit_dependencies
+
+    yml_path, old = read_request_file(name, directory)
+    specs = parse_package_args(add, command) if add else []
+    edit = edit_dependencies(old, str(yml_path), specs, list(dict.fromkeys(drop)))
+    outcome = relock(name, directory, edit.text, old, dry_run=dry_run)
+    outcome.edit = edit
+    return finish_verb(command, outcome, directory, no_install, as_json)
+
+
 def finish_verb(
     command: str, outcome: RelockOutcome, directory: str | None, no_install: bool, as_json: bool
 ) -> Result:
