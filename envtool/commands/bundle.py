@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from envtool.commands import renders
+from envtool.commands import env_name, renders
 from envtool.core.shell_quote import quote_posix
 from envtool.output import Result
 
 
 @click.command("bundle")
-@click.argument("name", required=False)
+@env_name
 @click.option(
     "--lock", "lock_file", help="Bundle this lock (default: environments/NAME/conda-lock.yml)."
 )

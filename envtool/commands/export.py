@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from envtool.commands import project_dir_option, renders
+from envtool.commands import env_name, project_dir_option, renders
 from envtool.core.shell_quote import printable, quote_posix
 from envtool.errors import UsageError
 from envtool.output import Result, note
@@ -77,8 +77,12 @@ def run_export(
         select_platforms,
     )
 
-    if (name is None) == (lock_file is None):
-        raise UsageError("give NAME or --lock FILE (one of them)", "e.g. `envtool export myenv`")
+    if name is not None and lock_file is not None:
+        raise UsageError(
+            f"NAME {name!r} and --lock {lock_file} both name a lock", "give NAME or --lock FILE"
+        )
+    if name is None and lock_file is None:  # the active environment's lock, as installed
+        lock_file = active_env_lock()
     if lock_file is None:
         lock_file = project_env_paths(str(name), directory)[2].absolute()
         if not lock_file.is_file():
@@ -164,8 +168,25 @@ def run_pixi_export(name: str, directory: str | None) -> str:
     )
 
 
+def active_env_lock() -> Path:
+    """No NAME, no --lock: the lock the active environment (core/target's rule) was installed
+    from, as its install record names it."""
+    from envtool.adapters.install.installed import describe_env
+    from envtool.commands import resolve_and_say
+
+    target = resolve_and_say("export", "exporting the lock of", None, None, None)
+    recorded = describe_env(target.prefix or target.python.parent).get("lock_path")
+    if not recorded or not Path(recorded).is_file():
+        what = "was not installed by envtool" if not recorded else f"names {recorded}, not here"
+        raise UsageError(
+            f"{target.prefix or target.python}: this {target.kind} {what} (no lock to export)",
+            "pass NAME (environments/NAME/conda-lock.yml) or --lock FILE",
+        )
+    return Path(recorded)
+
+
 @click.command("export")
-@click.argument("name", required=False)
+@env_name
 @click.option(
     "--lock", "lock_file", type=click.Path(path_type=Path), help="Export this conda-lock.yml."
 )
@@ -207,8 +228,14 @@ def cmd(
     if variant is not None:  # environments/NAME/conda-lock.<variant>.yml, known to the index
         from envtool.adapters.lockfile.variant_lock import variant_lock_path
 
-        if not name or lock_file:
-            raise UsageError("--variant picks among NAME's variant locks", "give NAME, not --lock")
+        if lock_file:
+            raise UsageError(
+                f"--variant {variant} and --lock {lock_file} both pick the lock", "drop one of them"
+            )
+        if not name:
+            raise UsageError(
+                f"--variant {variant} picks among NAME's variant locks", "give NAME as well"
+            )
         name, lock_file = None, variant_lock_path(name, variant, directory)
     if fmt == "pixi":
         if not name or lock_file is not None or variant is not None:

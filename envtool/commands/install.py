@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from envtool.commands import renders
+from envtool.commands import env_name, renders
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import UsageError
 from envtool.output import Result
@@ -62,7 +62,7 @@ def resolve_install_args(
 
 
 @click.command("install")
-@click.argument("name", required=False)
+@env_name
 @click.option(
     "--lock",
     "lock_file",
@@ -165,10 +165,13 @@ def cmd(
         )
 
     if dry_run:  # reads only: no lock to wait for
+        from envtool.adapters.install.download_size import probe_download_sizes
+        from envtool.core.install_plan import plan_download, render_download
+
         planned = plan()
-        return Result(
-            "install", {"dry_run": True, "name": label, **planned.to_dict()}, planned.render()
-        )
+        download = plan_download(planned, probe_download_sizes(planned))
+        data = {"dry_run": True, "name": label, **planned.to_dict(), "download": download}
+        return Result("install", data, [*planned.render(), render_download(download)])
     with hold_install_mutexes(lock_path, target, label):
         # the lock is read (once) with its project folder held: what is planned is what runs
         planned = plan()

@@ -15,7 +15,7 @@ import click
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
 from envtool.adapters.lockfile.lock_io import stored_lock_options
-from envtool.commands import project_dir_option, renders, summarize_lock
+from envtool.commands import env_name, project_dir_option, renders, summarize_lock
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result
@@ -49,7 +49,7 @@ def lock_edited(lock_path: Path) -> str | None:
 
 
 @click.command("lock")
-@click.argument("name")
+@env_name(required=True)
 @project_dir_option
 @click.option(
     "--check", is_flag=True, help="Exit 1 if the lock is stale, 0 if fresh; write nothing."
@@ -81,9 +81,13 @@ def cmd(
     from envtool.adapters.files import ENV_FILE_LIMIT, read_text
 
     if not yml_path.exists() and not yml_path.is_symlink():
+        q = quote_posix(name)
         raise UsageError(
             f"{yml_path}: no environment.yml",
-            f"create it with `envtool create {quote_posix(name)} --no-install`",
+            # the lock without its request: re-creating would solve anew; the lock still installs
+            f"restore it (e.g. from git); `envtool install {q}` installs the lock as it is"
+            if lock_path.is_file()
+            else f"create it with `envtool create {q} --no-install`",
         )
     yml_text = read_text(yml_path, ENV_FILE_LIMIT, what="environment file")
     if variants is None and not lock_path.exists():  # a variants-only project: re-lock those

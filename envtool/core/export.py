@@ -7,6 +7,7 @@ packages that every exported platform has. One exception to "no build strings": 
 whose locked build is a CUDA build keeps a glob naming that CUDA (`pytorch=2.7.1=*cuda126*`),
 and for conda-forge CUDA builds the locked `cuda-version` is pinned too. Without them a solver
 may return a newer CPU build (the silent CPU fallback) or a newer CUDA that needs a newer driver.
+A CPU pytorch likewise keeps `cpu*` (`pytorch=2.7.1=cpu*`): bare, it re-solves to CUDA on a GPU host.
 """
 
 from __future__ import annotations
@@ -96,6 +97,16 @@ def _cuda_glob(builds: list[str]) -> str | None:
     return f"*{tags.pop()}*" if len(tags) == 1 else "*cuda*"
 
 
+def _cpu_glob(builds: list[str]) -> str | None:
+    """A CPU pytorch keeps its kind too: a bare `pytorch=2.7.1` re-solves to a CUDA build on a
+    GPU host (and `envtool inspect` cannot tell what it asks for). `cpu*` for conda-forge's
+    `cpu_mkl_…`/`cpu_generic_…`, `*cpu*` for the pytorch channel's `py3.11_cpu_0`; None when a
+    build names no CPU (an unknown kind: nothing to keep)."""
+    if not builds or not all("cpu" in b for b in builds):
+        return None
+    return "cpu*" if all(b.startswith("cpu") for b in builds) else "*cpu*"
+
+
 def _warn_cpu_torch(
     found: dict[str, LockedPackage],
     per_platform: dict[str, dict[str, LockedPackage]],
@@ -179,6 +190,7 @@ def plan_export(
         glob = _cuda_glob(builds)
         if spec.name == "pytorch" and glob is None:
             _warn_cpu_torch(found, per_platform, warnings)
+            glob = _cpu_glob(builds)
         if glob and re.match(r"cuda\d{3}", builds[0]):
             cuda_forge_build = True
         specs.append(CondaSpec(spec.name, versions.pop(), glob, channel, spec.raw))

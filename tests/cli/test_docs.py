@@ -93,6 +93,38 @@ def test_help_text_with_angle_brackets_is_text_not_html() -> None:
     assert hook._cell("instead of <envs dir>/NAME | x") == "instead of &lt;envs dir&gt;/NAME \\| x"
 
 
+def _nav_pages(node: object) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, list):
+        return [page for item in node for page in _nav_pages(item)]
+    if isinstance(node, dict):
+        return [page for item in node.values() for page in _nav_pages(item)]
+    return []
+
+
+def test_every_docs_page_is_in_the_nav_or_left_out_on_purpose() -> None:
+    """What --strict enforces through mkdocs' validation, checked without mkdocs installed (a
+    helper with only the test extra adds a page: this fails at once, not after the merge)."""
+    import yaml
+
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    assert config["strict"] is True
+    assert config["validation"]["nav"]["omitted_files"] == "warn"  # warn + strict = failure
+    nav = _nav_pages(config["nav"])
+    left_out = [line.strip() for key in ("not_in_nav", "exclude_docs") for line in
+                config.get(key, "").splitlines() if line.strip()]  # fmt: skip
+    assert all(p.endswith("/") for p in left_out), left_out  # folders only: nothing hides a page
+    docs = REPO / "docs"
+    pages = sorted(str(p.relative_to(docs)) for p in docs.rglob("*.md"))
+    missing = [p for p in nav if not (docs / p).is_file()]
+    assert not missing, f"mkdocs.yml's nav names pages that do not exist: {missing}"
+    placed = set(nav)
+    unplaced = [p for p in pages if p not in placed and not p.startswith(tuple(left_out))]
+    assert not unplaced, f"add these pages to mkdocs.yml's nav (or not_in_nav): {unplaced}"
+    assert len(nav) == len(placed), "a page is in the nav twice"
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_the_site_builds_strict(tmp_path: Path) -> None:

@@ -30,7 +30,11 @@ def resolve_channel(text: str) -> str:
     if text.startswith(("/", ".", "~")) or Path(text).expanduser().is_dir():
         path = Path(text).expanduser().resolve()
         if not path.is_dir():
-            raise UsageError(f"--channel {text}: no such directory", "pass a conda channel folder")
+            raise UsageError(  # from --channel or environment.yml's channels: name neither
+                f"channel {text}: no such directory",
+                "pass a conda channel folder (a relative one is read from the current folder: "
+                "run envtool from the project folder)",
+            )
         return path.as_uri()
     return f"https://conda.anaconda.org/{text}"
 
@@ -325,16 +329,6 @@ def read_channel_identity(channels: list[str], platforms: list[str]) -> list[str
             except OSError:
                 out.append(f"{url}/{subdir} missing")
     return out
-
-
-def absolute_channel(channel: str) -> str:
-    """A local channel folder given relative to the current directory -> an absolute path, so the
-    stored request still points at it when `envtool lock` runs from elsewhere."""
-    if "://" not in channel and (
-        channel.startswith((".", "~")) or Path(channel).expanduser().is_dir()
-    ):
-        return str(Path(channel).expanduser().resolve())
-    return channel
 
 
 def check_specs(specs: list[CondaSpec], source: str) -> None:
