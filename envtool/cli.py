@@ -228,9 +228,7 @@ def main(argv: list[str] | None = None) -> None:
             command = _command_name(args)
             where = "envtool" if command == "envtool" else f"envtool {command}"
             message = exc.format_message()
-            sys.stdout.write(
-                render_error_json(command, message, f"see `{where} --help`", 2) + "\n"
-            )
+            sys.stdout.write(render_error_json(command, message, f"see `{where} --help`", 2) + "\n")
         shown = io.StringIO()  # click echoes the bad value: escape it like every other line
         exc.show(file=shown)
         sys.stderr.write(terminal_text(shown.getvalue()))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from envtool.core.config import BY_KEY, SETTINGS, parse_channels, parse_config, parse_offline
+from envtool.core.config import BY_KEY, SETTINGS, parse_channels, parse_offline
 
 CONFIG_LIMIT = 256 * 1024  # a settings file is a few lines
 PROJECT_FILE = "envtool.toml"
@@ -26,13 +26,27 @@ def project_config_path(directory: str | None = None) -> Path:
     return Path(directory or ".").absolute() / PROJECT_FILE
 
 
-def read_config_file(path: Path) -> dict[str, str] | None:
-    """A settings file's variables (None: no file there), paths resolved against its folder."""
+def read_config_file(path: Path, shared_with_rattler: bool = False) -> dict[str, str] | None:
+    """A settings file's variables (None: no file there), paths resolved against its folder.
+    `shared_with_rattler` (the user's file, which rattler's Config reads too): a key rattler
+    knows (mirrors, proxy-config, tls-no-verify, …) is rattler's, not an unknown key."""
     from envtool.adapters.files import read_text
+    from envtool.core.config import split_config, unknown_key
 
     if not path.exists() and not path.is_symlink():
         return None
-    values = parse_config(read_text(path, CONFIG_LIMIT, what="settings file"), str(path))
+    text = read_text(path, CONFIG_LIMIT, what="settings file")
+    values, unknown = split_config(text, str(path))
+    if unknown and shared_with_rattler:  # rattler is imported only for a file that needs it
+        from rattler import Config
+
+        try:
+            rattler_unused = set(Config.from_toml_with_unused_keys(text)[1])
+        except Exception:  # a rattler key with a bad value: network.py names it when it reads
+            rattler_unused = set()
+        unknown = [k for k in unknown if k in rattler_unused]
+    if unknown:
+        raise unknown_key(str(path), unknown[0])
     for s in SETTINGS:
         if s.kind == "path" and s.env in values:
             p = Path(values[s.env]).expanduser()
@@ -49,8 +63,8 @@ def apply_config(offline_flag: bool = False) -> dict[str, str]:
     if offline_flag:
         os.environ["ENVTOOL_OFFLINE"] = "1"
     layers = []
-    for path in (user_config_path(), project_config_path()):
-        values = read_config_file(path)
+    for path, shared in ((user_config_path(), True), (project_config_path(), False)):
+        values = read_config_file(path, shared)
         if values is not None:
             layers.append((str(path), values))
     to_set, origin = plan_environ(layers, dict(os.environ))

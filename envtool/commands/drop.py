@@ -7,9 +7,8 @@ from __future__ import annotations
 import click
 
 from envtool.commands import relock_options, renders
-from envtool.core.env_edit import edit_dependencies
 from envtool.output import Result
-from envtool.workflows.edit import finish_verb, read_request_file, relock
+from envtool.workflows.edit import edit_verb
 
 
 @click.command("drop")
@@ -17,17 +16,7 @@ from envtool.workflows.edit import finish_verb, read_request_file, relock
 @click.argument("packages", nargs=-1, required=True)
 @relock_options
 @renders
-def cmd(
-    name: str,
-    packages: tuple[str, ...],
-    directory: str | None,
-    no_install: bool,
-    dry_run: bool,
-    as_json: bool,
-) -> Result:
+def cmd(name: str, packages: tuple[str, ...], **flags: bool | str | None) -> Result:
     """Drop conda packages (by name) from NAME's environment.yml, re-lock, install."""
-    yml_path, old = read_request_file(name, directory)
-    edit = edit_dependencies(old, str(yml_path), [], list(dict.fromkeys(packages)))
-    outcome = relock(name, directory, edit.text, old, dry_run=dry_run)
-    outcome.edit = edit
-    return finish_verb("drop", outcome, directory, no_install, as_json)
+    directory = flags.pop("directory")
+    return edit_verb("drop", name, directory, (), packages, **flags)  # type: ignore[arg-type]

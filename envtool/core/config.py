@@ -2,6 +2,10 @@
 folder): parsed strictly, merged by precedence, turned into the environment variables every
 other part of envtool already reads. Pure: text in, values out.
 
+The user's file is also rattler's (adapters/solve/network reads mirrors, proxies, TLS from
+`~/.config/envtool/config.toml` through rattler's Config, as pixi shares its file with rattler):
+there a key rattler knows is not an unknown key (the adapter asks rattler).
+
 Precedence, highest first: a command-line flag > an environment variable > the project's
 envtool.toml > the user's config.toml. The files are applied by setting the environment
 variable of each setting that is not already set (`plan_environ`), so everything downstream —
@@ -53,9 +57,22 @@ def _bad(source: str, key: str, problem: str, fix: str) -> UsageError:
 
 
 def parse_config(text: str, source: str) -> dict[str, str]:
-    """A settings file → {environment variable: value as the variable would hold it}. Relative
-    paths stay relative here (the adapter resolves them against the file's folder). One-line
-    UsageError (exit 2) naming the file and the key for anything else."""
+    """A settings file → {environment variable: value as the variable would hold it}; a key
+    envtool does not know is a one-line UsageError (exit 2) naming the file and the key."""
+    values, unknown = split_config(text, source)
+    if unknown:
+        raise unknown_key(source, unknown[0])
+    return values
+
+
+def unknown_key(source: str, key: str) -> UsageError:
+    return _bad(source, key, "unknown key", f"the keys are: {', '.join(BY_KEY)}")
+
+
+def split_config(text: str, source: str) -> tuple[dict[str, str], list[str]]:
+    """(envtool's settings as variables, the keys that are not envtool's). Relative paths stay
+    relative here (the adapter resolves them against the file's folder). A known key with a bad
+    value, or text that is not TOML: one-line UsageError naming the file and the key."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -68,13 +85,14 @@ def parse_config(text: str, source: str) -> dict[str, str]:
             f"{source}: not valid TOML ({printable(str(exc))[:200]})", "fix the file"
         ) from None
     out: dict[str, str] = {}
+    unknown: list[str] = []
     for key, value in data.items():
         setting = BY_KEY.get(key)
         if setting is None:
-            known = ", ".join(BY_KEY)
-            raise _bad(source, key, "unknown key", f"the keys are: {known}")
+            unknown.append(key)
+            continue
         out[setting.env] = _check(setting, value, source)
-    return out
+    return out, unknown
 
 
 def _check(setting: Setting, value: Any, source: str) -> str:
@@ -137,6 +155,20 @@ def parse_offline(value: str | None) -> bool:
 def parse_channels(value: str | None) -> tuple[str, ...]:
     """ENVTOOL_CHANNELS ("conda-forge,https://…") → the channels; () when unset or empty."""
     return tuple(c.strip() for c in (value or "").split(",") if c.strip())
+
+
+def offline_refusal(plan: Any) -> UsageError | None:
+    """Offline: the refusal of a plan that needs the network (None: the caches hold it all)."""
+    from envtool.core.lockfile import some_names
+
+    missing = network_packages(plan)
+    if not missing:
+        return None
+    return UsageError(
+        f"offline: {len(missing)} package(s) are not in the package cache "
+        f"({some_names(missing, 5)})",
+        "install once online (or from `envtool bundle`'s --from DIR), or drop --offline",
+    )
 
 
 def network_packages(plan: Any) -> list[str]:

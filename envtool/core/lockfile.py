@@ -361,14 +361,18 @@ class Lock:
         pkgs = self.for_platform(platform)
         missing = [p.name for p in pkgs if not p.sha256 and not p.md5]
         if missing:
-            shown = ", ".join(missing[:3]) + (
-                f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-            )
             raise UsageError(
-                f"{self.path}: {len(missing)} {platform} package(s) have no hash ({shown})",
+                f"{self.path}: {len(missing)} {platform} package(s) have no hash "
+                f"({some_names(missing)})",
                 "envtool installs only hash-pinned files: re-lock with `envtool lock NAME`",
             )
         return pkgs
+
+
+def some_names(names: list[str], limit: int = 3) -> str:
+    """'a, b, c and 4 more': a list of package names in an error line, cut."""
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
 
 
 def toposorted(packages: list[LockedPackage]) -> list[LockedPackage]:

@@ -64,9 +64,9 @@ def parse_package_args(packages: tuple[str, ...], what: str) -> list[Any]:
     for text in packages:
         try:
             spec = parse_conda_spec(text)
-        except ValueError as exc:
+        except ValueError as exc:  # the reason already echoes the spec, cut and escaped
             raise UsageError(
-                f"{what} {text!r}: {exc}", "use conda's form `name`, `name>=1.2` or `name=1.2`"
+                f"{what}: {exc}", "use conda's form `name`, `name>=1.2` or `name=1.2`"
             ) from None
         check_specs([spec], what)
         specs.append(spec)
@@ -188,6 +188,29 @@ def install_relocked(name: str, directory: str | None, progress: bool) -> dict[s
         planned = plan_from_lock(lock_path, target, [], False, None, False, variant)
         report = apply_install(planned, progress=progress, force=False)
     return {"prefix": str(target), **report.to_dict()}
+
+
+def edit_verb(
+    command: str,
+    name: str,
+    directory: str | None,
+    add: tuple[str, ...],
+    drop: tuple[str, ...],
+    *,
+    no_install: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> Result:
+    """`add` and `drop`: environment.yml edited (core/env_edit), every lock re-solved from the
+    edit, installed unless --no-install / --dry-run."""
+    from envtool.core.env_edit import edit_dependencies
+
+    yml_path, old = read_request_file(name, directory)
+    specs = parse_package_args(add, command) if add else []
+    edit = edit_dependencies(old, str(yml_path), specs, list(dict.fromkeys(drop)))
+    outcome = relock(name, directory, edit.text, old, dry_run=dry_run)
+    outcome.edit = edit
+    return finish_verb(command, outcome, directory, no_install, as_json)
 
 
 def finish_verb(

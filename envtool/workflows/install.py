@@ -109,14 +109,8 @@ def plan_from_lock(
         variant=variant,
     )
     if offline_mode():  # --offline / ENVTOOL_OFFLINE / offline = true: the package cache only
-        from envtool.core.config import network_packages
+        from envtool.core.config import offline_refusal
 
-        if missing := network_packages(plan):
-            shown = ", ".join(missing[:5]) + (
-                f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-            )
-            raise UsageError(
-                f"offline: {len(missing)} package(s) are not in the package cache ({shown})",
-                "install once online (or from `envtool bundle`'s --from DIR), or drop --offline",
-            )
+        if (refusal := offline_refusal(plan)) is not None:
+            raise refusal
     return plan

@@ -149,6 +149,26 @@ def test_a_bad_settings_file_is_one_line_naming_the_file_and_key(
         assert want in lines[0], (text, lines[0])
 
 
+def test_the_user_file_is_shared_with_rattler(cfg_env: dict[str, str], tmp_path: Path) -> None:
+    # ~/.config/envtool/config.toml is also rattler's (mirrors, proxies, TLS: solve/network.py):
+    # its keys are not unknown there, but they are in the project's envtool.toml
+    user = tmp_path / "xdg" / "envtool" / "config.toml"
+    user.write_text(
+        "offline = true\ntls-no-verify = false\n"
+        '[mirrors]\n"https://conda.anaconda.org/conda-forge" = ["https://mirror.example/cf"]\n'
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    assert _settings(cfg_env, project)["offline"]["value"] == "1"
+    user.write_text("offline = true\nofline = false\n")  # a typo neither tool knows
+    out = run_envtool("list", env=cfg_env, cwd=project)
+    assert out.returncode == 2 and f"{user}: ofline: unknown key" in out.stderr
+    user.write_text("offline = true\n")
+    (project / "envtool.toml").write_text("tls-no-verify = true\n")
+    out = run_envtool("list", env=cfg_env, cwd=project)
+    assert out.returncode == 2 and "tls-no-verify: unknown key" in out.stderr
+
+
 def test_merge_keeps_variables_already_set() -> None:
     user = parse_config('envs-dir = "/u"\noffline = true\n', "user.toml")
     project = parse_config('envs-dir = "/p"\n', "envtool.toml")

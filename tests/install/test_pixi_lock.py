@@ -139,3 +139,25 @@ def test_install_a_pixi_environment_with_the_host_check_verify_and_doctor(
         env=env,
     )  # fmt: skip
     assert missing.returncode == 2 and "pick one of: cpu, gpu" in missing.stderr
+
+
+@pytest.mark.integration
+def test_a_real_pixi_lock_plans_and_is_host_checked(env: dict[str, str], tmp_path: Path) -> None:
+    """The real lock's gpu env (pytorch 2.7.1 cuda129): refused on a CUDA 11.4 driver before
+    anything is fetched (a 12.x driver runs it: minor-version compatibility); planned
+    (--dry-run: no network) on a CUDA 13.0 driver."""
+    real = PIXI / "nvidia-gpu-ml-library-test.pixi.lock"
+    args = ("install", "--lock", str(real), "--environment", "gpu", "--platform", "linux-64")
+    target = ("--prefix", str(tmp_path / "envs" / "gpu"), "--dry-run", "--json")
+    env["ENVTOOL_DRIVER_VERSION"] = "470.57.02"
+    refused = run_envtool(*args, *target, env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "cannot run the locked CUDA 12.9 build" in refused.stderr
+    env["ENVTOOL_DRIVER_VERSION"] = "580.65.06"
+    planned = run_envtool(*args, *target, env=env)
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    rows = {p["name"]: p for p in plan["packages"]}
+    assert len(rows) == 120 and rows["pytorch"]["version"] == "2.7.1"
+    assert plan["lock_path"].endswith("nvidia-gpu-ml-library-test.pixi.lock#environment=gpu")
+    assert not (tmp_path / "envs" / "gpu").exists()

@@ -98,6 +98,14 @@ def test_a_failed_relock_leaves_environment_yml_and_the_lock_as_they_were(projec
     assert (env_dir / "conda-lock.yml").read_bytes() == lock
     bad = run_envtool("add", "e1", "numpy=>>2", env=env, cwd=root)
     assert bad.returncode == 2 and "not a valid conda spec" in bad.stderr
+    # arguments that would be YAML structure, a path, a screenful, a terminal escape: one
+    # short line each, and environment.yml untouched
+    for hostile in ("numpy\n  - evil", "numpy: {a: 1}", "../x", "a" * 5000, "\x1b[31mnumpy"):
+        out = run_envtool("add", "e1", hostile, "--no-install", env=env, cwd=root)
+        assert out.returncode == 2, (hostile, out.stderr)
+        line = out.stderr.strip()
+        assert "\n" not in line and "\x1b" not in line and len(line) < 400, line
+    assert (env_dir / "environment.yml").read_bytes() == yml
 
 
 def test_update_moves_to_the_newest_build_and_drop_takes_it_out(project) -> None:
@@ -106,6 +114,14 @@ def test_update_moves_to_the_newest_build_and_drop_takes_it_out(project) -> None
     cb.build_channel(channel, [_tool("1.1")])  # a newer release lands on the channel
     lock = root / "environments" / "e1" / "conda-lock.yml"
     locked = lock.read_bytes()
+
+    # `lock --force` re-solves too, and says what moved (text and --json)
+    relock = run_envtool("lock", "e1", "--force", "--dry-run", "--json", env=env, cwd=root)
+    assert relock.returncode == 0, relock.stderr
+    diff = json.loads(relock.stdout)["lock_diff"]
+    assert diff["counts"]["upgraded"] == 1 and diff["changes"][0]["name"] == TOOL
+    text = run_envtool("lock", "e1", "--force", "--dry-run", env=env, cwd=root)
+    assert f"↑ {TOOL} 1.0 → 1.1" in text.stdout
 
     dry = run_envtool("update", "e1", "--dry-run", "--json", env=env, cwd=root)
     assert dry.returncode == 0, dry.stderr
