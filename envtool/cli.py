@@ -18,6 +18,8 @@ GROUP_HELP = "envtool: CUDA-correct, reproducible PyTorch multi-GPU environments
 DEBUG_HELP = "Show tracebacks instead of one-line errors."
 VERSION_HELP = "Show the version and exit."
 HELP_HELP = "Show this message and exit."
+OFFLINE_HELP = "Install from the package cache only."
+NO_COLOR_HELP = "No color (also: NO_COLOR=1; none when not a terminal)."
 
 # name -> (module, one-line help). Help text lives here so `--help` needs no imports.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -31,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Plan, solve, lock and install a CUDA-matched environment.",
     ),
     "lock": ("envtool.commands.lock", "Re-lock an environment (no-op when inputs are unchanged)."),
+    "config": ("envtool.commands.config", "Show the settings in force and where each comes from."),
+    "add": ("envtool.commands.add", "Add packages to an environment, re-lock, install."),
+    "drop": ("envtool.commands.drop", "Drop packages from an environment, re-lock, install."),
+    "update": ("envtool.commands.update", "Update packages to the newest allowed, re-lock."),
     "export": ("envtool.commands.export", "Write a portable environment.yml (or @EXPLICIT file)."),
     "install": ("envtool.commands.install", "Install an environment from its lock."),
     "list": ("envtool.commands.list", "List installed environments and their state."),
@@ -53,8 +59,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _command_rows() -> list[tuple[str, str]]:
-    return [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
+# `envtool --help` lists the commands by workflow, in the order a user meets them; a command in
+# no section is listed under "Other commands" (none is ever hidden by being left out here).
+SECTIONS: list[tuple[str, list[str]]] = [
+    ("Environments", ["create", "install", "list", "info", "run", "shell-hook", "remove"]),
+    ("Packages", ["add", "drop", "update"]),
+    ("Locks & sharing", ["lock", "export", "bundle", "inspect"]),
+    ("Diagnose", ["doctor", "verify", "config"]),
+    ("Train & run", ["init", "launch", "runs", "logs"]),
+]
+
+
+def _command_sections() -> list[tuple[str, list[tuple[str, str]]]]:
+    placed = {name for _, names in SECTIONS for name in names}
+    sections = [
+        (title, [(n, COMMANDS[n][1]) for n in names if n in COMMANDS]) for title, names in SECTIONS
+    ]
+    rest = [(n, COMMANDS[n][1]) for n in sorted(COMMANDS) if n not in placed]
+    return [(t, rows) for t, rows in [*sections, ("Other commands", rest)] if rows]
 
 
 def _terminal_columns() -> int:
@@ -71,9 +93,12 @@ def _terminal_columns() -> int:
     return columns or 80
 
 
-def _dl(rows: list[tuple[str, str]]) -> list[str]:
-    """click's HelpFormatter.write_dl at indent 2, for rows that need no wrapping."""
+def _dl(rows: list[tuple[str, str]], width: int = 10_000) -> list[str] | None:
+    """click's HelpFormatter.write_dl at indent 2, or None when click would wrap a row's text
+    (longer than its text_width at this formatter width)."""
     first_col = min(max(len(a) for a, _ in rows), 30) + 2
+    if any(len(b) > max(width - first_col - 2, 10) for _, b in rows):
+        return None
     return [f"  {a}{' ' * (first_col - len(a))}{b}" for a, b in rows]
 
 
@@ -82,10 +107,20 @@ def fast_help(width: int | None = None) -> str | None:
     would wrap). width: click's formatter width (default: from the terminal, as click does)."""
     if width is None:
         width = max(min(_terminal_columns(), 80) - 2, 50)
-    options = [("--version", VERSION_HELP), ("--debug", DEBUG_HELP), ("-h, --help", HELP_HELP)]
+    options = [
+        ("--version", VERSION_HELP),
+        ("--debug", DEBUG_HELP),
+        ("--offline", OFFLINE_HELP),
+        ("--no-color", NO_COLOR_HELP),
+        ("-h, --help", HELP_HELP),
+    ]
     lines = ["Usage: envtool [OPTIONS] COMMAND [ARGS]...", "", f"  {GROUP_HELP}", ""]
-    lines += ["Options:", *_dl(options)]
-    lines += ["", "Commands:", *_dl(_command_rows())]
+    blocks = [("Options", options), *_command_sections()]
+    for i, (title, rows) in enumerate(blocks):
+        dl = _dl(rows, width)
+        if dl is None:
+            return None
+        lines += ["", f"{title}:", *dl] if i else [f"{title}:", *dl]
     if any(len(line) > width for line in lines):
         return None
     return "\n".join(lines) + "\n"
@@ -123,18 +158,30 @@ def _click_cli():  # -> click.Group
             return super().resolve_command(ctx, args)
 
         def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-            with formatter.section("Commands"):
-                formatter.write_dl(_command_rows())
+            for title, rows in _command_sections():
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
     @click.group(
         cls=LazyGroup, help=GROUP_HELP, context_settings={"help_option_names": ["-h", "--help"]}
     )
     @click.version_option(__version__, prog_name="envtool", help=VERSION_HELP)
     @click.option("--debug", is_flag=True, help=DEBUG_HELP)
+    @click.option("--offline", is_flag=True, help=OFFLINE_HELP)
+    @click.option("--no-color", is_flag=True, help=NO_COLOR_HELP)
     @click.pass_context
-    def cli(ctx: click.Context, debug: bool) -> None:
+    def cli(ctx: click.Context, debug: bool, offline: bool, no_color: bool) -> None:
+        from envtool.adapters.config import apply_config
+
         ctx.ensure_object(dict)
         ctx.obj["debug"] = debug
+        if no_color:
+            from envtool.output import set_no_color
+
+            set_no_color()
+        # settings files become environment variables below any already set (flag > variable
+        # > envtool.toml > the user's config.toml): docs/config.md
+        ctx.obj["config"] = apply_config(offline)
 
     _CLI = cli
     return cli
@@ -175,6 +222,13 @@ def main(argv: list[str] | None = None) -> None:
 
         from envtool.output import terminal_text
 
+        if "--json" in args:  # a usage error is an answer too: the envelope, like any error
+            from envtool.output import render_error_json
+
+            command = _command_name(args)
+            where = "envtool" if command == "envtool" else f"envtool {command}"
+            message = exc.format_message()
+            sys.stdout.write(render_error_json(command, message, f"see `{where} --help`", 2) + "\n")
         shown = io.StringIO()  # click echoes the bad value: escape it like every other line
         exc.show(file=shown)
         sys.stderr.write(terminal_text(shown.getvalue()))
@@ -193,9 +247,11 @@ def main(argv: list[str] | None = None) -> None:
                 render_error_json(_command_name(args), exc.message, exc.hint, exc.exit_code) + "\n"
             )
         from envtool.core.shell_quote import printable
+        from envtool.output import write_line
 
         # one line, whatever the message holds: names, lock fields, probed text
-        click.echo(f"envtool: error: {printable(exc.one_line())}", err=True)
+        write_line(sys.stderr, f"envtool: error: {printable(exc.one_line())}")
+        sys.stderr.flush()
         _echo_detail(exc.detail)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

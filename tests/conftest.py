@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from envtool.core.facts import EnvFacts, HostFacts
 
 REPO = Path(__file__).resolve().parent.parent
+
+# An envtool command with no NAME acts on the active conda env or venv (core/target.py): the
+# suite's commands act on the test interpreter unless a test activates one itself, whatever shell
+# (conda's auto-activated base, a venv) started pytest.
+for _var in ("CONDA_PREFIX", "VIRTUAL_ENV"):
+    os.environ.pop(_var, None)
 CONSOLE_SCRIPT = REPO / ".venv" / "bin" / "envtool"
 TIERS = ("integration", "slow", "gpu")
 
@@ -134,7 +140,7 @@ def env(tmp_path: Path) -> dict[str, str]:
         ENVTOOL_CACHE_DIR=str(tmp_path / "cache"),
         ENVTOOL_DRIVER_VERSION="570.86.10",
     )
-    for var in ("ENVTOOL_TEST_PAUSE_AT", "ENVTOOL_TEST_PAUSE_S", "CONDA_PREFIX"):
+    for var in ("ENVTOOL_TEST_PAUSE_AT", "ENVTOOL_TEST_PAUSE_S", "CONDA_PREFIX", "VIRTUAL_ENV"):
         e.pop(var, None)
     return e
 

@@ -1,14 +1,28 @@
-"""Where environments live, and which python a command targets (-n NAME / --prefix / --python)."""
+"""Where environments live, and which environment a command targets (NAME / --prefix / --python /
+the active one: core/target decides)."""
 
 from __future__ import annotations
 
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from envtool.core.shell_quote import printable, quote_posix
+from envtool.core.target import (
+    ACTIVE_CONDA,
+    ACTIVE_VENV,
+    NAMED,
+    OWN,
+    PREFIX,
+    PYTHON,
+    ActiveEnvs,
+    TargetChoice,
+    choose_target,
+    render_target_line,
+)
 from envtool.errors import UsageError
 
 
@@ -73,56 +87,117 @@ def python_in(prefix: Path) -> Path:
 
 @dataclass(frozen=True)
 class Target:
-    """The environment a command acts on."""
+    """The environment a command acts on, and how it was chosen (core/target.choose_target)."""
 
     python: Path
     prefix: Path | None
     name: str | None = None
+    choice: TargetChoice | None = None
 
     @property
     def label(self) -> str:
         return self.name or str(self.prefix or self.python)
 
+    @property
+    def kind(self) -> str:
+        """conda env (conda-meta/), venv (pyvenv.cfg) or environment (anything else)."""
+        if self.prefix is not None and (self.prefix / "conda-meta").is_dir():
+            return "conda env"
+        if self.prefix is not None and (self.prefix / "pyvenv.cfg").is_file():
+            return "venv"
+        return "environment"
+
+    def describe(self, verb: str) -> str:
+        """The one line that says which environment a command acts on and why."""
+        choice = self.choice or TargetChoice(OWN, str(self.python))
+        where = str(self.python if choice.source in (PYTHON, OWN) else self.prefix or self.python)
+        return render_target_line(verb, choice, where, self.kind, self.name)
+
+    def to_dict(self) -> dict[str, str | None]:
+        choice = self.choice or TargetChoice(OWN, str(self.python))
+        return {
+            "name": self.name,
+            "prefix": str(self.prefix) if self.prefix else None,
+            "python": str(self.python),
+            "kind": self.kind,
+            "source": choice.source,
+            "variable": choice.variable,
+        }
+
+
+def read_active_envs(environ: Mapping[str, str] | None = None) -> ActiveEnvs:
+    """The shell's activation variables, for core/target.choose_target."""
+    env = os.environ if environ is None else environ
+    return ActiveEnvs(
+        conda_prefix=env.get("CONDA_PREFIX") or None,
+        virtual_env=env.get("VIRTUAL_ENV") or None,
+        path=env.get("PATH", ""),
+        own_python=sys.executable,
+    )
+
 
 def resolve_target(
-    name: str | None = None, prefix: str | None = None, python: str | None = None
+    name: str | None = None,
+    prefix: str | None = None,
+    python: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Target:
-    """-n NAME, --prefix PATH or --python PATH; none given → the python envtool runs under."""
-    for flag, value in (("NAME", name), ("--prefix", prefix), ("--python", python)):
-        if value is not None and not value.strip():  # `doctor ""`: not "the default env"
-            raise UsageError(f"{flag} '': empty", f"pass a {flag}, or leave it out")
-    given = [x for x in (name, prefix, python) if x]
-    if len(given) > 1:
-        raise UsageError(
-            "give one of NAME, --prefix, --python", "pick the one environment to act on"
-        )
-    if name:
-        p = Path(name)
-        if os.sep in name and p.is_dir():  # a path given positionally
-            return Target(python_in(p), p, None)
-        pre = env_prefix(name)  # refuses a NAME that climbs out of the envs dir
+    """**The** target of doctor, launch, run, verify, info, export and shell-hook: NAME,
+    --prefix PATH or --python PATH; none given → the active conda env, else the active venv,
+    else the python envtool runs under (core/target.choose_target decides)."""
+    try:
+        choice = choose_target(name, prefix, python, read_active_envs(environ))
+    except ValueError as exc:
+        raise UsageError(*exc.args) from None
+    if choice.source == NAMED:
+        p = Path(choice.value)
+        if os.sep in choice.value and p.is_dir():  # a path given positionally
+            return Target(python_in(p), p, None, TargetChoice(PREFIX, choice.value))
+        pre = env_prefix(choice.value)  # refuses a NAME that climbs out of the envs dir
         if not pre.is_dir():
             raise UsageError(
-                f"no environment named {name!r} under {envs_dir()}",
-                f"create it with `envtool create {quote_posix(name)}`, or pass --prefix PATH / --python PATH",
+                f"no environment named {choice.value!r} under {envs_dir()}",
+                missing_env_hint(choice.value),
             )
-        return Target(python_in(pre), pre, name)
-    if prefix:
-        pre = Path(prefix).expanduser().resolve()
+        return Target(python_in(pre), pre, choice.value, choice)
+    if choice.source == PREFIX:
+        pre = Path(choice.value).expanduser().resolve()
         if not pre.is_dir():
             raise UsageError(
-                f"--prefix {prefix}: no such directory", "pass an existing environment prefix"
+                f"--prefix {choice.value}: no such directory", "pass an existing environment prefix"
             )
-        return Target(python_in(pre), pre, None)
-    if python:
-        exe = Path(python).expanduser()
+        return Target(python_in(pre), pre, None, choice)
+    if choice.source == PYTHON:
+        exe = Path(choice.value).expanduser()
         if not exe.exists():
             raise UsageError(
-                f"--python {python}: no such file", "pass the path of the environment's python"
+                f"--python {choice.value}: no such file",
+                "pass the path of the environment's python",
             )
-        return Target(exe, _prefix_of(exe), None)
-    exe = Path(sys.executable)
-    return Target(exe, Path(sys.prefix), None)
+        return Target(exe, _prefix_of(exe), None, choice)
+    if choice.source in (ACTIVE_CONDA, ACTIVE_VENV):
+        pre = Path(choice.value).expanduser()
+        if not pre.is_dir():  # a shell that kept the variable of an env since removed
+            raise UsageError(
+                f"${choice.variable}={printable(choice.value)}: no such directory "
+                "(the active environment is gone)",
+                "deactivate it (`conda deactivate` / `deactivate`), or pass NAME / --prefix PATH",
+            )
+        return Target(python_in(pre), pre, None, choice)
+    return Target(Path(sys.executable), Path(sys.prefix), None, choice)
+
+
+def missing_env_hint(name: str) -> str:
+    """What to do about a NAME that is not installed: install it when this project has its
+    lock (create would solve it again), else create it."""
+    q = quote_posix(name)
+    try:
+        locked = project_env_paths(name)[2].is_file()
+    except UsageError:
+        locked = False
+    if locked:
+        return f"environments/{name}/conda-lock.yml is here: install it with `envtool install {q}`"
+    return f"create it with `envtool create {q}` (envtool list shows the installed ones)"
 
 
 def _prefix_of(exe: Path) -> Path | None:
@@ -193,6 +268,25 @@ def project_env_paths(name: str, directory: str | None = None) -> tuple[Path, Pa
     return env_dir, env_dir / "environment.yml", env_dir / "conda-lock.yml"
 
 
+def written_channel(channel: str, directory: str | None = None) -> str:
+    """A `--channel` as environment.yml records it: as the user gave it (a name, a URL, an
+    absolute or ~ path), except a relative folder: `./sub/dir` when it is inside the project
+    folder that is the current one (`envtool lock` from there finds it, and the project can be
+    moved or cloned with it), else its absolute path (a `../x` from here means nothing from
+    elsewhere)."""
+    if "://" in channel or channel.startswith(("/", "~")):
+        return channel
+    path = Path(channel)
+    if not (channel.startswith(".") or path.is_dir()):
+        return channel  # a channel name (conda-forge, pytorch/label/nightly)
+    absolute = path.resolve()
+    here = Path.cwd().resolve()
+    project = Path(directory).resolve() if directory else here
+    if project == here and absolute.is_relative_to(here) and absolute != here:
+        return "./" + absolute.relative_to(here).as_posix()
+    return str(absolute)
+
+
 def project_lock_path(name: str) -> Path:
     """The project's lock for NAME, absolute: it is recorded in the install state."""
     return project_env_paths(name)[2].absolute()
@@ -201,6 +295,10 @@ def project_lock_path(name: str) -> Path:
 def existing_env(name: str | None, prefix: str | None = None) -> Path:
     """The prefix of an environment that must already exist (verify, info, run, shell-hook)."""
     target = env_prefix(name, prefix)
+    if name and not prefix and not os.path.lexists(target):
+        raise UsageError(
+            f"no environment named {name!r} under {envs_dir()}", missing_env_hint(name)
+        )
     if not looks_like_env(target):
         raise UsageError(f"no environment at {target}", "see `envtool list`, or pass --prefix PATH")
     return target

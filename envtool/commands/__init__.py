@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
+    from envtool.adapters.locate import Target
     from envtool.output import Result
     from envtool.workflows.lock import LockOutcome
 
@@ -23,6 +24,112 @@ project_dir_option = click.option(
 )
 
 
+def relock_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options `add`, `drop` and `update` share: --dir, --no-install, --dry-run, --json."""
+    for option in reversed(
+        (
+            project_dir_option,
+            click.option("--no-install", is_flag=True, help="Re-lock only; install nothing."),
+            click.option(
+                "--dry-run", is_flag=True, help="Solve and print the lock diff; write nothing."
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope."),
+        )
+    ):
+        func = option(func)
+    return func
+
+
+def _refuse_gpu_count(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    from envtool.core.shell_quote import quote_posix
+    from envtool.errors import UsageError
+
+    raise UsageError(
+        f"{ctx.info_name} --gpus {quote_posix(value)}: {ctx.info_name} plans for GPU "
+        "architectures, not a GPU count",
+        "name the GPU's compute capability with --gpu CC (e.g. --gpu 8.0; --cuda auto reads "
+        "this host's); how many GPUs to train on is `envtool launch train.py --gpus N`",
+    )
+
+
+# `create --gpus 2` is a user thinking of launch's count: say which flag means what
+gpus_mistake_option = click.option(
+    "--gpus",
+    "gpu_count",
+    expose_value=False,
+    hidden=True,
+    callback=_refuse_gpu_count,
+    is_eager=True,
+)  # its own name: create's `--gpu` is stored as `gpus`, and sharing it fed --gpu 8.0 here
+
+
+def env_name(
+    func: Callable[..., Any] | None = None, *, required: bool = False
+) -> Callable[..., Any]:
+    """NAME, the one way to name an environment: a positional NAME, and `-n/--name NAME` as an
+    alias (conda's spelling; launch and run, whose positional slot is the script, take -n).
+    Put it among the click decorators (`@env_name` or `@env_name(required=True)`); the command
+    receives `name`."""
+    if func is None:
+        return functools.partial(env_name, required=required)
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, name_option: str | None = None, **kwargs: Any) -> Any:
+        from envtool.errors import UsageError
+
+        name = kwargs.get("name")
+        if name_option is not None and name is not None and name_option != name:
+            raise UsageError(
+                f"NAME {name!r} and -n {name_option!r} disagree", "name the environment once"
+            )
+        kwargs["name"] = name if name is not None else name_option
+        if required and kwargs["name"] is None:
+            raise UsageError("no environment NAME given", "pass NAME (or -n NAME)")
+        return func(*args, **kwargs)
+
+    wrapper = click.option(
+        "-n", "--name", "name_option", metavar="NAME", help="Same as NAME (conda's spelling)."
+    )(wrapper)
+    return click.argument("name", required=False)(wrapper)
+
+
+def resolve_and_say(
+    command: str,
+    verb: str,
+    name: str | None = None,
+    prefix: str | None = None,
+    python: str | None = None,
+) -> Target:
+    """**The** target of a command that acts on one environment (locate.resolve_target over
+    core/target's rule), said in one line on stderr: which environment and why."""
+    from envtool.adapters.locate import resolve_target
+
+    target = resolve_target(name, prefix, python)
+    _PENDING[:] = [f"envtool {command}: {target.describe(verb)}"]
+    return target
+
+
+# The target line waits until the command does its work (say_target: before a launch, an exec,
+# or the Result): an error before then stays the one line it names, and names the env itself.
+_PENDING: list[str] = []
+
+
+def say_target() -> None:
+    """Print the pending target line (stderr), once."""
+    from envtool.output import note
+
+    for line in _PENDING:
+        note(line)
+    _PENDING.clear()
+
+
+def target_data(target: Target, verb: str) -> dict[str, Any]:
+    """The target as --json carries it: the same facts and the same line as stderr."""
+    return {**target.to_dict(), "line": target.describe(verb)}
+
+
 def renders(func: Callable[..., Any]) -> Callable[..., None]:
     """The one place a command's outcome becomes output and an exit code: the command returns a
     `Result` (or raises an EnvtoolError, which cli.py renders); this prints it with
@@ -32,7 +139,9 @@ def renders(func: Callable[..., Any]) -> Callable[..., None]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> None:
+        _PENDING.clear()  # one command a process, but tests run many in one
         result = func(*args, **kwargs)
+        say_target()
         if result is None:
             return
         from envtool.output import emit
@@ -60,8 +169,13 @@ def summarize_lock(outcome: LockOutcome, name: str, command: str, dry_run: bool)
         "packages": outcome.packages,
         "pip_packages": outcome.pip,
         "plan": plan.to_dict() if plan else None,
+        "lock_diff": outcome.diff.to_dict() if outcome.diff else None,
     }
     text = render_plan(plan) if plan else []
+    if outcome.diff is not None:
+        from envtool.core.lock_diff import render_lock_diff
+
+        text += render_lock_diff(outcome.diff)
     if not outcome.changed:
         text.append(f"{name}: lock is up to date ({outcome.env_dir / 'conda-lock.yml'})")
     else:

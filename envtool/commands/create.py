@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import click
 
-from envtool.commands import project_dir_option, renders, summarize_lock
+from envtool.commands import (
+    env_name,
+    gpus_mistake_option,
+    project_dir_option,
+    renders,
+    summarize_lock,
+)
 from envtool.core.plan import PLATFORMS
 from envtool.errors import UsageError
 from envtool.output import Result
@@ -16,7 +22,7 @@ from envtool.workflows.lock import lock_environment, request_from_yml
 
 
 @click.command("create")
-@click.argument("name")
+@env_name(required=True)
 @click.option(
     "--cuda",
     default=None,
@@ -54,6 +60,7 @@ from envtool.workflows.lock import lock_environment, request_from_yml
     help="Channel name, URL or local folder (repeatable, in priority order).",
 )
 @click.option("--driver", default=None, help="Plan for a machine with this NVIDIA driver version.")
+@gpus_mistake_option
 @click.option(
     "--gpu",
     "gpus",
@@ -116,7 +123,7 @@ def cmd(
         from envtool.adapters.shipped.profiles import DEFAULT_PROFILE, read_profile
 
         text, source = read_profile(profile or DEFAULT_PROFILE)
-    from envtool.adapters.solve.rattler_solve import absolute_channel
+    from envtool.adapters.locate import written_channel
     from envtool.core.request import parse_virtual_overrides
 
     flags = {
@@ -125,7 +132,7 @@ def cmd(
         "python": python_version,
         "flavor": flavor,
         "platforms": list(platforms),
-        "channels": [absolute_channel(c) for c in channels],
+        "channels": [written_channel(c, directory) for c in channels],
         "driver": driver,
         "gpus": list(gpus),
         "virtual_overrides": parse_virtual_overrides(virtual),

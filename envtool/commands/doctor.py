@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from envtool.commands import renders
+from envtool.commands import env_name, renders, resolve_and_say, say_target, target_data
 from envtool.core.checks import (
     Check,
     check_by_id,
@@ -25,6 +25,7 @@ from envtool.core.checks import (
     run_deep_checks,
 )
 from envtool.core.facts import EnvFacts, HostFacts
+from envtool.core.host_record import render_visible_gpus
 from envtool.errors import UsageError
 from envtool.output import Result
 
@@ -99,7 +100,7 @@ def render_human(
     t = env.torch
     if verdict == "no problems found" and t and t.version and t.cuda and host.gpus:
         verdict += (
-            f": torch {t.version} on {len(host.gpus)}× {host.gpus[0].name}"
+            f": torch {t.version} on {render_visible_gpus(host)}"
             f" (driver {host.driver_version})"
         )
     lines = [f"envtool doctor: {status.upper()} — {verdict}"]
@@ -150,7 +151,7 @@ def _deep_gpu_count(host: HostFacts, env: EnvFacts) -> int:
 
 
 @click.command("doctor")
-@click.argument("name", required=False)
+@env_name
 @click.option("--prefix", help="Diagnose the environment at this prefix.")
 @click.option("--python", "python_exe", help="Diagnose the environment of this python.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema version 1).")
@@ -208,13 +209,13 @@ def cmd(
     from envtool.adapters.host import doctor_probe
 
     deep_result = None
+    said: dict[str, Any] | None = None
     if replay_dir:
         host, env = doctor_probe.read_replay(replay_dir, driver)
         deep_result = doctor_probe.read_replay_deep(replay_dir)
     else:
-        from envtool.adapters.locate import resolve_target
-
-        target = resolve_target(name, prefix, python_exe)
+        target = resolve_and_say("doctor", "checking", name, prefix, python_exe)
+        said = target_data(target, "checking")
         record: dict[str, str] | None = {} if record_dir else None
         host, env = doctor_probe.probe_facts(target, fast, driver, record)
         if record_dir is not None:
@@ -229,6 +230,7 @@ def cmd(
             from envtool.adapters.host.deep import probe_deep
             from envtool.output import note
 
+            say_target()
             note("envtool doctor: running --deep (GPU matmuls, all-reduce) in the environment…")
             deep_result = probe_deep(str(target.python), _deep_gpu_count(host, env), cpu=deep_cpu)
             if record_dir is not None:
@@ -246,7 +248,7 @@ def cmd(
     text = [] if as_json else terminal_lines(render_human(checks, host, env, verbose, deep_result))
     return Result(
         "doctor",
-        doctor_payload(checks, host, env),
+        {**doctor_payload(checks, host, env), "target": said},
         text,
         exit_code=1 if overall(checks) == "fail" else 0,
     )

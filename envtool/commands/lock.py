@@ -15,7 +15,7 @@ import click
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
 from envtool.adapters.lockfile.lock_io import stored_lock_options
-from envtool.commands import project_dir_option, renders, summarize_lock
+from envtool.commands import env_name, project_dir_option, renders, summarize_lock
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result
@@ -49,7 +49,7 @@ def lock_edited(lock_path: Path) -> str | None:
 
 
 @click.command("lock")
-@click.argument("name")
+@env_name(required=True)
 @project_dir_option
 @click.option(
     "--check", is_flag=True, help="Exit 1 if the lock is stale, 0 if fresh; write nothing."
@@ -81,9 +81,13 @@ def cmd(
     from envtool.adapters.files import ENV_FILE_LIMIT, read_text
 
     if not yml_path.exists() and not yml_path.is_symlink():
+        q = quote_posix(name)
         raise UsageError(
             f"{yml_path}: no environment.yml",
-            f"create it with `envtool create {quote_posix(name)} --no-install`",
+            # the lock without its request: re-creating would solve anew; the lock still installs
+            f"restore it (e.g. from git); `envtool install {q}` installs the lock as it is"
+            if lock_path.is_file()
+            else f"create it with `envtool create {q} --no-install`",
         )
     yml_text = read_text(yml_path, ENV_FILE_LIMIT, what="environment file")
     if variants is None and not lock_path.exists():  # a variants-only project: re-lock those
@@ -160,7 +164,13 @@ def summarize_variants(outcome: VariantsOutcome, dry_run: bool) -> Result:
         "written": outcome.written,
         "dry_run": dry_run,
         "variants": [
-            {"name": v.name, "lock": str(v.lock), "state": v.state, "packages": v.packages}
+            {
+                "name": v.name,
+                "lock": str(v.lock),
+                "state": v.state,
+                "packages": v.packages,
+                "lock_diff": v.diff.to_dict() if v.diff else None,
+            }
             for v in outcome.variants
         ],
         "index": str(index_path(outcome.env_dir)) if outcome.index else None,
@@ -184,6 +194,10 @@ def summarize_variants(outcome: VariantsOutcome, dry_run: bool) -> Result:
         text.append(f"  {what} — {state}" + (f" ({counts})" if counts else ""))
         if dry_run:
             text += [f"    {line}" for line in v.plan_text]
+        if v.diff is not None:
+            from envtool.core.lock_diff import render_lock_diff
+
+            text += [f"    {line}" for line in render_lock_diff(v.diff)]
     if outcome.written:
         text.append(f"wrote {index_path(outcome.env_dir)}")
     else:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from envtool.commands import renders
+from envtool.commands import env_name, renders
 from envtool.errors import UsageError
 from envtool.output import Result, note
 
@@ -26,7 +26,7 @@ def _confirmed(question: str) -> bool:
 
 
 @click.command("remove")
-@click.argument("name", required=False)
+@env_name
 @click.option("--prefix", help="The environment's directory instead of NAME.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
@@ -48,7 +48,7 @@ def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json:
     what += [f"{p} (an interrupted removal)" for p in leftovers]
     if dry_run:
         return Result("remove", data, [f"would remove {w}" for w in what])
-    if not yes and not _confirmed(f"Remove {target}?"):
+    if not yes and not _confirmed(f"Remove the whole environment {label} ({target})?"):
         raise UsageError("not removed", "pass --yes to remove without asking")
     with hold_env_mutex(target, label, on_wait=note):
         # act on what is there now: another envtool may have removed or re-created it meanwhile
@@ -72,7 +72,11 @@ def _check_removable(target: Path) -> None:
     if not _present(target):
         if removal_leftovers(target):
             return
-        raise UsageError(f"no environment at {target}", "see `envtool list`")
+        raise UsageError(
+            f"no environment at {target}",
+            "see `envtool list`; remove deletes a whole environment (conda env remove), not a "
+            "package: to drop one, edit environments/NAME/environment.yml and run envtool lock",
+        )
     if target.is_symlink():
         return  # only the link goes (see remove_prefix)
     if not looks_like_env(target):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from envtool.commands import renders
+from envtool.commands import env_name, renders
 from envtool.output import Result
 
 
 @click.command("shell-hook")
-@click.argument("name", required=False)
+@env_name
 @click.option("--prefix", help="The environment's directory instead of NAME.")
 @click.option(
     "--shell",

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from envtool.commands import renders
+from envtool.commands import env_name, renders, resolve_and_say, target_data
 from envtool.output import Result
 
 
 @click.command("verify")
-@click.argument("name", required=False)
+@env_name
 @click.option("--prefix", help="The environment's directory instead of NAME.")
 @click.option(
     "--lock", "lock_file", help="Compare with this lock (default: the one it was installed from)."
@@ -41,17 +41,30 @@ def cmd(
         read_state_record,
     )
     from envtool.adapters.install.installed import compute_drift
-    from envtool.adapters.locate import existing_env, project_lock_path
+    from envtool.adapters.locate import looks_like_env, project_lock_path
     from envtool.core.drift import render_drift
     from envtool.errors import UsageError
 
-    target = existing_env(name, prefix)
+    chosen = resolve_and_say("verify", "verifying", name, prefix)
+    target = chosen.prefix
+    if target is None or not looks_like_env(target):
+        raise UsageError(
+            f"{chosen.prefix or chosen.python}: a {chosen.kind}, not an environment envtool "
+            "installed (no conda-meta/): there is no lock to compare it with",
+            "pass the NAME of an envtool environment (see `envtool list`) or --prefix PATH",
+        )
     lock = Path(lock_file) if lock_file else None
     if variant is not None:  # environments/NAME/conda-lock.<variant>.yml, known to the index
         from envtool.adapters.lockfile.variant_lock import variant_lock_path
 
-        if not name or lock_file:
-            raise UsageError("--variant picks among NAME's variant locks", "give NAME, not --lock")
+        if lock_file:
+            raise UsageError(
+                f"--variant {variant} and --lock {lock_file} both pick the lock", "drop one of them"
+            )
+        if not name:
+            raise UsageError(
+                f"--variant {variant} picks among NAME's variant locks", "give NAME as well"
+            )
         lock = variant_lock_path(name, variant)
     if lock is None:
         # an interrupted first install has no state record yet; its marker names the lock
@@ -62,13 +75,15 @@ def cmd(
             project = project_lock_path(name) if name else None
         except UsageError:  # a conda env name no project folder can have (e.g. _scratch)
             project = None
-        if recorded and Path(recorded).is_file():
+        from envtool.adapters.lockfile.pixi_lock import lock_file_exists
+
+        if recorded and lock_file_exists(recorded):  # a pixi.lock's: <file>#environment=NAME
             lock = Path(recorded)
         elif project and project.is_file():
             lock = project
         else:
             raise UsageError(
-                f"no lock known for {target}", "pass --lock environments/NAME/conda-lock.yml"
+                f"no lock known for {target}", "pass --lock FILE: the conda-lock.yml it came from"
             )
     drift = compute_drift(target, lock, check_files=True, full=full)
     state = read_install_state(target)
@@ -90,7 +105,8 @@ def cmd(
         again = _install_again(name, prefix, target, lock)
         text.append(f"`{again}` relinks the damaged packages from the cache")
     bad = not drift["clean"] or state == "incomplete"
-    return Result("verify", {"prefix": str(target), **drift}, text, exit_code=1 if bad else 0)
+    data = {"prefix": str(target), "target": target_data(chosen, "verifying"), **drift}
+    return Result("verify", data, text, exit_code=1 if bad else 0)
 
 
 def _install_again(name: str | None, prefix: str | None, target: Path, lock: Path) -> str:

@@ -7,6 +7,7 @@ packages that every exported platform has. One exception to "no build strings": 
 whose locked build is a CUDA build keeps a glob naming that CUDA (`pytorch=2.7.1=*cuda126*`),
 and for conda-forge CUDA builds the locked `cuda-version` is pinned too. Without them a solver
 may return a newer CPU build (the silent CPU fallback) or a newer CUDA that needs a newer driver.
+A CPU pytorch likewise keeps `cpu*` (`pytorch=2.7.1=cpu*`): bare, it re-solves to CUDA on a GPU host.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import Lock, LockedPackage, toposorted
 from envtool.core.spec import CondaSpec, EnvSpec, parse_pip_line, render_environment_yml
 from envtool.errors import UsageError
@@ -94,6 +96,16 @@ def _cuda_glob(builds: list[str]) -> str | None:
             return None
         tags.add(m.group(0))
     return f"*{tags.pop()}*" if len(tags) == 1 else "*cuda*"
+
+
+def _cpu_glob(builds: list[str]) -> str | None:
+    """A CPU pytorch keeps its kind too: a bare `pytorch=2.7.1` re-solves to a CUDA build on a
+    GPU host (and `envtool inspect` cannot tell what it asks for). `cpu*` for conda-forge's
+    `cpu_mkl_…`/`cpu_generic_…`, `*cpu*` for the pytorch channel's `py3.11_cpu_0`; None when a
+    build names no CPU (an unknown kind: nothing to keep)."""
+    if not builds or not all("cpu" in b for b in builds):
+        return None
+    return "cpu*" if all(b.startswith("cpu") for b in builds) else "*cpu*"
 
 
 def _warn_cpu_torch(
@@ -179,6 +191,7 @@ def plan_export(
         glob = _cuda_glob(builds)
         if spec.name == "pytorch" and glob is None:
             _warn_cpu_torch(found, per_platform, warnings)
+            glob = _cpu_glob(builds)
         if glob and re.match(r"cuda\d{3}", builds[0]):
             cuda_forge_build = True
         specs.append(CondaSpec(spec.name, versions.pop(), glob, channel, spec.raw))
@@ -241,7 +254,7 @@ def render_export_env(plan: ExportPlan, lock_name: str) -> str:
         f"# Exported by envtool from {lock_name} for {', '.join(plan.platforms)}.\n"
         "# Top-level specs pinned to the locked versions; CUDA builds kept as a build glob.\n"
     )
-    return header + render_environment_yml(plan.env)
+    return redact_credentials(header + render_environment_yml(plan.env), strip=True)
 
 
 def render_explicit(lock: Lock, platform: str) -> str:
@@ -269,7 +282,7 @@ def render_explicit(lock: Lock, platform: str) -> str:
             url = _one_line(p.url, f"pip package {p.name}: url", source, spaces=False)
             sha = p.sha256 and _one_line(p.sha256, f"pip package {p.name}: sha256", source, False)
             lines.append(f"# pip {name} @ {url}{f'#sha256={sha}' if sha else ''}")
-    return "\n".join(lines) + "\n"
+    return redact_credentials("\n".join(lines) + "\n", strip=True)  # the auth store has them
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")

@@ -97,3 +97,44 @@ class InstallPlan:
             for p in self.packages
         ]
         return text
+
+
+def plan_download(plan: InstallPlan, sizes: dict[str, int]) -> dict[str, Any]:
+    """What the install downloads: the packages it fetches (conda archives not in any cache, and
+    the pip wheels), their total bytes where `sizes` (file name → bytes, as an adapter learnt
+    them) knows them, and how many it does not."""
+    fetched = [p for p in plan.packages if p.source in (FETCH, PIP)]
+    known = [sizes[p.package.file_name] for p in fetched if p.package.file_name in sizes]
+    return {
+        "packages": len(fetched),
+        "bytes": sum(known),
+        "unknown": len(fetched) - len(known),
+        "cached": len(plan.packages) - len(fetched),
+    }
+
+
+def render_bytes(n: int) -> str:
+    """1536 → '1.5 KB', decimal units as download tools show them."""
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
+
+
+def render_download(download: dict[str, Any]) -> str:
+    """--dry-run's line: 'download: 1.2 GB in 140 packages (12 cached)'."""
+    n, unknown, cached = download["packages"], download["unknown"], download["cached"]
+    if n == 0:
+        return f"download: nothing (all {cached} packages cached)"
+    total = render_bytes(download["bytes"])
+    if unknown == n:
+        size = "size unknown"
+    elif unknown:
+        size = f"at least {total} ({unknown} of them of unknown size)"
+    else:
+        size = total
+    return f"download: {size} in {n} package{'s' * (n != 1)}" + (
+        f" ({cached} cached)" if cached else ""
+    )

@@ -305,6 +305,25 @@ def parse_last_exception(log_text: str) -> str | None:
     return None
 
 
+def parse_last_traceback(log_text: str, max_lines: int = 20) -> list[str]:
+    """The last traceback in a rank's stderr log, from its `Traceback` line to its exception
+    line, rank prefixes removed; a longer one keeps its first line and its last lines (the
+    frames nearest the error). [] when the log holds none (a rank killed by a signal)."""
+    idx = log_text.rfind("Traceback (most recent call last):")
+    if idx < 0:
+        return []
+    idx = log_text.rfind("\n", 0, idx) + 1  # the whole line, its prefixes included
+    lines: list[str] = []
+    for raw in log_text[idx:].splitlines():
+        line = _LINE_PREFIX.sub("", raw)
+        lines.append(line)
+        if len(lines) > 1 and line and not line.startswith((" ", "\t", "Traceback")):
+            break  # the exception line closes it
+    if len(lines) > max_lines:
+        lines = [lines[0], "  ...", *lines[-(max_lines - 2) :]]
+    return lines
+
+
 # Prefixes in front of a rank's lines: torchrun's tee "[default1]:" (no space) and the
 # excepthook init_process_group installs, "[rank1]: " (one space) — either or both. Only that
 # one space goes: a traceback's own indentation ("  File …") must stay to be told apart.

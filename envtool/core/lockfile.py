@@ -14,6 +14,7 @@ import json
 import re
 import urllib.parse
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -305,7 +306,7 @@ class LockedPackage:
     # only in dev/extra categories: `conda-lock install` leaves it out by default, export keeps it
     optional: bool = False
 
-    @property
+    @cached_property  # asked ~20 times a package by an install: decoded and checked once
     def file_name(self) -> str:
         """The archive's plain file name (read_lock refused every entry for which it is not)."""
         name = file_name_of(self.url)
@@ -360,14 +361,18 @@ class Lock:
         pkgs = self.for_platform(platform)
         missing = [p.name for p in pkgs if not p.sha256 and not p.md5]
         if missing:
-            shown = ", ".join(missing[:3]) + (
-                f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-            )
             raise UsageError(
-                f"{self.path}: {len(missing)} {platform} package(s) have no hash ({shown})",
+                f"{self.path}: {len(missing)} {platform} package(s) have no hash "
+                f"({some_names(missing)})",
                 "envtool installs only hash-pinned files: re-lock with `envtool lock NAME`",
             )
         return pkgs
+
+
+def some_names(names: list[str], limit: int = 3) -> str:
+    """'a, b, c and 4 more': a list of package names in an error line, cut."""
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
 
 
 def toposorted(packages: list[LockedPackage]) -> list[LockedPackage]:

@@ -118,10 +118,20 @@ def test_commands_on_a_missing_env_say_where_they_looked(
     out = run_envtool(*args, env=env, cwd=tmp_path)
     assert out.returncode == 2
     assert out.stderr.splitlines() == [
-        f"envtool: error: no environment at {tmp_path / 'envs' / 'ghost'}"
-        " — see `envtool list`, or pass --prefix PATH"
+        f"envtool: error: no environment named 'ghost' under {tmp_path / 'envs'}"
+        " — create it with `envtool create ghost` (envtool list shows the installed ones)"
     ]
     assert "Traceback" not in out.stderr
+    # locked in this project, not installed: the fix is the install, not a second create
+    (tmp_path / "environments" / "ghost").mkdir(parents=True)
+    (tmp_path / "environments" / "ghost" / "conda-lock.yml").write_text("version: 1\n")
+    out = run_envtool(*args, env=env, cwd=tmp_path)
+    if args[0] == "info":  # info reads the lock instead (before install)
+        return
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[-1].endswith(
+        " — environments/ghost/conda-lock.yml is here: install it with `envtool install ghost`"
+    )
 
 
 @pytest.mark.parametrize(
@@ -149,7 +159,7 @@ def test_verify_of_a_conda_named_env_outside_the_project_asks_for_its_lock(
     assert out.returncode == 2, out.stderr
     assert out.stderr.splitlines() == [
         f"envtool: error: no lock known for {tmp_path / 'envs' / '_scratch'}"
-        " — pass --lock environments/NAME/conda-lock.yml"
+        " — pass --lock FILE: the conda-lock.yml it came from",
     ]
 
 

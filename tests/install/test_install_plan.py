@@ -12,9 +12,11 @@ from typing import Any
 import channel_builder as cb
 import pytest
 
+from envtool.core.install_plan import render_bytes
+
 pytestmark = pytest.mark.integration
 
-ENVELOPE = {"version", "command", "exit_code", "dry_run", "name"}
+ENVELOPE = {"version", "command", "exit_code", "dry_run", "name", "download"}
 
 
 @pytest.fixture
@@ -68,6 +70,15 @@ def test_the_dry_run_plan_is_the_plan_the_install_executes(
     assert plan["reuse"] == [] and plan["from_package_cache"] == []
     assert sorted(plan["fetch"]) == sorted(plan["link"]) and len(plan["link"]) == 5
     assert len(plan["pip"]) == 1 and len(plan["packages"]) == 6
+    # the download the dry run announces: the 5 archives and the wheel, sized where known
+    download = dry["download"]
+    assert (download["packages"], download["cached"]) == (6, 0), download
+    sizes = [Path(p["url"].removeprefix("file://")).stat().st_size for p in plan["packages"]]
+    assert download["unknown"] == 0 and download["bytes"] == sum(sizes) > 0, download
+    code, out, _ = run_cli(["install", "demo", "--dry-run"], cwd=project)
+    assert (
+        code == 0 and out.splitlines()[-1] == f"download: {render_bytes(sum(sizes))} in 6 packages"
+    )
 
     watch["lock_reads"].clear()
     report = _json(run_cli, ["install", "demo", "--json"], project)
@@ -105,3 +116,20 @@ def test_force_is_the_plan_s_host_verdict(
     dry = _json(run_cli, ["install", "demo", "--dry-run", "--json", "--force"], project)
     assert dry["host_check"] == "skipped (--force)"
     assert len(watch["lock_reads"]) == 1
+
+
+def test_the_download_line_says_what_it_knows() -> None:
+    from envtool.core.install_plan import render_download
+
+    assert render_bytes(999) == "999 B" and render_bytes(1_536_000) == "1.5 MB"
+    assert render_bytes(2_400_000_000) == "2.4 GB"
+    line = render_download({"packages": 3, "bytes": 2_000_000, "unknown": 0, "cached": 2})
+    assert line == "download: 2.0 MB in 3 packages (2 cached)"
+    line = render_download({"packages": 3, "bytes": 2_000_000, "unknown": 1, "cached": 0})
+    assert line == "download: at least 2.0 MB (1 of them of unknown size) in 3 packages"
+    assert render_download({"packages": 2, "bytes": 0, "unknown": 2, "cached": 0}) == (
+        "download: size unknown in 2 packages"
+    )
+    assert render_download({"packages": 0, "bytes": 0, "unknown": 0, "cached": 4}) == (
+        "download: nothing (all 4 packages cached)"
+    )

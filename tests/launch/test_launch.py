@@ -106,7 +106,8 @@ def test_a_failing_rank_is_named_with_its_exception(tmp_path: Path) -> None:
     proc = envtool(["launch", str(RANK_FILE), "--cpu", "--", *args], tmp_path)
     assert proc.returncode == 1
     assert "rank 1 failed first (exit 1 at " in proc.stderr
-    assert "ValueError: planted failure on rank 1 at step 2" in proc.stderr
+    assert "[rank1]: ValueError: planted failure on rank 1 at step 2" in proc.stderr
+    assert "ChildFailedError" not in proc.stderr  # torchrun's wrapper: launcher.log only
     assert not (out / "rank-0").exists()  # rank 0 (30 s of steps) was stopped, not awaited
     manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
     assert manifest["failed_rank"] == 1 and manifest["exit_code"] == 1
@@ -603,6 +604,34 @@ def test_a_rank_failing_after_init_process_group_is_named_with_its_exception(
     assert "rank 1 failed first (exit 1" in line and ": ValueError: boom" in line, proc.stderr
 
 
+@pytest.mark.slow
+def test_a_crash_shows_the_failed_ranks_traceback_and_sends_the_noise_to_the_run_folder(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 raises; rank 0, waiting in a barrier, dies of a secondary gloo error; torchrun
+    wraps it all in ChildFailedError. The console: rank 1's own traceback (from its log, though
+    only rank 0 is on the console), then envtool's cause line. The wrapper and rank 0's error:
+    the run folder only."""
+    script = tmp_path / "ddp_fail.py"
+    script.write_text(DDP_FAIL)
+    proc = envtool(["launch", str(script), "--cpu"], tmp_path)
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    cause = next(i for i, x in enumerate(lines) if "rank 1 failed first" in x)
+    assert lines[cause - 4 : cause] == [
+        "[rank1]: Traceback (most recent call last):",
+        f'[rank1]:   File "{script}", line 5, in <module>',
+        '[rank1]:     raise ValueError("boom")',
+        "[rank1]: ValueError: boom",
+    ], proc.stderr
+    assert cause == len(lines) - 1  # the cause is the last word
+    for noise in ("ChildFailedError", "Root Cause", "closing signal", "Connection closed"):
+        assert noise not in proc.stderr, noise
+    run_dir = only_run_dir(tmp_path)
+    assert "ChildFailedError" in (run_dir / "launcher.log").read_text()
+    assert "[node 0 rank 0] [rank0]: RuntimeError" in (run_dir / "all.log").read_text()
+
+
 @pytest.mark.parametrize("bind_host", ["127.0.0.1", "0.0.0.0"])
 def test_an_explicit_rdzv_endpoint_on_a_busy_port_is_one_line_exit_2(
     tmp_path: Path, bind_host: str
@@ -884,7 +913,8 @@ def test_progress_watch_names_the_rank_silent_longest(
             (rank_dir / name).write_text("x")
             os.utime(rank_dir / name, (now - age, now - age))
     said: list[str] = []
-    watch = ProgressWatch(plan, hang_timeout=30.0, say=said.append)
+    alive = {local: "S" for local in range(4)}.copy  # four live workers, none stopped
+    watch = ProgressWatch(plan, hang_timeout=30.0, say=said.append, read_states=lambda _: alive())
     assert watch.check() is True
     assert watch.hang is not None and watch.hang.label == expected
     assert watch.hang.all_silent >= 40.0 and watch.hang.rank_silent >= 90.0

@@ -3,8 +3,10 @@ and the key evidence: re-solving the exported file with rattler gives the locked
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import channel_builder as cb
@@ -23,7 +25,7 @@ LOCKS = [
     ("extra/konstantinjdobler__nlp-research-template__ppc64le.conda-lock.yml", "extra/konstantinjdobler__nlp-research-template__ppc64le.environment.yml"),
     ("extra/pangeo-data__pangeo-docker-images__pytorch-notebook__conda-lock@69a31d58.yml", "extra/pangeo-data__pangeo-docker-images__pytorch-notebook__environment@69a31d58.yml"),
 ]  # fmt: skip
-CUDA_GLOB = re.compile(r"^\*cuda(\d+(\.\d+)?)?\*$")
+CUDA_GLOB = re.compile(r"^\*(cuda(\d+(\.\d+)?)?|cpu)\*$")  # a CUDA build, or the CPU pin
 
 
 def _project(fixtures: Path, tmp_path: Path, lock: str, env: str) -> Path:
@@ -72,7 +74,7 @@ def test_export_real_lock_is_portable(fixtures, tmp_path, monkeypatch, run_cli, 
             if spec.version is not None:
                 assert versions == {spec.version}, spec.render()
             if spec.build is not None:
-                # the only build kept: a glob that matches every locked CUDA build
+                # the only build kept: a glob that matches every locked CUDA (or CPU) build
                 assert CUDA_GLOB.match(spec.build), spec.render()
                 pattern = re.compile(spec.build.replace(".", r"\.").replace("*", ".*"))
                 assert all(pattern.fullmatch(pkg.build) for pkg in locked.values())
@@ -219,8 +221,17 @@ def test_missing_project_lock_is_usage_error(tmp_path, monkeypatch, run_cli) -> 
 
 
 def test_name_and_lock_are_exclusive(tmp_path, run_cli) -> None:
+    code, _, err = run_cli(["export", "x", "--lock", str(tmp_path / "l.yml")])
+    assert code == 2 and "give NAME or --lock FILE" in err
+
+
+def test_no_name_exports_the_active_envs_lock_or_says_it_has_none(tmp_path, run_cli) -> None:
+    """No NAME, no --lock: the active environment (here the test interpreter, which envtool did
+    not install) is named, and why nothing can be exported from it."""
     code, _, err = run_cli(["export"])
-    assert code == 2 and "NAME or --lock" in err
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"error: {sys.prefix}: this venv was not installed by envtool (no lock to export)" in err
+    assert "pass NAME (environments/NAME/conda-lock.yml) or --lock FILE" in err
 
 
 @pytest.mark.parametrize(
@@ -422,3 +433,29 @@ def test_export_takes_dir_like_create_and_lock(fixtures, tmp_path, monkeypatch, 
     lock = project / "environments" / "demo" / "conda-lock.yml"
     code, _, err = run_cli(["export", "--lock", str(lock), "--dir", str(project)], elsewhere)
     assert code == 2 and "give NAME with --dir, or --lock FILE alone" in err
+
+
+@pytest.mark.integration
+def test_a_cpu_lock_exports_its_cpu_pin_and_inspect_reads_it_back_as_cpu(
+    harvested, run_cli, tmp_path
+) -> None:
+    """A bare `pytorch=2.x` re-solves to a CUDA build on a GPU host; the export keeps `cpu*`,
+    and envtool's own reader of environment files says the file asks for the CPU build."""
+    conda_forge = str(harvested / "conda-forge")
+    rc, _, err = run_cli(
+        ["create", "c", "--no-install", "--cuda", "cpu", "--channel", conda_forge], tmp_path
+    )
+    assert rc == 0, err
+    rc, _, err = run_cli(["export", "c", "-o", "exported.yml"], tmp_path)
+    assert rc == 0, err
+    exported = parse_environment_yml((tmp_path / "exported.yml").read_text(), "exported.yml")
+    (torch,) = [d for d in exported.dependencies if d.name == "pytorch"]
+    locked = read_lock(tmp_path / "environments" / "c" / "conda-lock.yml").conda("linux-64")[
+        "pytorch"
+    ]
+    assert locked.build.startswith("cpu_")
+    assert torch.render() == f"pytorch={locked.version}=cpu*"
+    rc, out, err = run_cli(["inspect", "exported.yml", "--json"], tmp_path)
+    assert rc == 0, err
+    report = json.loads(out)
+    assert (report["flavor"], report["cuda"], report["gpu_required"]) == ("cpu", None, False), out

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import SolvedPackage
 from envtool.core.plan import CudaBuild, Plan, PlatformPlan, parse_cuda_builds
-from envtool.errors import UsageError
+from envtool.errors import UsageError, fit_words
 
 if TYPE_CHECKING:  # an annotation only: rattler is imported where a solve runs
     from rattler import RepoDataRecord
@@ -24,13 +25,19 @@ if TYPE_CHECKING:  # an annotation only: rattler is imported where a solve runs
 
 
 def resolve_channel(text: str) -> str:
-    """A channel name -> https://conda.anaconda.org/NAME; a local path -> file:// URL; URLs as is."""
+    """A channel name -> https://conda.anaconda.org/NAME; a local path -> file:// URL; URLs as is,
+    less any credentials (rattler sends none from a URL: they come from its auth store, by host;
+    and a URL with them would reach the lock, conda-meta and the terminal)."""
     if "://" in text:
-        return text.rstrip("/")
+        return redact_credentials(text.rstrip("/"), strip=True)
     if text.startswith(("/", ".", "~")) or Path(text).expanduser().is_dir():
         path = Path(text).expanduser().resolve()
         if not path.is_dir():
-            raise UsageError(f"--channel {text}: no such directory", "pass a conda channel folder")
+            raise UsageError(  # from --channel or environment.yml's channels: name neither
+                f"channel {text}: no such directory",
+                "pass a conda channel folder (a relative one is read from the current folder: "
+                "run envtool from the project folder)",
+            )
         return path.as_uri()
     return f"https://conda.anaconda.org/{text}"
 
@@ -55,7 +62,10 @@ def discover_plan_solve(
     suggests is solved (`planner(builds, cuda)`) before the user is told to pass it."""
     import asyncio
 
-    return asyncio.run(_session(channels, discover_platforms, planner, cache_dir))
+    from envtool.adapters.solve.network import bounded_repodata
+
+    session = _session(channels, discover_platforms, planner, cache_dir)
+    return asyncio.run(bounded_repodata(session, channels, cache_dir))
 
 
 def solve_platforms(channels: list[str], platform_plans: list[PlatformPlan]) -> SolveResult:
@@ -74,7 +84,9 @@ def solve_platforms(channels: list[str], platform_plans: list[PlatformPlan]) -> 
         finally:
             await asyncio.sleep(0.05)
 
-    return asyncio.run(run())
+    from envtool.adapters.solve.network import bounded_repodata
+
+    return asyncio.run(bounded_repodata(run(), channels))
 
 
 async def _session(
@@ -303,8 +315,7 @@ def solver_explanation(text: str) -> tuple[str, str | None]:
 
 def one_line(text: str, limit: int = 600) -> str:
     """A tool's multi-line error as one line of at most `limit` characters."""
-    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return fit_words(" ".join(line.strip() for line in text.splitlines() if line.strip()), limit)
 
 
 def read_channel_identity(channels: list[str], platforms: list[str]) -> list[str]:
@@ -325,16 +336,6 @@ def read_channel_identity(channels: list[str], platforms: list[str]) -> list[str
             except OSError:
                 out.append(f"{url}/{subdir} missing")
     return out
-
-
-def absolute_channel(channel: str) -> str:
-    """A local channel folder given relative to the current directory -> an absolute path, so the
-    stored request still points at it when `envtool lock` runs from elsewhere."""
-    if "://" not in channel and (
-        channel.startswith((".", "~")) or Path(channel).expanduser().is_dir()
-    ):
-        return str(Path(channel).expanduser().resolve())
-    return channel
 
 
 def check_specs(specs: list[CondaSpec], source: str) -> None:
