@@ -211,8 +211,8 @@ def test_int8_weights_keep_the_held_out_loss_and_read_a_quarter_of_the_bytes(
     words = "the quick brown fox jumps over the lazy dog and then some more words".split()
     (tmp_path / "heldout.txt").write_text(" ".join(rng.choice(words) for _ in range(600)))
     args = ["--ckpt", str(trained), *GREEDY, "--eager", "--eval-data", "heldout.txt"]
-    full = result_of(generate(args, tmp_path))
-    int8 = result_of(generate([*args, "--quant", "int8"], tmp_path))
+    full = result_of(generate(args, tmp_path, timeout=300))
+    int8 = result_of(generate([*args, "--quant", "int8"], tmp_path, timeout=300))
     assert full["eval_tokens"] == int8["eval_tokens"] == 16 * 64
     assert full["eval_loss"] < 2.5  # trained: far under ln(256) = 5.5
     assert abs(int8["eval_loss"] / full["eval_loss"] - 1) < 0.01
