@@ -40,7 +40,12 @@ def _refuse_gpu_count(ctx: click.Context, _param: click.Parameter, value: str | 
 
 # `create --gpus 2` is a user thinking of launch's count: say which flag means what
 gpus_mistake_option = click.option(
-    "--gpus", expose_value=False, hidden=True, callback=_refuse_gpu_count, is_eager=True
+    "--gpus",
+    "gpu_count_mistake",  # its own name: `--gpu`'s values are stored as "gpus"
+    expose_value=False,
+    hidden=True,
+    callback=_refuse_gpu_count,
+    is_eager=True,
 )
 
 
