@@ -18,6 +18,7 @@ GROUP_HELP = "envtool: CUDA-correct, reproducible PyTorch multi-GPU environments
 DEBUG_HELP = "Show tracebacks instead of one-line errors."
 VERSION_HELP = "Show the version and exit."
 HELP_HELP = "Show this message and exit."
+OFFLINE_HELP = "Install from the package cache only."
 NO_COLOR_HELP = "No color (also: NO_COLOR=1; none when not a terminal)."
 
 # name -> (module, one-line help). Help text lives here so `--help` needs no imports.
@@ -32,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Plan, solve, lock and install a CUDA-matched environment.",
     ),
     "lock": ("envtool.commands.lock", "Re-lock an environment (no-op when inputs are unchanged)."),
+    "config": ("envtool.commands.config", "Show the settings in force and where each comes from."),
+    "add": ("envtool.commands.add", "Add packages to an environment, re-lock, install."),
+    "drop": ("envtool.commands.drop", "Drop packages from an environment, re-lock, install."),
+    "update": ("envtool.commands.update", "Update packages to the newest allowed, re-lock."),
     "export": ("envtool.commands.export", "Write a portable environment.yml (or @EXPLICIT file)."),
     "install": ("envtool.commands.install", "Install an environment from its lock."),
     "list": ("envtool.commands.list", "List installed environments and their state."),
@@ -104,6 +109,7 @@ def fast_help(width: int | None = None) -> str | None:
     options = [
         ("--version", VERSION_HELP),
         ("--debug", DEBUG_HELP),
+        ("--offline", OFFLINE_HELP),
         ("--no-color", NO_COLOR_HELP),
         ("-h, --help", HELP_HELP),
     ]
@@ -160,15 +166,21 @@ def _click_cli():  # -> click.Group
     )
     @click.version_option(__version__, prog_name="envtool", help=VERSION_HELP)
     @click.option("--debug", is_flag=True, help=DEBUG_HELP)
+    @click.option("--offline", is_flag=True, help=OFFLINE_HELP)
     @click.option("--no-color", is_flag=True, help=NO_COLOR_HELP)
     @click.pass_context
-    def cli(ctx: click.Context, debug: bool, no_color: bool) -> None:
+    def cli(ctx: click.Context, debug: bool, offline: bool, no_color: bool) -> None:
+        from envtool.adapters.config import apply_config
+
         ctx.ensure_object(dict)
         ctx.obj["debug"] = debug
         if no_color:
             from envtool.output import set_no_color
 
             set_no_color()
+        # settings files become environment variables below any already set (flag > variable
+        # > envtool.toml > the user's config.toml): docs/config.md
+        ctx.obj["config"] = apply_config(offline)
 
     _CLI = cli
     return cli

@@ -22,6 +22,12 @@ class UsageError(EnvtoolError):
     """Bad input: a file, a value or a flag. Exit 2."""
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's first line (its type's name when it has no text): one-line errors quote it."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def cannot_write(path: object, exc: OSError) -> UsageError:
     """A file envtool cannot write where the user asked: a file in the way, no permission, a full
     disk."""

@@ -176,6 +176,46 @@ def cuda118_pkgs() -> list[Pkg]:
     ]
 
 
+def walkthrough_graph() -> list[Pkg]:
+    """What README's walkthrough (`create hello --cuda cpu --profile lm`) needs from conda-forge:
+    python (the stub above), python_abi, a CPU `pytorch` 2.13.0 whose site-packages holds a .pth
+    naming the test interpreter's site-packages (so the env's python imports the torch 2.13.0+cpu
+    the tests run with: real, without copying 700 MB into every env), numpy and pip (the lm
+    profile's other packages) as marker packages."""
+    import sysconfig
+
+    py_dep = f"python >={PY_VER},<{NEXT_PY}.0a0"
+    abi_dep = f"python_abi {PY_VER}.* *_{CP_TAG}"
+    site = sysconfig.get_paths()["purelib"]
+    base = [p for p in cuda_graph() if p.name in ("python", "python_abi")]
+    return [
+        *base,
+        Pkg(
+            "pytorch",
+            "2.13.0",
+            f"cpu_generic_{PY_TAG}_h0a1b2c3_0",
+            depends=[py_dep, abi_dep],
+            constrains=["pytorch-gpu <0.0a0"],
+            files={f"lib/python{PY_VER}/site-packages/torch-from-the-tests.pth": f"{site}\n"},
+        ),
+        Pkg(
+            "numpy",
+            "2.3.0",
+            f"{PY_TAG}_h0a1b2c3_0",
+            depends=[py_dep, abi_dep],
+            files={"share/numpy-marker/README": "numpy comes from the torch .pth\n"},
+        ),
+        Pkg(
+            "pip",
+            "25.0",
+            "pyh0a1b2c3_0",
+            subdir="noarch",
+            depends=["python"],
+            files={"share/pip-marker/README": "pip marker\n"},
+        ),
+    ]
+
+
 def synthetic_graph(n: int, files_per_pkg: int = 5) -> list[Pkg]:
     """n small noarch packages plus one `synthetic-all` that depends on all of them."""
     pkgs = [

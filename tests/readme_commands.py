@@ -1,5 +1,8 @@
-"""The `envtool` commands in README.md's code blocks (test_readme checks them; other tests run
-README's transcripts through them).
+"""The `envtool` commands in the code blocks of README.md and of the documentation pages under
+docs/ (test_readme checks them all; other tests run the pages' transcripts through them).
+
+The pages are README.md and every docs/**/*.md except docs/evidence/ (records of past GPU runs,
+kept as they were run, not instructions to follow).
 
 What counts as a command (the extractor's rules):
 
@@ -13,6 +16,8 @@ What counts as a command (the extractor's rules):
 - A line with a word containing `[`, `]`, `…` or `...` is a synopsis (grammar such as
   `envtool doctor [NAME] [--json]`), not a command: it is not parsed, but each option it names
   (`-o`, `--opt`) must exist. An indented line starting with `[` continues a synopsis.
+- A line that shlex cannot split (unbalanced quotes) is prose inside a block, such as a diagram,
+  unless it starts with `envtool`: then it is a broken command and extraction fails.
 - Words after a bare `--` belong to the script, not to envtool: they go to click after the `--`,
   which click passes through as positional arguments without reading them as options.
 """
@@ -24,22 +29,30 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import click
 from conftest import REPO
 
+from envtool.cli import _click_cli
+
 README_PATH = REPO / "README.md"
+DOCS_DIR = REPO / "docs"
+NOT_INSTRUCTIONS = ("evidence",)  # docs/ folders whose commands are records, not instructions
 
 _SHELL_OPERATORS = {"&&", "||", ";", "|", "&"}
 _SYNOPSIS_MARKS = ("[", "]", "…", "...")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _SUBSTITUTION = re.compile(r"\$\(([^()]*)\)")
+_STARTS_WITH_ENVTOOL = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*=\S*\s+)*envtool\b")
 
 
 @dataclass(frozen=True)
 class Command:
-    """One `envtool ...` invocation found in README: its line and argv (without `envtool`)."""
+    """One `envtool ...` invocation found in a page: its line and argv (without `envtool`), and
+    the page (README.md, or a path under the repository such as docs/guide/launch.md)."""
 
     line: int
     argv: tuple[str, ...]
+    page: str = "README.md"
 
     @property
     def text(self) -> str:
@@ -50,6 +63,7 @@ class Command:
 class Synopsis:
     line: int
     text: str
+    page: str = "README.md"
 
 
 def blocks(text: str) -> Iterator[list[tuple[int, str]]]:
@@ -118,28 +132,77 @@ def envtool_argvs(line: str) -> Iterator[list[str]]:
             yield segment[1:]
 
 
-def extract(text: str) -> tuple[list[Command], list[Synopsis]]:
+def extract(text: str, page: str = "README.md") -> tuple[list[Command], list[Synopsis]]:
     """Every concrete envtool command and every synopsis line in a markdown text."""
     commands: list[Command] = []
     synopses: list[Synopsis] = []
     for block in blocks(text):
         for number, line in _command_lines(block):
-            argvs = list(envtool_argvs(line))
+            try:
+                argvs = list(envtool_argvs(line))
+            except ValueError:  # unbalanced quotes: prose in a block (a diagram), not shell
+                if _STARTS_WITH_ENVTOOL.match(line):
+                    raise ValueError(f"{page}:{number}: cannot split `{line}`") from None
+                continue
             if not argvs:
                 continue
             if any(mark in word for argv in argvs for word in argv for mark in _SYNOPSIS_MARKS):
-                synopses.append(Synopsis(number, line.strip()))
+                synopses.append(Synopsis(number, line.strip(), page))
             else:
-                commands.extend(Command(number, tuple(argv)) for argv in argvs)
+                commands.extend(Command(number, tuple(argv), page) for argv in argvs)
     return commands, synopses
 
 
-README_TEXT = README_PATH.read_text(encoding="utf-8")
-COMMANDS, SYNOPSES = extract(README_TEXT)
+def doc_pages() -> dict[str, str]:
+    """README.md and the documentation pages, by path relative to the repository."""
+    pages = {"README.md": README_PATH.read_text(encoding="utf-8")}
+    for path in sorted(DOCS_DIR.rglob("*.md")):
+        rel = path.relative_to(DOCS_DIR)
+        if rel.parts[0] not in NOT_INSTRUCTIONS:
+            pages[str(path.relative_to(REPO))] = path.read_text(encoding="utf-8")
+    return pages
+
+
+PAGES = doc_pages()
+README_TEXT = PAGES["README.md"]
+COMMANDS: list[Command] = []
+SYNOPSES: list[Synopsis] = []
+for _page, _text in PAGES.items():
+    _commands, _synopses = extract(_text, _page)
+    COMMANDS += _commands
+    SYNOPSES += _synopses
 
 
 def readme_command(text: str) -> Command:
-    """The README command written as `text`; fails when README no longer has it."""
+    """The command written as `text` in README.md or a docs page; fails when none has it."""
     found = [command for command in COMMANDS if command.text == text]
-    assert found, f"README.md no longer has `{text}`: update RUNNABLE in test_readme.py"
+    assert found, f"README.md and docs/ no longer have `{text}`: update the test that runs it"
     return found[0]
+
+
+def page_text(page: str) -> str:
+    """The text of README.md or a docs page (a path relative to the repository)."""
+    assert page in PAGES, f"{page} is gone: update the test that reads it"
+    return PAGES[page]
+
+
+def resolve(argv: tuple[str, ...]) -> tuple[click.Context, str, click.Command, list[str]]:
+    """The group's context and the subcommand with its arguments (group options parsed)."""
+    group = _click_cli()
+    # the group's options are all flags, so the subcommand is the first word not an option
+    split = next((i for i, word in enumerate(argv) if not word.startswith("-")), len(argv))
+    ctx = group.make_context("envtool", list(argv))
+    name, sub, args = group.resolve_command(ctx, list(argv[split:]))
+    assert name is not None and sub is not None
+    return ctx, name, sub, args
+
+
+def parse_error(command: Command) -> str | None:
+    """Why click refuses the command (None: it parses). Parses only; runs no callback."""
+    try:
+        ctx, name, sub, args = resolve(command.argv)
+        with ctx, sub.make_context(name, args, parent=ctx, resilient_parsing=False):
+            pass
+    except click.ClickException as exc:
+        return exc.format_message()
+    return None

@@ -24,6 +24,22 @@ project_dir_option = click.option(
 )
 
 
+def relock_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options `add`, `drop` and `update` share: --dir, --no-install, --dry-run, --json."""
+    for option in reversed(
+        (
+            project_dir_option,
+            click.option("--no-install", is_flag=True, help="Re-lock only; install nothing."),
+            click.option(
+                "--dry-run", is_flag=True, help="Solve and print the lock diff; write nothing."
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope."),
+        )
+    ):
+        func = option(func)
+    return func
+
+
 def _refuse_gpu_count(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     if value is None:
         return
@@ -41,12 +57,12 @@ def _refuse_gpu_count(ctx: click.Context, _param: click.Parameter, value: str | 
 # `create --gpus 2` is a user thinking of launch's count: say which flag means what
 gpus_mistake_option = click.option(
     "--gpus",
-    "gpu_count_mistake",  # its own name: `--gpu`'s values are stored as "gpus"
+    "gpu_count",
     expose_value=False,
     hidden=True,
     callback=_refuse_gpu_count,
     is_eager=True,
-)
+)  # its own name: create's `--gpu` is stored as `gpus`, and sharing it fed --gpu 8.0 here
 
 
 def env_name(
@@ -153,8 +169,13 @@ def summarize_lock(outcome: LockOutcome, name: str, command: str, dry_run: bool)
         "packages": outcome.packages,
         "pip_packages": outcome.pip,
         "plan": plan.to_dict() if plan else None,
+        "lock_diff": outcome.diff.to_dict() if outcome.diff else None,
     }
     text = render_plan(plan) if plan else []
+    if outcome.diff is not None:
+        from envtool.core.lock_diff import render_lock_diff
+
+        text += render_lock_diff(outcome.diff)
     if not outcome.changed:
         text.append(f"{name}: lock is up to date ({outcome.env_dir / 'conda-lock.yml'})")
     else:

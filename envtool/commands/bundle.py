@@ -54,8 +54,8 @@ def cmd(
     from envtool.adapters.lockfile import variant_lock as vl
 
     if name and not lock_file and vl.has_index(lock.parent):  # every variant; install picks
-        if dry_run:
-            files = vl.variant_bundle_files(lock.parent, list(platforms) or None)
+        if dry_run:  # the same checks as the bundle itself
+            _, files = vl.plan_variant_bundle(lock.parent, out, name, list(platforms) or None)
             text = [f"would bundle {len(files)} files (every variant) into {out}"]
             return Result("bundle", {"dry_run": True, "files": files}, text)
         data = vl.write_variant_bundle(
@@ -68,13 +68,10 @@ def cmd(
             "(the variant is chosen on that machine)",
         ]
         return Result("bundle", data, text)
-    if dry_run:
-        from envtool.adapters.install.bundle import bundle_platforms
-        from envtool.adapters.lockfile.lock_io import read_lock
+    if dry_run:  # the same checks as the bundle itself
+        from envtool.adapters.install.bundle import plan_bundle, plan_bundle_files
 
-        contents = read_lock(lock)
-        plats = bundle_platforms(contents, list(platforms) or None)
-        files = sorted({p.file_name for pl in plats for p in contents.for_platform(pl)})
+        files = plan_bundle_files(plan_bundle(lock, out, list(platforms) or None)[2])
         return Result(
             "bundle",
             {"dry_run": True, "files": files},

@@ -25,6 +25,7 @@ from envtool.core.checks import (
     run_deep_checks,
 )
 from envtool.core.facts import EnvFacts, HostFacts
+from envtool.core.host_record import render_visible_gpus
 from envtool.errors import UsageError
 from envtool.output import Result
 
@@ -99,7 +100,7 @@ def render_human(
     t = env.torch
     if verdict == "no problems found" and t and t.version and t.cuda and host.gpus:
         verdict += (
-            f": torch {t.version} on {len(host.gpus)}× {host.gpus[0].name}"
+            f": torch {t.version} on {render_visible_gpus(host)}"
             f" (driver {host.driver_version})"
         )
     lines = [f"envtool doctor: {status.upper()} — {verdict}"]

@@ -67,7 +67,6 @@ def run_export(
 ) -> str:
     """Build the export text; write it to `output` (atomically) unless dry_run. Returns the text.
     NAME's lock is environments/NAME/conda-lock.yml in the project folder `directory` (cwd)."""
-    from envtool.adapters.files import write_atomic
     from envtool.adapters.locate import project_env_paths
     from envtool.adapters.lockfile.lock_io import read_lock
     from envtool.core.export import (
@@ -104,13 +103,69 @@ def run_export(
         for warning in plan.warnings:
             note(f"warning: {warning}")
         text = render_export_env(plan, lock_file.name)
+    _write_output(text, output, dry_run)
+    return text
+
+
+def _write_output(text: str, output: Path | None, dry_run: bool) -> None:
+    from envtool.adapters.files import write_atomic
+
     if output is not None:
         if dry_run:
             note(f"dry run: would write {len(text.splitlines())} lines to {output}")
         else:
             write_atomic(output, text)
             note(f"wrote {output}")
-    return text
+
+
+def run_pixi_export(name: str, directory: str | None) -> str:
+    """environments/NAME as a pixi.toml: environment.yml's request, the platforms and CUDA of
+    its locks (every variant lock as a feature + environment; conda-lock.yml alone as one)."""
+    from envtool.adapters.locate import project_env_paths
+    from envtool.adapters.lockfile.lock_io import read_lock
+    from envtool.adapters.lockfile.variant_lock import read_index
+    from envtool.core.pixi import plan_pixi_variant, render_pixi_toml
+    from envtool.core.plan import DEFAULT_CHANNELS
+    from envtool.core.spec import parse_environment_yml
+
+    env_dir, yml_path, lock_path = project_env_paths(name, directory)
+    if not yml_path.is_file():
+        raise UsageError(
+            f"{yml_path}: no environment.yml", f"run `envtool create {quote_posix(name)}`"
+        )
+    spec = parse_environment_yml(_read_text(yml_path), str(yml_path))
+    index = read_index(env_dir)
+    locks = [env_dir / v.lock for v in index.variants] if index else []
+    if lock_path.is_file():
+        locks.append(lock_path)
+    if not locks:
+        raise UsageError(f"{env_dir}: no lock", f"run `envtool lock {quote_posix(name)}` first")
+    variants, platforms = [], []
+    seen: set[str] = set()
+    for path in locks:
+        lock = read_lock(path)
+        meta = lock.custom_metadata
+        platforms += [p for p in lock.platforms if p not in platforms]
+        cuda = meta.get("envtool_cuda") or None
+        cuda = None if cuda == "cpu" else cuda
+        label = f"cuda{cuda}" if cuda else "cpu"
+        if label in seen:
+            continue
+        seen.add(label)
+        flavor = meta.get("envtool_flavor", "conda-forge")
+        variants.append(plan_pixi_variant(label, cuda, flavor, meta.get("envtool_cuda_arch")))
+    # pixi takes a channel name or URL: a local folder becomes its file:// URL
+    channels = [
+        Path(c).as_uri() if Path(c).is_absolute() else c
+        for c in spec.channels or DEFAULT_CHANNELS["conda-forge"]
+    ]
+    pypi = [(line.name, line.specifier or "*") for line in spec.pip_lines() if line.name]
+    skipped = [line.raw for line in spec.pip_lines() if not line.name]
+    if skipped:
+        note(f"note: pip entries a pixi.toml cannot carry, left out: {', '.join(skipped)}")
+    return render_pixi_toml(
+        spec.name or name, channels, platforms, spec.dependencies, pypi, variants, str(yml_path)
+    )
 
 
 def active_env_lock() -> Path:
@@ -139,10 +194,11 @@ def active_env_lock() -> Path:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["env", "explicit"]),
+    type=click.Choice(["env", "explicit", "pixi"]),
     default="env",
     show_default=True,
-    help="env: portable environment.yml; explicit: conda @EXPLICIT URL list for one platform.",
+    help="env: portable environment.yml; explicit: conda @EXPLICIT URL list for one platform; "
+    "pixi: a pixi.toml (variants as features and environments).",
 )
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here (atomically).")
 @click.option("--dry-run", is_flag=True, help="Print the export; write nothing.")
@@ -181,5 +237,11 @@ def cmd(
                 f"--variant {variant} picks among NAME's variant locks", "give NAME as well"
             )
         name, lock_file = None, variant_lock_path(name, variant, directory)
-    text = run_export(name, lock_file, platform, fmt, output, dry_run, directory)
+    if fmt == "pixi":
+        if not name or lock_file is not None or variant is not None:
+            raise UsageError("--format pixi exports NAME's request and every variant", "give NAME")
+        text = run_pixi_export(name, directory)
+        _write_output(text, output, dry_run)
+    else:
+        text = run_export(name, lock_file, platform, fmt, output, dry_run, directory)
     return Result("export", raw=text if output is None or dry_run else "")

@@ -19,6 +19,10 @@ def read_env_file(path: Path) -> str:
 
 
 def run_inspect(path: Path) -> Result:
+    from envtool.adapters.lockfile.pixi_lock import looks_like_pixi_lock
+
+    if path.is_file() and looks_like_pixi_lock(path):
+        return inspect_pixi_lock(path)
     from envtool.core.inspect import inspect_env, render_inspect_text
     from envtool.core.spec import parse_environment_yml
 
@@ -28,6 +32,19 @@ def run_inspect(path: Path) -> Result:
     return Result(command="inspect", data=data, text=render_inspect_text(ask, path.name))
 
 
+def inspect_pixi_lock(path: Path) -> Result:
+    """Each environment × platform of a pixi.lock: its torch build, CUDA and the driver it needs."""
+    from envtool.adapters.lockfile.pixi_lock import read_pixi_lock
+
+    pixi = read_pixi_lock(path)
+    targets = pixi.targets()
+    text = [f"{path.name}: pixi.lock version {pixi.version}, {len(pixi.packages)} environments"]
+    text += [f"  {t.describe()}" for t in targets]
+    data = {"file": str(path), "kind": "pixi.lock", "version": pixi.version}
+    data["targets"] = [t.to_dict() for t in targets]
+    return Result(command="inspect", data=data, text=text)
+
+
 @click.command("inspect")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
@@ -35,6 +52,7 @@ def run_inspect(path: Path) -> Result:
 def cmd(file: Path, as_json: bool) -> Result:
     """Report what CUDA an environment file asks for, the driver it needs, and its problems.
 
-    FILE is any conda environment.yml (conda-forge, pytorch channel, cudatoolkit or pip wheels).
+    FILE is any conda environment.yml (conda-forge, pytorch channel, cudatoolkit or pip wheels),
+    or a pixi.lock (each environment × platform: its torch build, CUDA and driver floor).
     """
     return run_inspect(file)

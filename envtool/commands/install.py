@@ -88,6 +88,11 @@ def resolve_install_args(
     help="Install this variant of NAME's variant locks (cpu, cuda12.6, …) instead of the one "
     "this host would pick (still host-checked unless --force).",
 )
+@click.option(
+    "--environment",
+    "pixi_env",
+    help="With --lock pixi.lock: the pixi environment to install (default: `default`).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope; no progress.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines (errors are still printed).")
 @renders
@@ -103,6 +108,7 @@ def cmd(
     as_json: bool,
     variant: str | None = None,
     quiet: bool = False,
+    pixi_env: str | None = None,
 ) -> Result:
     """Install an environment from its lock: hash-verified, resumable, offline-capable."""
     if variant is not None and (lock_file or not (name or from_dir)):
@@ -142,6 +148,7 @@ def cmd(
             "reason": choice.reason,
         }
     offline = from_dir is not None  # a bundle: a file missing from it is never downloaded
+    pixi_lock = read_pixi_target(lock_file, pixi_env, platform)
 
     def plan() -> InstallPlan:  # one read of the lock, the same for --dry-run and the install
         return plan_from_lock(
@@ -154,6 +161,7 @@ def cmd(
             picked_variant,
             replacing,
             follow_symlinks=not bundle_lock,
+            lock=pixi_lock,
         )
 
     if dry_run:  # reads only: no lock to wait for
@@ -169,6 +177,29 @@ def cmd(
         planned = plan()
         result = apply_plan(planned, label, progress=not (as_json or quiet), force=force)
     return result
+
+
+def read_pixi_target(lock_file: str | None, environment: str | None, platform: str | None):
+    """With --lock pixi.lock: its --environment × platform as envtool's lock model (the same
+    install path, host check and verification as a conda-lock); None for a conda-lock."""
+    if lock_file is None or not Path(lock_file).is_file():
+        if environment is not None:
+            raise UsageError("--environment picks a pixi.lock environment", "pass --lock pixi.lock")
+        return None
+    from envtool.adapters.lockfile.pixi_lock import looks_like_pixi_lock, read_pixi_lock
+
+    if not looks_like_pixi_lock(Path(lock_file)):
+        if environment is not None:
+            raise UsageError(
+                f"--environment {environment}: {lock_file} is not a pixi.lock",
+                "drop --environment for a conda-lock.yml",
+            )
+        return None
+    from envtool.adapters.locate import current_platform
+
+    return read_pixi_lock(lock_file).as_lock(
+        environment or "default", platform or current_platform()
+    )
 
 
 def apply_plan(plan: InstallPlan, label: str, progress: bool, force: bool) -> Result:

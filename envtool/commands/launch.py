@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envtool.commands import renders, resolve_and_say, say_target, target_data
+from envtool.core.slurm import PREFLIGHT_TOKEN_VAR
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result, note
 
@@ -95,6 +96,14 @@ def _bounded_nproc(value: int | None) -> int | None:
     metavar="SECONDS",
     help="Stop the run when no rank's log has grown for this long (default: only warn).",
 )
+@click.option(
+    "--startup-grace",
+    type=click.FloatRange(min=1),
+    default=None,
+    metavar="SECONDS",
+    help="Before any rank prints: how long start-up may stay silent under --hang-timeout "
+    "(default: 600, or --hang-timeout if longer).",
+)
 @click.option("--all-ranks", is_flag=True, help="Show every rank on the console, not rank 0.")
 @click.option("--run-dir", default="runs", show_default=True, help="Root of run folders.")
 @click.option(
@@ -147,10 +156,12 @@ def cmd(**opts: Any) -> Result:
             "--requeue requeues a Slurm job", "add --slurm (a local run resumes when relaunched)"
         )
     if opts["slurm"]:
-        if opts["hang_timeout"] is not None:  # the batch job runs torchrun without envtool
+        if opts["hang_timeout"] is not None or opts["startup_grace"] is not None:
+            # the batch job runs torchrun without envtool
+            flag = "--hang-timeout" if opts["hang_timeout"] is not None else "--startup-grace"
             raise UsageError(
-                "--hang-timeout watches a local run; a --slurm job is not watched by envtool",
-                "drop --hang-timeout (bound the job with --time)",
+                f"{flag} watches a local run; a --slurm job is not watched by envtool",
+                f"drop {flag} (bound the job with --time)",
             )
         if opts["requeue"]:
             check_resumable(list(opts["script_args"]))
@@ -230,21 +241,28 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         environ=dict(os.environ),
     )
     plan = plan_launch(req)
+    preflight = nnodes > 1 and not opts["skip_checks"]
     if opts["dry_run"]:
-        return Result(
-            "launch",
-            data={
-                "dry_run": True,
-                "plan": plan.to_dict(),
-                "target": target_data(target, "launching in"),
-            },
-            text=render_dry_run(plan),
-        )
+        data: dict[str, Any] = {
+            "dry_run": True,
+            "plan": plan.to_dict(),
+            "target": target_data(target, "launching in"),
+        }
+        text = render_dry_run(plan)
+        if preflight:
+            data["preflight_token"], lines = render_token_lines(os.environ)
+            text = lines + text
+        return Result("launch", data=data, text=text)
+    from envtool.adapters.launch.preflight import read_token
+
+    # the multi-node pre-flight's shared secret, or exit 2 saying how to make one
+    token = read_token(os.environ) if preflight else None
+    environ.pop(PREFLIGHT_TOKEN_VAR, None)  # the pre-flight's secret: not the ranks' business
     check_rendezvous_port(opts, nnodes, endpoint_is_local)
     if plan.backend == "nccl" and not opts["skip_checks"]:
         preflight_doctor(target, host_facts or probe_host())
-    if nnodes > 1 and not opts["skip_checks"]:
-        preflight_nodes(opts, target, torch_version, endpoint_is_local)
+    if token is not None:
+        preflight_nodes(opts, target, torch_version, endpoint_is_local, token)
     say_target()
     for line in plan.notes:
         note(f"envtool: {line}")
@@ -302,6 +320,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         stdout_to_stderr=opts["as_json"],
         on_started=record_facts,
         hang_timeout=opts["hang_timeout"],
+        startup_grace=opts["startup_grace"],
     )
     manifest.update(
         start_time=outcome.started,
@@ -332,11 +351,20 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
 
     if outcome.hang is not None:
         hang = outcome.hang
-        note(
-            f"envtool: {hang.label} made no progress for {hang.rank_silent:.0f} s (no rank's "
-            f"log grew for {hang.all_silent:.0f} s) — stopped by --hang-timeout "
-            f"{opts['hang_timeout']:g}; logs: {hang.log or plan.run_dir + '/'}"
-        )
+        logs = hang.log or plan.run_dir + "/"
+        if hang.startup:
+            note(
+                f"envtool: no rank printed anything for {hang.all_silent:.0f} s after the start "
+                f"({hang.label}) — stopped by --startup-grace (with --hang-timeout "
+                f"{opts['hang_timeout']:g}); raise --startup-grace if start-up takes longer; "
+                f"logs: {logs}"
+            )
+        else:
+            note(
+                f"envtool: {hang.label} made no progress for {hang.rank_silent:.0f} s "
+                f"({hang.why}; no rank's log grew for {hang.all_silent:.0f} s) — stopped by "
+                f"--hang-timeout {opts['hang_timeout']:g}; logs: {logs}"
+            )
     elif outcome.interrupted_by:
         note(
             f"envtool: stopped by {outcome.interrupted_by}; every rank ended — logs: {plan.run_dir}/"
@@ -354,12 +382,31 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     )
 
 
+def render_token_lines(environ: Any) -> tuple[str | None, list[str]]:
+    """`launch --dry-run` of a multi-node run: the token every node needs, a fresh one to
+    export when none is set (None, plus a comment, when one is: it is not printed)."""
+    from envtool.adapters.launch.preflight import render_new_token
+
+    if environ.get(PREFLIGHT_TOKEN_VAR):
+        return None, [f"# the pre-flight uses {PREFLIGHT_TOKEN_VAR} from this environment"]
+    token = render_new_token()
+    return token, [
+        "# the pre-flight's shared secret: export it on every node (keep it out of files others read)",
+        f"export {PREFLIGHT_TOKEN_VAR}={token}",
+    ]
+
+
 def preflight_nodes(
-    opts: dict[str, Any], target: Any, torch_version: str | None, endpoint_is_local: bool
+    opts: dict[str, Any],
+    target: Any,
+    torch_version: str | None,
+    endpoint_is_local: bool,
+    token: bytes,
 ) -> None:
     """Before a multi-node torchrun: the head (node 0, or the node the c10d endpoint is local
-    to) listens on the rendezvous port; the others reach it within --rdzv-timeout; every node's
-    torch, CUDA, NCCL and lock hash match the head's. Any failure ends every node in one line."""
+    to) listens on the rendezvous port; the others reach it within --rdzv-timeout, proving they
+    hold the run's token; every node's torch, CUDA, NCCL and lock hash match the head's. Any
+    failure ends every node in one line; a connection without the token is dropped and noted."""
     from envtool.adapters.launch import preflight
     from envtool.core.launch_plan import parse_endpoint
 
@@ -374,9 +421,9 @@ def preflight_nodes(
     )
     note(f"envtool: pre-flight: {what} (at most {opts['rdzv_timeout']:g} s)")
     if is_head:
-        preflight.run_head(host, port, opts["nnodes"], fingerprint, opts["rdzv_timeout"])
+        preflight.run_head(host, port, opts["nnodes"], fingerprint, opts["rdzv_timeout"], token)
     else:
-        preflight.run_node(host, port, node_rank, fingerprint, opts["rdzv_timeout"])
+        preflight.run_node(host, port, node_rank, fingerprint, opts["rdzv_timeout"], token)
 
 
 def check_rendezvous_port(opts: dict[str, Any], nnodes: int, endpoint_is_local: bool) -> None:

@@ -164,7 +164,13 @@ def summarize_variants(outcome: VariantsOutcome, dry_run: bool) -> Result:
         "written": outcome.written,
         "dry_run": dry_run,
         "variants": [
-            {"name": v.name, "lock": str(v.lock), "state": v.state, "packages": v.packages}
+            {
+                "name": v.name,
+                "lock": str(v.lock),
+                "state": v.state,
+                "packages": v.packages,
+                "lock_diff": v.diff.to_dict() if v.diff else None,
+            }
             for v in outcome.variants
         ],
         "index": str(index_path(outcome.env_dir)) if outcome.index else None,
@@ -188,6 +194,10 @@ def summarize_variants(outcome: VariantsOutcome, dry_run: bool) -> Result:
         text.append(f"  {what} — {state}" + (f" ({counts})" if counts else ""))
         if dry_run:
             text += [f"    {line}" for line in v.plan_text]
+        if v.diff is not None:
+            from envtool.core.lock_diff import render_lock_diff
+
+            text += [f"    {line}" for line in render_lock_diff(v.diff)]
     if outcome.written:
         text.append(f"wrote {index_path(outcome.env_dir)}")
     else:

@@ -31,21 +31,21 @@ def cmd(**opts: Any) -> Result:
     envtool logs --follow
     """
     from envtool.adapters.launch.runs import MERGED_LOG, find_run, read_log_from, read_manifest
+    from envtool.core.runs import LineSplitter
 
     run_dir = find_run(Path(opts["run_dir"]), opts["run"])
     path = run_dir / MERGED_LOG
     rank = opts["rank"]
-    offset, rest = 0, b""
+    offset = 0
+    lines = LineSplitter()  # a line past 64 KiB is cut: linear time, bounded memory
 
     def drain() -> None:
-        nonlocal offset, rest
+        nonlocal offset
         while True:
             data, offset = read_log_from(path, offset)
             if not data:
                 return
-            lines = (rest + data).split(b"\n")
-            rest = lines.pop()
-            show(lines)
+            show(lines.feed(data))
 
     def show(raw: list[bytes]) -> None:
         from envtool.core.runs import filter_rank
@@ -78,17 +78,18 @@ def cmd(**opts: Any) -> Result:
         drain()
     except KeyboardInterrupt:
         return Result("logs", exit_code=130)
-    if rest:
-        show([rest])
+    show(lines.flush())
     return Result("logs")  # the log itself was streamed as it came
 
 
 def _ended(manifest: Any) -> bool:
-    """The run is over: its manifest has an exit code, or the envtool writing it is gone, or
-    there is none to wait for (envtool writes it before all.log, so a folder with a log and no
-    readable manifest was left by a killed or older envtool: following it would never end)."""
+    """The run is over: its manifest has an exit code, or the envtool writing it is not known
+    to be running here — gone, or on another host, or a pid that cannot be one (an edited or
+    copied manifest: following it would never end) — or there is none to wait for (envtool
+    writes it before all.log, so a folder with a log and no readable manifest was left by a
+    killed or older envtool)."""
     from envtool.adapters.launch.runs import writer_alive
 
     if not isinstance(manifest, dict) or manifest.get("exit_code") is not None:
         return True
-    return writer_alive(manifest) is False
+    return writer_alive(manifest) is not True

@@ -75,7 +75,9 @@ def cmd(
             project = project_lock_path(name) if name else None
         except UsageError:  # a conda env name no project folder can have (e.g. _scratch)
             project = None
-        if recorded and Path(recorded).is_file():
+        from envtool.adapters.lockfile.pixi_lock import lock_file_exists
+
+        if recorded and lock_file_exists(recorded):  # a pixi.lock's: <file>#environment=NAME
             lock = Path(recorded)
         elif project and project.is_file():
             lock = project

@@ -16,7 +16,13 @@ from envtool.core import cuda as cudak
 from envtool.core.facts import EnvFacts, HostFacts
 from envtool.core.hints import finish_install_command
 from envtool.core.shell_quote import quote_posix
-from envtool.core.suggest import Gpu, Suggestion, driver_floor_for_gpus, suggest_cuda
+from envtool.core.suggest import (
+    Gpu,
+    Suggestion,
+    driver_ceiling_for_gpus,
+    driver_floor_for_gpus,
+    suggest_cuda,
+)
 from envtool.core.versions import cuda_from_build_tag, cuda_from_int, major_minor, parse_version
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
@@ -130,11 +136,18 @@ def _gpus(host: HostFacts, env: EnvFacts) -> list[Gpu]:
 def suggestion_for(host: HostFacts, env: EnvFacts) -> Suggestion | None:
     """What `envtool create NAME --cuda X` should ask for on this host: core.suggest's answer for
     this driver (or, with no version, the CUDA level torch's message names) and these GPUs, over
-    PyTorch's official builds. None when nothing is known about the driver."""
+    the builds conda-forge publishes (create's default channel). None when nothing is known
+    about the driver."""
     dc = None if host.driver_version else driver_cuda(host, env)
     if not host.driver_version and not dc:
         return None
-    return suggest_cuda(host.driver_version, _gpus(host, env), None, driver_cuda=dc)
+    return suggest_cuda(
+        host.driver_version, _gpus(host, env), None, driver_cuda=dc, platform=_platform(host)
+    )
+
+
+def _platform(host: HostFacts) -> str:
+    return host.platform if host.platform in ("linux-64", "linux-aarch64", "win-64") else "linux-64"
 
 
 def pick_cuda_for_driver(host: HostFacts, env: EnvFacts) -> str | None:
@@ -274,6 +287,13 @@ def _driver_fix(host: HostFacts, env: EnvFacts, floor: str | None, tc: str) -> s
         f"upgrade the NVIDIA driver to ≥ {floor} (CUDA {tc})" if floor else "upgrade the driver"
     )
     s = suggestion_for(host, env)
+    arch = _arch_problem(host, env)
+    if arch:  # no driver adds kernels for this GPU to the build: the fix is another CUDA
+        return f"no driver makes this build run on {arch} (see gpu-arch-covered): " + _cuda_fix(
+            host, env, s
+        )
+    if s and s.kind == "ceiling":
+        return s.advice()
     if s and s.kind == "driver" and s.gpu:  # no CUDA build helps: the GPU needs a newer driver
         return f"{upgrade}; no older CUDA build helps: {s.gpu} needs ≥ {s.driver}"
     if s and s.kind == "cuda" and s.cuda and parse_version(s.cuda) < parse_version(tc):
@@ -290,6 +310,22 @@ def check_driver_vs_gpu(host: HostFacts, env: EnvFacts) -> Check:
     gpus = _gpus(host, env)
     if not host.driver_version or not gpus:
         return Check(cid, SKIP, "needs a known driver version and GPU", [])
+    over = driver_ceiling_for_gpus(host.driver_version, gpus)
+    if over:  # a family's last branch is older than this driver: the facts cannot all be true
+        branch, gpu, family = over
+        s = suggestion_for(host, env)
+        return Check(
+            cid,
+            FAIL,
+            f"driver {host.driver_version} does not drive {gpu.label()}: R{branch} is the last "
+            f"driver branch for {family} GPUs",
+            [
+                f"driver {host.driver_version} (branch R{cudak.driver_branch(host.driver_version)})",
+                f"GPU {gpu.label()}: {family}, last driver branch R{branch}",
+                "a recorded or overridden host may be mixing two machines' facts",
+            ],
+            s.advice() if s and s.kind == "ceiling" else f"install an R{branch} driver",
+        )
     too_old = driver_floor_for_gpus(host.driver_version, gpus)
     if too_old is None:
         return Check(cid, OK, f"driver {host.driver_version} drives every GPU", [])
@@ -439,9 +475,10 @@ def check_cpu_torch_on_gpu_host(host: HostFacts, env: EnvFacts) -> Check:
         elif "cudatoolkit" in env.conda_packages:
             wheel_cuda = major_minor(env.conda_packages["cudatoolkit"]["version"])
     fix = f"envtool create {_name(env)} --cuda {pick or 'auto'}"
-    if s and s.kind == "driver":
+    if s and s.kind in ("driver", "ceiling"):
         fix = f"{s.upgrade()}, then `{fix}`"
-        wheel_cuda = None  # no CUDA build runs on this driver
+        if s.gpu:  # the driver cannot drive the GPU: no wheel runs on it either
+            wheel_cuda = None
     if wheel_cuda and series:
         base = series.partition("+")[0]
         fix += (
@@ -490,7 +527,7 @@ def check_cuda_available(host: HostFacts, env: EnvFacts) -> Check:
     )
 
 
-def _arch_list(env: EnvFacts) -> tuple[tuple[str, ...] | None, str]:
+def _arch_list(env: EnvFacts, platform: str = "linux-64") -> tuple[tuple[str, ...] | None, str]:
     t = env.torch
     if t and t.arch_list:
         try:
@@ -500,11 +537,44 @@ def _arch_list(env: EnvFacts) -> tuple[tuple[str, ...] | None, str]:
     tc = torch_cuda(env)
     if tc:
         flavor, version = _torch_build_origin(env)
-        archs = cudak.build_archs(flavor, tc, version)
+        archs = cudak.build_archs(flavor, tc, version, platform)
         if archs:
             who = "conda-forge" if flavor == "conda-forge" else "official"
             return archs, f"{who} CUDA {tc} builds (envtool table)"
     return None, ""
+
+
+def _cuda_fix(host: HostFacts, env: EnvFacts, s: Suggestion | None) -> str:
+    """The fix for a build without kernels for a GPU: the CUDA whose builds carry its arch (and
+    the driver that needs, if any); with none left, the last torch that runs on it."""
+    s = s or suggest_cuda(None, _gpus(host, env), None, platform=_platform(host))
+    create = f"envtool create {_name(env)} --cuda"
+    if s.kind == "cuda":
+        return f"{create} {s.cuda}"
+    if s.kind == "driver" and s.cuda and not s.gpu:
+        how = " (minor-version compatibility)" if s.mode == "compat" else ""
+        return f"{create} {s.cuda}, on a driver ≥ {s.driver}{how}"
+    if s.kind == "driver":
+        return s.upgrade()
+    if s.kind == "ceiling":
+        return s.advice()
+    last = s.last or "build torch from source for this GPU"
+    return f"no current build runs on it: {last}"
+
+
+def _arch_problem(host: HostFacts, env: EnvFacts) -> str | None:
+    """'Tesla K80 (sm_37)' when the env's torch build has no kernels for a GPU; None otherwise."""
+    gpus = [(g.name, g.capability) for g in host.gpus if g.capability]
+    archs, _ = _arch_list(env, _platform(host))
+    if not archs:
+        return None
+    for name, cap in gpus:
+        try:
+            if not cudak.arch_covered(cap, archs):
+                return f"{name} (sm_{cap.replace('.', '')})"
+        except ValueError:
+            continue
+    return None
 
 
 def _torch_build_origin(env: EnvFacts) -> tuple[str, str | None]:
@@ -528,7 +598,7 @@ def check_gpu_arch_covered(host: HostFacts, env: EnvFacts) -> Check:
         gpus = [(i, f"GPU {i}", c) for i, c in enumerate(env.torch.capabilities)]
     if not gpus:
         return Check(cid, SKIP, "no GPU compute capabilities known", [])
-    archs, source = _arch_list(env)
+    archs, source = _arch_list(env, _platform(host))
     if not archs:
         return Check(cid, SKIP, f"arch list of CUDA {torch_cuda(env)} builds unknown", [])
     ev = [f"arch list ({source}): {' '.join(archs)}"]
@@ -546,14 +616,7 @@ def check_gpu_arch_covered(host: HostFacts, env: EnvFacts) -> Check:
     if not missing:
         return Check(cid, OK, "every GPU's architecture is in torch's build", ev)
     idx, name, cap = missing[0]
-    s = suggestion_for(host, env) or suggest_cuda(None, _gpus(host, env), None)
-    if s.kind == "cuda":
-        fix = f"envtool create {_name(env)} --cuda {s.cuda}"
-    elif s.kind == "driver":
-        then = f", then `envtool create {_name(env)} --cuda {s.cuda}`" if s.cuda else ""
-        fix = s.upgrade() + then
-    else:
-        fix = "build torch from source for this GPU"
+    fix = _cuda_fix(host, env, suggestion_for(host, env))
     return Check(
         cid,
         FAIL,
@@ -857,13 +920,13 @@ CHECKS: tuple[Callable[[HostFacts, EnvFacts], Check], ...] = (
     check_install_state,  # an interrupted install explains everything after it
     check_torch_present,
     check_nvidia_driver,
+    check_driver_vs_gpu,  # a driver past the GPU's last branch, or below its floor
+    check_gpu_arch_covered,  # architecture before driver: no driver adds kernels to a build
     check_driver_vs_torch_cuda,
-    check_driver_vs_gpu,
     check_cpu_torch_on_gpu_host,
     check_lock_drift,
     check_two_torch_installs,
     check_cuda_visible_devices,
-    check_gpu_arch_covered,
     check_conda_cuda_consistent,
     check_minor_version_compat,
     check_ld_library_path,

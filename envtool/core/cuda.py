@@ -21,8 +21,10 @@ class CudaData:
     compat_floor: dict[int, str]
     torch_cuda: dict[str, tuple[str, ...]]
     pypi_default_cuda: dict[str, str]  # torch X.Y -> CUDA of PyPI's linux-64 wheel
-    cuda_archs: dict[str, tuple[str, ...]]  # PyTorch's official builds (wheels, pytorch channel)
+    cuda_archs: tuple[ArchRow, ...]  # PyTorch's official builds, per CUDA, torch range, platform
     conda_forge_archs: tuple[ArchRow, ...]  # conda-forge's own builds, per CUDA and torch range
+    conda_forge_builds: tuple[PublishedLine, ...]  # the CUDA lines conda-forge built pytorch for
+    conda_forge_newest: str  # the newest torch release the conda-forge rows were checked against
     pytorch_channel_last: str
     sources: dict[str, str]
     gpu_arch: dict[str, GpuArchRow]  # "sm_90" -> its driver floor and last CUDA major
@@ -39,6 +41,17 @@ class ArchRow:
     torch_max: str | None
     arch_list: str  # the build script's text, e.g. "5.0;6.0;...;9.0+PTX"
     archs: tuple[str, ...]  # parsed: sm_XY machine code, compute_XY PTX
+    platform: str | None = None  # linux-64 | linux-aarch64 (None: every platform)
+
+
+@dataclass(frozen=True)
+class PublishedLine:
+    """A CUDA line a channel built torch for, for torch releases torch_min..torch_max."""
+
+    cuda: str
+    torch_min: str | None
+    torch_max: str | None
+    platforms: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,7 @@ class GpuArchRow:
     family: str
     driver: str | None  # oldest driver that knows this architecture (None: older than the table)
     last_cuda_major: int | None  # the last CUDA major that supports it (None: still supported)
+    last_branch: int | None = None  # the newest driver branch that drives it (None: all so far)
 
 
 @lru_cache(maxsize=1)
@@ -57,26 +71,35 @@ def load_cuda_data() -> CudaData:
         compat_floor={int(r["major"]): r["driver"] for r in raw["minor_compat_floor"]},
         torch_cuda={r["torch"]: tuple(r["cuda"]) for r in raw["torch_cuda"]},
         pypi_default_cuda={r["torch"]: r["cuda"] for r in raw["pypi_default_cuda"]},
-        cuda_archs={r["cuda"]: tuple(r["archs"]) for r in raw["cuda_archs"]},
-        conda_forge_archs=tuple(
-            ArchRow(
-                tuple(r["cuda"]),
-                r["torch_min"],
-                r["torch_max"],
-                r["arch_list"],
-                parse_arch_list(r["arch_list"]),
-            )
-            for r in raw["cuda_archs_conda_forge"]
+        cuda_archs=tuple(_arch_row(r) for r in raw["cuda_archs"]),
+        conda_forge_archs=tuple(_arch_row(r) for r in raw["cuda_archs_conda_forge"]),
+        conda_forge_builds=tuple(
+            PublishedLine(r["cuda"], r["torch_min"], r["torch_max"], tuple(r["platforms"]))
+            for r in raw["conda_forge_cuda_builds"]
         ),
+        conda_forge_newest=raw["conda_forge_newest_known"]["torch"],
         pytorch_channel_last=raw["pytorch_channel_last"]["torch"],
         sources=raw["sources"],
         gpu_arch={
-            r["arch"]: GpuArchRow(r["arch"], r["family"], r["driver"], r["last_cuda_major"])
+            r["arch"]: GpuArchRow(
+                r["arch"], r["family"], r["driver"], r["last_cuda_major"], r.get("last_branch")
+            )
             for r in raw["gpu_arch"]
         },
         gpu_products=tuple(
             (r["product"], r["arch"], r["driver"]) for r in raw["gpu_product_driver"]
         ),
+    )
+
+
+def _arch_row(r: dict) -> ArchRow:
+    return ArchRow(
+        tuple(r["cuda"]),
+        r["torch_min"],
+        r["torch_max"],
+        r["arch_list"],
+        parse_arch_list(r["arch_list"]),
+        r.get("platform"),
     )
 
 
@@ -94,8 +117,26 @@ def compat_floor(cuda: str) -> str | None:
     return load_cuda_data().compat_floor.get(parse_version(cuda)[0])
 
 
+def driver_release(driver: str) -> str:
+    """The driver version a comparison uses. A bare branch ("535", as `--driver 535` gives it)
+    means that branch's first production release in NVIDIA's toolkit table (535 -> 535.54.03,
+    580 -> 580.65.06): every release of a branch runs the same CUDA, and none is older than the
+    first. A branch the table has no row for stays as given (565: above every R560 floor, below
+    every R570 one). Anything else is returned unchanged."""
+    text = driver.strip()
+    if not text.isdigit():
+        return text
+    firsts = [d for d in load_cuda_data().min_driver.values() if parse_version(d)[0] == int(text)]
+    return min(firsts, key=parse_version) if firsts else text
+
+
+def driver_branch(driver: str) -> int:
+    """'535.54.03' -> 535 (NVIDIA's branch: the major of the driver version)."""
+    return parse_version(driver)[0]
+
+
 def driver_at_least(driver: str, floor: str) -> bool:
-    return parse_version(driver) >= parse_version(floor)
+    return parse_version(driver_release(driver)) >= parse_version(floor)
 
 
 def newest_cuda_native(driver: str) -> str | None:
@@ -184,21 +225,25 @@ def pytorch_channel_has(torch_version: str) -> bool:
     )
 
 
-def build_archs(flavor: str, cuda: str, torch: str | None = None) -> tuple[str, ...] | None:
+def build_archs(
+    flavor: str, cuda: str, torch: str | None = None, platform: str = "linux-64"
+) -> tuple[str, ...] | None:
     """The one answer to "which GPU architectures does the torch build of flavor F, torch T, CUDA C
-    carry": sm_XY (machine code) and compute_XY (PTX) names; None when no row knows that build.
+    on platform P carry": sm_XY (machine code) and compute_XY (PTX) names; None when no row knows
+    that build.
 
     conda-forge builds its own arch lists (pytorch-cpu-feedstock recipe/build.sh: table
     cuda_archs_conda_forge, rows per CUDA and torch range); every other flavor (the pytorch
-    channel, PyPI and download.pytorch.org wheels) is PyTorch's official build (cuda_archs).
-    `torch` ('2.7.1', or a series '2.7'): the release; None: the newest release a row covers
-    (what a solve without --torch picks), since the lists change only between releases.
+    channel, PyPI and download.pytorch.org wheels) is PyTorch's official build (cuda_archs, rows
+    per CUDA, torch range and platform: the aarch64 wheels carry fewer). `torch` ('2.7.1', or a
+    series '2.7'): the release; None: the newest release a row covers (what a solve without
+    --torch picks). win-64 wheels carry the linux-64 list.
     """
     data = load_cuda_data()
     cuda = major_minor(cuda)
-    if flavor != "conda-forge":
-        return data.cuda_archs.get(cuda)
-    rows = [r for r in data.conda_forge_archs if cuda in r.cuda]
+    table = data.conda_forge_archs if flavor == "conda-forge" else data.cuda_archs
+    plat = "linux-64" if platform == "win-64" else platform
+    rows = [r for r in table if cuda in r.cuda and r.platform in (None, plat)]
     if torch is not None:
         rows = [r for r in rows if _torch_in_range(torch, r.torch_min, r.torch_max)]
     if not rows:
@@ -209,11 +254,54 @@ def build_archs(flavor: str, cuda: str, torch: str | None = None) -> tuple[str, 
 def arch_table_cudas(flavor: str) -> list[str]:
     """The CUDA versions `flavor`'s arch table has rows for, oldest first."""
     data = load_cuda_data()
-    if flavor != "conda-forge":
-        found = set(data.cuda_archs)
-    else:
-        found = {c for r in data.conda_forge_archs for c in r.cuda}
-    return sorted(found, key=parse_version)
+    table = data.conda_forge_archs if flavor == "conda-forge" else data.cuda_archs
+    return sorted({c for r in table for c in r.cuda}, key=parse_version)
+
+
+def published_lines(flavor: str, platform: str = "linux-64") -> list[tuple[str, str]]:
+    """(torch series, CUDA) pairs the flavor's channel published builds for on `platform`, oldest
+    first: PyTorch's release matrix (the legacy pytorch channel: up to its last release; wheels:
+    every release; aarch64 wheels only where an aarch64 arch row exists), or conda-forge's own
+    lines (up to the newest release those rows were checked against). What a suggestion falls
+    back on when the channel's repodata was not read."""
+    data = load_cuda_data()
+    series = sorted(data.torch_cuda, key=parse_version)
+    out: list[tuple[str, str]] = []
+    if flavor == "conda-forge":
+        newest = parse_version(data.conda_forge_newest)
+        for t in series:
+            for line in data.conda_forge_builds:
+                if (
+                    parse_version(t) <= newest
+                    and platform in line.platforms
+                    and _torch_in_range(t, line.torch_min, line.torch_max)
+                ):
+                    out.append((t, line.cuda))
+        return out
+    last = parse_version(data.pytorch_channel_last)
+    for t in series:
+        if flavor == "pytorch" and parse_version(t) > last:
+            continue
+        for c in data.torch_cuda[t]:
+            if platform in ("linux-64", "win-64") or build_archs(flavor, c, t, platform):
+                out.append((t, c))
+    return out
+
+
+def last_torch_for_gpu(
+    capability: str | tuple[int, int], flavor: str, platform: str = "linux-64"
+) -> tuple[str, str] | None:
+    """(torch series, CUDA) of the newest published build whose arch list covers this GPU (machine
+    code or PTX): the last torch that runs on it from that channel. None: no row covers it."""
+    found = []
+    for t, c in published_lines(flavor, platform):
+        archs = build_archs(flavor, c, t, platform)
+        try:
+            if archs and arch_covered(capability, archs):
+                found.append((t, c))
+        except ValueError:
+            return None
+    return max(found, key=lambda p: (parse_version(p[0]), parse_version(p[1])), default=None)
 
 
 def _torch_in_range(torch: str, low: str | None, high: str | None) -> bool:
@@ -342,6 +430,13 @@ def gpu_min_driver(capability: str | tuple[int, int], name: str | None = None) -
                 if floor is None or parse_version(driver) > parse_version(floor):
                     floor = driver
     return floor
+
+
+def gpu_last_branch(capability: str | tuple[int, int]) -> int | None:
+    """The newest NVIDIA driver branch that drives a GPU of this architecture (Kepler: 470;
+    Maxwell, Pascal, Volta: 580); None: every branch so far (or not in the table)."""
+    row = gpu_arch_row(capability)
+    return row.last_branch if row else None
 
 
 def toolkit_supports_gpu(cuda: str, capability: str | tuple[int, int]) -> bool:

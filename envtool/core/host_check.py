@@ -28,9 +28,14 @@ def locked_cuda(meta: dict[str, str], platform: str) -> str | None:
 
 
 def host_problems(meta: dict[str, str], platform: str, host: HostFacts) -> list[tuple[str, str]]:
-    """[(problem, fix)] for a host that cannot run the locked build; empty when it can."""
-    from envtool.core.cuda import arch_covered, driver_supports, parse_arch_list
-    from envtool.core.suggest import Gpu, suggest_cuda
+    """[(problem, fix)] for a host that cannot run the locked build; empty when it can.
+
+    The order is core/suggest.judge_cuda's, the one every command uses: a driver newer than a
+    GPU family's last branch, then the GPUs' architectures against the locked build's (no driver
+    adds an arch: the fix is a CUDA whose builds carry it), then the GPU's own driver floor, then
+    the driver against the locked CUDA."""
+    from envtool.core.cuda import parse_arch_list
+    from envtool.core.suggest import Gpu, judge_cuda
 
     cuda = locked_cuda(meta, platform)
     if not cuda or cuda == "cpu":
@@ -43,41 +48,42 @@ def host_problems(meta: dict[str, str], platform: str, host: HostFacts) -> list[
                 f"install on a GPU node, or pass {FORCE} to install anyway (e.g. on a login node)",
             )
         ]
-    problems: list[tuple[str, str]] = []
     driver = host.driver_version
-    # the one answer create and doctor give: a GPU this driver cannot drive gets "upgrade the
-    # driver for this GPU", not a CUDA to re-create with
-    s = suggest_cuda(driver, [Gpu(g.capability, g.name) for g in host.gpus if g.capability], None)
-    if s.kind == "driver" and s.gpu:
-        problems.append(
-            (f"driver {driver} cannot drive {s.gpu} (needs >= {s.driver})", s.upgrade())
-        )
-    verdict = driver_supports(driver, cuda)
-    floor = meta.get("envtool_min_driver") or verdict.min_driver
-    if verdict.mode == "no":
-        way = "" if s.kind == "driver" else ", re-create with `--cuda auto`"
-        problems.append(
-            (
-                f"driver {driver} cannot run the locked CUDA {cuda} build (needs >= {floor})",
-                f"upgrade the driver{way}, or pass {FORCE}",
-            )
-        )
+    gpus = [Gpu(g.capability, g.name) for g in host.gpus if g.capability]
     archs_text = meta.get("envtool_gpu_archs", "")
-    if archs_text.strip():
-        try:
-            archs = parse_arch_list(archs_text)
-        except ValueError:
-            archs = ()
-        for gpu in host.gpus:
-            if gpu.capability and archs and not arch_covered(gpu.capability, archs):
-                problems.append(
-                    (
-                        f"GPU {gpu.index} ({gpu.name}, sm_{gpu.capability.replace('.', '')}) is not in "
-                        f"the locked build's archs ({archs_text})",
-                        f"pick a CUDA version whose builds cover this GPU, or pass {FORCE}",
-                    )
-                )
-    return problems
+    try:
+        archs = parse_arch_list(archs_text) if archs_text.strip() else ()
+    except ValueError:
+        archs = ()
+    flavor = meta.get("envtool_flavor") or "conda-forge"
+    v = judge_cuda(driver, gpus, cuda, flavor=flavor, platform=platform, archs=archs or None)
+    if v.runs:
+        return []
+    s = v.suggestion
+    if v.kind == "ceiling" and s is not None:
+        return [(s.reasons[0], f"{s.advice()}, or pass {FORCE}")]
+    if v.kind == "arch":
+        then = ""
+        if s is not None and s.kind in ("cuda", "driver") and s.cuda:
+            then = f"re-create with `--cuda {s.cuda}` (its builds carry this GPU's architecture)"
+            if s.kind == "driver":
+                then += f" on a driver ≥ {s.driver}"
+        elif s is not None and s.kind == "cpu":
+            then = "re-create with `--cuda cpu`" + (
+                f" (the last torch for this GPU: {s.last})" if s.last else ""
+            )
+        fix = f"{then}, or pass {FORCE}" if then else f"pass {FORCE}"
+        return [(f"the locked build has no kernels for this GPU: {v.message}", fix)]
+    if v.kind == "gpu-driver" and s is not None:
+        return [(v.message.replace(": it needs ≥ ", " (needs >= ") + ")", s.upgrade())]
+    floor = meta.get("envtool_min_driver") or (v.message.split("≥ ", 1)[-1].split(";")[0])
+    way = ", re-create with `--cuda auto`" if s is not None and s.kind == "cuda" else ""
+    return [
+        (
+            f"driver {driver} cannot run the locked CUDA {cuda} build (needs >= {floor})",
+            f"upgrade the driver{way}, or pass {FORCE}",
+        )
+    ]
 
 
 def host_refusal(meta: dict[str, str], platform: str, host: HostFacts) -> UsageError | None:

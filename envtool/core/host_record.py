@@ -287,3 +287,42 @@ def _check_version(value: str, name: str, example: str) -> None:
     except ValueError:
         shown = value if len(value) <= 40 else value[:39] + "…"
         raise UsageError(f"{name}={shown!r} is not a version", f"set it to {example}") from None
+
+
+def visible_gpus(host: HostFacts) -> tuple[list[GpuFacts], list[GpuFacts]]:
+    """(visible, hidden): the GPUs this process would use, by CUDA_VISIBLE_DEVICES when it lists
+    indices ("" or "-1" hides them all); names (UUIDs, MIG) are not mapped, so every GPU counts."""
+    visible = host.cuda_visible_devices
+    if visible is None:
+        return list(host.gpus), []
+    tokens = [t.strip() for t in visible.split(",") if t.strip()]
+    if not tokens or tokens[0] == "-1":
+        return [], list(host.gpus)
+    if not all(t.isdigit() for t in tokens):
+        return list(host.gpus), []
+    # CUDA stops at the first index that names no GPU
+    shown = []
+    for t in tokens:
+        found = [g for g in host.gpus if str(g.index) == t]
+        if not found:
+            break
+        shown.append(found[0])
+    return shown, [g for g in host.gpus if g not in shown]
+
+
+def render_gpu_count(gpus: list[GpuFacts]) -> str:
+    """'2× Tesla T4', '1× NVIDIA A100, 1× Tesla T4' (names in first-seen order)."""
+    counts: dict[str, int] = {}
+    for g in gpus:
+        counts[g.name] = counts.get(g.name, 0) + 1
+    return ", ".join(f"{n}× {name}" for name, n in counts.items())
+
+
+def render_visible_gpus(host: HostFacts) -> str:
+    """The GPUs a headline names: the visible ones, and what CUDA_VISIBLE_DEVICES hides
+    ('1× NVIDIA A100 (CUDA_VISIBLE_DEVICES hides 1× Tesla T4)')."""
+    shown, hidden = visible_gpus(host)
+    text = render_gpu_count(shown) or "no visible GPU"
+    if hidden:
+        text += f" (CUDA_VISIBLE_DEVICES hides {render_gpu_count(hidden)})"
+    return text

@@ -14,6 +14,7 @@ import json
 import re
 import urllib.parse
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -305,7 +306,7 @@ class LockedPackage:
     # only in dev/extra categories: `conda-lock install` leaves it out by default, export keeps it
     optional: bool = False
 
-    @property
+    @cached_property  # asked ~20 times a package by an install: decoded and checked once
     def file_name(self) -> str:
         """The archive's plain file name (read_lock refused every entry for which it is not)."""
         name = file_name_of(self.url)

@@ -28,14 +28,8 @@ from dataclasses import dataclass
 
 from envtool.core import cuda as cu
 from envtool.core.facts import HostFacts
-from envtool.core.suggest import (
-    Gpu,
-    Suggestion,
-    driver_floor_for_gpus,
-    gpu_problem,
-    suggest_cuda,
-)
-from envtool.core.versions import major_minor, parse_version
+from envtool.core.suggest import Gpu, Suggestion, judge_cuda, suggest_cuda
+from envtool.core.versions import conda_order, major_minor, parse_version
 from envtool.errors import UsageError
 
 FLAVORS = ("conda-forge", "pytorch")
@@ -206,7 +200,7 @@ def parse_cuda_builds(
         py = re.search(r"py(3)\.?(\d+)", build)
         out.add(CudaBuild(version, cuda, f"{py.group(1)}.{py.group(2)}" if py else None, platform))
     return sorted(
-        out, key=lambda b: (parse_version(b.torch), b.cuda or "", b.python or "", b.platform or "")
+        out, key=lambda b: (conda_order(b.torch), b.cuda or "", b.python or "", b.platform or "")
     )
 
 
@@ -228,6 +222,12 @@ def plan_environment(
         )
     )
     gpus = tuple(g.capability for g in gpu_list)
+    if request.driver and cu.driver_release(request.driver) != request.driver.strip():
+        notes.append(
+            f"--driver {request.driver}: read as branch R{request.driver.strip()}, whose first "
+            f"release {cu.driver_release(request.driver)} (and every later one) runs what the "
+            "plan says"
+        )
     if request.driver is None and request.gpus and host and host.has_driver:
         notes.append("--gpu given without --driver: using this host's driver")
     torch_series = major_minor(request.torch) if request.torch else None
@@ -262,7 +262,11 @@ def plan_environment(
     if cuda and request.flavor == "pytorch" and torch is None and builds is None:
         torch = _newest_official_torch(cuda)
     build_torch = _torch_by_cuda(request, torch_series, builds).get(cuda or "") or torch
-    archs = (cu.build_archs(request.flavor, cuda, build_torch) or ()) if cuda else ()
+    archs = (
+        (cu.build_archs(request.flavor, cuda, build_torch, _host_platform(request)) or ())
+        if cuda
+        else ()
+    )
     notes += _ptx_notes(request.flavor, cuda, archs, gpu_list)
     for p in request.platforms:
         if cuda and p in NO_CUDA_PLATFORMS:
@@ -456,7 +460,7 @@ def _torch_by_cuda(
     releases): the newest listed build of that line; --torch alone when nothing was listed."""
     out: dict[str, str] = {}
     for b in _usable_builds(request, torch_series, builds):
-        if b.cuda and (b.cuda not in out or parse_version(b.torch) > parse_version(out[b.cuda])):
+        if b.cuda and (b.cuda not in out or conda_order(b.torch) > conda_order(out[b.cuda])):
             out[b.cuda] = b.torch
     if torch_series and builds is None:
         return {c: torch_series for c in cu.known_cuda_versions()}
@@ -512,6 +516,7 @@ def _pick_cuda(
         candidates,
         flavor=request.flavor,
         torch=_torch_by_cuda(request, torch_series, builds),
+        platform=_host_platform(request),
     )
     if s.kind == "cuda" and s.cuda and s.mode:
         if s.mode == "compat":
@@ -520,7 +525,9 @@ def _pick_cuda(
         if newer:  # say why the newer builds were not taken
             notes.append(f"CUDA {s.cuda}, not {', '.join(newer)}: " + "; ".join(s.reasons))
         return s.cuda, s.mode
-    if s.kind == "driver" and s.gpu:
+    if s.kind == "ceiling":
+        head = s.reasons[0]
+    elif s.kind == "driver" and s.gpu:
         head = f"driver {driver} cannot drive {s.gpu}: it needs ≥ {s.driver}"
     elif driver:
         native = cu.newest_cuda_native(driver) or "none"
@@ -552,6 +559,12 @@ def _searched(request: Request) -> str:
 def _way_out(s: Suggestion, request: Request) -> str:
     """The hint of a refusal: the suggested --cuda (a command that plans and solves on the same
     inputs; the solve adapter checks it) and the driver upgrade."""
+    if s.kind == "ceiling":
+        return (
+            f"{s.gpu} runs only on drivers up to R{s.branch}: on such a host "
+            + (f"pass --driver {s.branch} --cuda {s.cuda}" if s.cuda else "pass --cuda cpu")
+            + " (check the driver this host really has: `nvidia-smi`)"
+        )
     if s.kind == "cuda":
         return f"pass --cuda {s.cuda}, or update the NVIDIA driver"
     if s.kind == "driver":
@@ -559,7 +572,11 @@ def _way_out(s: Suggestion, request: Request) -> str:
     why = s.reasons[-1] if s.reasons else ""
     if why.startswith("no CUDA build"):
         why += f" on {_searched(request)}"
-    return f"pass --cuda cpu{f' ({why})' if why else ''}, or plan for another machine with --driver/--gpu"
+    last = f"; the last torch for these GPUs: {s.last}" if s.last else ""
+    return (
+        f"pass --cuda cpu{f' ({why})' if why else ''}, or plan for another machine with "
+        f"--driver/--gpu{last}"
+    )
 
 
 class Refusal(UsageError):
@@ -584,43 +601,26 @@ def _check_explicit_cuda(
     listed = not (builds is None and request.flavor == "conda-forge")
     candidates = _candidates(request, torch_series, builds) if cuda_wanted else []
     torch_for = _torch_by_cuda(request, torch_series, builds)
-
-    # the suggestion a refusal names: what this driver and these GPUs run among the real builds
-    def refuse(message: str, arch: bool = False) -> Refusal:
-        s = suggest_cuda(
-            driver,
-            gpus,
-            candidates if listed else None,
-            flavor=request.flavor,
-            torch=torch_for,
-        )
-        if arch and s.kind == "cuda":  # the driver runs it: only the GPUs ruled this CUDA out
-            on = ", ".join(dict.fromkeys(g.label() for g in gpus))
-            return Refusal(message, s, f"pass --cuda {s.cuda}, whose builds run on {on}")
-        return Refusal(message, s, _way_out(s, request))
-
-    mode = "target"
-    if driver is not None:
-        too_old = driver_floor_for_gpus(driver, gpus)
-        if too_old:
-            floor, gpu = too_old
-            raise refuse(f"driver {driver} cannot drive {gpu.label()}: it needs ≥ {floor}")
-        verdict = cu.driver_supports(driver, cuda)
-        mode = verdict.mode
-        if mode == "no":
-            native = cu.newest_cuda_native(driver) or "none"
-            raise refuse(
-                f"--cuda {cuda} needs driver ≥ {verdict.min_driver}; this driver "
-                f"({driver}) runs CUDA ≤ {native}"
-            )
-        if mode == "compat":
-            warnings.append(
-                f"driver {driver} runs CUDA {cuda} only through minor-version compatibility "
-                f"(native ≥ {verdict.min_driver}; PTX JIT of newer code fails)"
-            )
-    problem = gpu_problem(cuda, gpus, flavor=request.flavor, torch=torch_for.get(cuda))
-    if problem:
-        raise refuse(problem, arch=True)
+    # the one decision (core/suggest.judge_cuda): ceiling, architecture, the GPU's own driver
+    # floor, then driver vs CUDA; its suggestion names what this host runs among the real builds
+    v = judge_cuda(
+        driver,
+        gpus,
+        cuda,
+        flavor=request.flavor,
+        torch=torch_for.get(cuda),
+        platform=_host_platform(request),
+        available=candidates if listed else None,
+        torch_by_cuda=torch_for,
+    )
+    if v.kind == "arch" and v.suggestion is not None:
+        raise Refusal(v.message, v.suggestion, _arch_way_out(v.suggestion, gpus))
+    if v.kind in ("ceiling", "gpu-driver", "driver") and v.suggestion is not None:
+        message = "--cuda " + v.message.removeprefix("CUDA ") if v.kind == "driver" else v.message
+        raise Refusal(message, v.suggestion, _way_out(v.suggestion, request))
+    if v.kind == "compat":
+        warnings.append(v.message)
+    mode = v.mode
     if not cuda_wanted or not listed:
         return cuda, mode  # nothing discovered (no channel listing): the verifier still checks
     if cuda not in candidates:
@@ -630,6 +630,26 @@ def _check_explicit_cuda(
             _pair_hint(request, torch_series, builds),
         )
     return cuda, mode
+
+
+def _arch_way_out(s: Suggestion, gpus: tuple[Gpu, ...]) -> str:
+    """The hint when the GPUs rule a CUDA out: the CUDA whose builds carry their architecture,
+    never a driver upgrade alone (no driver adds an arch to a build)."""
+    on = ", ".join(dict.fromkeys(g.label() for g in gpus))
+    if s.kind == "cuda":
+        return f"pass --cuda {s.cuda}, whose builds run on {on}"
+    if s.kind == "driver" and s.cuda:
+        how = " (through minor-version compatibility)" if s.mode == "compat" else ""
+        return (
+            f"pass --cuda {s.cuda}, whose builds run on {on}; it needs driver ≥ {s.driver}{how}"
+        )
+    last = f"; the last torch for it: {s.last}" if s.last else ""
+    return f"pass --cuda cpu (no CUDA build on these channels runs on {on}){last}"
+
+
+def _host_platform(request: Request) -> str:
+    """The platform whose builds run on the planned GPUs: the first CUDA platform asked for."""
+    return next((p for p in request.platforms if p not in NO_CUDA_PLATFORMS), "linux-64")
 
 
 def _newest_official_torch(cuda: str) -> str | None:

@@ -135,3 +135,93 @@ def filter_rank(lines: list[str], rank: int) -> list[str]:
         for line in lines
         if line.startswith("[node ") and mark in line.split("] ", 1)[0] + "] "
     ]
+
+
+MAX_LINE_BYTES = 64 * 1024  # a log line kept whole; a longer one is cut (a progress bar's \r
+# redraws with no newline, a dumped tensor): memory stays bounded, time linear
+
+
+def render_cut_mark(limit: int) -> bytes:
+    """What ends a cut line: ` … [line cut at 64 KiB]`."""
+    size = f"{limit // 1024} KiB" if limit % 1024 == 0 else f"{limit} bytes"
+    return f" … [line cut at {size}]".encode()
+
+
+class LineSplitter:
+    """Bytes in, whole lines out (without their newline). A line longer than `limit` comes out
+    once, its first `limit` bytes and the cut mark, as soon as it passes the limit; the rest of it,
+    up to the next newline, is dropped. At most `limit` bytes are held; each byte is looked at
+    once (joining the unfinished line to every new chunk was quadratic: 10 s for a 64 MB line)."""
+
+    def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
+        self.limit = limit
+        self.mark = render_cut_mark(limit)
+        self.held = bytearray()
+        self.cutting = False  # inside a line already cut: drop until its newline
+
+    def feed(self, data: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        start = 0
+        while start <= len(data):
+            newline = data.find(b"\n", start)
+            end = len(data) if newline < 0 else newline
+            if not self.cutting:
+                room = self.limit - len(self.held)
+                if end - start > room:
+                    self.held += data[start : start + room]
+                    out.append(bytes(self.held) + self.mark)
+                    self.held.clear()
+                    self.cutting = True
+                else:
+                    self.held += data[start:end]
+            if newline < 0:
+                break
+            if not self.cutting:
+                out.append(bytes(self.held))
+            self.held.clear()
+            self.cutting = False
+            start = newline + 1
+        return out
+
+    def flush(self) -> list[bytes]:
+        """The last line when the stream ended without a newline (nothing if it was cut)."""
+        rest = [] if self.cutting or not self.held else [bytes(self.held)]
+        self.held.clear()
+        self.cutting = False
+        return rest
+
+
+# --- a hung run: which rank(s) stopped -------------------------------------------------------
+
+TIE_SECONDS = 0.1  # logs that stopped growing this close together: one instant, no order
+
+
+def find_stalled_ranks(
+    last_writes: dict[int, float], stopped: list[int], all_ranks: list[int]
+) -> tuple[list[int], str]:
+    """The local ranks a hung run names, and why: those whose process is stopped (SIGSTOP, a
+    debugger: the others then wait on them in a collective) when there are any; else those
+    whose log stopped growing first (within TIE_SECONDS of the earliest: a rank that printed
+    its last line a moment after the stuck one is waiting, not stuck); else (nothing printed
+    yet) every rank. `last_writes`: mtimes of the ranks that printed something."""
+    if stopped:
+        return sorted(stopped), "its process is stopped (SIGSTOP or a debugger)"
+    if last_writes:
+        first = min(last_writes.values())
+        named = sorted(r for r, t in last_writes.items() if t - first <= TIE_SECONDS)
+        return named, "its log stopped growing first"
+    return sorted(all_ranks), "no rank printed anything yet"
+
+
+def render_ranks(ranks: list[int], offset: int = 0, known: bool = True) -> str:
+    """`rank 1`, `ranks 1 and 3`, `ranks 0, 1 and 2` (global: local + offset when the node's
+    rank is known), or `local rank 1 on this node` (c10d without --node-rank)."""
+    numbers = [str(r + offset) if known else str(r) for r in ranks]
+    word = "rank" if known else "local rank"
+    if not numbers:
+        return "no rank"
+    if len(numbers) == 1:
+        text = f"{word} {numbers[0]}"
+    else:
+        text = f"{word}s {', '.join(numbers[:-1])} and {numbers[-1]}"
+    return text if known else text + " on this node"

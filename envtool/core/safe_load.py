@@ -14,6 +14,9 @@ from typing import Any
 from envtool.errors import UsageError
 
 MAX_DEPTH = 64  # real env files, locks and recordings nest < 10 levels
+# Python refuses int() of more than 4300 digits (sys.get_int_max_str_digits) with a ValueError;
+# no real version, count or driver has more than a handful, so a long one is refused as data
+MAX_INT_DIGITS = 100
 
 
 def _loader_class() -> type:
@@ -29,21 +32,30 @@ def _loader_class() -> type:
             return super().construct_object(node, deep=deep)
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            seen: set[Any] = set()
+            seen: set[str] = set()
             for key_node, _ in node.value:
                 key = key_node.value
-                if isinstance(key, str) and key in seen:
+                if not isinstance(key, str):  # a sequence or mapping node: no file has one
+                    raise _Refused(key_node, "a list or mapping used as a key", "use a plain key")
+                if key in seen:
                     raise _Refused(key_node, f"duplicate key {key!r}")
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+        def construct_yaml_int(self, node: Any) -> Any:
+            digits = sum(c.isdigit() for c in str(node.value))
+            if digits > MAX_INT_DIGITS:
+                raise _Refused(node, f"an integer of {digits} digits", "quote it if it is text")
+            return super().construct_yaml_int(node)
+
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
     return StrictLoader
 
 
 class _Refused(Exception):
-    def __init__(self, node: Any, reason: str) -> None:
+    def __init__(self, node: Any, reason: str, hint: str | None = None) -> None:
         super().__init__(reason)
-        self.reason = reason
+        self.reason, self.hint = reason, hint
         mark = getattr(node, "start_mark", None)
         self.line = mark.line + 1 if mark is not None else None
 
@@ -72,7 +84,7 @@ def parse_yaml(data: str | bytes, source: str, hint: str = "fix the file") -> An
         value = yaml.load(data, Loader=strict_loader())  # noqa: S506 - a SafeLoader subclass
     except _Refused as exc:
         where = f" (line {exc.line})" if exc.line else ""
-        raise UsageError(f"{source}: {exc.reason}{where}", hint) from None
+        raise UsageError(f"{source}: {exc.reason}{where}", exc.hint or hint) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

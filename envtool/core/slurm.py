@@ -32,6 +32,8 @@ from envtool.core.launch_plan import CPU_DEFAULT_NPROC, GPU_ENV_DEFAULTS, RUN_MA
 from envtool.core.shell_quote import join_posix, quote_posix
 
 SIGNAL_LEAD_SECONDS = 120
+# the multi-node pre-flight's shared secret (adapters/launch/preflight_script.TOKEN_VAR)
+PREFLIGHT_TOKEN_VAR = "ENVTOOL_PREFLIGHT_TOKEN"
 
 
 @dataclass
@@ -233,10 +235,16 @@ def render_sbatch(req: SlurmRequest) -> str:
         lines += [
             "# pre-flight: every node reaches the head on the rendezvous port and has its torch,",
             "# CUDA, NCCL and lock hash, or every node stops here in seconds with one line",
-            "# (torchrun alone would wait 900 s); `envtool launch --skip-checks` leaves it out",
-            "srun --kill-on-bad-exit=1 --ntasks-per-node=1 "
+            "# (torchrun alone would wait 900 s); `envtool launch --skip-checks` leaves it out.",
+            "# Its messages carry an HMAC under a secret made here for this job (and each",
+            "# requeue): srun hands it to the pre-flight's tasks in their environment, never in",
+            "# a file or on a command line, so nobody else reaching the port can take part",
+            "preflight_token=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \\n')",
+            f'{PREFLIGHT_TOKEN_VAR}="$preflight_token" srun --export=ALL --kill-on-bad-exit=1 '
+            "--ntasks-per-node=1 "
             + join_posix([req.python, "-I", "-c", req.preflight_script])
             + f' "$head" "$port" "$SLURM_NNODES" {float(req.rdzv_timeout):g}',
+            "unset preflight_token",
         ]
     if not req.requeue:
         lines.append(srun)

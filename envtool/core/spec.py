@@ -274,7 +274,9 @@ def parse_environment_yml(text: str, source: str) -> EnvSpec:
             loader.dispose()
     except YamlRefused as exc:
         where = f"{source}:{exc.line}" if exc.line else source
-        raise UsageError(f"{where}: {exc.reason}", "write the value out in full") from None
+        raise UsageError(
+            f"{where}: {exc.reason}", exc.hint or "write the value out in full"
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}" if mark else source

@@ -349,6 +349,8 @@ def _parse_row(row: dict[str, Any]) -> Variant:
         raise ValueError("sha256: not a sha256 hex digest")
     min_driver = row.get("min_driver")
     if min_driver is not None:
+        if isinstance(min_driver, bool) or not isinstance(min_driver, (str, int, float)):
+            raise ValueError("min_driver: not a driver version")
         parse_version(str(min_driver))  # ValueError: not a version
         min_driver = str(min_driver)
     elif name != CPU:
@@ -465,6 +467,10 @@ def choose_variant(
             f"{','.join(sorted({CPU, *index.names()}, key=variant_sort_key))}`, "
             "or install on a GPU host",
         )
+    over = _driver_above_gpu_ceiling(driver, gpus)
+    if over:  # core/suggest's first rule: no driver of this branch drives the GPU
+        message, fix = over
+        raise UsageError(message, fix)
     too_old = _driver_below_gpu_floor(driver, gpus)
     if too_old:  # no CUDA build runs on a GPU its driver cannot drive: the driver is the fix
         floor, gpu = too_old
@@ -498,6 +504,20 @@ def choose_variant(
     raise UsageError(
         f"{host}: none of {index.name}'s variants runs here ({'; '.join(skipped) or 'none'})",
         _way_out(index, driver, gpus, cudas, platform),
+    )
+
+
+def _driver_above_gpu_ceiling(driver: str, gpus: Sequence[HostGpu]) -> tuple[str, str] | None:
+    """(problem, fix) when the driver is newer than a GPU family's last branch (a Kepler GPU on
+    R535, a V100 on R590): a host that cannot exist as described; None otherwise."""
+    from envtool.core.suggest import Gpu, suggest_cuda
+
+    s = suggest_cuda(driver, [Gpu(g.capability, g.name) for g in gpus], [], flavor="pypi")
+    if s.kind != "ceiling":
+        return None
+    return (
+        f"{s.reasons[0]} (is the driver version right? `nvidia-smi` shows it)",
+        f"install an R{s.branch} driver (the last branch for {s.gpu}), or pass --force",
     )
 
 
@@ -547,22 +567,13 @@ def _way_out(
 
 
 def _variant_to_add(driver: str, gpus: Sequence[HostGpu]) -> str | None:
-    """The newest CUDA with an official arch list covering every GPU that this driver runs
-    natively (else through compatibility). The index does not record its flavor: PyTorch's
-    official builds are the reference here."""
-    best: tuple[int, tuple[int, ...], str] | None = None
-    for cuda in cu.arch_table_cudas("pytorch"):
-        archs = cu.build_archs("pytorch", cuda) or ()
-        if any(not _covers(g, archs) for g in gpus):
-            continue
-        verdict = cu.driver_supports(driver, cuda).mode
-        rank = {"native": 2, "compat": 1}.get(verdict)
-        if rank is None:
-            continue
-        key = (rank, parse_version(cuda), cuda)
-        if best is None or key > best:
-            best = key
-    return variant_name(best[2]) if best else None
+    """The variant to add: core/suggest's answer for this driver and these GPUs among the CUDA
+    lines conda-forge (lock's default channel) publishes. The index does not record its flavor,
+    so a suggestion never names a line that channel lacks (no cuda11.3 for a K80)."""
+    from envtool.core.suggest import Gpu, suggest_cuda
+
+    s = suggest_cuda(driver, [Gpu(g.capability, g.name) for g in gpus], None, flavor="conda-forge")
+    return variant_name(s.cuda) if s.kind == "cuda" and s.cuda else None
 
 
 def check_chosen(
@@ -676,14 +687,8 @@ def decide_variants(
 
 
 def host_gpus(host: HostFacts) -> list[HostGpu]:
-    """The GPUs this process would use: CUDA_VISIBLE_DEVICES by index when it lists indices
-    ("" hides them all); names (UUIDs, MIG) are not mapped, so every GPU counts then."""
-    visible = host.cuda_visible_devices
-    gpus = [g for g in host.gpus if g.capability]
-    if visible is not None:
-        tokens = [t.strip() for t in visible.split(",") if t.strip()]
-        if not tokens:
-            return []
-        if all(t.isdigit() for t in tokens):
-            gpus = [g for g in gpus if str(g.index) in tokens]
-    return [HostGpu(g.capability or "", g.name) for g in gpus]
+    """The GPUs this process would use (core/host_record.visible_gpus: CUDA_VISIBLE_DEVICES by
+    index; "" hides them all; names are not mapped, so every GPU counts then)."""
+    from envtool.core.host_record import visible_gpus
+
+    return [HostGpu(g.capability, g.name) for g in visible_gpus(host)[0] if g.capability]

@@ -123,7 +123,7 @@ def _arch_problem(
     """The first GPU a CUDA build has no kernels for (None: every GPU covered, or no arch list is
     known for that CUDA: no evidence against the build)."""
     torch_version, built_for = build
-    archs = cu.build_archs(flavor, built_for, torch_version)
+    archs = cu.build_archs(flavor, built_for, torch_version, platform)
     if not archs:
         return None
     for g in gpus:
@@ -136,7 +136,9 @@ def _arch_problem(
             continue
         ptx = [a for a in archs if a.startswith("compute_")]
         carries = " ".join(archs) + ("" if ptx else ", no PTX")
-        s = suggest_cuda(driver, [Gpu(x) for x in _readable(gpus)], available, flavor=flavor)
+        s = suggest_cuda(
+            driver, [Gpu(x) for x in _readable(gpus)], available, flavor=flavor, platform=platform
+        )
         return Problem(
             platform,
             "gpu-arch",

@@ -22,6 +22,18 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def conda_order(text: str) -> tuple:
+    """A sort key in conda's version order, through rattler's Version (2.8.0rc1 < 2.8.0 <
+    2.8.0.post1 < 2.10.0; parse_version reads the first two as equal). For package versions from
+    a channel, where rattler is loaded anyway; text rattler cannot read sorts first, as text."""
+    from rattler import Version
+
+    try:
+        return (1, Version(text))
+    except Exception:  # rattler's InvalidVersionError
+        return (0, text)
+
+
 def major_minor(text: str) -> str:
     """'12.4.131' -> '12.4'; '12' -> '12.0'."""
     parts = parse_version(text)

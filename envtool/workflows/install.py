@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from envtool.core.install_plan import InstallPlan
+    from envtool.core.lockfile import Lock
 
 
 def check_host(meta: dict[str, str], platform: str) -> None:
@@ -75,24 +76,29 @@ def plan_from_lock(
     variant: dict[str, str] | None = None,
     replacing: tuple[str, str] | None = None,
     follow_symlinks: bool = True,
+    lock: Lock | None = None,
 ) -> InstallPlan:
     """The install as data (core/install_plan), from one read of the lock: its platform's
     packages and URLs, what the caches hold, the host check's verdict (a refusal is raised:
     there is no plan then; --force skips it), the variant chosen. --dry-run prints it;
     apply_plan executes it. `replacing` (the bundle's env name, --from DIR): refused when that
     env holds another lock's install. `follow_symlinks=False`: the lock is a bundle's (a link
-    there is refused)."""
+    there is refused). `lock`: already read (a pixi.lock's environment × platform, converted
+    by adapters/lockfile/pixi_lock), not read again from `lock_path`."""
     from envtool.adapters.install import installer
     from envtool.adapters.locate import current_platform
     from envtool.adapters.lockfile.lock_io import read_lock
 
-    lock = read_lock(lock_path, follow_symlinks=follow_symlinks)
+    if lock is None:
+        lock = read_lock(lock_path, follow_symlinks=follow_symlinks)
     if replacing is not None:
         _refuse_replacing(replacing[0], target, lock.sha256, replacing[1])
+    from envtool.adapters.config import offline_mode
+
     plat = platform or current_platform()
     if not force:
         check_host(lock.custom_metadata, plat)
-    return installer.plan_install(
+    plan = installer.plan_install(
         lock,
         target,
         plat,
@@ -102,3 +108,15 @@ def plan_from_lock(
         host_check="skipped (--force)" if force else "ok",
         variant=variant,
     )
+    if offline_mode():  # --offline / ENVTOOL_OFFLINE / offline = true: the package cache only
+        from envtool.core.config import network_packages
+
+        if missing := network_packages(plan):
+            shown = ", ".join(missing[:5]) + (
+                f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            )
+            raise UsageError(
+                f"offline: {len(missing)} package(s) are not in the package cache ({shown})",
+                "install once online (or from `envtool bundle`'s --from DIR), or drop --offline",
+            )
+    return plan

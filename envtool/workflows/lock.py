@@ -14,6 +14,7 @@ from typing import Any
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths
 from envtool.core.facts import HostFacts
+from envtool.core.lock_diff import LockDiff
 from envtool.core.lockfile import compute_input_hash, plan_custom_metadata, solved_torch
 from envtool.core.plan import DEFAULT_CHANNELS, NO_CUDA_PLATFORMS, CudaBuild, Plan, Request
 from envtool.core.request import render_request_yml, resolved_request, with_file_limits
@@ -30,6 +31,7 @@ class LockOutcome:
     written: bool
     packages: dict[str, int]  # platform -> conda package count
     pip: dict[str, int]
+    diff: LockDiff | None = None  # what changed against the lock on disk (None: not solved)
 
 
 def lock_environment(
@@ -44,11 +46,18 @@ def lock_environment(
     dry_run: bool = False,
     cache_dir: Path | None = None,
     lock_name: str | None = None,
+    previous: Path | None = None,
+    replaces: str | None = None,
+    hold: dict[str, tuple[str, ...]] | None = None,
 ) -> LockOutcome:
     """Plan -> discover/solve -> verify -> pip -> write environment.yml + conda-lock.yml (atomically).
 
     `request.conda_specs`/`pip_specs` come from `env_yml_text`; a failed solve or check writes nothing.
     `lock_name`: another file name beside environment.yml (a variant lock: conda-lock.cpu.yml).
+    `previous`: the lock the diff compares with (default: the one this writes over).
+    `replaces`: the environment.yml text on disk that `env_yml_text` (an edit: add, drop) takes
+    the place of; written with the lock, under the mutex, only when the lock is.
+    `hold`: per platform, constraints that keep packages at their locked builds (`update PKG`).
     """
     from envtool.adapters.solve.rattler_solve import (
         discover_plan_solve,
@@ -72,19 +81,24 @@ def lock_environment(
         if request.cuda != "cpu"
         else None
     )
-    if not dry_run:
-        from envtool.adapters.lockfile.lock_io import preload_lock_writer
-
-        preload_lock_writer()
     note(f"solving {name} for {', '.join(request.platforms)} …")
     listed: list[list[CudaBuild] | None] = [None]  # the channel's builds the last plan saw
 
     def planner(builds: list[CudaBuild] | None, cuda: str | None) -> Plan:
         """The planner the solver calls again for a suggested --cuda, to check it solves."""
         listed[0] = builds
-        return with_file_limits(
+        planned = with_file_limits(
             plan_environment(replace(request, cuda=cuda) if cuda else request, host, builds),
             request,
+        )
+        if not hold:
+            return planned
+        return replace(
+            planned,
+            platforms=tuple(
+                replace(pp, constraints=(*pp.constraints, *hold.get(pp.platform, ())))
+                for pp in planned.platforms
+            ),
         )
 
     plan, solved = discover_plan_solve(channels, discover, planner, cache_dir)
@@ -140,6 +154,7 @@ def lock_environment(
         False,
         {p: len(v) for p, v in solved.items()},
         {p: len(v) for p, v in pip_locked.items()},
+        _diff_against(previous or lock_path, solved, pip_locked),
     )
     if dry_run:
         return outcome
@@ -154,7 +169,7 @@ def lock_environment(
     # two envtool processes on one environment write one after the other, never interleaved
     with hold_project_mutex(env_dir, name):
         if not write_yml:
-            refuse_changed_yml(yml_path, env_yml_text, name)
+            refuse_changed_yml(yml_path, env_yml_text if replaces is None else replaces, name)
         write_lock(
             lock_path,
             solved,
@@ -168,6 +183,24 @@ def lock_environment(
             write_atomic(yml_path, yml_text)  # unchanged request: keep file and mtime
     outcome.written = True
     return outcome
+
+
+def _diff_against(
+    previous: Path, solved: dict[str, list[Any]], pip_locked: dict[str, list[Any]]
+) -> LockDiff:
+    """The lock diff of this solve against the lock at `previous` (none there, or one envtool
+    cannot read: a first lock, everything added)."""
+    from envtool.adapters.lockfile.lock_io import read_lock
+    from envtool.core.lock_diff import diff_locks, solution_as_lock
+    from envtool.errors import UsageError
+
+    old = None
+    if previous.is_file():
+        try:
+            old = read_lock(previous)
+        except UsageError as exc:
+            note(f"note: {exc.message}; the lock diff lists every package as added")
+    return diff_locks(old, solution_as_lock(solved, pip_locked))
 
 
 def request_from_yml(
@@ -192,7 +225,13 @@ def request_from_yml(
             f"note: {source}: pip {moved} installed from conda instead (the planned torch build; "
             "pip would overwrite it)"
         )
-    return merge_request(spec, ask, flags, stored)
+    request = merge_request(spec, ask, flags, stored)
+    if not request.channels:  # none from a flag, the file or the last lock: the settings'
+        from envtool.adapters.config import configured_channels
+
+        if configured := configured_channels():
+            request = replace(request, channels=configured)
+    return request
 
 
 def _probe_host_facts(request: Request) -> HostFacts | None:

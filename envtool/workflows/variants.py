@@ -47,6 +47,7 @@ class VariantOutcome:
     state: str  # fresh | written | dry-run
     plan_text: list[str] = field(default_factory=list)
     packages: dict[str, int] = field(default_factory=dict)
+    diff: Any = None  # core.lock_diff.LockDiff against the variant's lock on disk (solved only)
 
 
 @dataclass
@@ -117,8 +118,11 @@ def lock_variants(
     force: bool = False,
     dry_run: bool = False,
     cache_dir: Path | None = None,
+    replaces: str | None = None,
 ) -> VariantsOutcome:
-    """Solve, verify and write every requested variant and the index (see the module docstring)."""
+    """Solve, verify and write every requested variant and the index (see the module docstring).
+    `replaces`: the environment.yml on disk that `yml_text` (an edit: add, drop) takes the place
+    of, written with the variant locks, under the mutex."""
     env_dir, _, main_lock = project_env_paths(name, directory)
     try:
         old = read_index(env_dir)
@@ -161,14 +165,17 @@ def lock_variants(
                 results.append(VariantOutcome(v, env_dir / lock_name, "fresh"))
                 continue
             results.append(
-                _lock_one(name, yml_text, source, request, v, torch, staging, dry_run, cache_dir)
-            )
+                _lock_one(
+                    name, yml_text, source, request, v, torch, staging, dry_run, cache_dir,
+                    env_dir / lock_name,
+                )
+            )  # fmt: skip
         if dry_run:
             return VariantsOutcome(
                 name, env_dir, requested, torch, results, None, True, False, notes
             )
         assert staging is not None
-        index = _install_variants(name, env_dir, yml_text, results, requested, torch, old)
+        index = _install_variants(name, env_dir, yml_text, results, requested, torch, old, replaces)
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
@@ -233,6 +240,7 @@ def _lock_one(
     staging: Path | None,
     dry_run: bool,
     cache_dir: Path | None,
+    previous: Path,
 ) -> VariantOutcome:
     from envtool.core.plan import render_plan
     from envtool.workflows.lock import lock_environment
@@ -251,6 +259,7 @@ def _lock_one(
             dry_run=dry_run,
             cache_dir=cache_dir,
             lock_name=lock_name,
+            previous=previous,
         )
     except EnvtoolError as exc:  # which variant failed, in the one line
         cls = DiagnosedFailure if isinstance(exc, DiagnosedFailure) else UsageError
@@ -261,6 +270,7 @@ def _lock_one(
         "dry-run" if dry_run else "written",
         render_plan(outcome.plan) if outcome.plan else [],
         outcome.packages,
+        outcome.diff,
     )
 
 
@@ -272,6 +282,7 @@ def _install_variants(
     requested: tuple[str, ...],
     torch: str | None,
     old: VariantIndex | None,
+    replaces: str | None = None,
 ) -> VariantIndex:
     """Move the staged locks beside environment.yml, drop the locks of variants no longer asked
     for, and write the index — under the project mutex, so two locks never interleave."""
@@ -283,7 +294,9 @@ def _install_variants(
 
     with hold_project_mutex(env_dir, name):
         # the variants were solved from yml_text before this wait, as `lock` solves
-        refuse_changed_yml(env_dir / "environment.yml", yml_text, name)
+        refuse_changed_yml(
+            env_dir / "environment.yml", yml_text if replaces is None else replaces, name
+        )
         rows = []
         for r in results:
             final = env_dir / lock_file_name(r.name)
@@ -298,6 +311,10 @@ def _install_variants(
         rows.sort(key=lambda v: variant_sort_key(v.name))
         index = VariantIndex(name, requested, torch, tuple(rows))
         write_index(env_dir, index)
+        if replaces is not None and replaces != yml_text:  # the edit lands with its locks
+            from envtool.adapters.files import write_atomic
+
+            write_atomic(env_dir / "environment.yml", yml_text)
     return index
 
 

@@ -1,9 +1,11 @@
-"""README stays honest: every `envtool` command in its code blocks parses, and the safe ones run.
+"""README and the docs stay honest: every `envtool` command in their code blocks parses, and the
+safe ones run.
 
-The commands are found by readme_commands.py (its docstring has the extractor's rules).
-Each command is parsed by the real click CLI (group, then subcommand, `make_context` only: no
-callback runs). The handful that need no GPU, no network and no remote channel (create uses the
-local fixture channel it names) then run for real in a tmp dir.
+The commands are found by readme_commands.py (its docstring has the extractor's rules and the
+pages it reads: README.md and docs/). Each command is parsed by the real click CLI (group, then
+subcommand, `make_context` only: no callback runs). The handful that need no GPU, no network and
+no remote channel (create uses the local fixture channel it names) then run for real in a tmp
+dir. README's walkthrough runs whole in tests/install/test_walkthrough.py.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import click
 import pytest
 from readme_commands import (
     COMMANDS,
+    PAGES,
     README_TEXT,
     SYNOPSES,
     Command,
@@ -25,46 +28,28 @@ from readme_commands import (
     blocks,
     envtool_argvs,
     extract,
+    parse_error,
     readme_command,
+    resolve,
 )
 
 from envtool.cli import _click_cli
 
 RunCli = Callable[..., tuple[int, str, str]]  # conftest's run_cli fixture
 
-# The README has ~40 commands; fewer means the extractor broke (or README lost most of them).
-MIN_COMMANDS = 30
-
-
-def _resolve(argv: tuple[str, ...]) -> tuple[click.Context, str, click.Command, list[str]]:
-    """The group's context and the subcommand with its arguments (group options parsed)."""
-    group = _click_cli()
-    # the group's options are all flags, so the subcommand is the first word not an option
-    split = next((i for i, word in enumerate(argv) if not word.startswith("-")), len(argv))
-    ctx = group.make_context("envtool", list(argv))
-    name, sub, args = group.resolve_command(ctx, list(argv[split:]))
-    assert name is not None and sub is not None
-    return ctx, name, sub, args
-
-
-def parse_error(command: Command) -> str | None:
-    """Why click refuses the command (None: it parses). Parses only; runs no callback."""
-    try:
-        ctx, name, sub, args = _resolve(command.argv)
-        with ctx, sub.make_context(name, args, parent=ctx, resilient_parsing=False):
-            pass
-    except click.ClickException as exc:
-        return exc.format_message()
-    return None
+# README and the docs have ~60 commands; fewer means the extractor broke (or the pages lost most).
+MIN_COMMANDS = 40
 
 
 def _id(item: Command | Synopsis) -> str:
-    return f"L{item.line}:{item.text[:60]}"
+    return f"{item.page}:L{item.line}:{item.text[:60]}"
 
 
-def test_extractor_finds_the_readme_commands() -> None:
+def test_extractor_finds_the_commands_of_readme_and_the_docs() -> None:
     assert len(COMMANDS) >= MIN_COMMANDS, [c.text for c in COMMANDS]
-    assert SYNOPSES, "README's synopsis lines (envtool doctor [NAME] ...) were not recognised"
+    assert SYNOPSES, "the docs' synopsis lines (envtool init [DEST] ...) were not recognised"
+    assert {c.page for c in COMMANDS} >= {"README.md", "docs/guide/launch.md"}
+    assert not any(page.startswith("docs/evidence/") for page in PAGES)  # records, not instructions
 
 
 @pytest.fixture
@@ -85,16 +70,18 @@ def no_callbacks(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("command", COMMANDS, ids=_id)
 def test_readme_command_parses(command: Command) -> None:
     error = parse_error(command)
-    assert error is None, f"README.md:{command.line}: `{command.text}`: {error}"
+    assert error is None, f"{command.page}:{command.line}: `{command.text}`: {error}"
 
 
 @pytest.mark.parametrize("synopsis", SYNOPSES, ids=_id)
 def test_readme_synopsis_names_real_options(synopsis: Synopsis) -> None:
     (argv,) = list(envtool_argvs(synopsis.text))
-    _, _, sub, _ = _resolve(tuple(argv[:1]))
+    _, _, sub, _ = resolve(tuple(argv[:1]))
     known = {opt for param in sub.params for opt in (*param.opts, *param.secondary_opts)}
     named = set(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", synopsis.text))
-    assert named <= known, f"README.md:{synopsis.line}: unknown options {sorted(named - known)}"
+    assert named <= known, (
+        f"{synopsis.page}:{synopsis.line}: unknown options {sorted(named - known)}"
+    )
 
 
 SAMPLE = """\
@@ -152,7 +139,7 @@ def test_a_wrong_readme_command_is_caught(tmp_path: Path, fake: str, says: str) 
     copy = tmp_path / "README.md"
     copy.write_text(README_TEXT + f"\n```bash\n{fake}   # new\n```\n", encoding="utf-8")
     commands, _ = extract(copy.read_text(encoding="utf-8"))
-    assert len(commands) == len(COMMANDS) + 1
+    assert len(commands) == len(extract(README_TEXT)[0]) + 1
     bad = commands[-1]
     assert bad.line == len(README_TEXT.splitlines()) + 3
     error = parse_error(bad)
@@ -162,7 +149,7 @@ def test_a_wrong_readme_command_is_caught(tmp_path: Path, fake: str, says: str) 
 # Commands that run for real: offline, no GPU, no conda channel (or only the local fixture one),
 # writing only into the test's tmp dir. Each group runs in order in a fresh directory.
 RUNNABLE = {
-    "quick start": [
+    "cheat sheet": [
         "envtool init train.py --template lm",
         "envtool launch train.py --dry-run",
         "envtool launch train.py --slurm --cpu --nodes 1 --nproc 2 --dry-run",
@@ -170,11 +157,26 @@ RUNNABLE = {
     "templates": ["envtool init --list", "envtool init --template lm"],
     "ddp": ["envtool init train.py", "envtool launch train.py --dry-run"],
     "inspect": ["envtool inspect environment.yml", "envtool inspect rapids.yml"],
+    "doctor record and replay": [
+        "envtool doctor --record bug-1234/",
+        # what-if: this CPU torch (the test extra's) on a host with a driver is doctor's FAIL
+        ("envtool doctor --replay bug-1234/ --driver 535.54.03", 1),
+    ],
+}
+# The same, slow: a real CPU run through torchrun, then the run history of the launch guide.
+RUNNABLE_SLOW = {
+    "launch on the cpu": [
+        "envtool init train.py",
+        "envtool launch train.py --cpu -- --max-steps 20",
+        "envtool runs",
+        "envtool runs --json",
+        "envtool logs",
+    ],
 }
 
 
 def readme_files(text: str) -> dict[str, str]:
-    """Files README's transcripts write with `cat > F <<'EOF'` or `printf '...' > F`."""
+    """Files a page's transcripts write with `cat > F <<'EOF'` or `printf '...' > F`."""
     files: dict[str, str] = {}
     for block in blocks(text):
         lines = iter(line for _, line in block)
@@ -189,27 +191,46 @@ def readme_files(text: str) -> dict[str, str]:
     return files
 
 
-def _run_all(texts: list[str], run_cli: RunCli, cwd: Path) -> None:
-    for text in texts:
+def _run_all(texts: list[str | tuple[str, int]], run_cli: RunCli, cwd: Path) -> None:
+    """Each command in order; a (text, code) pair expects that exit code instead of 0."""
+    for item in texts:
+        text, expected = item if isinstance(item, tuple) else (item, 0)
         command = readme_command(text)
         rc, out, err = run_cli(list(command.argv), cwd)
-        assert rc == 0, f"README.md:{command.line}: `{text}` exited {rc}: {out}{err}"
+        assert rc == expected, f"{command.page}:{command.line}: `{text}` exited {rc}: {out}{err}"
+
+
+def _run_group(texts: list[str | tuple[str, int]], run_cli: RunCli, tmp_path: Path) -> None:
+    for text in PAGES.values():
+        for name, content in readme_files(text).items():
+            (tmp_path / name).write_text(content, encoding="utf-8")
+    _run_all(texts, run_cli, tmp_path)
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("group", RUNNABLE)
 def test_safe_readme_commands_run(group: str, run_cli: RunCli, tmp_path: Path) -> None:
-    for name, content in readme_files(README_TEXT).items():
-        (tmp_path / name).write_text(content, encoding="utf-8")
-    _run_all(RUNNABLE[group], run_cli, tmp_path)
-    if group in ("quick start", "templates", "ddp"):
+    _run_group(RUNNABLE[group], run_cli, tmp_path)
+    if group in ("cheat sheet", "templates", "ddp"):
         assert (tmp_path / "train.py").is_file()
+    if group == "doctor record and replay":
+        assert (tmp_path / "bug-1234" / "host.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("group", RUNNABLE_SLOW)
+def test_safe_slow_doc_commands_run(group: str, run_cli: RunCli, tmp_path: Path) -> None:
+    _run_group(RUNNABLE_SLOW[group], run_cli, tmp_path)
+    (manifest,) = tmp_path.glob("runs/*/manifest.json")
+    assert '"exit_code": 0' in manifest.read_text()
 
 
 @pytest.mark.integration
 def test_readme_create_and_export_run(fixtures: Path, run_cli: RunCli, tmp_path: Path) -> None:
     """The create example solves against the local fixture channel it names; export reads its
-    lock. Its --dir goes to tmp (README writes /tmp/proj); its ../shared/fixtures is the fixture."""
+    lock. Its --dir goes to tmp (the guide writes /tmp/proj); its ../shared/fixtures is the
+    fixture."""
     create = readme_command(
         "envtool create demo --no-install --cuda 12.6 --profile ddp --dir /tmp/proj"
         " --driver 580.65.06 --gpu 9.0"
@@ -220,7 +241,7 @@ def test_readme_create_and_export_run(fixtures: Path, run_cli: RunCli, tmp_path:
     channel = argv.index("--channel") + 1
     argv[channel] = str(fixtures / argv[channel].removeprefix("../shared/fixtures/"))
     rc, out, err = run_cli(argv, tmp_path)
-    assert rc == 0, f"README.md:{create.line}: exited {rc}: {out}{err}"
+    assert rc == 0, f"{create.page}:{create.line}: exited {rc}: {out}{err}"
     assert (tmp_path / "environments" / "demo" / "conda-lock.yml").is_file()
     _run_all(
         [

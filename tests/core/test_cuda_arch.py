@@ -128,7 +128,7 @@ def test_a_kepler_refusal_names_each_reason_once(conda_forge: str, run_cli, tmp_
     """--gpu 3.5 is never planned as CUDA 12 (done in 3c1c77b); the refusal said 'CUDA 12 dropped
     Kepler' once per CUDA 12 line the channel has (three times on this fixture)."""
     rc, _, err = run_cli(
-        ["create", "k", "--no-install", "--dry-run", "--gpu", "3.5", "--driver", DRIVER,
+        ["create", "k", "--no-install", "--dry-run", "--gpu", "3.5", "--driver", "470.82.01",
          "--channel", conda_forge],
         tmp_path,
     )  # fmt: skip
@@ -222,9 +222,13 @@ def test_the_pytorch_channel_keeps_the_official_lists(harvested: Path, run_cli, 
 def test_a_kepler_gpu_with_cuda_12_stays_refused_on_conda_forge() -> None:
     """conda-forge's lists do not rescue Kepler: CUDA 12 dropped it, and no 12.x list has sm_3x."""
     for cuda in ("12.6", "12.9"):
-        with pytest.raises(UsageError) as err:
-            plan_environment(Request(cuda=cuda, driver=DRIVER, gpus=("3.7",)), None, None)
+        with pytest.raises(UsageError) as err:  # on R470, Kepler's last branch
+            plan_environment(Request(cuda=cuda, driver="470.82.01", gpus=("3.7",)), None, None)
         assert "CUDA 12 dropped Kepler (sm_37)" in err.value.message
+        assert (err.value.hint or "").startswith("pass --cuda 11.8")  # never "upgrade the driver"
+        with pytest.raises(UsageError) as err:  # a K80 on R580 cannot exist
+            plan_environment(Request(cuda=cuda, driver=DRIVER, gpus=("3.7",)), None, None)
+        assert "R470 is the last driver branch for Kepler" in err.value.message
         assert not cu.arch_covered("3.7", cu.build_archs("conda-forge", cuda) or ())
 
 
@@ -316,7 +320,10 @@ def test_a_solution_without_the_gpus_arch_is_refused(conda_forge: str, cuda_line
     assert verify_solution(pp, solved, gpus=("9.0", "8.6"), driver=DRIVER) == []
     assert verify_solution(pp, solved, gpus=("12.0",), driver=DRIVER) == []  # via compute_90
     assert verify_solution(pp, solved) == []  # no GPU known: nothing to judge
-    problems = verify_solution(pp, solved, gpus=("9.0", "3.7"), driver=DRIVER, available=cuda_lines)
+    # a K80 beside an A10, on R470 (Kepler's last branch)
+    problems = verify_solution(
+        pp, solved, gpus=("8.6", "3.7"), driver="470.82.01", available=cuda_lines
+    )
     assert [p.check for p in problems] == ["gpu-arch"]
     (p,) = problems
     assert p.message == (
@@ -324,7 +331,10 @@ def test_a_solution_without_the_gpus_arch_is_refused(conda_forge: str, cuda_line
         "sm_86 sm_89 sm_90 compute_90) has no kernels for GPU sm_37"
     )
     assert p.hint == "pass --cuda 11.8 (its builds cover sm_37)"
+    # a K80 beside an RTX 5090: R470 is Kepler's last branch, Blackwell needs R570 or newer
     old = verify_solution(
         pp, solved, gpus=("3.7", "12.0"), driver="560.28.03", available=cuda_lines
     )
-    assert old[0].hint == "upgrade the NVIDIA driver to ≥ 570.26 for this GPU (sm_120)"
+    assert "no driver drives both sm_37 (last branch R470) and sm_120 (needs ≥ 570.26)" in (
+        old[0].hint or ""
+    )

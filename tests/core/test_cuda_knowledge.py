@@ -50,6 +50,10 @@ TORCH_CUDA = {
     "2.9": ("12.6", "12.8", "13.0"),
     "2.10": ("12.6", "12.8", "13.0"),
     "2.11": ("12.6", "12.8", "13.0"),
+    "2.12": ("12.6", "13.0", "13.2"),  # pytorch#178665
+    "2.13": ("12.6", "13.0", "13.2"),  # no RFC found: 2.12's matrix (marked unverified)
+    "2.14": ("12.6", "13.0", "13.2"),  # pytorch#190355
+    "2.15": ("13.0", "13.2"),  # pytorch#190385: cu126 dropped
 }
 
 # CUDA of the linux-64 wheel a plain `pip install torch==X.Y.*` gets from PyPI (cuda_data.json
@@ -76,6 +80,10 @@ PYPI_DEFAULT = {
     "2.9": "12.8",
     "2.10": "12.8",
     "2.11": "13.0",
+    "2.12": "13.0",
+    "2.13": "13.0",  # sources disagree (design.md: 13.2); pytorch#190355: 13.2 from 2.14
+    "2.14": "13.2",
+    "2.15": "13.2",
 }
 
 
@@ -199,7 +207,8 @@ def test_conda_forge_rows_are_the_feedstock_lists() -> None:
     ]
     for r, (_, _, _, text, commit, _, _) in zip(rows, CONDA_FORGE_LISTS, strict=True):
         assert r.archs == cuda.parse_arch_list(text)
-        source = cuda.load_cuda_data().sources[_row_source("cuda_archs_conda_forge", r.cuda)]
+        keys = _row_source("cuda_archs_conda_forge", r.cuda).split()
+        source = cuda.load_cuda_data().sources[keys[0]]
         assert commit in source and text in source, source  # the source quotes the list
 
 

@@ -12,6 +12,7 @@ from envtool.core.checks import (
     check_deep_allreduce,
     check_deep_matmul,
     check_dev_shm,
+    check_driver_vs_gpu,
     check_gpu_arch_covered,
     check_install_state,
     check_ld_library_path,
@@ -319,10 +320,14 @@ def test_checks_never_raise_on_odd_facts():
 def test_overall_and_ids_are_stable():
     checks = run_checks(H100, cuda_env(is_available=True, device_count=2))
     assert overall(checks) == "ok"
-    assert [c.id for c in checks][:4] == [
+    # causes before symptoms: the GPU's own driver limits and its architecture come before the
+    # driver-vs-CUDA check (no driver adds kernels to a build)
+    assert [c.id for c in checks][:6] == [
         "install-state",
         "torch-present",
         "nvidia-driver",
+        "driver-vs-gpu",
+        "gpu-arch-covered",
         "driver-vs-torch-cuda",
     ]
     assert all(c.id == c.id.lower() and " " not in c.id for c in checks)
@@ -418,14 +423,27 @@ def test_deep_skips_without_gpus():
 
 def test_kepler_gpu_gets_the_newest_cuda_that_still_builds_sm_37():
     host = HostFacts(
-        driver_version="535.54.03", gpus=[GpuFacts(index=0, name="Tesla K80", capability="3.7")]
+        driver_version="470.82.01", gpus=[GpuFacts(index=0, name="Tesla K80", capability="3.7")]
     )
     env = cuda_env("2.1.0+cu121", "12.1")
     c = check_gpu_arch_covered(host, env)
     assert c.status == "fail" and "Tesla K80" in c.summary
-    # 11.8 builds still run a K80: PyTorch's cu118 wheels carry sm_37, conda-forge's sm_35
+    # 11.8 builds still run a K80 (R470 runs 11.8 through minor-version compatibility):
+    # PyTorch's cu118 wheels carry sm_37, conda-forge's sm_35
     assert c.fix == "envtool create NAME --cuda 11.8"
     assert pick_cuda_for_driver(host, env) == "11.8"
+    # architecture before driver: the headline is the missing kernels, and the driver check's
+    # fix is the same CUDA, never "upgrade the driver" (no driver runs cu121 on a K80)
+    checks = run_checks(host, env)
+    assert headline(checks) == c.summary
+    drv = check_by_id(checks, "driver-vs-torch-cuda")
+    assert drv.status == "fail" and "--cuda 11.8" in drv.fix
+    assert not drv.fix.startswith("upgrade")
+    # a K80 on R535 cannot be: R470 is Kepler's last branch
+    impossible = HostFacts(driver_version="535.54.03", gpus=host.gpus)
+    ceiling = check_driver_vs_gpu(impossible, env)
+    assert ceiling.status == "fail" and "R470 is the last driver branch for Kepler" in ceiling.summary
+    assert "install an R470 driver" in ceiling.fix and "--cuda 11.8" in ceiling.fix
 
 
 def test_pip_cuda_wheel_over_conda_cpu_build_is_judged_by_what_python_imports():

@@ -157,7 +157,7 @@ def test_cli_plain_pypi_torch_newer_than_the_table_is_cuda_of_unknown_version(
     assert problem.startswith(
         "torch==2.99.0: PyPI's default linux-64 wheel of torch 2.99 is a CUDA"
     )
-    assert "stops at torch 2.11" in problem
+    assert "stops at torch 2.15" in problem
     assert "--index-url https://download.pytorch.org/whl/cuXYZ" in problem
     assert "`+cuXYZ` local version" in problem
     assert text.startswith(
@@ -365,7 +365,7 @@ def test_unpinned_pypi_torch_is_a_cuda_build_that_changes_with_the_install_day(l
     assert (ask.flavor, ask.cuda, ask.gpu_required) == ("pip-wheel", None, True)
     [problem] = ask.problems
     assert problem.startswith(f"{line}: torch is not pinned")
-    assert "(torch 2.11: CUDA 13.0, which needs driver ≥ 580.65.06)" in problem
+    assert "(torch 2.15: CUDA 13.2, which needs driver ≥ 595.45.04)" in problem
     assert "pin torch==X.Y.Z" in problem
 
 
@@ -377,7 +377,7 @@ def test_upper_bounded_pypi_torch_is_not_read_as_the_newest_release(line: str) -
     assert (ask.flavor, ask.cuda, ask.gpu_required) == ("pip-wheel", None, True)
     [problem] = ask.problems
     assert problem.startswith(f"{line}: torch is not pinned")
-    assert "2.11" not in problem and "13.0" not in problem and "580" not in problem
+    assert "2.15" not in problem and "13.2" not in problem and "595" not in problem
     assert "newest release the range allows" in problem
     assert "pin torch==X.Y.Z" in problem
 

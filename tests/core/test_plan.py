@@ -185,15 +185,15 @@ def test_a_kepler_gpu_is_never_planned_with_cuda_12(fixtures) -> None:
     """CUDA 12.0 dropped sm_35/sm_37: --gpu 3.5 plans a CUDA 11 build and says why, and an
     explicit --cuda 12.x is refused with that reason."""
     builds = _builds_from_fixture(fixtures)
-    plan = plan_environment(Request(driver="580.65.06", gpus=("3.5",)), None, builds)
+    plan = plan_environment(Request(driver="470.57.02", gpus=("3.5",)), None, builds)
     assert plan.cuda is not None and parse_version(plan.cuda) < parse_version("12")
     assert any("CUDA 12 dropped Kepler (sm_35)" in n for n in plan.notes), plan.notes
     with pytest.raises(UsageError) as err:
-        plan_environment(Request(cuda="12.6", driver="580.65.06", gpus=("3.5",)), None, builds)
+        plan_environment(Request(cuda="12.6", driver="470.57.02", gpus=("3.5",)), None, builds)
     assert "CUDA 12 dropped Kepler (sm_35): the last CUDA for it is 11.x" in err.value.message
     assert f"pass --cuda {plan.cuda}" in (err.value.hint or "")
     with pytest.raises(UsageError) as err:  # only CUDA 12 builds: no CUDA build at all
-        plan_environment(Request(cuda="12", driver="580.65.06", gpus=("3.7",)), None, builds)
+        plan_environment(Request(cuda="12", driver="470.57.02", gpus=("3.7",)), None, builds)
     assert "CUDA 12 dropped Kepler" in err.value.message
     assert "--cuda cpu" in (err.value.hint or "")
 

@@ -140,12 +140,18 @@ def test_what_if_driver_535_names_the_newer_variants_it_cannot_run() -> None:
 
 
 def test_volta_skips_a_variant_whose_builds_dropped_sm_70() -> None:
-    choice = choose_variant("595.71.05", [HostGpu("7.0", "Tesla V100")], FULL)
+    # on R580, Volta's last branch (a V100 on R595 is a host that cannot exist: see below)
+    two = index("cpu", "cuda12.6", "cuda13.0")
+    choice = choose_variant("580.95.05", [HostGpu("7.0", "Tesla V100")], two)
     assert choice.variant.name == "cuda12.6"
     assert (
-        "cuda12.9 builds carry sm_75 sm_80 sm_86 sm_90 sm_100 sm_120, not Tesla V100 (sm_70)"
-        in (choice.reason)
+        "cuda13.0 builds carry sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 compute_120, not "
+        "Tesla V100 (sm_70)" in choice.reason
     )
+    with pytest.raises(UsageError) as exc:
+        choose_variant("595.71.05", [HostGpu("7.0", "Tesla V100")], two)
+    assert "R580 is the last driver branch for Volta" in exc.value.message
+    assert "install an R580 driver" in (exc.value.hint or "")
 
 
 def test_ptx_jit_covers_a_newer_gpu_and_arch_specific_code_does_not() -> None:
@@ -170,8 +176,10 @@ def test_kepler_nothing_fits_names_the_variant_to_add() -> None:
         choose_variant("470.82.01", k80, cuda12)
     assert "none of demo's variants runs here" in exc.value.message
     assert "not Tesla K80 (sm_37)" in exc.value.message
-    # the newest CUDA whose official builds still carry sm_37 that driver 470 runs natively
-    assert "envtool lock demo --variants cpu,cuda11.3,cuda12.6,cuda12.9" in exc.value.hint
+    # the newest CUDA line conda-forge (lock's default channel) built whose arch list carries
+    # sm_3x and that driver 470 runs: 11.8 (compat); never cuda11.3, which it never built
+    assert "envtool lock demo --variants cpu,cuda11.8,cuda12.6,cuda12.9" in exc.value.hint
+    assert "cuda11.3" not in exc.value.hint
     assert "envtool install demo --variant cpu" in exc.value.hint
 
 

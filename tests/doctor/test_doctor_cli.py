@@ -130,10 +130,12 @@ def test_replay_with_an_old_driver_fails_with_the_fix(h200_record: Path):
     proc = envtool("doctor", "--replay", str(h200_record), "--driver", "470.182.03")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
+    # the cause first: no driver of the 470 branch drives a Hopper GPU (then the CUDA mismatch)
     assert lines[0] == (
-        "envtool doctor: FAIL — torch 2.11.0+cu130 needs driver ≥ 580.65.06 (CUDA 13.0); "
-        "driver 470.182.03 runs CUDA ≤ 11.4 natively (≤ 11.8 with minor-version compatibility)"
+        "envtool doctor: FAIL — driver 470.182.03 cannot drive NVIDIA H200, sm_90: it needs "
+        "≥ 520.61.05"
     )
+    assert any("torch 2.11.0+cu130 needs driver ≥ 580.65.06 (CUDA 13.0)" in x for x in lines)
     # no driver of the 470 branch drives a Hopper GPU: no CUDA build is suggested (issue 12)
     assert not any("--cuda" in x for x in lines), proc.stdout
     assert any(

@@ -159,12 +159,13 @@ def test_variant_needs_a_name_and_an_index(project: Path, env: dict[str, str]) -
 
 @pytest.mark.slow
 def test_readme_one_lock_many_machines_runs(fixtures: Path, tmp_path: Path, env) -> None:
-    """README's "One lock, many machines" transcript, run for real on the fixture channel (after
-    README's create example): each command's printed lines are what it prints; `ENVTOOL_DRIVER_VERSION=…`
-    prefixes are applied; /tmp/proj is this test's folder; `…` stands for any text."""
+    """The "One lock for every host" tutorial's transcript, run for real on the fixture channel
+    (after the create guide's example): each command's printed lines are what it prints;
+    `ENVTOOL_DRIVER_VERSION=…` prefixes are applied; /tmp/proj is this test's folder; `…` stands
+    for any text."""
     import shlex
 
-    from readme_commands import README_TEXT, blocks, readme_command
+    from readme_commands import blocks, page_text, readme_command
 
     proj = str(tmp_path)
     fixture_channel = "../shared/fixtures/"
@@ -180,7 +181,7 @@ def test_readme_one_lock_many_machines_runs(fixtures: Path, tmp_path: Path, env)
 
     block = next(
         [line for _, line in b]
-        for b in blocks(README_TEXT)
+        for b in blocks(page_text("docs/tutorials/one-lock-every-host.md"))
         if any("--variants auto" in line for _, line in b)
     )
     steps: list[tuple[str, list[str]]] = []
@@ -293,3 +294,42 @@ def test_a_bundle_carries_every_variant_and_chooses_offline(
     )
     assert r.returncode == 0, r.stderr
     assert installed_build(env) == "BUILD = 'cpu'\n"
+
+
+def test_bundle_dry_run_refuses_a_hand_edited_variant_lock_like_the_bundle(
+    project: Path, env: dict[str, str]
+) -> None:
+    """The dry run makes the bundle's own checks (plan_variant_bundle): a variant lock edited
+    by hand since it was indexed is refused by both, in the same line, and nothing is written."""
+    lock = project / "environments" / "demo" / "conda-lock.cuda12.6.yml"
+    lock.write_text(lock.read_text() + "# edited by hand\n")
+    bundle = project / "bundle"
+    dry = run_envtool("bundle", "demo", "-o", str(bundle), "--dry-run", env=env, cwd=project)
+    real = run_envtool("bundle", "demo", "-o", str(bundle), env=env, cwd=project)
+    for r in (dry, real):
+        assert r.returncode == 2, r.stderr
+        assert f"{lock}: changed since it was indexed" in r.stderr
+    assert dry.stderr == real.stderr
+    assert not bundle.exists()
+
+
+def test_bundle_dry_run_refuses_a_lock_entry_without_a_hash(
+    project: Path, env: dict[str, str]
+) -> None:
+    """--lock FILE: an entry with no hash cannot be verified; the dry run says so as the bundle
+    does, instead of listing the files."""
+    src = project / "environments" / "demo" / "conda-lock.cpu.yml"
+    lock = project / "nohash.yml"
+    lines = [
+        line
+        for line in src.read_text().splitlines(keepends=True)
+        if not line.strip().startswith(("sha256:", "md5:"))
+    ]
+    lock.write_text("".join(lines))
+    bundle = project / "bundle"
+    dry = run_envtool("bundle", "--lock", str(lock), "-o", str(bundle), "--dry-run", env=env)
+    real = run_envtool("bundle", "--lock", str(lock), "-o", str(bundle), env=env)
+    for r in (dry, real):
+        assert r.returncode == 2, r.stderr
+        assert "package(s) have no hash" in r.stderr
+    assert not bundle.exists()

@@ -913,7 +913,8 @@ def test_progress_watch_names_the_rank_silent_longest(
             (rank_dir / name).write_text("x")
             os.utime(rank_dir / name, (now - age, now - age))
     said: list[str] = []
-    watch = ProgressWatch(plan, hang_timeout=30.0, say=said.append)
+    alive = {local: "S" for local in range(4)}.copy  # four live workers, none stopped
+    watch = ProgressWatch(plan, hang_timeout=30.0, say=said.append, read_states=lambda _: alive())
     assert watch.check() is True
     assert watch.hang is not None and watch.hang.label == expected
     assert watch.hang.all_silent >= 40.0 and watch.hang.rank_silent >= 90.0

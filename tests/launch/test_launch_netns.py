@@ -73,9 +73,16 @@ FAKE_TORCH = (
 
 
 def launch(
-    ns: str | None, veth: str | None, args: list[str], marker: str, fake_torch: bool = False
+    ns: str | None,
+    veth: str | None,
+    args: list[str],
+    marker: str,
+    fake_torch: bool = False,
+    token: str | None = None,
 ) -> subprocess.Popen[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ENVTOOL_TEST_MARKER": marker}
+    # the run's pre-flight secret, the same on every node (as a user exports it)
+    env["ENVTOOL_PREFLIGHT_TOKEN"] = token or "netns-" + marker
     if veth:
         env["GLOO_SOCKET_IFNAME"] = veth  # gloo must use the veth, not the host's hostname address
     prefix = ["ip", "netns", "exec", ns] if ns else []
@@ -172,14 +179,23 @@ def test_two_namespaces_rendezvous_and_match_a_single_node_run(
 
 
 def run_nodes(
-    two_nodes: list[tuple[str, str]], tmp_path: Path, node_args: list[list[str]], fake: int = -1
+    two_nodes: list[tuple[str, str]],
+    tmp_path: Path,
+    node_args: list[list[str]],
+    fake: int = -1,
+    tokens: tuple[str | None, ...] = (None, None),
 ) -> list[tuple[int, str]]:
     """Start one envtool per given args list (node i in namespace i), wait for all to end;
     [(exit code, stderr)]. Nothing is left running."""
     marker = uuid.uuid4().hex
     procs = [
         launch(
-            ns, veth, [*args, "--run-dir", str(tmp_path / f"n{i}")], marker, fake_torch=i == fake
+            ns,
+            veth,
+            [*args, "--run-dir", str(tmp_path / f"n{i}")],
+            marker,
+            fake_torch=i == fake,
+            token=tokens[i],
         )
         for i, ((ns, veth), args) in enumerate(zip(two_nodes, node_args, strict=False))
     ]
@@ -269,3 +285,24 @@ def test_skip_checks_bypasses_the_pre_flight(
     for code, err in results:
         assert code == 0, err
         assert "pre-flight" not in err
+
+
+@pytest.mark.slow
+def test_a_node_with_another_token_ends_both_nodes_naming_the_token(
+    two_nodes: list[tuple[str, str]], tmp_path: Path
+) -> None:
+    """Node 1 exported another ENVTOOL_PREFLIGHT_TOKEN: it stops at once, before it sends its
+    fingerprint; the head drops it, notes the drop, and ends at its time-out saying so."""
+    tokens = ("the-head-has-this-token", "node-one-has-another-token")
+    (head_code, head_err), (code, err) = run_nodes(
+        two_nodes, tmp_path, [node(0, timeout="6"), node(1, timeout="6")], tokens=tokens
+    )
+    assert (head_code, code) == (1, 1)
+    assert f"the head {HEAD}:29400 does not hold this node's ENVTOOL_PREFLIGHT_TOKEN" in (
+        one_error_line(err)
+    )
+    assert f"dropped a connection from {WORKER}: its hello does not carry" in head_err
+    assert "joined: none; 1 connection(s) dropped without this run's ENVTOOL_PREFLIGHT_TOKEN" in (
+        one_error_line(head_err)
+    )
+    assert not list(tmp_path.glob("n*/*/torchrun"))

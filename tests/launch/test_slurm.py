@@ -722,44 +722,44 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_last_periodic_checkpoi
 # --- multi-node pre-flight in the batch script -------------------------------------------------
 
 
-def preflight_argv(tmp_path: Path, python: str, port: int) -> list[str]:
-    """The batch script's pre-flight srun line for 2 nodes, as the words srun would run (the
-    batch shell's $head/$port/$SLURM_NNODES expanded to this host)."""
-    from envtool.adapters.launch.preflight import script_source
-
-    req = slurm_req(cpu=True, gpus_per_node=None, python=python)
-    req.preflight_script = script_source()
-    req.rdzv_timeout = 10
-    text = render_sbatch(req)
-    start = text.index("srun --kill-on-bad-exit=1 --ntasks-per-node=1 " + python + " -I -c ")
-    end = text.index(' "$SLURM_NNODES" 10\n', start) + len(' "$SLURM_NNODES" 10')
-    command = text[start:end].split(" ", 3)[3]  # after srun and its two options
-    words = subprocess.run(
-        ["bash", "-c", f"head=127.0.0.1 port={port} SLURM_NNODES=2; printf '%s\\0' {command}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\0")[:-1]
-    assert words[1:3] == ["-I", "-c"] and words[-4:] == ["127.0.0.1", str(port), "2", "10"]
-    return words
+# srun as the pre-flight step uses it: one task per node (SLURM_NODEID 0, 1), each with the
+# environment srun was given; node 1 may run another python ($NODE1_PYTHON)
+SRUN_STAND_IN = """
+srun() {
+  while [[ $1 == --* ]]; do shift; done
+  printf '%s' "$ENVTOOL_PREFLIGHT_TOKEN" > "$OUT/token"
+  SLURM_NODEID=0 "$@" 2> "$OUT/0.err" & a=$!
+  SLURM_NODEID=1 "${NODE1_PYTHON:-$1}" "${@:2}" 2> "$OUT/1.err" & b=$!
+  ra=0; wait "$a" || ra=$?; rb=0; wait "$b" || rb=$?
+  echo "$ra $rb" > "$OUT/rc"
+}
+"""
 
 
 def run_preflight_nodes(tmp_path: Path, pythons: list[str]) -> list[subprocess.CompletedProcess]:
-    """Each node's pre-flight (SLURM_NODEID 0, 1) with its own python, concurrently."""
+    """The batch script's pre-flight lines for 2 nodes, run by bash as written (the token made
+    there, srun a stand-in starting each node's task with the environment it was given), with
+    $head/$port set to this host: each node's exit code and stderr."""
+    from envtool.adapters.launch.preflight import script_source
+
+    req = slurm_req(cpu=True, gpus_per_node=None, python=pythons[0])
+    req.preflight_script = script_source()
+    req.rdzv_timeout = 10
+    text = render_sbatch(req)
+    start = text.index("preflight_token=$(")
+    end = text.index("unset preflight_token", start)
     (port,) = _free_ports(1)
-    procs = []
-    for node, python in enumerate(pythons):
-        argv = preflight_argv(tmp_path, python, port)
-        env = {"PATH": os.environ["PATH"], "SLURM_NODEID": str(node)}
-        procs.append(
-            subprocess.Popen(
-                argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-        )
-    outs = [p.communicate(timeout=60) for p in procs]
+    out = tmp_path / "preflight"
+    out.mkdir()
+    env = {"PATH": os.environ["PATH"], "OUT": str(out), "NODE1_PYTHON": pythons[1]}
+    body = f"set -euo pipefail\nhead=127.0.0.1 port={port} SLURM_NNODES=2\n{text[start:end]}"
+    subprocess.run(["bash", "-c", SRUN_STAND_IN + body], env=env, check=True, timeout=60)
+    codes = (out / "rc").read_text().split()
+    token = (out / "token").read_text()
+    assert len(token) == 64 and token not in text  # made by the job, per job: 256 random bits
     return [
-        subprocess.CompletedProcess(p.args, p.returncode, out, err)
-        for p, (out, err) in zip(procs, outs, strict=True)
+        subprocess.CompletedProcess([], int(codes[i]), "", (out / f"{i}.err").read_text())
+        for i in range(2)
     ]
 
 

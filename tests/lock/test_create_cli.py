@@ -375,7 +375,9 @@ def _with_cuda(args: list[str], flag: str) -> list[str]:
         (["--cuda", "13.0", "--driver", "560.28.03"], "--cuda 12.9"),  # minor-version compat
         # V100: CUDA 13 dropped Volta; conda-forge's 12.9 builds carry sm_70 (its own arch list)
         (["--cuda", "13.0", "--driver", "580.65.06", "--gpu", "7.0"], "--cuda 12.9"),
-        (["--cuda", "12.6", "--driver", "580.65.06", "--gpu", "3.5"], "--cuda cpu"),  # Kepler
+        # Kepler on its last branch (R470): CUDA 12 dropped it; 11.x builds carry sm_35 but do
+        # not solve with the default profile here
+        (["--cuda", "12.6", "--driver", "470.57.02", "--gpu", "3.5"], "--cuda cpu"),
         (["--cuda", "12.6", "--driver", "470.57.02", "--gpu", "9.0"], "--cuda cpu"),  # Hopper
     ],
 )

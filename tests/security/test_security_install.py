@@ -23,8 +23,9 @@ from conftest import run_envtool, start_envtool
 
 from envtool.adapters import mutex
 from envtool.adapters.install import install_state
+from envtool.adapters.install.fetch import InstallReport, fetch_verified
 from envtool.adapters.install.installed import compute_drift
-from envtool.adapters.install.installer import InstallReport, fetch_verified, install_from_lock
+from envtool.adapters.install.installer import install_from_lock
 from envtool.adapters.lockfile.lock_io import read_lock
 from envtool.errors import DiagnosedFailure, UsageError
 
@@ -676,7 +677,7 @@ def test_a_rattler_panic_is_one_line_without_a_backtrace(
     """rattler 0.28 panics ('Expected just reordering', path_resolver/src/lib.rs:476) linking a
     package that ships a conda-meta record; envtool now refuses such a package before rattler
     sees it, so the check is switched off here to reach the panic and its capture."""
-    from envtool.adapters.install import installer
+    from envtool.adapters.install import archive_check, installer
 
     record = json.loads(next((demo / "conda-meta").glob("python_abi-*.json")).read_text())
     record.update(name="x", version="1", build="0", fn="x-1-0.conda", files=[])
@@ -689,7 +690,7 @@ def test_a_rattler_panic_is_one_line_without_a_backtrace(
         tmp_path / "evil.yml", cb.solve_records(channel, ["evil"], cuda=None), channel.as_uri()
     )
     monkeypatch.setattr(
-        installer, "read_archive_contents", lambda *_: installer.ArchiveContents({}, None)
+        installer, "read_archive_contents", lambda *_: archive_check.ArchiveContents({}, None)
     )
     capfd.readouterr()
     with pytest.raises(DiagnosedFailure) as err:
@@ -744,10 +745,10 @@ def test_a_decompression_bomb_in_the_info_part_is_refused_after_a_bounded_read(
 
     import zstandard
 
-    from envtool.adapters.install import installer
+    from envtool.adapters.install import archive_check
     from envtool.core.lockfile import LockedPackage
 
-    monkeypatch.setattr(installer, "_SCAN_LIMIT", 1 << 20)
+    monkeypatch.setattr(archive_check, "_SCAN_LIMIT", 1 << 20)
     tar = io.BytesIO()
     with tarfile.open(fileobj=tar, mode="w") as tf:
         big = tarfile.TarInfo("info/aaa-padding")
@@ -764,10 +765,10 @@ def test_a_decompression_bomb_in_the_info_part_is_refused_after_a_bounded_read(
         zf.writestr("pkg-bomb-1-0.tar.zst", zstandard.ZstdCompressor().compress(b""))
     pkg = LockedPackage("bomb", "1", "conda", "linux-64", archive.as_uri(), build="0")
     with pytest.raises(UsageError) as err:
-        installer.read_archive_contents(archive, pkg)
+        archive_check.read_archive_contents(archive, pkg)
     assert "no info/index.json in the first 1 MiB" in err.value.message
-    monkeypatch.setattr(installer, "_SCAN_LIMIT", 64 << 20)
-    assert installer.read_archive_contents(archive, pkg).index["name"] == "bomb"
+    monkeypatch.setattr(archive_check, "_SCAN_LIMIT", 64 << 20)
+    assert archive_check.read_archive_contents(archive, pkg).index["name"] == "bomb"
 
 
 def test_bundling_again_into_a_dir_with_a_planted_link_is_refused(

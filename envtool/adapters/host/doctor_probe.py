@@ -111,7 +111,9 @@ def read_install_facts(env: EnvFacts, prefix: Path, with_drift: bool) -> None:
     if not with_drift or env.install_state != "complete":
         return
     lock_path = env.install_lock
-    if not lock_path or not Path(lock_path).is_file():
+    from envtool.adapters.lockfile.pixi_lock import lock_file_exists
+
+    if not lock_path or not lock_file_exists(lock_path):  # a pixi.lock's: <file>#environment=
         return
     try:
         from envtool.adapters.install.installed import compute_drift

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from envtool.adapters.files import write_atomic
-from envtool.adapters.install.installer import InstallReport, fetch_verified
+from envtool.adapters.install.fetch import InstallReport, fetch_verified
 from envtool.adapters.locate import default_cache_dir, valid_env_name
 from envtool.adapters.lockfile.lock_io import read_lock
 from envtool.core.lockfile import Lock, LockedPackage
@@ -55,6 +55,24 @@ def bundle_platforms(lock: Lock, platforms: list[str] | None) -> list[str]:
     return plats
 
 
+def plan_bundle(
+    lock_path: Path, out_dir: Path, platforms: list[str] | None
+) -> tuple[Lock, list[str], dict[str, list[LockedPackage]]]:
+    """Every check a bundle makes before it writes (the lock read strictly, the platforms it
+    holds, a hash on every entry, no planted link in DIR): `bundle --dry-run` and write_bundle
+    both call it, so a dry run that says OK is a bundle that starts. Raises UsageError."""
+    lock = read_lock(lock_path)
+    plats = bundle_platforms(lock, platforms)
+    per_platform = {plat: lock.hashed_for_platform(plat) for plat in plats}
+    _refuse_planted_links(Path(out_dir), plats)
+    return lock, plats, per_platform
+
+
+def plan_bundle_files(per_platform: dict[str, list[LockedPackage]]) -> list[str]:
+    """The archive names a planned bundle carries, each once."""
+    return sorted({p.file_name for pkgs in per_platform.values() for p in pkgs})
+
+
 def write_bundle(
     lock_path: Path,
     out_dir: Path,
@@ -65,13 +83,10 @@ def write_bundle(
 ) -> dict[str, Any]:
     """Fetch (or reuse from the cache) every locked file for the platforms, verify, copy, index.
     `name` (the environment's) is recorded in DIR/bundle.json for `install --from DIR`."""
-    lock = read_lock(lock_path)
-    plats = bundle_platforms(lock, platforms)
-    per_platform = {plat: lock.hashed_for_platform(plat) for plat in plats}  # before writing
+    lock, plats, per_platform = plan_bundle(lock_path, out_dir, platforms)  # before writing
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     out_dir = Path(out_dir)
     created = not out_dir.exists()
-    _refuse_planted_links(out_dir, plats)
     try:
         data = _fill_bundle(lock, plats, per_platform, cache, out_dir, progress)
         data["name"] = name

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from envtool.adapters.proc import run_capture
 from envtool.adapters.solve.rattler_solve import one_line
-from envtool.core.lockfile import PipPackage, SolvedPackage
+from envtool.core.lockfile import LockedPackage, PipPackage, SolvedPackage
 from envtool.core.pip_lock import parse_pylock, python_platform, requirements_text
-from envtool.errors import UsageError
+from envtool.errors import DiagnosedFailure, UsageError
 
 # conda package -> the pip distributions it provides (only the ones pip must never replace)
 TORCH_FAMILY = {"pytorch": "torch", "torchvision": "torchvision", "torchaudio": "torchaudio"}
@@ -124,3 +124,48 @@ def _conda_python(conda: list[SolvedPackage]) -> str:
     raise UsageError(
         "the environment has a pip section but no python", "add python to the dependencies"
     )
+
+
+def install_pip(
+    pkgs: list[LockedPackage], urls: dict[str, str], prefix: Path, uv_cache: Path
+) -> None:
+    from envtool.adapters.install import install_state
+    from envtool.adapters.locate import python_in
+    from envtool.adapters.proc import run_capture
+    from envtool.core.pip_lock import pip_requirements
+
+    python = python_in(prefix)
+    if not python.exists():
+        raise DiagnosedFailure(
+            f"the lock has pip packages but {prefix} has no python",
+            "add python to the environment's conda dependencies and re-lock",
+        )
+    req = install_state.envtool_meta_dir(prefix) / "pip-requirements.txt"
+    from envtool.adapters.files import write_atomic
+
+    write_atomic(req, pip_requirements(pkgs, urls, "the lock"))  # the one checked writer
+    offline = all(urls[p.file_name].startswith("file://") for p in pkgs)
+    argv = [
+        uv_binary(),
+        "pip",
+        "install",
+        "--python",
+        str(python),
+        "--no-deps",
+        "--require-hashes",
+        "--link-mode",
+        "copy",
+        "--cache-dir",
+        str(uv_cache),
+        "-r",
+        str(req),
+    ]
+    if offline:
+        argv.insert(3, "--offline")
+    proc = run_capture(argv, timeout=1800)
+    if not proc.ok:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise DiagnosedFailure(
+            f"pip part of the install failed: {' | '.join(tail)}",
+            "the environment is marked incomplete; fix the cause and run the install again",
+        )

@@ -32,6 +32,7 @@ from envtool.core.launch_plan import (
     parse_last_traceback,
     parse_root_cause,
 )
+from envtool.core.runs import MAX_LINE_BYTES, LineSplitter
 from envtool.errors import DiagnosedFailure, UsageError
 
 GRACE_SECONDS = 20.0  # after a forwarded Ctrl-C/SIGTERM: time for ranks to checkpoint and exit
@@ -148,12 +149,14 @@ def apply_launch(
     stdout_to_stderr: bool = False,
     on_started: Callable[[], None] | None = None,
     hang_timeout: float | None = None,
+    startup_grace: float | None = None,
 ) -> LaunchOutcome:
     """Run the plan's torchrun, forward SIGINT/SIGTERM, clean up, report the first failure.
 
     `on_started` runs once torchrun is on its way (manifest facts are gathered there, off the
     path to the ranks' first step); signals are already being forwarded by then. No rank log
-    growing for a while is warned about; for `hang_timeout` seconds, the run is stopped."""
+    growing for a while is warned about; for `hang_timeout` seconds, the run is stopped (before
+    any rank printed anything: for `startup_grace` seconds, default STARTUP_GRACE_SECONDS)."""
     run_dir = Path(plan.run_dir)
     make_run_dir(run_dir)
     console = console if console is not None else sys.stderr.buffer
@@ -202,7 +205,7 @@ def apply_launch(
                 on_started()
             merged = MergedLog(plan)
             merged.start()
-            watch = ProgressWatch(plan, hang_timeout)
+            watch = ProgressWatch(plan, hang_timeout, startup_grace=startup_grace)
             watches.append(watch)
             code = _wait(proc, received, grace, watch)
         except BaseException:  # e.g. on_started failed: never leave the run going unwatched
@@ -300,7 +303,7 @@ class MergedLog:
         self.plan = plan
         self.path = path or Path(plan.run_dir) / MERGED_LOG
         self.offsets: dict[Path, int] = {}
-        self.partial: dict[Path, bytes] = {}
+        self.splitters: dict[Path, LineSplitter] = {}  # per rank file: its unfinished line
         self.labels: dict[tuple[str, int], bytes] = {}  # (attempt dir, local rank) -> prefix
         self.out: IO[bytes] | None = None
         self._workers: dict[int, tuple[int, int]] | None = None
@@ -356,17 +359,15 @@ class MergedLog:
                 continue
             grew = True
             self.offsets[path] = self.offsets.get(path, 0) + len(data)
-            data = self.partial.pop(path, b"") + data
-            lines = data.split(b"\n")
-            rest = lines.pop()
-            if rest:
-                self.partial[path] = rest
+            # a line past 64 KiB (a progress bar's \r redraws) is cut: bounded, linear
+            lines = self.splitters.setdefault(path, LineSplitter()).feed(data)
             if lines:
                 self._write(path, lines)
         if final:
-            for path, rest in sorted(self.partial.items()):
-                self._write(path, [rest])
-            self.partial.clear()
+            for path, splitter in sorted(self.splitters.items()):
+                rest = splitter.flush()
+                if rest:
+                    self._write(path, rest)
         return grew
 
     def _write(self, path: Path, lines: list[bytes]) -> None:
@@ -431,22 +432,30 @@ def read_worker_ranks(run_id: str, proc_root: Path = Path("/proc")) -> dict[int,
 
 
 HANG_WARN_SECONDS = 300.0  # no rank log grew this long: say so (without --hang-timeout too)
+# before any rank printed anything (imports, data loading, compiling, the rendezvous) silence is
+# start-up, not a hang: judged against this (--startup-grace) instead of --hang-timeout
+STARTUP_GRACE_SECONDS = 600.0
 
 
 @dataclass
 class Hang:
-    rank: int  # the rank silent longest: the likely one stuck (the others wait on it)
-    label: str  # "rank 3", or "local rank 1 on this node" when the node's rank is not known
+    rank: int  # the first rank named (the manifest's failed_rank)
+    label: str  # "rank 1", "ranks 1 and 3", or "local rank 1 on this node" (node rank unknown)
     rank_silent: float  # seconds since its log last grew
-    all_silent: float  # seconds since any rank's log grew
+    all_silent: float  # seconds since any rank's log grew (or since the start, in start-up)
     log: str | None
+    ranks: list[int] = field(default_factory=list)  # every rank named
+    why: str = ""  # "its process is stopped (…)", "its log stopped growing first", …
+    startup: bool = False  # no rank had printed anything: --startup-grace ran out
 
 
 class ProgressWatch:
     """Progress = a rank's log files (stdout.log/stderr.log of the latest attempt) grew, read
-    from their mtimes. A hung collective silences every rank, so the run counts as stuck when
-    no rank's log grew; the rank silent longest is named (it stopped first). A script that
-    prints on rank 0 only is fine: rank 0's log growing is progress for the run."""
+    from their mtimes and sizes. A hung collective silences every rank, so the run counts as
+    stuck when no rank's log grew; then the rank(s) named are those whose process is stopped,
+    else those whose log stopped growing first (core/runs.find_stalled_ranks). A script that
+    prints on rank 0 only is fine: rank 0's log growing is progress for the run. Until some
+    rank has printed anything the run is starting up, with its own, longer bound."""
 
     def __init__(
         self,
@@ -454,67 +463,131 @@ class ProgressWatch:
         hang_timeout: float | None,
         warn_after: float = HANG_WARN_SECONDS,
         say: Callable[[str], None] | None = None,
+        startup_grace: float | None = None,
+        read_states: Callable[[str], dict[int, str]] | None = None,
     ) -> None:
         from envtool.output import note
 
         self.plan = plan
+        self.read_states = read_states or read_worker_states  # local rank -> process state
         self.timeout = hang_timeout
         self.warn_after = min(warn_after, hang_timeout / 2) if hang_timeout else warn_after
+        self.startup_grace = (
+            startup_grace
+            if startup_grace is not None
+            else max(STARTUP_GRACE_SECONDS, hang_timeout or 0.0)
+        )
         self.say = say or note
         self.warned = False
         self.next_scan = 0.0
+        self.started = time.time()
         self.hang: Hang | None = None
 
     def check(self) -> bool:
-        """Look (at most once a second); True once the run is stuck past the time-out."""
+        """Look (at most once a second); True once the run is stuck past the time-out (or,
+        before any rank printed, past the start-up grace)."""
         if time.monotonic() < self.next_scan:
             return False
         self.next_scan = time.monotonic() + 1.0
-        last = self._last_writes()
-        if not last:
-            return False  # no worker yet (rendezvous, startup): nothing to judge
+        sizes = self._last_writes()
         now = time.time()
-        silent = now - max(last.values())
-        local = min(last, key=lambda r: (last[r], r))
-        rank = local + (self.plan.node_rank or 0) * self.plan.nproc_per_node
-        # c10d numbers nodes as they join: without --node-rank only the local rank is known
-        known = self.plan.nnodes == 1 or self.plan.node_rank is not None
-        label = f"rank {rank}" if known else f"local rank {local} on this node"
-        if silent < self.warn_after:
+        wrote = {r: t for r, (t, size) in sizes.items() if size > 0}
+        startup = not wrote
+        silent = now - (max(wrote.values()) if wrote else self.started)
+        warn_after = self.startup_grace / 2 if startup else self.warn_after
+        limit = self.startup_grace if startup else self.timeout
+        if silent < warn_after:
             self.warned = False
-        elif not self.warned:
+            return False
+        if not self.warned:
             self.warned = True
-            stop = (
-                f"--hang-timeout stops it at {self.timeout:g} s"
-                if self.timeout
-                else "Ctrl-C stops it; --hang-timeout SECONDS stops such a run by itself"
+            ranks, _ = self._stalled(wrote, list(sizes))
+            if startup:
+                what = f"no rank has printed anything for {silent:.0f} s (starting up"
+                stop = f"--startup-grace stops it at {self.startup_grace:g} s"
+            else:
+                what = f"no rank's log has grown for {silent:.0f} s ({self._label(ranks)}"
+                what += " silent longest" if len(ranks) == 1 else " silent longest together"
+                stop = f"--hang-timeout stops it at {self.timeout:g} s"
+            if not self.timeout:
+                stop = "Ctrl-C stops it; --hang-timeout SECONDS stops such a run by itself"
+            self.say(f"envtool: warning: {what}); still waiting — {stop}")
+        if self.timeout and limit and silent >= limit:
+            states = self.read_states(self.plan.run_id)
+            if not startup and not states:
+                return False  # every rank has ended: torchrun is wrapping up, nothing hangs
+            ranks, why = self._stalled(wrote, list(sizes), states)
+            first = ranks[0] if ranks else 0
+            log = find_rank_logs(Path(self.plan.log_dir)).get(str(first))
+            self.hang = Hang(
+                rank=first + (self.plan.node_rank or 0) * self.plan.nproc_per_node,
+                label=self._label(ranks),
+                rank_silent=now - wrote.get(first, self.started),
+                all_silent=silent,
+                log=log,
+                ranks=[r + (self.plan.node_rank or 0) * self.plan.nproc_per_node for r in ranks],
+                why=why,
+                startup=startup,
             )
-            self.say(
-                f"envtool: warning: no rank's log has grown for {silent:.0f} s ({label} "
-                f"silent longest); still waiting — {stop}"
-            )
-        if self.timeout and silent >= self.timeout:
-            log = find_rank_logs(Path(self.plan.log_dir)).get(str(local))
-            self.hang = Hang(rank, label, now - last[local], silent, log)
             return True
         return False
 
-    def _last_writes(self) -> dict[int, float]:
-        out: dict[int, float] = {}
+    def _stalled(
+        self, wrote: dict[int, float], every: list[int], states: dict[int, str] | None = None
+    ) -> tuple[list[int], str]:
+        from envtool.core.runs import find_stalled_ranks
+
+        states = self.read_states(self.plan.run_id) if states is None else states
+        stopped = [local for local, state in states.items() if state in ("T", "t")]
+        return find_stalled_ranks(wrote, stopped, every or sorted(states))
+
+    def _label(self, ranks: list[int]) -> str:
+        from envtool.core.runs import render_ranks
+
+        # c10d numbers nodes as they join: without --node-rank only the local rank is known
+        known = self.plan.nnodes == 1 or self.plan.node_rank is not None
+        offset = (self.plan.node_rank or 0) * self.plan.nproc_per_node
+        return render_ranks(ranks, offset, known) if ranks else "no rank had started"
+
+    def _last_writes(self) -> dict[int, tuple[float, int]]:
+        """local rank -> (its logs' latest mtime, their total size)."""
+        out: dict[int, tuple[float, int]] = {}
         try:
             logs = find_rank_logs(Path(self.plan.log_dir))
         except OSError:  # an attempt folder torchrun is replacing right now
             return out
         for local, stderr_log in logs.items():
-            times = []
+            times, size = [], 0
             for name in ("stdout.log", "stderr.log"):
                 try:
-                    times.append(Path(stderr_log).with_name(name).stat().st_mtime)
+                    st = Path(stderr_log).with_name(name).stat()
                 except OSError:
-                    pass
+                    continue
+                times.append(st.st_mtime)
+                size += st.st_size
             if times:
-                out[int(local)] = max(times)
+                out[int(local)] = (max(times), size)
         return out
+
+
+def read_worker_states(run_id: str, proc_root: Path = Path("/proc")) -> dict[int, str]:
+    """local rank -> the state letter of its worker process (/proc/PID/stat: R, S, D, T
+    stopped, t traced, Z), of this run's workers alive now; a rank with a stopped process
+    (its dataloader workers share its LOCAL_RANK) reads as stopped."""
+    out: dict[int, str] = {}
+    needle = f"{RUN_MARKER_VAR}={run_id}".encode()
+    for pid in pids_with_environ(needle, proc_root):
+        environ = _read_environ(proc_root / str(pid)) or b""
+        env = dict(e.split(b"=", 1) for e in environ.split(b"\0") if b"=" in e)
+        try:
+            local = int(env[b"LOCAL_RANK"])
+            stat = (proc_root / str(pid) / "stat").read_text()
+        except (KeyError, ValueError, OSError):
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields and out.get(local) not in ("T", "t"):
+            out[local] = fields[0]
+    return out
 
 
 def _signal_group(pid: int, signum: int) -> None:
@@ -545,22 +618,35 @@ def _copy_stream(
         log = open(log_path, "ab")  # noqa: SIM115  (closed below, whatever happens)
     except OSError as exc:
         errors.append(RunDirError(log_path, exc))
-    for line in iter(src.readline, b""):
-        if log is not None:
-            try:
-                log.write(line)
-                log.flush()
-            except OSError as exc:
-                errors.append(RunDirError(log_path, exc))
-                log = _close_quietly(log)
+    # read in pieces of at most one line's cap: a rank's \r progress with no newline (tee'd
+    # by torchrun) is never held whole; the console gets every piece, launcher.log whole lines
+    # (a longer one cut, marked)
+    lines = LineSplitter()
+    for piece in iter(lambda: src.readline(MAX_LINE_BYTES), b""):
+        log = _append_lines(log, log_path, lines.feed(piece), errors)
         signame = stopped_by() if stopped_by is not None else None
         if signame is not None:
-            shown = after_stop.feed(line, signame)
+            shown = after_stop.feed(piece, signame)
         else:
-            shown = crash.feed(line) if crash is not None else [line]
+            shown = crash.feed(piece) if crash is not None else [piece]
         _to_console(console, shown)
     _to_console(console, after_stop.flush())
-    _close_quietly(log)
+    _close_quietly(_append_lines(log, log_path, lines.flush(), errors))
+
+
+def _append_lines(
+    log: IO[bytes] | None, log_path: Path, lines: list[bytes], errors: list[RunDirError]
+) -> IO[bytes] | None:
+    """Write whole lines to launcher.log; the log, or None once it stopped taking writes."""
+    if log is None or not lines:
+        return log
+    try:
+        log.write(b"".join(line + b"\n" for line in lines))
+        log.flush()
+    except OSError as exc:
+        errors.append(RunDirError(log_path, exc))
+        return _close_quietly(log)
+    return log
 
 
 def _to_console(console: IO[bytes], lines: list[bytes]) -> None:

@@ -1,5 +1,6 @@
 """Multi-node pre-flight: before torchrun, every node checks in with the head on the rendezvous
-port and compares a fingerprint (torch, CUDA, NCCL, lock hash) with it.
+port and compares a fingerprint (torch, CUDA, NCCL, lock hash) with it, every message
+authenticated by the run's shared token (ENVTOOL_PREFLIGHT_TOKEN; docs/multi-node-security.md).
 
 torchrun alone waits up to 900 s for a head that never starts or a port nobody listens on, and
 a node with another torch fails late with an obscure collective error. The exchange itself is
@@ -10,13 +11,15 @@ reader for what arrives from the network and the fingerprint read from the envir
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from envtool.adapters.launch import preflight_script as script
-from envtool.errors import DiagnosedFailure
+from envtool.errors import DiagnosedFailure, UsageError
 
 compare = script.compare
+TOKEN_VAR = script.TOKEN_VAR
 SCRIPT = Path(script.__file__)
 
 
@@ -59,7 +62,6 @@ def read_nccl_version(prefix: Path | None) -> str | None:
 def _parse(line: bytes, source: str) -> Any:
     """A line from another node: envtool's strict reader (bounded depth, no duplicate keys)."""
     from envtool.core.safe_load import parse_json
-    from envtool.errors import UsageError
 
     try:
         return parse_json(line, f"pre-flight message from {source}")
@@ -67,22 +69,51 @@ def _parse(line: bytes, source: str) -> Any:
         return None
 
 
-def run_head(
-    host: str, port: int, nnodes: int, fingerprint: dict[str, Any], timeout: float
-) -> None:
-    """Node 0: see preflight_script.run_head. Raises PreflightFailure."""
+def read_token(environ: Mapping[str, str]) -> bytes:
+    """The run's shared secret from ENVTOOL_PREFLIGHT_TOKEN; UsageError (exit 2, before anything
+    starts) when it is missing or too short."""
     try:
-        script.run_head(host, port, nnodes, fingerprint, timeout, parse=_parse)
+        return script.check_token(environ.get(TOKEN_VAR))
+    except script.PreflightError as exc:
+        raise UsageError(exc.message, exc.hint) from None
+
+
+def render_new_token() -> str:
+    """A fresh token for `launch --dry-run` to print: 256 random bits."""
+    import secrets
+
+    return secrets.token_hex(32)
+
+
+def run_head(
+    host: str,
+    port: int,
+    nnodes: int,
+    fingerprint: dict[str, Any],
+    timeout: float,
+    token: bytes,
+) -> None:
+    """Node 0: see preflight_script.run_head; dropped connections are noted on stderr. Raises
+    PreflightFailure."""
+    from envtool.output import note
+
+    try:
+        script.run_head(host, port, nnodes, fingerprint, timeout, token, parse=_parse, log=note)
     except script.PreflightError as exc:
         raise PreflightFailure(exc.message, exc.hint) from None
 
 
 def run_node(
-    host: str, port: int, node_rank: int | None, fingerprint: dict[str, Any], timeout: float
+    host: str,
+    port: int,
+    node_rank: int | None,
+    fingerprint: dict[str, Any],
+    timeout: float,
+    token: bytes,
 ) -> None:
     """Any other node: see preflight_script.run_node. Raises PreflightFailure."""
     try:
-        script.run_node(host, port, node_rank, fingerprint, timeout, parse=_parse)
+        script.run_node(host, port, node_rank, fingerprint, timeout, token, parse=_parse)
     except script.PreflightError as exc:
         raise PreflightFailure(exc.message, exc.hint) from None
 

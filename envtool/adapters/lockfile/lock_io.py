@@ -1,20 +1,11 @@
-"""conda-lock.yml on disk: written (version 1) through conda-lock's own models and writer; read
-back into envtool's lock model (core/lockfile.py) by `read_lock`, the one reader.
-
-Written atomically: the file is rendered into a private temp folder beside the target (under the
-same name, so conda-lock's header names the real file) and moved into place with os.replace.
+"""conda-lock.yml on disk: written (version 1) as conda-lock's writer writes it
+(core/lock_render.py, held to conda-lock byte for byte in tests), atomically; read back into
+envtool's lock model (core/lockfile.py) by `read_lock`, the one reader.
 """
 
 from __future__ import annotations
 
 import hashlib
-import shutil
-import sys
-import tempfile
-import threading
-import types
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +17,6 @@ from envtool.core.lockfile import (
     LockedPackage,
     PipPackage,
     SolvedPackage,
-    dependency_map,
     entry_problem,
     file_name_of,
     parse_build_from_file_name,
@@ -34,49 +24,6 @@ from envtool.core.lockfile import (
     with_content_digest,
 )
 from envtool.errors import UsageError
-
-_preload: threading.Thread | None = None
-
-
-def _import_lockfile_module() -> types.ModuleType:
-    """conda_lock.lockfile without conda_lock/__init__.py, which imports conda-lock's whole CLI
-    (vendored poetry, conda solver: ~0.4 s) only to re-export `main`. The package is registered
-    as a lazy proxy that still resolves `conda_lock.main` and `__version__` on first use."""
-    if "conda_lock" not in sys.modules:
-        import importlib.util
-
-        spec = importlib.util.find_spec("conda_lock")
-        if spec is not None and spec.submodule_search_locations:
-            proxy = types.ModuleType("conda_lock")
-            proxy.__path__ = list(spec.submodule_search_locations)
-            proxy.__file__ = spec.origin
-            proxy.__spec__ = spec
-            proxy.__getattr__ = _conda_lock_attr  # type: ignore[method-assign]
-            sys.modules["conda_lock"] = proxy
-    import conda_lock.lockfile
-
-    return conda_lock.lockfile
-
-
-def _conda_lock_attr(name: str) -> object:
-    if name == "main":
-        from conda_lock.conda_lock import main
-
-        return main
-    if name == "__version__":
-        from importlib.metadata import version
-
-        return version("conda-lock")
-    raise AttributeError(f"module 'conda_lock' has no attribute {name!r}")
-
-
-def preload_lock_writer() -> None:
-    """Import conda-lock's models in a background thread while rattler solves (the import costs
-    about as much as the solve itself; rattler's work runs outside the GIL)."""
-    global _preload
-    if _preload is None and "conda_lock.lockfile" not in sys.modules:
-        _preload = threading.Thread(target=_import_lockfile_module, daemon=True)
-        _preload.start()
 
 
 def write_lock(
@@ -89,104 +36,20 @@ def write_lock(
     sources: list[str],
 ) -> None:
     """Render and atomically write conda-lock.yml. Deterministic: no time or git metadata."""
-    if _preload is not None:
-        _preload.join()
-    write_conda_lock_file = _import_lockfile_module().write_conda_lock_file
-    from conda_lock.lockfile.v1.models import HashModel, LockMeta
-    from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
-    from conda_lock.models.channel import Channel
+    from envtool.core.lock_render import render_lock_v1  # PyYAML: not on the no-op path
 
-    entries: list[LockedDependency] = []
-    for platform, pkgs in sorted(packages.items()):
-        for p in pkgs:
-            entries.append(
-                LockedDependency(
-                    name=p.name,
-                    version=p.version,
-                    manager="conda",
-                    platform=platform,
-                    dependencies=dependency_map(p.depends),
-                    url=p.url,
-                    hash=HashModel(md5=p.md5 or "", sha256=p.sha256),
-                    build=p.build,
-                    categories={"main"},
-                )
-            )
-    for platform, pkgs in sorted(pip_packages.items()):
-        for q in pkgs:
-            entries.append(
-                LockedDependency(
-                    name=q.name,
-                    version=q.version,
-                    manager="pip",
-                    platform=platform,
-                    dependencies={d: "*" for d in sorted(q.dependencies)},
-                    url=q.url,
-                    hash=HashModel(sha256=q.sha256),
-                    categories={"main"},
-                )
-            )
-    lock = Lockfile(
-        package=entries,
-        metadata=LockMeta(
-            content_hash=dict(sorted(content_hash.items())),
-            channels=[Channel.from_string(c) for c in channels],
-            platforms=sorted(packages),
-            sources=sources,
-            custom_metadata=dict(
-                sorted({**custom_metadata, KEY_DIGEST: DIGEST_PLACEHOLDER}.items())
-            ),
-        ),
+    text = render_lock_v1(
+        path.name,
+        packages,
+        pip_packages,
+        channels,
+        content_hash,
+        {**custom_metadata, KEY_DIGEST: DIGEST_PLACEHOLDER},
+        sources,
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmpdir = Path(tempfile.mkdtemp(prefix=".envtool-lock-", dir=path.parent))
-    try:
-        tmp = tmpdir / path.name
-        with _libyaml_emitter():
-            write_conda_lock_file(lock, tmp, metadata_choices=None)
-        # the lock's own content digest (lock --check: an edited url/sha256 is not fresh),
-        # written whole or not at all like every file envtool writes (fsync, then rename)
-        write_atomic(path, with_content_digest(tmp.read_bytes()))
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-
-
-@contextmanager
-def _libyaml_emitter() -> Iterator[None]:
-    """conda-lock's writer calls `yaml.dump` with PyYAML's pure-Python emitter: ~3/4 of `envtool
-    lock` at 1000 packages. For the length of the write, that call uses libyaml's emitter (same
-    representer, same bytes: tests/lock/test_lock_writer.py compares them on real locks), 4-7x
-    faster. Not for a document with non-ASCII text (a source path like /home/josé/…): there the two
-    emitters fold long escaped scalars at different places, so conda-lock's own emitter writes it.
-    A CLI process is single-threaded here (the preload thread was joined above)."""
-    import yaml
-
-    original, cdumper = yaml.dump, getattr(yaml, "CDumper", None)
-    if cdumper is None:  # PyYAML built without libyaml: conda-lock's writer as it is
-        yield
-        return
-
-    def dump(data: Any, stream: Any = None, Dumper: Any = cdumper, **kwds: Any) -> Any:  # noqa: N803
-        if not _all_ascii(data):  # the emitters fold long escaped non-ASCII scalars differently
-            Dumper = yaml.Dumper  # noqa: N806
-        return original(data, stream, Dumper=Dumper, **kwds)
-
-    yaml.dump = dump
-    try:
-        yield
-    finally:
-        yaml.dump = original
-
-
-def _all_ascii(obj: Any) -> bool:
-    """Every string in a dumped document is ASCII (keys included)."""
-    if isinstance(obj, str):
-        return obj.isascii()
-    if isinstance(obj, dict):
-        return all(_all_ascii(k) and _all_ascii(v) for k, v in obj.items())
-    if isinstance(obj, (list, tuple)):
-        return all(_all_ascii(v) for v in obj)
-    return True
+    # the lock's own content digest (lock --check: an edited url/sha256 is not fresh), written
+    # whole or not at all like every file envtool writes (fsync, then rename)
+    write_atomic(path, with_content_digest(text.encode()))
 
 
 def load_yaml(data: Any) -> Any:
@@ -197,18 +60,16 @@ def load_yaml(data: Any) -> Any:
     return yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
 
 
-def validate_lock_v2(content: dict[str, Any]) -> Any:
-    """A parsed `version: 2` lock (the version key removed) as conda-lock's Lockfile model,
-    without importing conda-lock's CLI. Raises pydantic's ValidationError (a ValueError)."""
-    return _import_lockfile_module().Lockfile.model_validate(content)
-
-
 def read_lock(lock_path: Path | str, follow_symlinks: bool = True) -> Lock:
-    """Read a conda-lock.yml into envtool's lock model: v1 with envtool's own reader (importing
-    conda-lock costs ~1.5 s per command), v2 through conda-lock's models. The one reader of
+    """Read a conda-lock.yml (version 1 or 2) into envtool's lock model, without conda-lock
+    (importing it costs ~1.5 s per command; tests check both agree). The one reader of
     install, bundle, verify/drift and export; tests check it agrees with conda-lock's parser.
     `follow_symlinks=False` (a bundle's lock): a symbolic link there is refused, not followed."""
     lock_path = Path(lock_path)
+    from envtool.adapters.lockfile.pixi_lock import read_pixi_lock, split_pixi_ref
+
+    if (pixi := split_pixi_ref(lock_path)) is not None:  # an env installed from a pixi.lock
+        return read_pixi_lock(pixi[0]).as_lock(pixi[1])
     if not follow_symlinks and lock_path.is_symlink():
         pass  # read_bytes refuses it in one line, whatever it points at
     elif lock_path.is_dir():
@@ -244,7 +105,7 @@ def read_lock(lock_path: Path | str, follow_symlinks: bool = True) -> Lock:
             problem = platform_problem(plat)
             if problem:
                 raise ValueError(f"metadata: {problem}")
-    except Exception as exc:  # missing keys, wrong types, pydantic: "not a usable lock"
+    except Exception as exc:  # missing keys, wrong types: "not a usable lock"
         raise UsageError(
             f"{lock_path}: invalid conda-lock file ({_first_line(exc)})",
             "regenerate it with `envtool lock NAME`",
@@ -277,7 +138,11 @@ def _lock_v1(content: dict[str, Any]) -> Lock:
         )
         for deps in entries.values()
     ]
-    meta = content["metadata"]
+    return _lock_meta(content["metadata"], packages)
+
+
+def _lock_meta(meta: dict[str, Any], packages: list[LockedPackage]) -> Lock:
+    """The metadata both versions share, around their packages."""
     return Lock(
         packages=packages,
         platforms=[str(p) for p in meta["platforms"]],
@@ -293,33 +158,14 @@ def _str_map(value: Any) -> dict[str, str]:
 
 
 def _lock_v2(content: dict[str, Any]) -> Lock:
-    """conda-lock v2 (and what conda-lock may add to it) through conda-lock's own models."""
-    lock = validate_lock_v2({k: v for k, v in content.items() if k != "version"})
-    packages = [
-        _locked_package(
-            {
-                "name": d.name,
-                "version": d.version,
-                "manager": d.manager,
-                "platform": d.platform,
-                "url": d.url,
-                "hash": {"sha256": d.hash.sha256, "md5": d.hash.md5},
-                "build": d.build,
-                "dependencies": d.dependencies,
-            },
-            "main" not in d.categories,
-        )
-        for d in lock.package
-    ]
-    meta = lock.metadata
-    return Lock(
-        packages=packages,
-        platforms=list(meta.platforms),
-        channels=[c.url for c in meta.channels],
-        sources=list(meta.sources or []),
-        content_hash=dict(meta.content_hash or {}),
-        custom_metadata=dict(meta.custom_metadata or {}),
-    )
+    """conda-lock v2: one entry per package with its `categories`; optional unless in `main`."""
+    packages = []
+    for dep in content["package"]:
+        categories = dep.get("categories") or []
+        if not isinstance(categories, list) or not all(isinstance(c, str) for c in categories):
+            raise ValueError(f"package {dep['name']!r}: categories is not a list of names")
+        packages.append(_locked_package(dep, "main" not in categories))
+    return _lock_meta(content["metadata"], packages)
 
 
 def _locked_package(dep: dict[str, Any], optional: bool) -> LockedPackage:

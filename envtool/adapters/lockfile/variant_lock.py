@@ -225,16 +225,8 @@ def write_variant_bundle(
     envtool that knows no variants installs), else the newest CUDA variant's."""
     from envtool.adapters.files import LOCK_FILE_LIMIT, read_bytes, write_atomic
     from envtool.adapters.install.bundle import write_bundle
-    from envtool.core.shell_quote import quote_posix
 
-    index = read_index(env_dir)
-    assert index is not None
-    problems = index_problems(env_dir, index)
-    if problems:
-        raise UsageError(
-            problems[0],
-            f"re-lock: `envtool lock {quote_posix(name)} --variants {','.join(index.requested)}`",
-        )
+    index, _ = plan_variant_bundle(env_dir, out_dir, name, platforms)
     # cpu last: write_bundle copies each lock to DIR/conda-lock.yml, the last one stays
     order = sorted(index.variants, key=lambda v: (v.cuda is None, variant_sort_key(v.name)))
     files: set[str] = set()
@@ -298,20 +290,27 @@ def doctor_variant_check(host: HostFacts, install_lock: str | None, env_label: s
     return check_installed_variant(installed, label, pick, None)
 
 
-def variant_bundle_files(env_dir: Path, platforms: list[str] | None) -> list[str]:
-    """What `bundle --dry-run` of a project with variant locks would carry: every variant's
-    files (each once)."""
-    from envtool.adapters.install.bundle import bundle_platforms
-    from envtool.adapters.lockfile.lock_io import read_lock
+def plan_variant_bundle(
+    env_dir: Path, out_dir: Path, name: str, platforms: list[str] | None
+) -> tuple[VariantIndex, list[str]]:
+    """Every check `bundle` of a project with variant locks makes before it writes: the index,
+    each lock the bytes it recorded, then each lock's own bundle checks (plan_bundle). The dry
+    run and write_variant_bundle both call it. The index and every variant's files (each once)."""
+    from envtool.adapters.install.bundle import plan_bundle, plan_bundle_files
+    from envtool.core.shell_quote import quote_posix
 
     index = read_index(env_dir)
     assert index is not None
+    problems = index_problems(env_dir, index)
+    if problems:
+        raise UsageError(
+            problems[0],
+            f"re-lock: `envtool lock {quote_posix(name)} --variants {','.join(index.requested)}`",
+        )
     files: set[str] = set()
     for v in index.variants:
-        lock = read_lock(env_dir / v.lock)
-        for plat in bundle_platforms(lock, platforms):
-            files.update(p.file_name for p in lock.for_platform(plat))
-    return sorted(files)
+        files.update(plan_bundle_files(plan_bundle(env_dir / v.lock, out_dir, platforms)[2]))
+    return index, sorted(files)
 
 
 def indexed_variants(env_dir: Path) -> str | None:

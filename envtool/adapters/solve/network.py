@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envtool.errors import UsageError
+from envtool.errors import UsageError, first_line
 
 if TYPE_CHECKING:
     from rattler import Config, Gateway
@@ -37,7 +37,7 @@ def rattler_config() -> Config | None:
         except Exception as exc:  # rattler raises its own error types for a bad file
             paths = ", ".join(str(p) for p, _ in Config.config_search_paths(TOOL))
             raise UsageError(
-                f"cannot read the rattler configuration: {_first_line(exc)}",
+                f"cannot read the rattler configuration: {first_line(exc)}",
                 f"fix the config.toml it names (envtool reads {paths})",
             ) from None
         _state["config"] = config if config.loaded_from else None
@@ -87,8 +87,3 @@ def download_concurrency() -> int:
 def reset() -> None:
     """Forget the client and config (tests that change RATTLER_AUTH_FILE in one process)."""
     _state.clear()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
