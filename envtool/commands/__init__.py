@@ -54,9 +54,15 @@ def _refuse_gpu_count(ctx: click.Context, _param: click.Parameter, value: str | 
     )
 
 
-# `create --gpus 2` is a user thinking of launch's count: say which flag means what
+# `create --gpus 2` is a user thinking of launch's count: say which flag means what. Its own
+# parameter name: named after the flag, it would be `gpus`, --gpu's, and be handed --gpu's values.
 gpus_mistake_option = click.option(
-    "--gpus", expose_value=False, hidden=True, callback=_refuse_gpu_count, is_eager=True
+    "--gpus",
+    "gpus_count_mistake",
+    expose_value=False,
+    hidden=True,
+    callback=_refuse_gpu_count,
+    is_eager=True,
 )
 
 
