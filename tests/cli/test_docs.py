@@ -41,6 +41,15 @@ def test_readme_is_a_newcomers_page() -> None:
     assert any(h.startswith("Ten minutes") for h in headings), headings
 
 
+def test_readmes_links_lead_to_pages_that_exist() -> None:
+    """README is read on GitHub, outside mkdocs' link checks: its relative links are checked here."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README_TEXT)
+    relative = [link for link in links if "://" not in link]
+    assert len(relative) >= 10, relative
+    missing = [link for link in relative if not (REPO / link).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
 def _commands_and_options() -> dict[str, set[str]]:
     """Every visible command with every visible option, as `envtool CMD --help` lists them."""
     group = _click_cli()
