@@ -73,10 +73,12 @@ def test_the_reference_names_every_command_and_option() -> None:
     text = _hook().render_reference()
     sections = dict(
         (m.group(1), m.group(2))
-        for m in re.finditer(r"^## envtool (\S+)\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
+        for m in re.finditer(r"^### envtool (\S+)\n(.*?)(?=^##|\Z)", text, re.MULTILINE | re.DOTALL)
     )
     expected = _commands_and_options()
     assert set(sections) == set(expected)
+    # in `envtool --help`'s workflow order: create first, under its section's heading
+    assert re.search(r"^## Environments\n+### envtool create\n", text, re.MULTILINE)
     for name, options in expected.items():
         for option in options:
             assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", sections[name]), (
