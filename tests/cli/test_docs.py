@@ -50,6 +50,25 @@ def test_readmes_links_lead_to_pages_that_exist() -> None:
     assert not missing, f"README.md links to files that do not exist: {missing}"
 
 
+# names in the code that are not variables a user meets: the env probe's output marker
+NOT_VARIABLES = {"ENVTOOL_PROBE_JSON"}
+
+
+def test_every_envtool_variable_in_the_code_is_documented() -> None:
+    """The environment-variables page lists every ENVTOOL_* name the code reads or sets."""
+    page = (REPO / "docs" / "reference" / "environment-variables.md").read_text()
+    names = {
+        name
+        for path in (REPO / "envtool").rglob("*.py")
+        for name in re.findall(r"\bENVTOOL_[A-Z][A-Z0-9_]*[A-Z0-9]\b", path.read_text())
+    }
+    assert len(names) >= 10, names
+    undocumented = sorted(n for n in names - NOT_VARIABLES if f"`{n}" not in page)
+    assert not undocumented, (
+        f"document these in docs/reference/environment-variables.md: {undocumented}"
+    )
+
+
 def _commands_and_options() -> dict[str, set[str]]:
     """Every visible command with every visible option, as `envtool CMD --help` lists them."""
     group = _click_cli()
