@@ -178,7 +178,8 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     assert "instead of &lt;envs dir&gt;/NAME" in page  # text on the page, not a swallowed tag
     # README's walkthrough is the getting-started page's, by inclusion (one text, no copy)
     started = _text(site / "getting-started" / "index.html")
-    assert "envtool create hello --cuda cpu --profile lm" in started
+    assert "envtool create hello --cuda cpu --profile lm" in started  # the walkthrough section
+    assert "uv tool install ." in started  # the install section
     assert "--8&lt;--" not in started and "--8<--" not in started
     assert not (site / "hooks").exists()  # the build hook is not published
 
