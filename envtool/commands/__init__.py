@@ -54,16 +54,15 @@ def _refuse_gpu_count(ctx: click.Context, _param: click.Parameter, value: str | 
     )
 
 
-# `create --gpus 2` is a user thinking of launch's count: say which flag means what. Its own
-# parameter name: named after the flag, it would be `gpus`, --gpu's, and be handed --gpu's values.
+# `create --gpus 2` is a user thinking of launch's count: say which flag means what
 gpus_mistake_option = click.option(
     "--gpus",
-    "gpus_count_mistake",
+    "gpu_count",
     expose_value=False,
     hidden=True,
     callback=_refuse_gpu_count,
     is_eager=True,
-)
+)  # its own name: create's `--gpu` is stored as `gpus`, and sharing it fed --gpu 8.0 here
 
 
 def env_name(
