@@ -63,8 +63,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # no section is listed under "Other commands" (none is ever hidden by being left out here).
 SECTIONS: list[tuple[str, list[str]]] = [
     ("Environments", ["create", "install", "list", "info", "run", "shell-hook", "remove"]),
+    ("Packages", ["add", "drop", "update"]),
     ("Locks & sharing", ["lock", "export", "bundle", "inspect"]),
-    ("Diagnose", ["doctor", "verify"]),
+    ("Diagnose", ["doctor", "verify", "config"]),
     ("Train & run", ["init", "launch", "runs", "logs"]),
 ]
 

@@ -25,7 +25,7 @@ LOCKS = [
     ("extra/konstantinjdobler__nlp-research-template__ppc64le.conda-lock.yml", "extra/konstantinjdobler__nlp-research-template__ppc64le.environment.yml"),
     ("extra/pangeo-data__pangeo-docker-images__pytorch-notebook__conda-lock@69a31d58.yml", "extra/pangeo-data__pangeo-docker-images__pytorch-notebook__environment@69a31d58.yml"),
 ]  # fmt: skip
-CUDA_GLOB = re.compile(r"^\*cuda(\d+(\.\d+)?)?\*$")
+CUDA_GLOB = re.compile(r"^\*(cuda(\d+(\.\d+)?)?|cpu)\*$")  # a CUDA build, or the CPU pin
 
 
 def _project(fixtures: Path, tmp_path: Path, lock: str, env: str) -> Path:
@@ -74,7 +74,7 @@ def test_export_real_lock_is_portable(fixtures, tmp_path, monkeypatch, run_cli, 
             if spec.version is not None:
                 assert versions == {spec.version}, spec.render()
             if spec.build is not None:
-                # the only build kept: a glob that matches every locked CUDA build
+                # the only build kept: a glob that matches every locked CUDA (or CPU) build
                 assert CUDA_GLOB.match(spec.build), spec.render()
                 pattern = re.compile(spec.build.replace(".", r"\.").replace("*", ".*"))
                 assert all(pattern.fullmatch(pkg.build) for pkg in locked.values())
