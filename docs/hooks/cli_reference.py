@@ -29,7 +29,9 @@ def render_reference() -> str:
     from envtool.cli import _click_cli, _command_sections
 
     group = _click_cli()
-    root = click.Context(group, info_name="envtool")
+    # the group's own context settings (-h as well as --help): click caches the help option it
+    # builds on the command, so a context without them would change `envtool --help` in-process
+    root = click.Context(group, info_name="envtool", **group.context_settings)
     parts = ["## Global options\n", _usage(group, root), _param_table(group, root)]
     for title, rows in _command_sections():
         parts.append(f"## {title}\n")
