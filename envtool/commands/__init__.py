@@ -92,7 +92,10 @@ def env_name(
     wrapper = click.option(
         "-n", "--name", "name_option", metavar="NAME", help="Same as NAME (conda's spelling)."
     )(wrapper)
-    return click.argument("name", required=False)(wrapper)
+    # required: click must not demand the positional (-n NAME stands in for it), but the usage
+    # line says NAME, not [NAME]
+    metavar = "NAME" if required else None
+    return click.argument("name", required=False, metavar=metavar)(wrapper)
 
 
 def resolve_and_say(

@@ -190,8 +190,10 @@ def plan_export(
         builds = [pkg.build for pkg in found.values()]
         glob = _cuda_glob(builds)
         if spec.name == "pytorch" and glob is None:
+            before = len(warnings)
             _warn_cpu_torch(found, per_platform, warnings)
-            glob = _cpu_glob(builds)
+            if len(warnings) == before:  # a CPU build next to CUDA packages: broken, not a pin
+                glob = _cpu_glob(builds)
         if glob and re.match(r"cuda\d{3}", builds[0]):
             cuda_forge_build = True
         specs.append(CondaSpec(spec.name, versions.pop(), glob, channel, spec.raw))
