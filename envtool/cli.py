@@ -62,13 +62,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # `envtool --help` lists the commands by workflow, in the order a user meets them; a command in
 # no section is listed under "Other commands" (none is ever hidden by being left out here).
 SECTIONS: list[tuple[str, list[str]]] = [
-    (
-        "Environments",
-        ["create", "add", "drop", "update", "install", "list", "info", "run", "shell-hook"]
-        + ["remove", "config"],
-    ),
+    ("Environments", ["create", "install", "list", "info", "run", "shell-hook", "remove"]),
+    ("Packages", ["add", "drop", "update"]),
     ("Locks & sharing", ["lock", "export", "bundle", "inspect"]),
-    ("Diagnose", ["doctor", "verify"]),
+    ("Diagnose", ["doctor", "verify", "config"]),
     ("Train & run", ["init", "launch", "runs", "logs"]),
 ]
 

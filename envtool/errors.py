@@ -28,6 +28,15 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def fit_words(text: str, width: int) -> str:
+    """`text` in `width` columns, cut at a space (never mid-word) and marked with …."""
+    if len(text) <= width:
+        return text
+    cut = text[: max(width - 1, 1)]
+    head = cut.rsplit(" ", 1)[0] if " " in cut.strip() else cut
+    return head.rstrip(" ,;:") + "…"
+
+
 def cannot_write(path: object, exc: OSError) -> UsageError:
     """A file envtool cannot write where the user asked: a file in the way, no permission, a full
     disk."""

@@ -28,18 +28,27 @@ class Result:
 def render_json(result: Result) -> str:
     envelope = {"version": JSON_VERSION, "command": result.command, "exit_code": result.exit_code}
     envelope.update(result.data)
-    return json.dumps(envelope, indent=2, sort_keys=False, default=str)
+    return _masked(json.dumps(envelope, indent=2, sort_keys=False, default=str))
+
+
+def _masked(text: str) -> str:
+    """JSON on stdout: a URL's credentials masked, like every line for the terminal."""
+    from envtool.core.credentials import redact_credentials
+
+    return redact_credentials(text)
 
 
 def render_error_json(command: str, message: str, hint: str | None, exit_code: int) -> str:
-    return json.dumps(
-        {
-            "version": JSON_VERSION,
-            "command": command,
-            "exit_code": exit_code,
-            "error": {"message": message, "hint": hint},
-        },
-        indent=2,
+    return _masked(
+        json.dumps(
+            {
+                "version": JSON_VERSION,
+                "command": command,
+                "exit_code": exit_code,
+                "error": {"message": message, "hint": hint},
+            },
+            indent=2,
+        )
     )
 
 

@@ -9,7 +9,7 @@ The model code is the same as the `lm` template's (a copy: templates are indepen
 
 Run it:
     python train.py                                    # one GPU (or CPU), no torchrun needed
-    python train.py --cpu --size tiny --seq-len 128 --batch-size 4 --max-steps 20  # CPU smoke test
+    python train.py --size tiny --seq-len 128 --batch-size 8 --max-steps 200  # a laptop CPU
     torchrun --standalone --nproc-per-node 4 train.py  # one node, 4 GPUs
     envtool launch train.py --gpus 4                   # the same, through envtool
     # two nodes (run on each node, R = 0 on the first, 1 on the second):
@@ -75,7 +75,10 @@ class Config:
     n_layer: int | None = field(default=None, metadata={"type": int, "help": "overrides --size"})
     n_head: int | None = field(default=None, metadata={"type": int, "help": "overrides --size"})
     d_model: int | None = field(default=None, metadata={"type": int, "help": "overrides --size"})
-    vocab_size: int = field(default=50304, metadata={"help": "50257 GPT-2 tokens, padded to /64"})
+    vocab_size: int = field(
+        default=256,
+        metadata={"help": "256: bytes (UTF-8 text, what --data reads); 50304: GPT-2-sized ids"},
+    )
     seq_len: int = field(default=1024, metadata={"help": "tokens per sample"})
     batch_size: int = field(default=8, metadata={"help": "samples per GPU per micro-step"})
     grad_accum: int = field(default=1, metadata={"help": "micro-steps per optimizer step"})
@@ -91,7 +94,7 @@ class Config:
     dropout: float = field(default=0.0, metadata={"help": "dropout probability"})
     data: str | None = field(
         default=None,
-        metadata={"type": str, "help": "text file, read as bytes (use --vocab-size 256)"},
+        metadata={"type": str, "help": "text file, read as bytes (tokens 0..255)"},
     )
     synthetic_samples: int = field(default=1_000_000, metadata={"help": "synthetic dataset size"})
     num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes"})
@@ -137,6 +140,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
     cfg.d_model = cfg.d_model or d_model
     if cfg.fp8 and (cfg.d_model % 16 or cfg.batch_size * cfg.seq_len % 16):
         parser.error("--fp8 needs --d-model and --batch-size x --seq-len divisible by 16")
+    if cfg.data and cfg.vocab_size < 256:
+        parser.error(f"--data is read as bytes (0..255): --vocab-size {cfg.vocab_size} is < 256")
     if cfg.data and not Path(cfg.data).is_file():
         parser.error(f"--data {cfg.data}: no such file (a plain text file, read as bytes)")
     return cfg
@@ -683,6 +688,8 @@ def main(argv: list[str] | None = None) -> None:
             if master:
                 print(f"resumed from {step_dir} at step {train_state['step']}", flush=True)
         start_step = train_state["step"]
+        # What the tokens are, for generate: bytes print as text, synthetic ids as numbers.
+        train_state["vocab"] = "bytes" if cfg.data or cfg.vocab_size == 256 else "ids"
 
         def micro_batches():
             """(x, y) forever, epoch after epoch, starting where the checkpoint left off."""

@@ -8,14 +8,14 @@ Run it:
     python gen.py --ckpt out --prompt "Once upon a time"    # sample the model lm.py trained
     python gen.py --size 1.3b --seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0
                                                             # random 1.3B weights: a benchmark
-    python gen.py --cpu --size tiny --vocab-size 256 --seq-len 64 --eager   # CPU smoke test
-    python gen.py --ckpt out --serve 8000                   # HTTP: POST /generate on 127.0.0.1
+    python gen.py --size tiny --seq-len 128 --prompt-len 16 --max-new-tokens 32   # CPU smoke test
+    python gen.py --ckpt out --serve 8000                   # HTTP on 127.0.0.1 (OpenAI API too)
     envtool launch gen.py --gpus 1 -- --ckpt out --serve 8000   # the same, through envtool
     torchrun --standalone --nproc-per-node 4 gen.py --ckpt out  # tensor-parallel over 4 GPUs
     envtool launch gen.py --gpus 4 -- --ckpt out                # the same, through envtool
 
-Tokens are bytes (vocabulary 0..255), as lm.py's --data reads them; a model trained on
-synthetic tokens (vocab 50304) generates token ids, printed as numbers.
+Tokens are bytes (vocabulary 0..255), as lm.py reads text by default; the checkpoint records
+it, and a model lm trained on synthetic token ids (--vocab-size 50304) prints numbers instead.
 
 How it is fast at batch 1 (decode is bound by reading the weights once per token):
   - a static KV cache allocated once; decode attends over the first S cache slots only, S the
@@ -32,7 +32,8 @@ Measured on one H200 (torch 2.11, bf16, batch 1, 512-token prompt; docs/benchmar
     --size 124m   about 2,100 tokens/s decode, 0.9 ms to the first token
 Where the rest goes: cuBLAS's batch-1 matrix-vector kernels read the block weights at ~2.6 TB/s
 (the one big matrix, the 50k-vocabulary head, at 3.85), and each of ~14 kernels a layer costs
-1-5 us whatever its size (what bounds 124M). On CPU, --eager starts at once; compile takes ~30 s.
+1-5 us whatever its size (what bounds 124M). On CPU it runs eager by default and starts at once;
+--compile there costs ~30 s (94 s for a 3M model on a laptop) before the first token.
 
 What it prints (rank 0 only):
     prefill N tokens: TTFT X ms
@@ -42,15 +43,21 @@ What it prints (rank 0 only):
 --serve PORT answers POST /generate with JSON {"prompt": str, "max_new_tokens": int,
 "temperature": float, "top_k": int, "top_p": float, "seed": int|null, "stream": bool}; the reply
 is one JSON object, or with "stream": true one JSON object per line (application/x-ndjson) per
-token and a final {"done": true, ...}. One worker (the main thread) owns the model; requests wait
-in a bounded queue. GET /health answers {"ok": true}. SIGTERM/SIGINT: finish the request in
-progress, refuse the queued ones (503), exit 0.
+token and a final {"done": true, ...}. It speaks the OpenAI API too: POST /v1/completions and
+/v1/chat/completions (stream: server-sent events), GET /v1/models; GET /metrics (Prometheus
+text), GET /health. Chat messages become plain text, "ROLE: CONTENT\n" each, then "assistant: "
+(CHAT_ROLES below). One worker (the main thread) owns the model; requests wait in a bounded
+queue (full: 503 at once). Every request gets an HTTP status. SIGTERM/SIGINT drains: the request
+in progress finishes, queued and new ones get 503, answers are written (--grace bounds the wait
+for slow clients), then the socket closes and it exits 0. docs/serving.md has the details.
 """
 
 import argparse
 import codecs
+import contextlib
 import dataclasses
 import datetime
+import http
 import http.server
 import importlib
 import json
@@ -58,10 +65,13 @@ import math
 import os
 import queue
 import random
+import select
 import signal
+import socket
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,6 +157,21 @@ class Config:
     host: str = field(default="127.0.0.1", metadata={"help": "--serve: address to bind"})
     max_body: int = field(default=65536, metadata={"help": "--serve: request size cap, bytes"})
     max_queue: int = field(default=16, metadata={"help": "--serve: requests waiting, at most"})
+    grace: float = field(
+        default=30.0, metadata={"help": "--serve: seconds a stop signal waits for answers"}
+    )
+    model_name: str | None = field(
+        default=None,
+        metadata={"type": str, "help": "--serve: the OpenAI model id (None: the ckpt dir's name)"},
+    )
+    compile: bool | None = field(
+        default=None,
+        metadata={"help": "torch.compile the steps (None: on a GPU; on CPU eager starts at once)"},
+    )
+    vocab: str = field(
+        default="auto",
+        metadata={"help": "auto (as the checkpoint records)|bytes (print text)|ids (numbers)"},
+    )
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -200,6 +225,16 @@ def parse_config(argv: list[str] | None = None) -> Config:
         fail("--top-p must be in (0, 1]")
     if cfg.serve is not None and not 0 <= cfg.serve <= 65535:
         fail("--serve PORT must be 0..65535")
+    if cfg.vocab not in ("auto", "bytes", "ids"):
+        fail("--vocab must be auto, bytes or ids")
+    if not (cfg.grace >= 0 and math.isfinite(cfg.grace)):
+        fail("--grace must be >= 0 seconds")
+    if cfg.model_name is not None and not (
+        0 < len(cfg.model_name) <= 128 and cfg.model_name.isprintable()
+    ):
+        fail("--model-name must be 1-128 printable characters")
+    if cfg.compile and cfg.eager:
+        fail("--compile and --eager contradict each other: pass one")
     if cfg.ckpt and not Path(cfg.ckpt).exists():
         fail(f"--ckpt {cfg.ckpt}: no such file or directory")
     return cfg
@@ -254,6 +289,21 @@ def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
         fail(f"{where}: could not be read as a checkpoint ({type(exc).__name__}: {exc})")
         raise  # unreachable: fail exits
+
+
+def read_vocab(path: Path, vocab_size: int) -> str:
+    """What the checkpoint's tokens are, as lm/fsdp record it: "bytes" (text) or "ids"
+    (synthetic tokens); older checkpoints record nothing: bytes when the vocabulary is 256,
+    else "auto" (text when every token is a byte)."""
+    kind, where = find_checkpoint(path)
+    state = where if kind == "torch" else where / "train_state.pt"
+    try:
+        recorded = torch.load(state, map_location="cpu", weights_only=True, mmap=True).get("vocab")
+    except (OSError, RuntimeError, AttributeError, ValueError):
+        recorded = None
+    if recorded in ("bytes", "ids"):
+        return recorded
+    return "bytes" if vocab_size == 256 else "auto"
 
 
 @dataclass
@@ -649,9 +699,10 @@ class Engine:
 
 
 # --- BENCHMARK / ONE-SHOT GENERATION ---
-def to_text(tokens: list[int], vocab: int) -> str | None:
-    if vocab > 256 and any(t > 255 for t in tokens):
-        return None  # not a byte-level model's output
+def to_text(tokens: list[int], byte_level: bool | None) -> str | None:
+    """Tokens as text when they are bytes (None: not known, then when all of them are)."""
+    if byte_level is False or (byte_level is None and any(t > 255 for t in tokens)):
+        return None  # token ids of another vocabulary: printed as numbers
     return bytes(t for t in tokens if t < 256).decode("utf-8", errors="replace")
 
 
@@ -709,7 +760,7 @@ def run_benchmark(engine: Engine, cfg: Config, prompt: list[int], master: bool) 
         "mbu": mbu,
         "warmup_s": warmup_s,
         "tokens": mid["tokens"],
-        "text": to_text(mid["tokens"], s.vocab_size),
+        "text": to_text(mid["tokens"], {"bytes": True, "ids": False}.get(cfg.vocab)),
     }
     if master:
         print(f"prefill {len(prompt)} tokens: TTFT {ttft * 1e3:.2f} ms", flush=True)
@@ -727,13 +778,51 @@ def run_benchmark(engine: Engine, cfg: Config, prompt: list[int], master: bool) 
 
 
 # --- SERVING ---
+# POST /generate (this template's own JSON), POST /v1/completions and /v1/chat/completions (the
+# OpenAI API, so the `openai` client and tools built on it work), GET /v1/models, /health and
+# /metrics (Prometheus text). The main thread is the one worker that touches the model; handler
+# threads (one per connection) parse, admit into a bounded queue and write the answers.
+POST_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
+GET_PATHS = ("/health", "/v1/models", "/metrics")
+LINGER_S, LINGER_BYTES = 2.0, 1 << 20  # closing: what a client still sends is read, this much
+
+
 class BadRequest(Exception):
-    def __init__(self, status: int, message: str):
+    """A request answered with an error status; param and code fill OpenAI's error object."""
+
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ):
         super().__init__(message)
-        self.status = status
+        self.status, self.param, self.code = status, param, code
 
 
-FIELDS = {  # name: (types, default); bool is refused where a number is meant
+def read_json(body: bytes) -> dict:
+    """A request body -> its JSON object; BadRequest(400) for anything else."""
+
+    def no_constants(name: str):
+        raise BadRequest(400, f"{name} is not JSON")
+
+    try:
+        data = json.loads(body, parse_constant=no_constants)
+    except RecursionError:  # [[[[... 30,000 deep: the parser's recursion, not a crash
+        raise BadRequest(400, "malformed JSON: nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise BadRequest(400, f"malformed JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest(400, "the body must be a JSON object")
+    return data
+
+
+def encode_text(text: str, name: str) -> bytes:
+    """Text -> its UTF-8 bytes (the tokens); JSON can carry a lone surrogate, which has none."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(400, f"{name} is not valid Unicode (a lone surrogate)", name) from None
+
+
+FIELDS = {  # /generate: name: (types, default); bool is refused where a number is meant
     "prompt": ((str,), None),
     "max_new_tokens": ((int,), 64),
     "temperature": ((int, float), 0.8),
@@ -744,30 +833,27 @@ FIELDS = {  # name: (types, default); bool is refused where a number is meant
 }
 
 
+def type_error(name: str, value, types: tuple) -> BadRequest | None:
+    wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+    if not wrong:
+        return None
+    kinds = "/".join("null" if t is type(None) else t.__name__ for t in types)
+    return BadRequest(400, f"{name} must be {kinds}, got {type(value).__name__}", name)
+
+
 def parse_request(body: bytes, ctx: int) -> dict:
     """A /generate body -> a checked job spec; BadRequest(4xx) otherwise."""
-
-    def no_constants(name: str):
-        raise BadRequest(400, f"{name} is not JSON")
-
-    try:
-        data = json.loads(body, parse_constant=no_constants)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(400, f"malformed JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadRequest(400, "the body must be a JSON object")
+    data = read_json(body)
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
         raise BadRequest(400, f"unknown field(s): {', '.join(unknown)}")
     spec = {}
     for name, (types, default) in FIELDS.items():
         value = data.get(name, default)
-        wrong = not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
-        if wrong:
-            kinds = "/".join("null" if t is type(None) else t.__name__ for t in types)
-            raise BadRequest(400, f"{name} must be {kinds}, got {type(value).__name__}")
+        if err := type_error(name, value, types):
+            raise err
         spec[name] = value
-    ids = list(spec.pop("prompt").encode("utf-8"))
+    ids = list(encode_text(spec.pop("prompt"), "prompt"))
     if not ids:
         raise BadRequest(400, "prompt must not be empty")
     n = spec["max_new_tokens"]
@@ -783,100 +869,623 @@ def parse_request(body: bytes, ctx: int) -> dict:
         raise BadRequest(400, "top_k must be >= 0")
     if not 0 < spec["top_p"] <= 1:
         raise BadRequest(400, "top_p must be in (0, 1]")
-    if spec["seed"] is None:
-        spec["seed"] = random.randrange(2**62)
-    elif not 0 <= spec["seed"] < 2**63:
-        raise BadRequest(400, "seed must be in [0, 2**63)")
-    spec["ids"] = ids
-    return spec
+    spec["seed"] = check_seed(spec["seed"])
+    return {**spec, "ids": ids, "stop": []}
+
+
+def check_seed(seed: int | None) -> int:
+    if seed is None:
+        return random.randrange(2**62)
+    if not 0 <= seed < 2**63:
+        raise BadRequest(400, "seed must be in [0, 2**63)", "seed")
+    return seed
+
+
+# The chat template. A byte-level model has no special tokens, so a conversation is plain text:
+# each message as "ROLE: CONTENT\n" (system, user or assistant; OpenAI's "developer" is written
+# as system), then "assistant: ", which the model continues. Its reply ends at the next turn:
+# CHAT_STOPS are stop sequences of every chat request, besides the request's own.
+CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+CHAT_STOPS = [b"\nuser:", b"\nsystem:", b"\nassistant:"]
+
+
+def render_chat(messages) -> str:
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest(400, "messages must be a non-empty list", "messages")
+    turns = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise BadRequest(400, f"{where} must be an object", "messages")
+        role, content = message.get("role"), message.get("content")
+        if role not in CHAT_ROLES:
+            raise BadRequest(
+                400, f"{where}.role must be one of {', '.join(CHAT_ROLES)}", "messages"
+            )
+        if isinstance(content, list):  # content parts: text only
+            texts = [
+                p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"
+            ]
+            if len(texts) != len(content) or not all(isinstance(t, str) for t in texts):
+                raise BadRequest(400, f"{where}.content: only text parts are supported", "messages")
+            content = "".join(texts)
+        if not isinstance(content, str):
+            raise BadRequest(400, f"{where}.content must be a string", "messages")
+        turns.append(f"{CHAT_ROLES[role]}: {content}\n")
+    return "".join(turns) + "assistant: "
+
+
+# OpenAI request fields: name -> types. None (JSON null) means the default for every field.
+OPENAI_FIELDS = {
+    "model": (str,),
+    "max_tokens": (int,),
+    "temperature": (int, float),
+    "top_p": (int, float),
+    "stop": (str, list),
+    "n": (int,),
+    "stream": (bool,),
+    "stream_options": (dict,),
+    "seed": (int,),
+    "user": (str,),
+    "presence_penalty": (int, float),
+    "frequency_penalty": (int, float),
+    "logprobs": (bool, int),
+    "logit_bias": (dict,),
+}
+OPENAI_COMPLETION = {"prompt": (str, list), "echo": (bool,), "best_of": (int,), "suffix": (str,)}
+OPENAI_CHAT = {"messages": (list,), "max_completion_tokens": (int,), "top_logprobs": (int,)}
+# Fields this server accepts only at the value that asks for nothing it lacks.
+OPENAI_NO_OP = {
+    "n": (1,),
+    "best_of": (1,),
+    "presence_penalty": (0,),
+    "frequency_penalty": (0,),
+    "logprobs": (False, 0),
+    "top_logprobs": (0,),
+    "echo": (False,),
+    "logit_bias": ({},),
+    "suffix": ("",),
+}
+
+
+def parse_openai(body: bytes, path: str, ctx: int, model_name: str) -> dict:
+    """A /v1/completions or /v1/chat/completions body -> a checked job spec."""
+    data = read_json(body)
+    chat = path == "/v1/chat/completions"
+    fields = {**OPENAI_FIELDS, **(OPENAI_CHAT if chat else OPENAI_COMPLETION)}
+    for name in data:
+        if name not in fields:
+            raise BadRequest(400, f"Unrecognized request argument supplied: {name}", name)
+    get = {}
+    for name, types in fields.items():
+        value = data.get(name)
+        if value is not None and (err := type_error(name, value, types)):
+            raise err
+        get[name] = value
+    if get["model"] is not None and get["model"] != model_name:
+        raise BadRequest(
+            404,
+            f"The model `{get['model']}` does not exist: this server has `{model_name}`",
+            "model",
+            "model_not_found",
+        )
+    for name, allowed in OPENAI_NO_OP.items():
+        if name in get and get[name] is not None and get[name] not in allowed:
+            only = " or ".join(json.dumps(a) for a in allowed)
+            raise BadRequest(400, f"{name}: only {only} is supported by this server", name)
+    if chat:
+        prompt, where = render_chat(get["messages"]), "messages"
+    else:
+        prompt, where = get["prompt"], "prompt"
+        if isinstance(prompt, list):  # the API's batch form: one prompt only (n=1)
+            if len(prompt) != 1 or not isinstance(prompt[0], str):
+                raise BadRequest(400, "prompt must be a string (or a list of one)", "prompt")
+            prompt = prompt[0]
+        if prompt is None:
+            raise BadRequest(400, "prompt is required", "prompt")
+    ids = list(encode_text(prompt, where))
+    if not ids:
+        raise BadRequest(400, "prompt must not be empty", "prompt")
+    stop = get["stop"]
+    stop = [stop] if isinstance(stop, str) else stop or []
+    if len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
+        raise BadRequest(400, "stop must be a non-empty string or a list of up to 4", "stop")
+    stops = [encode_text(s, "stop") for s in stop] + (CHAT_STOPS if chat else [])
+    room = ctx - len(ids)
+    max_new = get.get("max_completion_tokens") or get["max_tokens"]
+    if max_new is None:  # OpenAI's defaults: 16 for a completion, the rest of the context for chat
+        max_new = room if chat else min(16, room)
+    if max_new is not None and max_new < 1:
+        raise BadRequest(400, "max_tokens must be >= 1", "max_tokens")
+    if room < 1 or len(ids) + max_new > ctx:
+        raise BadRequest(
+            400,
+            f"This model's maximum context length is {ctx} tokens; the request needs "
+            f"{len(ids) + max(max_new, 1)} ({len(ids)} in the {where}, {max(max_new, 1)} for "
+            "the completion): shorten it or lower max_tokens",
+            where,
+            "context_length_exceeded",
+        )
+    temperature = 1.0 if get["temperature"] is None else get["temperature"]
+    if not 0 <= temperature <= 2:
+        raise BadRequest(400, "temperature must be in [0, 2]", "temperature")
+    top_p = 1.0 if get["top_p"] is None else get["top_p"]
+    if not 0 <= top_p <= 1:
+        raise BadRequest(400, "top_p must be in [0, 1]", "top_p")
+    if top_p == 0:  # only the likeliest token is left: greedy
+        temperature, top_p = 0.0, 1.0
+    stream = bool(get["stream"])
+    options = get["stream_options"] or {}
+    if options and not stream:
+        raise BadRequest(400, "stream_options needs stream: true", "stream_options")
+    if set(options) - {"include_usage"} or not isinstance(
+        options.get("include_usage", False), bool
+    ):
+        raise BadRequest(400, "stream_options: only include_usage (bool)", "stream_options")
+    return {
+        "ids": ids,
+        "max_new_tokens": max_new,
+        "temperature": temperature,
+        "top_k": 0,  # not in the API: sampling is temperature and top_p alone
+        "top_p": top_p,
+        "seed": check_seed(get["seed"]),
+        "stream": stream,
+        "stop": stops,
+        "chat": chat,
+        "include_usage": options.get("include_usage", False),
+    }
+
+
+def stop_cut(text: bytes | bytearray, stops: list[bytes]) -> int | None:
+    """Where the text ends when a stop sequence has just completed at its end, else None. Called
+    after every byte, so the first completion ends the text (the stop is not part of it)."""
+    ends = [len(text) - len(s) for s in stops if text.endswith(s)]
+    return min(ends) if ends else None
+
+
+class StreamText:
+    """A streamed completion's text: token bytes decoded as UTF-8 as they come, holding back the
+    bytes that may yet begin a stop sequence (a stop sequence is never sent). The pieces add up
+    to the non-streamed text."""
+
+    def __init__(self, stops: list[bytes]):
+        self.stops, self.buf, self.sent, self.end = stops, bytearray(), 0, None
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, token: int) -> str:
+        if self.end is not None or token > 255:  # after a stop, or not a byte
+            return ""
+        self.buf.append(token)
+        self.end = stop_cut(self.buf, self.stops)
+        return self.take(self.end if self.end is not None else len(self.buf) - self.hold)
+
+    def finish(self) -> str:
+        return self.take(self.end if self.end is not None else len(self.buf), final=True)
+
+    def take(self, limit: int, final: bool = False) -> str:
+        piece = bytes(self.buf[self.sent : limit]) if limit > self.sent else b""
+        self.sent = max(self.sent, limit)
+        return self.decoder.decode(piece, final)
 
 
 class Job:
-    def __init__(self, spec: dict):
-        self.spec = spec
+    def __init__(self, spec: dict, endpoint: str = "/generate"):
+        self.spec, self.endpoint = spec, endpoint
         self.events: queue.Queue = queue.Queue()  # ("token", id) ... then ("done"|"error", x)
         self.cancelled = False  # the client went away: stop generating
+        self.received = time.perf_counter()  # time to first token counts the wait in the queue
 
 
-def make_handler(jobs: queue.Queue, cfg: Config, ctx: int):
-    class Handler(http.server.BaseHTTPRequestHandler):
-        server_version = "generate/1"
-        timeout = 60  # a client that stops sending mid-request does not hold a thread forever
+class Metrics:
+    """What GET /metrics reports, in Prometheus' text exposition format (version 0.0.4)."""
 
-        def send_json(self, status: int, obj: dict) -> None:
-            body = (json.dumps(obj) + "\n").encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
-        def do_GET(self) -> None:
-            if self.path == "/health":
-                self.send_json(200, {"ok": True, "queued": jobs.qsize()})
-            else:
-                self.send_json(404, {"error": f"no such path {self.path}: POST /generate"})
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.requests: dict[tuple[str, int], int] = {}
+        self.prompt_tokens = self.generated = self.ttft_count = 0
+        self.ttft_sum = 0.0
+        self.ttft_buckets = [0] * len(self.TTFT_BUCKETS)
 
-        def do_POST(self) -> None:
-            if self.path != "/generate":
-                self.send_json(404, {"error": f"no such path {self.path}: POST /generate"})
-                return
+    def count_request(self, endpoint: str, status: int) -> None:
+        with self.lock:
+            self.requests[endpoint, status] = self.requests.get((endpoint, status), 0) + 1
+
+    def observe(self, prompt_tokens: int, generated: int, ttft_s: float) -> None:
+        with self.lock:
+            self.prompt_tokens += prompt_tokens
+            self.generated += generated
+            self.ttft_count += 1
+            self.ttft_sum += ttft_s
+            for i, bound in enumerate(self.TTFT_BUCKETS):
+                self.ttft_buckets[i] += ttft_s <= bound
+
+    def render(self, queued: int, in_flight: int) -> str:
+        with self.lock:
+            out = [
+                "# HELP generate_requests_total HTTP requests answered, by endpoint and status.",
+                "# TYPE generate_requests_total counter",
+            ]
+            for (endpoint, status), n in sorted(self.requests.items()):
+                out.append(
+                    f'generate_requests_total{{endpoint="{endpoint}",status="{status}"}} {n}'
+                )
+            out += [
+                "# HELP generate_prompt_tokens_total Prompt tokens of the requests run.",
+                "# TYPE generate_prompt_tokens_total counter",
+                f"generate_prompt_tokens_total {self.prompt_tokens}",
+                "# HELP generate_tokens_generated_total Tokens generated.",
+                "# TYPE generate_tokens_generated_total counter",
+                f"generate_tokens_generated_total {self.generated}",
+                "# HELP generate_time_to_first_token_seconds From a request's arrival to its "
+                "first token: the wait in the queue and the prefill.",
+                "# TYPE generate_time_to_first_token_seconds histogram",
+            ]
+            name = "generate_time_to_first_token_seconds"
+            for bound, n in zip(self.TTFT_BUCKETS, self.ttft_buckets, strict=True):
+                out.append(f'{name}_bucket{{le="{bound}"}} {n}')
+            out += [
+                f'{name}_bucket{{le="+Inf"}} {self.ttft_count}',
+                f"{name}_sum {self.ttft_sum:.6f}",
+                f"{name}_count {self.ttft_count}",
+            ]
+        out += [
+            "# HELP generate_queue_depth Requests admitted and waiting for the worker.",
+            "# TYPE generate_queue_depth gauge",
+            f"generate_queue_depth {queued}",
+            "# HELP generate_requests_in_flight Requests admitted and not answered yet.",
+            "# TYPE generate_requests_in_flight gauge",
+            f"generate_requests_in_flight {in_flight}",
+        ]
+        return "\n".join(out) + "\n"
+
+
+class ServerState:
+    """What the handler threads and the worker share: the bounded job queue, admission and the
+    drain, the counts the drain waits on, the metrics, and what the endpoints report."""
+
+    def __init__(self, cfg: Config, ctx: int, model_name: str, byte_level: bool | None):
+        self.jobs: queue.Queue = queue.Queue(maxsize=cfg.max_queue)
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.draining = False
+        self.admitted = 0  # requests in the queue, generating, or writing their answer
+        self.connections = 0  # handler threads alive
+        self.metrics = Metrics()
+        self.ctx, self.max_body, self.model_name = ctx, cfg.max_body, model_name
+        self.byte_level = byte_level
+        self.created = int(time.time())
+
+    def admit(self, job: Job) -> None:
+        """Queue the job, or refuse at once: no wait on the worker, so a 503 is immediate."""
+        with self.lock:
+            if self.draining or STOP["signal"]:
+                raise BadRequest(503, "server shutting down", code="shutting_down")
             try:
-                size = self.headers.get("Content-Length")
-                if size is None:
-                    raise BadRequest(411, "Content-Length required")
-                if not size.isdigit():
-                    raise BadRequest(400, "bad Content-Length")
-                if int(size) > cfg.max_body:
-                    self.close_connection = True  # the body stays unread
-                    raise BadRequest(413, f"body over {cfg.max_body} bytes")
-                spec = parse_request(self.rfile.read(int(size)), ctx)
-                job = Job(spec)
-                try:
-                    jobs.put_nowait(job)
-                except queue.Full:
-                    raise BadRequest(503, "busy: too many requests waiting") from None
-            except BadRequest as exc:
-                self.send_json(exc.status, {"error": str(exc)})
-                return
-            if spec["stream"]:
-                self.stream(job)
+                self.jobs.put_nowait(job)
+            except queue.Full:
+                raise BadRequest(
+                    503, f"busy: {self.jobs.maxsize} requests waiting already", code="busy"
+                ) from None
+            self.admitted += 1
+
+    def release(self) -> None:
+        with self.lock:
+            self.admitted -= 1
+            self.changed.notify_all()
+
+
+def route(path: str) -> str:
+    return path.split("?", 1)[0]
+
+
+def endpoint_label(path: str) -> str:
+    """A metrics label: the known endpoints, everything else "other" (bounded label values)."""
+    path = route(path)
+    return path if path in POST_PATHS + GET_PATHS else "other"
+
+
+def generate_reply(done: dict) -> dict:
+    keys = ("text", "tokens", "prompt_tokens", "ttft_ms", "decode_tokens_per_s", "seed")
+    return {k: done[k] for k in keys}
+
+
+def usage(done: dict) -> dict:
+    p, n = done["prompt_tokens"], len(done["tokens"])
+    return {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    """One connection, one request (HTTP/1.0: the server closes after each answer)."""
+
+    server_version = "generate/2"
+    default_request_version = "HTTP/1.0"  # a malformed request line still gets a status line
+    timeout = 60  # a client that stops sending mid-request does not hold a thread forever
+    replied = False  # a status line went out: an error after it cannot change the status
+    openai = False  # errors in OpenAI's shape (/v1/...) or this template's ({"error": "..."})
+
+    def log_request(self, code="-", size="-") -> None:  # every status line passes here
+        self.replied = True
+        status = int(code) if isinstance(code, int) else 0
+        self.server.state.metrics.count_request(endpoint_label(getattr(self, "path", "")), status)
+
+    def log_message(self, format, *args) -> None:  # no access log on stderr: /metrics counts
+        pass
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None):
+        """The base class's own refusals (a bad request line, headers too long, a method with
+        no do_ handler) in this server's JSON shape."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.send_failure(BadRequest(code, message or http.HTTPStatus(code).phrase))
+
+    def send_body(self, status: int, body: bytes, ctype: str, headers: dict | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_json(self, status: int, obj: dict, headers: dict | None = None) -> None:
+        self.send_body(status, (json.dumps(obj) + "\n").encode(), "application/json", headers)
+
+    def send_failure(self, exc: BadRequest) -> None:
+        if self.openai:
+            kind = "server_error" if exc.status >= 500 else "invalid_request_error"
+            error = {"message": str(exc), "type": kind, "param": exc.param, "code": exc.code}
+            obj = {"error": error}
+        else:
+            obj = {"error": str(exc)}
+        self.send_json(exc.status, obj, {"Retry-After": "1"} if exc.status == 503 else None)
+
+    def answer(self, method) -> None:
+        """Every request gets a status, whatever happens; a client gone is not an error."""
+        self.openai = route(self.path).startswith("/v1/")
+        try:
+            method()
+        except BadRequest as exc:
+            if not self.replied:
+                self.send_failure(exc)
+        except (ConnectionError, TimeoutError):  # the client left (or stalled): nobody to tell
+            self.close_connection = True
+        except Exception as exc:  # a bug: still an answer, and one line on stderr
+            print(
+                f"{self.command} {route(self.path)[:80]}: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.close_connection = True
+            if not self.replied:
+                with contextlib.suppress(OSError):
+                    self.send_failure(BadRequest(500, f"internal error ({type(exc).__name__})"))
+
+    def do_GET(self) -> None:
+        self.answer(self.get)
+
+    def do_POST(self) -> None:
+        self.answer(self.post)
+
+    def get(self) -> None:
+        state, path = self.server.state, route(self.path)
+        if path == "/health":
+            ok = not (state.draining or STOP["signal"])
+            self.send_json(200 if ok else 503, {"ok": ok, "queued": state.jobs.qsize()})
+        elif path == "/v1/models":
+            model = {"id": state.model_name, "object": "model", "created": state.created}
+            self.send_json(200, {"object": "list", "data": [{**model, "owned_by": "envtool"}]})
+        elif path == "/metrics":
+            text = state.metrics.render(state.jobs.qsize(), state.admitted)
+            self.send_body(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+        elif path in POST_PATHS:
+            raise BadRequest(405, f"{path} takes POST")
+        else:
+            raise BadRequest(404, f"no such path {path[:80]}: POST /generate, /v1/completions")
+
+    def post(self) -> None:
+        state, path = self.server.state, route(self.path)
+        if path not in POST_PATHS:
+            status = 405 if path in GET_PATHS else 404
+            raise BadRequest(status, f"no such POST path {path[:80]}: {', '.join(POST_PATHS)}")
+        body = self.read_body()
+        if path == "/generate":
+            spec = parse_request(body, state.ctx)
+        else:
+            spec = parse_openai(body, path, state.ctx, state.model_name)
+        job = Job(spec, path)
+        state.admit(job)
+        try:
+            if path == "/generate":
+                self.reply_generate(job)
             else:
-                self.reply(job)
+                self.reply_openai(job)
+        except (ConnectionError, TimeoutError):
+            job.cancelled = True  # the worker stops at its next token
+            raise
+        finally:
+            state.release()
 
-        def reply(self, job: Job) -> None:
-            while True:
-                kind, value = job.events.get()
-                if kind == "done":
-                    self.send_json(200, value)
-                    return
-                if kind == "error":
-                    self.send_json(value[0], {"error": value[1]})
-                    return
+    def read_body(self) -> bytes:
+        sizes = self.headers.get_all("Content-Length") or []
+        if not sizes:
+            raise BadRequest(411, "Content-Length required")
+        size = sizes[0].strip()
+        if len(set(sizes)) > 1 or not (size.isascii() and size.isdigit()):  # "²" isdigit()
+            raise BadRequest(400, f"bad Content-Length: {size[:20]!r}")
+        if len(size) > 12 or int(size) > self.server.state.max_body:
+            raise BadRequest(413, f"body over {self.server.state.max_body} bytes")
+        try:
+            body = self.rfile.read(int(size))
+        except TimeoutError:
+            raise BadRequest(408, f"body not received within {self.timeout} s") from None
+        if len(body) < int(size):
+            raise BadRequest(400, "body shorter than its Content-Length")
+        return body
 
-        def stream(self, job: Job) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-ndjson")
-            self.end_headers()  # HTTP/1.0: the body ends when the connection closes
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    def client_gone(self) -> bool:
+        """The peer closed its end (a readable socket with nothing to read)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+        except (OSError, ValueError):
+            return True
+
+    def next_event(self, job: Job) -> tuple:
+        while True:
             try:
-                while True:
-                    kind, value = job.events.get()
-                    if kind == "token":
-                        piece = decoder.decode(bytes([value])) if value < 256 else ""
-                        line = {"token": value, "text": piece}
-                    elif kind == "done":
-                        line = {"done": True, **value}
-                    else:
-                        line = {"error": value[1], "status": value[0]}
-                    self.wfile.write((json.dumps(line) + "\n").encode())
-                    self.wfile.flush()
-                    if kind != "token":
-                        return
-            except OSError:  # the client went away: the worker stops at the next token
-                job.cancelled = True
+                return job.events.get(timeout=0.5)
+            except queue.Empty:
+                if not job.cancelled and self.client_gone():
+                    job.cancelled = True  # waiting in the queue: the worker skips it
 
-    return Handler
+    def reply_generate(self, job: Job) -> None:
+        kind, value = self.next_event(job)  # the first event decides the status
+        if kind == "error":
+            raise BadRequest(*value)
+        if not job.spec["stream"]:
+            self.send_json(200, generate_reply(value))
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while True:
+            if kind == "token":
+                piece = decoder.decode(bytes([value])) if value < 256 else ""
+                line = {"token": value, "text": piece}
+            elif kind == "done":
+                line = {"done": True, **generate_reply(value)}
+            else:
+                line = {"error": value[1], "status": value[0]}
+            self.wfile.write((json.dumps(line) + "\n").encode())
+            self.wfile.flush()
+            if kind != "token":
+                return
+            kind, value = self.next_event(job)
+
+    def reply_openai(self, job: Job) -> None:
+        spec, state = job.spec, self.server.state
+        chat = spec["chat"]
+        kind, value = self.next_event(job)
+        if kind == "error":
+            raise BadRequest(*value)
+        head = {
+            "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": state.model_name,
+        }
+        if not spec["stream"]:  # kind is "done"
+            reason = value["finish_reason"]
+            if chat:
+                message = {"role": "assistant", "content": value["completion"]}
+                choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+            else:
+                choice = {"index": 0, "text": value["completion"], "logprobs": None}
+                choice["finish_reason"] = reason
+            self.send_json(200, {**head, "choices": [choice], "usage": usage(value)})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        if chat:
+            head["object"] = "chat.completion.chunk"
+
+        def chunk(piece: str | None, reason: str | None = None) -> None:
+            if chat:
+                delta = {} if piece is None else {"content": piece}
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+            else:
+                choice = {"index": 0, "text": piece or "", "logprobs": None}
+                choice["finish_reason"] = reason
+            self.send_event({**head, "choices": [choice]})
+
+        if chat:  # OpenAI's first chunk names the role
+            self.send_event(
+                {
+                    **head,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ],
+                }
+            )
+        text = StreamText(spec["stop"])
+        while True:
+            if kind == "token":
+                if piece := text.feed(value):
+                    chunk(piece)
+            elif kind == "done":
+                if piece := text.finish():
+                    chunk(piece)
+                chunk(None, value["finish_reason"])
+                if spec["include_usage"]:
+                    self.send_event({**head, "choices": [], "usage": usage(value)})
+                self.wfile.write(b"data: [DONE]\n\n")
+                return
+            else:  # failed mid-stream: the status went out already; say it in the stream
+                status, message = value
+                error = {"message": message, "type": "server_error", "param": None, "code": status}
+                self.send_event({"error": error})
+                return
+            kind, value = self.next_event(job)
+
+    def send_event(self, obj: dict) -> None:
+        self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+        self.wfile.flush()
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True  # a client that never reads cannot hold the process past the grace
+    # The listen backlog: with the default 5, a burst's SYNs beyond it were dropped and the
+    # clients' TCP retried a second later (a 503 that took 1 s).
+    request_queue_size = 1024
+
+    def __init__(self, address: tuple, state: ServerState):
+        self.state = state
+        super().__init__(address, Handler)
+
+    def process_request_thread(self, request, client_address) -> None:
+        with self.state.lock:
+            self.state.connections += 1
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.state.lock:
+                self.state.connections -= 1
+                self.state.changed.notify_all()
+
+    def shutdown_request(self, request) -> None:
+        """Half-close, then read what the client still sends (bounded) before closing: a close
+        with unread bytes in the socket sends a TCP reset, which can destroy the answer."""
+        with contextlib.suppress(OSError):
+            request.shutdown(socket.SHUT_WR)
+            request.settimeout(LINGER_S)
+            end, total = time.monotonic() + LINGER_S, 0
+            while total < LINGER_BYTES and time.monotonic() < end:
+                data = request.recv(65536)
+                if not data:
+                    break
+                total += len(data)
+        self.close_request(request)
+
+    def handle_error(self, request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):  # a client gone: not news
+            return
+        print(
+            f"connection from {client_address[0]}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 STOP = {"signal": None}
@@ -886,16 +1495,26 @@ def on_stop_signal(signum, frame):
     STOP["signal"] = STOP["signal"] or signal.Signals(signum).name  # the worker loop polls it
 
 
-def run_job(engine: Engine, job: Job, vocab: int, master: bool) -> None:
+def run_job(engine: Engine, job: Job, master: bool, state: ServerState | None = None) -> None:
+    """Generate for one request. Every rank runs it (tensor parallel); rank 0 also reports.
+    A stop sequence ends generation on every rank alike: they all see the same tokens."""
     spec = job.spec
+    stops, stream = spec.get("stop") or [], spec["stream"]
+    text, stopped = bytearray(), []
 
     def on_token(t: int) -> bool:
-        if master:
+        if master and stream:
             job.events.put(("token", t))
+        if t < 256:
+            text.append(t)
+        if stops and stop_cut(text, stops) is not None:
+            stopped.append(True)
+            return True
         # A client gone stops generation early, but only with one rank: the others would run
         # on alone and wait forever in the next step's all-reduce.
         return job.cancelled and engine.world == 1
 
+    started = time.perf_counter()
     r = engine.generate(
         spec["ids"],
         spec["max_new_tokens"],
@@ -903,29 +1522,83 @@ def run_job(engine: Engine, job: Job, vocab: int, master: bool) -> None:
         spec["top_k"],
         spec["top_p"],
         spec["seed"],
-        on_token=on_token if spec["stream"] else None,
+        on_token=on_token if stream or stops else None,  # a host sync per token: only then
     )
-    if master:
-        steps = len(r["tokens"]) - 1
-        job.events.put(
-            (
-                "done",
-                {
-                    "text": to_text(r["tokens"], vocab),
-                    "tokens": r["tokens"],
-                    "prompt_tokens": len(spec["ids"]),
-                    "ttft_ms": r["ttft_s"] * 1e3,
-                    "decode_tokens_per_s": steps / r["decode_s"] if steps else None,
-                    "seed": spec["seed"],
-                },
-            )
+    if not master:
+        return
+    tokens = r["tokens"]
+    if not (stream or stops):
+        text = bytearray(t for t in tokens if t < 256)
+    cut = stop_cut(text, stops) if stopped else None
+    steps = len(tokens) - 1
+    ttft_s = started - job.received + r["ttft_s"]
+    if state is not None:
+        state.metrics.observe(len(spec["ids"]), len(tokens), ttft_s)
+    job.events.put(
+        (
+            "done",
+            {
+                "text": to_text(tokens, state.byte_level if state else None),
+                "completion": bytes(text[:cut]).decode("utf-8", errors="replace"),
+                "finish_reason": "stop"
+                if stopped or len(tokens) < spec["max_new_tokens"]
+                else "length",
+                "tokens": tokens,
+                "prompt_tokens": len(spec["ids"]),
+                "ttft_ms": r["ttft_s"] * 1e3,
+                "decode_tokens_per_s": steps / r["decode_s"] if steps else None,
+                "seed": spec["seed"],
+            },
         )
+    )
+
+
+def model_name_of(cfg: Config) -> str:
+    """The name /v1/models lists and requests must use: --model-name, else the checkpoint's
+    directory name, else the random preset."""
+    if cfg.model_name:
+        return cfg.model_name
+    if cfg.ckpt:
+        path = Path(cfg.ckpt).resolve()
+        return (path.parent if path.is_file() else path).name or "generate"
+    return f"random-{cfg.size}"
+
+
+def drain(server: Server, thread: threading.Thread, state: ServerState, grace: float) -> None:
+    """Stop serving (SIGTERM/SIGINT; the request that was generating has finished): the queued
+    requests get 503, new ones too, admitted ones finish writing their answers; then the
+    connections the kernel accepted already get their 503, and the socket closes. grace bounds
+    the wait for slow clients; a client still reading after it is cut off."""
+    deadline = time.monotonic() + grace
+    with state.lock:
+        state.draining = True
+        while True:
+            try:
+                state.jobs.get_nowait().events.put(("error", (503, "server shutting down")))
+            except queue.Empty:
+                break
+        while state.admitted and (left := deadline - time.monotonic()) > 0:
+            state.changed.wait(left)
+    server.shutdown()  # no more accept()s by serve_forever
+    thread.join()
+    server.socket.setblocking(False)
+    while True:  # connections already in the listen backlog: answered (503), not reset
+        try:
+            conn, address = server.socket.accept()
+        except OSError:
+            break
+        conn.setblocking(True)
+        server.process_request(conn, address)
+    end = max(deadline, time.monotonic() + LINGER_S + 1)
+    with state.lock:
+        while state.connections and (left := end - time.monotonic()) > 0:
+            state.changed.wait(left)
+    server.server_close()
 
 
 def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
     """Rank 0 serves HTTP and hands each request to every rank (tensor parallel: all ranks run
     every step); the others follow. The model is only ever touched by this (main) thread."""
-    vocab = engine.model.shape.vocab_size
     n = max(1, min(8, engine.ctx // 2))
     engine.generate([10] * n, n, 0.0)  # compile + capture the smallest buckets before serving
     if not master:  # follower: run what rank 0 broadcasts until it says stop (None)
@@ -935,47 +1608,45 @@ def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
             dist.broadcast_object_list(box, src=0, group=ctrl)
             if box[0] is None:
                 return {"served": served}
-            run_job(engine, Job(box[0]), vocab, master=False)
+            run_job(engine, Job(box[0]), master=False)
             served += 1
-    jobs: queue.Queue = queue.Queue(maxsize=cfg.max_queue)
+    byte_level = {"bytes": True, "ids": False}.get(cfg.vocab)
+    state = ServerState(cfg, engine.ctx, model_name_of(cfg), byte_level)
     try:
-        server = http.server.ThreadingHTTPServer(
-            (cfg.host, cfg.serve), make_handler(jobs, cfg, engine.ctx)
-        )
+        server = Server((cfg.host, cfg.serve), state)
     except OSError as exc:
         if ctrl is not None:
             dist.broadcast_object_list([None], src=0, group=ctrl)
         fail(f"--serve {cfg.serve} on {cfg.host}: {exc.strerror or exc}")
-    server.daemon_threads = True
     host, port = server.server_address[:2]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
     thread.start()
-    print(f"serving http://{host}:{port}/generate (POST JSON; GET /health)", flush=True)
+    print(
+        f"serving http://{host}:{port}/generate (also POST /v1/completions, "
+        f"/v1/chat/completions as model {state.model_name!r}; GET /v1/models, /metrics, /health)",
+        flush=True,
+    )
     served = failed = 0
     try:
         while not STOP["signal"]:
             try:
-                job = jobs.get(timeout=0.1)
+                job = state.jobs.get(timeout=0.1)
             except queue.Empty:
+                continue
+            if job.cancelled:  # its client left while it waited: nobody to generate for
+                job.events.put(("error", (499, "client closed the connection")))
                 continue
             try:
                 if ctrl is not None:
                     dist.broadcast_object_list([job.spec], src=0, group=ctrl)
-                run_job(engine, job, vocab, master=True)
+                run_job(engine, job, master=True, state=state)
                 served += 1
             except Exception as exc:  # a failed request must not take the server down
                 failed += 1
                 job.events.put(("error", (500, f"{type(exc).__name__}: {exc}")))
                 print(f"request failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     finally:
-        server.shutdown()  # stop accepting; serve_forever returns
-        thread.join()
-        server.server_close()
-        while True:  # requests still waiting: refuse them rather than leave them hanging
-            try:
-                jobs.get_nowait().events.put(("error", (503, "server shutting down")))
-            except queue.Empty:
-                break
+        drain(server, thread, state, cfg.grace)
         if ctrl is not None:
             dist.broadcast_object_list([None], src=0, group=ctrl)
     print(f"stopped by {STOP['signal']}: served {served} request(s)", flush=True)
@@ -996,6 +1667,9 @@ def main(argv: list[str] | None = None) -> None:
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     use_cuda = torch.cuda.is_available() and not cfg.cpu
+    # Compile where it pays: on a GPU. On a CPU a compile costs more than a sample (94 s for a
+    # 3M-parameter model on a laptop) and eager decode is as fast at these sizes.
+    cfg.eager = cfg.eager or not (use_cuda if cfg.compile is None else cfg.compile)
     if cfg.cudagraphs and not use_cuda:
         fail("--cudagraphs needs a CUDA GPU (none visible, or --cpu): drop --cudagraphs")
     if cfg.cudagraphs and cfg.eager:
@@ -1028,6 +1702,8 @@ def main(argv: list[str] | None = None) -> None:
         if cfg.ckpt:
             sd = load_state_dict(Path(cfg.ckpt))
             s = shape_of(sd, cfg.n_head, cfg.ckpt)
+            if cfg.vocab == "auto":
+                cfg.vocab = read_vocab(Path(cfg.ckpt), s.vocab_size)
         else:
             n_layer, n_head, d_model = SIZES[cfg.size]
             s = ModelShape(n_layer, cfg.n_head or n_head, d_model, cfg.vocab_size, cfg.seq_len)
@@ -1051,9 +1727,10 @@ def main(argv: list[str] | None = None) -> None:
         engine = Engine(model, device, cfg, rank, world_size)
 
         if cfg.serve is not None:
-            if s.vocab_size < 256:
+            if s.vocab_size < 256 or cfg.vocab == "ids":
                 fail(
-                    f"--serve needs a byte-level model (vocabulary >= 256, this one {s.vocab_size})"
+                    f"--serve needs a byte-level model (prompts are UTF-8 bytes); this one has "
+                    f"{s.vocab_size} token ids (train it with lm's --data and --vocab-size 256)"
                 )
             result = serve(engine, cfg, master, ctrl)
         else:

@@ -8,7 +8,11 @@ Content-Length, and per-path faults decided by `Faults`:
 - `latency`: seconds to wait before each answer;
 - `auth`: "user:password" that every request must present as HTTP basic auth (else 401);
 - `die_after`: stop the whole server after this many archive bodies were sent in full;
-- `no_range`: ignore `Range: bytes=N-` (answer 200 with the whole file) instead of 206.
+- `no_range`: ignore `Range: bytes=N-` (answer 200 with the whole file) instead of 206;
+- `stall`: paths whose body stops at half with the connection held open (first request only,
+  or every request with `cut_always`);
+- `drip`: paths whose body comes one byte every half second, never finishing in a test's time;
+- `endless`: paths (exact) answered with a chunked body of repodata-like JSON that never ends.
 
 `served` counts complete bodies per path; `ranges` lists (path, first byte) of 206 answers.
 
@@ -35,6 +39,9 @@ class Faults:
     auth: str | None = None
     die_after: int | None = None
     no_range: bool = False
+    stall: set[str] = field(default_factory=set)
+    drip: set[str] = field(default_factory=set)
+    endless: set[str] = field(default_factory=set)
 
     def matches(self, names: set[str], path: str) -> bool:
         return "*" in names or any(n in path for n in names)
@@ -113,6 +120,9 @@ class _Handler(BaseHTTPRequestHandler):
         if nth == 1 and faults.matches(faults.busy_first, path):
             self._status(503, {"Retry-After": "0"})
             return
+        if path in faults.endless:  # exact: repodata.json, not repodata.json.zst
+            self._endless()
+            return
         target = (srv.root / path.lstrip("/")).resolve()
         if srv.root not in target.parents or not target.is_file():
             self._status(404)
@@ -129,6 +139,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.send_response(200)
         cut = faults.matches(faults.cut, path) and (faults.cut_always or nth == 1)
+        stall = faults.matches(faults.stall, path) and (faults.cut_always or nth == 1)
+        drip = faults.matches(faults.drip, path)
         self.send_header("Accept-Ranges", "none" if faults.no_range else "bytes")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Content-Type", "application/octet-stream")
@@ -138,6 +150,18 @@ class _Handler(BaseHTTPRequestHandler):
         if not body:
             return
         try:
+            if stall or drip:
+                self.wfile.write(data[: len(data) // 2] if stall else b"")
+                self.wfile.flush()
+                sent = 0
+                while not srv.dead and sent < len(data):  # until the client gives up
+                    time.sleep(0.5)
+                    if drip:
+                        self.wfile.write(data[sent : sent + 1])
+                        self.wfile.flush()
+                        sent += 1
+                self.close_connection = True
+                return
             if cut:
                 self.wfile.write(data[: len(data) // 2])
                 self.wfile.flush()
@@ -153,6 +177,21 @@ class _Handler(BaseHTTPRequestHandler):
         if faults.die_after is not None and done >= faults.die_after and not srv.dead:
             srv.dead = True  # new connections are refused, kept-alive ones are closed
             threading.Thread(target=srv.kill, daemon=True).start()
+
+    def _endless(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        entry = b'"a-1-0.tar.bz2":{"name":"a","version":"1","build":"0","depends":[]},'
+        pieces = [b'{"info":{"subdir":"linux-64"},"packages":{', entry * 4096]
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(pieces[0]), pieces[0]))
+            while not self.server.dead:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(pieces[1]), pieces[1]))
+        except OSError:  # the client cut it: what the test wants
+            pass
+        self.close_connection = True
 
     def _status(self, code: int, headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
@@ -179,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     spec = json.loads(args[2]) if len(args) > 2 else {}
-    for key in ("busy_first", "cut"):
+    for key in ("busy_first", "cut", "stall", "drip", "endless"):
         if key in spec:
             spec[key] = set(spec[key])
     server = MirrorServer(Path(args[0]), Faults(**spec), port=int(args[1]))

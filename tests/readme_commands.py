@@ -8,16 +8,20 @@ What counts as a command (the extractor's rules):
 
 - Only lines inside fenced code blocks.
 - A block with at least one `$ ` prompt line is a console transcript: only its prompt lines are
-  commands, everything else is output. A block without prompts is all commands.
+  commands, everything else is output. A block without prompts is all commands, unless it is
+  fenced as `console` or `text`: then it is all output (what a command printed).
 - A line ending in `\\` continues onto the next line.
 - Lines are split into words the way a POSIX shell does (shlex): quotes are removed, `# comment`
-  is dropped, and `&&`, `||`, `;` and `|` separate commands. A command is envtool's when its first
+  is dropped, `&&`, `||`, `;` and `|` separate commands, and a redirection (`> FILE`) is not
+  part of the command. A command is envtool's when its first
   word (after `VAR=value` assignments) is `envtool`; `$(envtool ...)` inside a word counts too.
 - A line with a word containing `[`, `]`, `…` or `...` is a synopsis (grammar such as
   `envtool doctor [NAME] [--json]`), not a command: it is not parsed, but each option it names
   (`-o`, `--opt`) must exist. An indented line starting with `[` continues a synopsis.
 - A line that shlex cannot split (unbalanced quotes) is prose inside a block, such as a diagram,
   unless it starts with `envtool`: then it is a broken command and extraction fails.
+- `_ENVTOOL_COMPLETE=… envtool` is click's completion script, not a command line.
+- A shell redirection (`> FILE`, `>> FILE`, `2>&1`) is the shell's, not an argument.
 - Words after a bare `--` belong to the script, not to envtool: they go to click after the `--`,
   which click passes through as positional arguments without reading them as options.
 """
@@ -39,7 +43,9 @@ DOCS_DIR = REPO / "docs"
 NOT_INSTRUCTIONS = ("evidence",)  # docs/ folders whose commands are records, not instructions
 
 _SHELL_OPERATORS = {"&&", "||", ";", "|", "&"}
+_REDIRECTIONS = {">", ">>", "<", "&>", ">&", ">|"}
 _SYNOPSIS_MARKS = ("[", "]", "…", "...")
+OUTPUT_ONLY = ("console", "text")  # fence languages whose blocks without a `$ ` line are output
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _SUBSTITUTION = re.compile(r"\$\(([^()]*)\)")
 _STARTS_WITH_ENVTOOL = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*=\S*\s+)*envtool\b")
@@ -66,18 +72,25 @@ class Synopsis:
     page: str = "README.md"
 
 
-def blocks(text: str) -> Iterator[list[tuple[int, str]]]:
-    """The fenced code blocks of a markdown text, as (line number, line) lists."""
+def fenced(text: str) -> Iterator[tuple[str, list[tuple[int, str]]]]:
+    """The fenced code blocks of a markdown text: (language, (line number, line) list)."""
     block: list[tuple[int, str]] | None = None
+    language = ""
     for number, line in enumerate(text.splitlines(), start=1):
         if line.lstrip().startswith("```"):
             if block is None:
-                block = []
+                block, language = [], line.lstrip()[3:].strip()
             else:
-                yield block
+                yield language, block
                 block = None
         elif block is not None:
             block.append((number, line))
+
+
+def blocks(text: str) -> Iterator[list[tuple[int, str]]]:
+    """The fenced code blocks of a markdown text, as (line number, line) lists."""
+    for _, block in fenced(text):
+        yield block
 
 
 def _command_lines(block: list[tuple[int, str]]) -> Iterator[tuple[int, str]]:
@@ -110,10 +123,15 @@ def _words(line: str) -> list[str]:
 
 
 def _segments(words: list[str]) -> Iterator[list[str]]:
-    """Simple commands of a word list, split at shell operators."""
+    """Simple commands of a word list, split at shell operators, without their redirections."""
     current: list[str] = []
+    redirect_target = False
     for word in words:
-        if word in _SHELL_OPERATORS:
+        if redirect_target:
+            redirect_target = False
+        elif word in _REDIRECTIONS:
+            redirect_target = True  # `> file`: neither word is the command's
+        elif word in _SHELL_OPERATORS:
             yield current
             current = []
         else:
@@ -126,17 +144,38 @@ def envtool_argvs(line: str) -> Iterator[list[str]]:
         for word in segment:
             for inner in _SUBSTITUTION.findall(word):
                 yield from envtool_argvs(inner)
+        completion = False
         while segment and _ASSIGNMENT.match(segment[0]):
+            completion |= segment[0].startswith("_ENVTOOL_COMPLETE=")
             segment = segment[1:]
-        if segment and segment[0] == "envtool":
-            yield segment[1:]
+        if segment and segment[0] == "envtool" and not completion:
+            yield _without_redirections(segment[1:])
+
+
+_REDIRECT = re.compile(r"^\d?(>>?|<)(&\d)?$")
+
+
+def _without_redirections(words: list[str]) -> list[str]:
+    """`envtool … > FILE` (a shell redirection: shlex keeps `>` and its target as words)."""
+    out: list[str] = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif _REDIRECT.match(word):
+            skip = "&" not in word  # `2>&1` has no target word
+        else:
+            out.append(word)
+    return out
 
 
 def extract(text: str, page: str = "README.md") -> tuple[list[Command], list[Synopsis]]:
     """Every concrete envtool command and every synopsis line in a markdown text."""
     commands: list[Command] = []
     synopses: list[Synopsis] = []
-    for block in blocks(text):
+    for language, block in fenced(text):
+        if language in OUTPUT_ONLY and not any(line.startswith("$ ") for _, line in block):
+            continue  # what a command printed, shown without the command
         for number, line in _command_lines(block):
             try:
                 argvs = list(envtool_argvs(line))
@@ -199,6 +238,8 @@ def resolve(argv: tuple[str, ...]) -> tuple[click.Context, str, click.Command, l
 
 def parse_error(command: Command) -> str | None:
     """Why click refuses the command (None: it parses). Parses only; runs no callback."""
+    if not command.argv:
+        return None  # `envtool` alone (its help, or shell completion's script)
     try:
         ctx, name, sub, args = resolve(command.argv)
         with ctx, sub.make_context(name, args, parent=ctx, resilient_parsing=False):

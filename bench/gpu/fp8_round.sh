@@ -61,7 +61,7 @@ else
 fi
 # 12 optimizer steps, every one logged (a sync per step in both scripts: nanoGPT's loss.item())
 NGC="--dataset=synth --max_iters=12 --eval_iters=1 --eval_interval=100000 --log_interval=1 --out_dir=/tmp/ngout --always_save_checkpoint=False"
-T="--max-steps 12 --log-every 1 --warmup-steps 5 --ckpt-every -1 --resume never --out-dir /tmp/tout"
+T="--max-steps 12 --log-every 1 --warmup-steps 5 --ckpt-every -1 --resume never --out-dir /tmp/tout --vocab-size 50304"
 TP=$ROOT/templates/lm.py
 
 run nanogpt-1.3b 170 60  bash -c "cd $NG && $PY train.py $NGC $NGX $NS13"

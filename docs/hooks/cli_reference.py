@@ -22,21 +22,26 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any, **kwargs
 
 
 def render_reference() -> str:
-    """Markdown for the group's options and every command, in `envtool --help`'s order."""
+    """Markdown for the group's options and every command, in `envtool --help`'s sections and
+    order (by workflow; a command in no section comes under "Other commands")."""
     import click
 
-    from envtool.cli import _click_cli
+    from envtool.cli import _click_cli, _command_sections
 
     group = _click_cli()
-    root = click.Context(group, info_name="envtool")
+    # the group's own context settings (-h as well as --help): click caches the help option it
+    # builds on the command, so a context without them would change `envtool --help` in-process
+    root = click.Context(group, info_name="envtool", **group.context_settings)
     parts = ["## Global options\n", _usage(group, root), _param_table(group, root)]
-    for name in group.list_commands(root):
-        command = group.get_command(root, name)
-        if command is None or command.hidden:
-            continue
-        ctx = click.Context(command, info_name=name, parent=root)
-        parts += [f"## envtool {name}\n", _help(command), _usage(command, ctx)]
-        parts.append(_param_table(command, ctx))
+    for title, rows in _command_sections():
+        parts.append(f"## {title}\n")
+        for name, _ in rows:
+            command = group.get_command(root, name)
+            if command is None or command.hidden:
+                continue
+            ctx = click.Context(command, info_name=name, parent=root)
+            parts += [f"### envtool {name}\n", _help(command), _usage(command, ctx)]
+            parts.append(_param_table(command, ctx))
     return "\n".join(parts)
 
 

@@ -56,8 +56,13 @@ def _refuse_gpu_count(ctx: click.Context, _param: click.Parameter, value: str | 
 
 # `create --gpus 2` is a user thinking of launch's count: say which flag means what
 gpus_mistake_option = click.option(
-    "--gpus", expose_value=False, hidden=True, callback=_refuse_gpu_count, is_eager=True
-)
+    "--gpus",
+    "gpu_count",
+    expose_value=False,
+    hidden=True,
+    callback=_refuse_gpu_count,
+    is_eager=True,
+)  # its own name: create's `--gpu` is stored as `gpus`, and sharing it fed --gpu 8.0 here
 
 
 def env_name(
@@ -87,7 +92,10 @@ def env_name(
     wrapper = click.option(
         "-n", "--name", "name_option", metavar="NAME", help="Same as NAME (conda's spelling)."
     )(wrapper)
-    return click.argument("name", required=False)(wrapper)
+    # required: click must not demand the positional (-n NAME stands in for it), but the usage
+    # line says NAME, not [NAME]
+    metavar = "NAME" if required else None
+    return click.argument("name", required=False, metavar=metavar)(wrapper)
 
 
 def resolve_and_say(

@@ -51,7 +51,7 @@ def cmd(
     if dry_run:
         return Result("init", data, [f"would {verb} {plan.target} (template {template})"])
     size = apply_init(plan)
-    text = render_written(plan.target, template, visible_gpus())
+    text = render_written(plan.target, template, visible_gpus(), TEMPLATES[template].cpu_args)
     data.update(written=True, bytes=size, launch=text[-1].strip())
     return Result("init", data, text)
 
@@ -74,18 +74,28 @@ def render_list(templates: dict, directory: str) -> Result:
     return Result("init", {"templates": rows, "directory": directory}, text)
 
 
-def render_written(target: object, template: str, gpus: int) -> list[str]:
+def render_written(
+    target: object, template: str, gpus: int, cpu_args: tuple[str, ...] = ()
+) -> list[str]:
     """The lines after a write: commands that run on this host — one rank per visible GPU, or
-    (no GPU) two CPU ranks, which the templates run with gloo; the launch line is last."""
+    (no GPU) two CPU ranks, which the templates run with gloo, with cpu_args sizing the run for
+    a CPU (the defaults are GPU-sized); the launch line is last."""
     from envtool.core.shell_quote import quote_posix
 
     path = quote_posix(str(target))  # the lines are pasted into a shell
-    n = gpus if gpus > 0 else 2
-    launch = f"--gpus {gpus}" if gpus > 0 else "--cpu --nproc 2"
+    if gpus > 0:
+        return [
+            f"wrote {target} (template {template})",
+            "run it:",
+            f"  python {path} --help",
+            f"  torchrun --standalone --nproc-per-node {gpus} {path}",
+            f"  envtool launch {path} --gpus {gpus}",
+        ]
+    args = "".join(" " + quote_posix(a) for a in cpu_args)
     return [
         f"wrote {target} (template {template})",
-        "run it:" if gpus > 0 else "run it (no GPU visible here: CPU processes):",
-        f"  python {path} --help",
-        f"  torchrun --standalone --nproc-per-node {n} {path}",
-        f"  envtool launch {path} {launch}",
+        "run it (no GPU visible here: CPU processes, a CPU-sized run):",
+        f"  python {path}{args}",
+        f"  torchrun --standalone --nproc-per-node 2 {path}{args}",
+        f"  envtool launch {path} --cpu --nproc 2" + (f" --{args}" if args else ""),
     ]

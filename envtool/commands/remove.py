@@ -75,7 +75,7 @@ def _check_removable(target: Path) -> None:
         raise UsageError(
             f"no environment at {target}",
             "see `envtool list`; remove deletes a whole environment (conda env remove), not a "
-            "package: to drop one, edit environments/NAME/environment.yml and run envtool lock",
+            "package: envtool drop NAME PKG drops one",
         )
     if target.is_symlink():
         return  # only the link goes (see remove_prefix)

@@ -80,7 +80,7 @@ def split_config(text: str, source: str) -> tuple[dict[str, str], list[str]]:
 
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or int() of more than 4300 digits
         raise UsageError(
             f"{source}: not valid TOML ({printable(str(exc))[:200]})", "fix the file"
         ) from None

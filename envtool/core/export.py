@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import Lock, LockedPackage, toposorted
 from envtool.core.spec import CondaSpec, EnvSpec, parse_pip_line, render_environment_yml
 from envtool.errors import UsageError
@@ -189,8 +190,10 @@ def plan_export(
         builds = [pkg.build for pkg in found.values()]
         glob = _cuda_glob(builds)
         if spec.name == "pytorch" and glob is None:
+            before = len(warnings)
             _warn_cpu_torch(found, per_platform, warnings)
-            glob = _cpu_glob(builds)
+            if len(warnings) == before:  # a CPU build next to CUDA packages: broken, not a pin
+                glob = _cpu_glob(builds)
         if glob and re.match(r"cuda\d{3}", builds[0]):
             cuda_forge_build = True
         specs.append(CondaSpec(spec.name, versions.pop(), glob, channel, spec.raw))
@@ -253,7 +256,7 @@ def render_export_env(plan: ExportPlan, lock_name: str) -> str:
         f"# Exported by envtool from {lock_name} for {', '.join(plan.platforms)}.\n"
         "# Top-level specs pinned to the locked versions; CUDA builds kept as a build glob.\n"
     )
-    return header + render_environment_yml(plan.env)
+    return redact_credentials(header + render_environment_yml(plan.env), strip=True)
 
 
 def render_explicit(lock: Lock, platform: str) -> str:
@@ -281,7 +284,7 @@ def render_explicit(lock: Lock, platform: str) -> str:
             url = _one_line(p.url, f"pip package {p.name}: url", source, spaces=False)
             sha = p.sha256 and _one_line(p.sha256, f"pip package {p.name}: sha256", source, False)
             lines.append(f"# pip {name} @ {url}{f'#sha256={sha}' if sha else ''}")
-    return "\n".join(lines) + "\n"
+    return redact_credentials("\n".join(lines) + "\n", strip=True)  # the auth store has them
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import LockedPackage
 from envtool.core.versions import cuda_from_build_tag, major_minor
 
@@ -262,4 +263,4 @@ def render_pixi_toml(
     if variants:
         lines += ["", "[environments]"]
         lines += [f"{pixi_name(v.name)} = [{toml_string(pixi_name(v.name))}]" for v in variants]
-    return "\n".join(lines) + "\n"
+    return redact_credentials("\n".join(lines) + "\n", strip=True)  # a file: no secrets

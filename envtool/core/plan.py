@@ -262,7 +262,11 @@ def plan_environment(
     if cuda and request.flavor == "pytorch" and torch is None and builds is None:
         torch = _newest_official_torch(cuda)
     build_torch = _torch_by_cuda(request, torch_series, builds).get(cuda or "") or torch
-    archs = (cu.build_archs(request.flavor, cuda, build_torch) or ()) if cuda else ()
+    archs = (
+        (cu.build_archs(request.flavor, cuda, build_torch, _host_platform(request)) or ())
+        if cuda
+        else ()
+    )
     notes += _ptx_notes(request.flavor, cuda, archs, gpu_list)
     for p in request.platforms:
         if cuda and p in NO_CUDA_PLATFORMS:

@@ -112,7 +112,9 @@ def render_request_yml(name: str, text: str, source: str, plan: Plan, request: R
     spec.has_pip_section = spec.has_pip_section and (bool(request.pip_specs) or len(spec.pip) == 0)
     spec.pip = list(request.pip_specs)
     spec.platforms = list(request.platforms) if list(request.platforms) != ["linux-64"] else []
-    return render_environment_yml(spec)
+    from envtool.core.credentials import redact_credentials
+
+    return redact_credentials(render_environment_yml(spec), strip=True)  # a file: no secrets
 
 
 def file_limits(conda_specs: tuple[str, ...] | list[str]) -> list[str]:

@@ -90,7 +90,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
 
 def printable(text: str, keep_newlines: bool = False) -> str:
     """`text` with control characters shown as \\xNN, so data cannot move the cursor, set the
-    title or inject lines. `keep_newlines` keeps \\n for multi-line blocks."""
+    title or inject lines; a URL's credentials are masked (core/credentials). `keep_newlines`
+    keeps \\n for multi-line blocks."""
 
     def esc(m: re.Match[str]) -> str:
         c = m.group(0)
@@ -100,4 +101,6 @@ def printable(text: str, keep_newlines: bool = False) -> str:
             return f"\\x{ord(c) - 0xDC00:02x}"
         return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
 
-    return _CONTROL.sub(esc, text)
+    from envtool.core.credentials import redact_credentials
+
+    return _CONTROL.sub(esc, redact_credentials(text))

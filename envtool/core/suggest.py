@@ -309,6 +309,7 @@ def suggest_cuda(
             floor, gpu = too_old
             return Suggestion(
                 "driver",
+                cuda=covering[-1],  # what to ask for once the driver drives the GPU
                 driver=floor,
                 gpu=gpu.label(),
                 reasons=(f"driver {driver} cannot drive {gpu.label()} (needs ≥ {floor})",),

@@ -71,12 +71,13 @@ def test_help_groups_every_command_by_workflow() -> None:
     """Sections a user can scan by what they want to do; no command is dropped by the grouping."""
     text = cli_mod.fast_help(10_000) or ""
     titles = [line[:-1] for line in text.splitlines() if line.endswith(":") and line[0] != " "]
-    assert titles[1:5] == ["Environments", "Locks & sharing", "Diagnose", "Train & run"]
+    assert titles[1:6] == ["Environments", "Packages", "Locks & sharing", "Diagnose", "Train & run"]
     after = text.split("Environments:", 1)[1].splitlines()
     listed = [line.split()[0] for line in after if line.startswith("  ")]
     assert sorted(listed) == sorted(cli_mod.COMMANDS)
     section = text.split("Diagnose:\n", 1)[1].split("\n\n", 1)[0]
-    assert [line.split()[0] for line in section.splitlines()] == ["doctor", "verify"]
+    assert [line.split()[0] for line in section.splitlines()] == ["doctor", "verify", "config"]
+    assert "Other commands:" not in text  # every command has its section
     # a command added without a section still shows, under "Other commands"
     cli_mod.COMMANDS["zz-new"] = ("envtool.commands.list", "A new command.")
     try:

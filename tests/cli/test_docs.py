@@ -41,6 +41,34 @@ def test_readme_is_a_newcomers_page() -> None:
     assert any(h.startswith("Ten minutes") for h in headings), headings
 
 
+def test_readmes_links_lead_to_pages_that_exist() -> None:
+    """README is read on GitHub, outside mkdocs' link checks: its relative links are checked here."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README_TEXT)
+    relative = [link for link in links if "://" not in link]
+    assert len(relative) >= 10, relative
+    missing = [link for link in relative if not (REPO / link).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+# names in the code that are not variables a user meets: the env probe's output marker
+NOT_VARIABLES = {"ENVTOOL_PROBE_JSON"}
+
+
+def test_every_envtool_variable_in_the_code_is_documented() -> None:
+    """The environment-variables page lists every ENVTOOL_* name the code reads or sets."""
+    page = (REPO / "docs" / "reference" / "environment-variables.md").read_text()
+    names = {
+        name
+        for path in (REPO / "envtool").rglob("*.py")
+        for name in re.findall(r"\bENVTOOL_[A-Z][A-Z0-9_]*[A-Z0-9]\b", path.read_text())
+    }
+    assert len(names) >= 10, names
+    undocumented = sorted(n for n in names - NOT_VARIABLES if f"`{n}" not in page)
+    assert not undocumented, (
+        f"document these in docs/reference/environment-variables.md: {undocumented}"
+    )
+
+
 def _commands_and_options() -> dict[str, set[str]]:
     """Every visible command with every visible option, as `envtool CMD --help` lists them."""
     group = _click_cli()
@@ -64,10 +92,12 @@ def test_the_reference_names_every_command_and_option() -> None:
     text = _hook().render_reference()
     sections = dict(
         (m.group(1), m.group(2))
-        for m in re.finditer(r"^## envtool (\S+)\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
+        for m in re.finditer(r"^### envtool (\S+)\n(.*?)(?=^##|\Z)", text, re.MULTILINE | re.DOTALL)
     )
     expected = _commands_and_options()
     assert set(sections) == set(expected)
+    # in `envtool --help`'s workflow order: create first, under its section's heading
+    assert re.search(r"^## Environments\n+### envtool create\n", text, re.MULTILINE)
     for name, options in expected.items():
         for option in options:
             assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", sections[name]), (
@@ -75,7 +105,7 @@ def test_the_reference_names_every_command_and_option() -> None:
                 option,
             )
     assert "--virtual-package" not in sections["create"]  # hidden stays hidden
-    assert "Usage" not in text and "envtool create [OPTIONS] NAME" in sections["create"]
+    assert "Usage: " not in text and "envtool create [OPTIONS] " in sections["create"]
 
 
 def test_the_examples_in_the_commands_help_parse() -> None:
@@ -148,7 +178,8 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     assert "instead of &lt;envs dir&gt;/NAME" in page  # text on the page, not a swallowed tag
     # README's walkthrough is the getting-started page's, by inclusion (one text, no copy)
     started = _text(site / "getting-started" / "index.html")
-    assert "envtool create hello --cuda cpu --profile lm" in started
+    assert "envtool create hello --cuda cpu --profile lm" in started  # the walkthrough section
+    assert "uv tool install ." in started  # the install section
     assert "--8&lt;--" not in started and "--8<--" not in started
     assert not (site / "hooks").exists()  # the build hook is not published
 

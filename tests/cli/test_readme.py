@@ -102,6 +102,11 @@ envtool run -n e -- python -c 'print(1)'   # run
 eval "$(envtool shell-hook e)"
 envtool init [DEST] [--template ddp|lm|fsdp]
                [--force]
+envtool export e > e.yml
+```
+
+```console
+envtool doctor: checking envtool's own python (output only: a console block with no prompt)
 ```
 """
 
@@ -117,6 +122,7 @@ def test_extractor_rules_on_a_sample() -> None:
         (10, ("launch", "train.py", "--cpu", "--", "--max-steps", "20", "--bogus")),
         (14, ("run", "-n", "e", "--", "python", "-c", "print(1)")),
         (15, ("shell-hook", "e")),
+        (18, ("export", "e")),
     ]
     assert [(s.line, s.text) for s in synopses] == [
         (16, "envtool init [DEST] [--template ddp|lm|fsdp] [--force]")

@@ -664,3 +664,31 @@ def test_a_host_that_cannot_exist_is_refused_and_its_suggestion_solves(
     rc, out, err2 = run_cli([*base, "--dry-run", "--gpu", gpu, *suggested.split()], tmp_path)
     assert rc == 0, err2
     assert f"CUDA {suggested.split()[-1]}" in out
+
+
+def test_an_arch_refusal_on_a_driver_too_old_for_the_gpu_names_both() -> None:
+    # an RTX 5090 on R560 with a lock built without sm_120 or PTX: the fix is the CUDA whose
+    # builds carry sm_120, on the driver Blackwell needs (nv-blackwell-570)
+    meta = {"envtool_cuda": "12.6", "envtool_gpu_archs": "sm_80 sm_90"}
+    host = HostFacts(driver_version="560.35.03", gpus=[GpuFacts(0, *RTX5090)])
+    problem, fix = host_problems(meta, "linux-64", host)[0]
+    assert "no kernels for this GPU" in problem
+    assert fix.startswith("re-create with `--cuda 13.0`") and "on a driver ≥ 570.26" in fix
+
+
+def test_a_bare_driver_branch_means_its_released_versions() -> None:
+    """`--driver 535`: every released R535 runs CUDA 12.2 (its first production release in
+    NVIDIA's table 3 is 535.54.03), not "535.0.0 < 535.54.03, so CUDA ≤ 12.1"."""
+    from envtool.core.host_record import apply_overrides
+
+    assert cu.driver_release("535") == "535.54.03"
+    assert cu.driver_supports("535", "12.2").mode == "native"
+    assert cu.newest_cuda_native("580") == "13.0" and cu.newest_cuda_native("470") == "11.4"
+    assert cu.driver_release("565") == "565"  # no table row in R565: compared as given
+    assert cu.newest_cuda_native("565") == "12.6"
+    assert cu.driver_release("535.104.05") == "535.104.05"
+    facts = apply_overrides(HostFacts(), driver="535")
+    assert facts.driver_cuda == "12.2"
+    plan = plan_environment(Request(driver="535", gpus=("8.0",), cuda="12.2"), None)
+    assert plan.cuda_mode == "native"
+    assert any("read as branch R535" in n for n in plan.notes)

@@ -133,3 +133,54 @@ def test_the_download_line_says_what_it_knows() -> None:
     assert render_download({"packages": 0, "bytes": 0, "unknown": 0, "cached": 4}) == (
         "download: nothing (all 4 packages cached)"
     )
+
+
+@pytest.mark.integration
+def test_the_dry_run_sizes_a_remote_channels_archives_from_its_repodata(
+    setup: cb.CudaSetup, project: Path, run_cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
+    """The lock records no sizes: a remote channel's repodata gives them (a real HTTP mirror of
+    the built channel); a mirror that is down leaves them unknown, counted, and no error."""
+    import shutil
+    import socket
+
+    from mirror_server import Faults, MirrorServer
+
+    root = tmp_path / "mirror"
+    shutil.copytree(setup.channel, root)
+    lock = tmp_path / "lock" / "conda-lock.yml"
+    lock.parent.mkdir()
+    with MirrorServer(root, Faults()) as server:
+        lock.write_text(setup.lock.read_text().replace(setup.channel.as_uri(), server.url))
+        dry = _json(
+            run_cli,
+            [
+                "install",
+                "--lock",
+                str(lock),
+                "--prefix",
+                str(tmp_path / "p"),
+                "--dry-run",
+                "--json",
+            ],
+            tmp_path,
+        )
+    conda = [p for p in dry["packages"] if p["manager"] == "conda"]
+    assert conda and all(p["url"].startswith("http://") for p in conda)
+    expected = sum(
+        (root / p["url"].split(server.url, 1)[1].lstrip("/")).stat().st_size for p in conda
+    )
+    pip = [p for p in dry["packages"] if p["manager"] == "pip"]
+    expected += sum(Path(p["url"].removeprefix("file://")).stat().st_size for p in pip)
+    assert dry["download"] == {"packages": 6, "bytes": expected, "unknown": 0, "cached": 0}
+
+    with socket.socket() as s:  # a port nobody listens on: the mirror is down
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    lock.write_text(setup.lock.read_text().replace(setup.channel.as_uri(), dead))
+    code, out, err = run_cli(
+        ["install", "--lock", str(lock), "--prefix", str(tmp_path / "p"), "--dry-run"], tmp_path
+    )
+    assert code == 0, err
+    assert out.splitlines()[-1].startswith("download: at least "), out
+    assert "(5 of them of unknown size) in 6 packages" in out.splitlines()[-1]

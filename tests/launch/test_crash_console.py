@@ -83,3 +83,19 @@ def test_a_long_traceback_keeps_its_head_and_its_last_frames() -> None:
     assert lines[:2] == ["Traceback (most recent call last):", "  ..."]
     assert lines[-1] == "RecursionError: deep"
     assert parse_last_traceback("rank killed, nothing printed\n") == []
+
+
+def test_what_is_held_stays_bounded(monkeypatch) -> None:
+    """A rank printing a "Traceback" line then endless indented output is not held forever."""
+    from envtool.adapters.launch import launcher
+
+    monkeypatch.setattr(launcher, "CRASH_HOLD_LINES", 5)
+    c = CrashConsole()
+    lines = [b"[default0]:Traceback (most recent call last):\n"]
+    lines += [b"[default0]:  more\n"] * 10
+    shown = feed(c, lines)
+    assert shown == lines and c.finish(None) == []  # released, then shown as it comes
+    c = CrashConsole()
+    assert (
+        feed(c, TORCHRUN_FAILING) == TORCHRUN_FAILING[:6] and c.finish(None) == TORCHRUN_FAILING[6:]
+    )

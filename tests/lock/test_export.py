@@ -74,8 +74,11 @@ def test_export_real_lock_is_portable(fixtures, tmp_path, monkeypatch, run_cli, 
             if spec.version is not None:
                 assert versions == {spec.version}, spec.render()
             if spec.build is not None:
-                # the only build kept: a glob that matches every locked CUDA build
-                assert CUDA_GLOB.match(spec.build), spec.render()
+                # the only builds kept: a glob that matches every locked CUDA build, or a CPU
+                # pytorch's cpu glob
+                assert CUDA_GLOB.match(spec.build) or (
+                    spec.name == "pytorch" and spec.build in ("cpu*", "*cpu*")
+                ), spec.render()
                 pattern = re.compile(spec.build.replace(".", r"\.").replace("*", ".*"))
                 assert all(pattern.fullmatch(pkg.build) for pkg in locked.values())
         if request.pip:
@@ -139,6 +142,8 @@ def test_export_warns_about_cpu_torch_in_broken_lock(
     monkeypatch.chdir(tmp_path)
     _, out, err = run_cli(["export", "demo", "--platform", "linux-64"])
     assert "pytorch on linux-64 is locked as a CPU build (py3.10_cpu_0)" in err
+    # broken, not a choice: the CPU build is not pinned (the warning says re-lock)
+    assert "pytorch=2.1.0.dev20230310\n" in out and "cpu*" not in out
 
 
 @pytest.mark.slow

@@ -114,3 +114,16 @@ def test_a_variant_index_with_a_hostile_min_driver(
     finally:
         index.write_text(original)
     assert run_envtool("lock", "demo", "--check", env=env, cwd=root).returncode == 0
+
+
+@pytest.mark.integration
+def test_a_settings_file_with_a_5000_digit_number_is_one_line(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The same limit in TOML (tomllib raises a plain ValueError, not TOMLDecodeError): the
+    user's settings file is read by every command, which all ended in a traceback."""
+    config = tmp_path / "cfg" / "envtool" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f"x = {BIG}\n")
+    r = run_envtool("list", env={**env, "XDG_CONFIG_HOME": str(tmp_path / "cfg")}, cwd=tmp_path)
+    one_line_exit_2(r, config, "not valid TOML")

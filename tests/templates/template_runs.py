@@ -30,6 +30,9 @@ def template(name: str) -> Path:
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+    # A deprecated torch API called from a template's own code (the script runs as __main__,
+    # under torchrun too) fails the run: torch's warnings about its own internals do not.
+    env["PYTHONWARNINGS"] = "error::FutureWarning:__main__,error::DeprecationWarning:__main__"
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)  # a single-process run must not think it is under torchrun
     return env

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,8 +26,8 @@ from template_runs import child_env, top_level_imports
 
 GENERATE = REPO / "templates" / "generate.py"
 LM = REPO / "templates" / "lm.py"
-# The model lm trains below: vocabulary of bytes, context 64 (the template reads both back).
-LM_ARGS = ["--cpu", "--size", "tiny", "--vocab-size", "256", "--seq-len", "64"]
+# The model lm trains below: its default vocabulary (bytes), context 64 (generate reads both).
+LM_ARGS = ["--cpu", "--size", "tiny", "--seq-len", "64"]
 PROMPT = "the quick "
 GREEDY = ["--prompt", PROMPT, "--max-new-tokens", "40", "--temperature", "0", "--repeat", "1"]
 
@@ -173,12 +174,13 @@ def test_sampling_is_reproducible_for_a_seed(trained: Path, tmp_path: Path) -> N
 @pytest.mark.slow
 @pytest.mark.integration
 def test_compiled_decode_equals_eager(trained: Path, tmp_path: Path) -> None:
-    """torch.compile of prefill and decode on CPU (inductor's C++ backend; ~35 s the first time
-    on 2 busy cores, seconds once its cache is warm). A small --cache-bucket makes the decode
-    cross attention buckets: every bucket is its own compiled graph."""
+    """torch.compile of prefill and decode on CPU, asked for with --compile (inductor's C++
+    backend; ~35 s the first time on 2 busy cores, 265 s at load 19, seconds once its cache is
+    warm). A small --cache-bucket makes the decode cross attention buckets: each its own
+    compiled graph."""
     eager = result_of(generate(["--ckpt", str(trained), *GREEDY, "--eager"], tmp_path))
     args = ["--ckpt", str(trained), *GREEDY, "--cache-bucket", "32", "--decode-attn", "math"]
-    compiled = result_of(generate(args, tmp_path, timeout=240))
+    compiled = result_of(generate([*args, "--compile"], tmp_path, timeout=600))
     assert compiled["mode"] == "compiled"
     assert compiled["tokens"] == eager["tokens"]
 
@@ -362,3 +364,425 @@ def test_tensor_parallel_server_answers_like_one_process_and_stops_on_sigterm(
             os.killpg(s.proc.pid, 0)
     finally:
         s.close()
+
+
+# --- issue 21 item 4: CPU defaults, the checkpoint's vocabulary ---
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_on_cpu_it_runs_eager_unless_asked_and_prints_the_checkpoints_text(
+    trained: Path, tmp_path: Path
+) -> None:
+    """No flag on a CPU: eager (a CPU compile cost 94 s for a 3M model), and lm's default
+    vocabulary is bytes, recorded in the checkpoint, so the sample prints as text."""
+    import torch
+
+    assert torch.load(trained / "ckpt.pt", weights_only=True)["vocab"] == "bytes"
+    proc = generate(["--ckpt", str(trained), *GREEDY], tmp_path)
+    result = result_of(proc)
+    assert result["mode"] == "eager"
+    assert result["text"] == bytes(result["tokens"]).decode("utf-8", errors="replace")
+    assert f"---\n{result['text']}\n---" in proc.stdout
+    both = generate(["--ckpt", str(trained), *GREEDY, "--compile", "--eager"], tmp_path)
+    assert both.returncode == 2 and "contradict" in both.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_checkpoint_of_token_ids_prints_numbers_and_is_not_served(tmp_path: Path) -> None:
+    """lm on synthetic ids (--vocab-size 300) records "ids": generate prints no text for them
+    (some ids are bytes by chance: they are still ids), and --serve, whose prompts are
+    UTF-8 bytes, refuses it in one line."""
+    argv = [sys.executable, str(LM), "--cpu", "--size", "tiny", "--seq-len", "32"]
+    argv += ["--vocab-size", "300", "--batch-size", "2", "--max-steps", "2", "--out-dir", "ids"]
+    proc = subprocess.run(
+        argv, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    args = ["--ckpt", "ids", "--prompt-len", "4", "--max-new-tokens", "8", "--repeat", "1"]
+    result = result_of(generate(args, tmp_path))
+    assert result["text"] is None and len(result["tokens"]) == 8
+    served = generate(["--ckpt", "ids", "--serve", "0"], tmp_path)
+    assert served.returncode == 2 and "byte-level" in served.stderr
+    assert len(served.stderr.strip().splitlines()) == 1, served.stderr
+
+
+# --- pure parts of the server (in process) ---
+
+
+@pytest.fixture(scope="module")
+def gen():
+    spec = importlib.util.spec_from_file_location("generate_template", GENERATE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_streamed_pieces_add_up_to_the_text_and_never_show_a_stop(gen) -> None:
+    """Byte by byte, multi-byte characters split across tokens, a stop sequence that begins
+    like the text around it: the pieces join to the non-streamed text, cut at the stop."""
+    data = "naïve café — le chat\nuser: more".encode()
+    for stops in ([], [b"\nuser:"], [b"chat", b"caf"], [b"\xc3"]):
+        stream = gen.StreamText(stops)
+        pieces = [stream.feed(b) for b in data] + [stream.finish()]
+        cut = next(
+            (i + 1 - len(s) for i in range(len(data)) for s in stops if data[: i + 1].endswith(s)),
+            len(data),
+        )
+        assert "".join(pieces) == data[:cut].decode("utf-8", errors="replace"), stops
+        assert all(s.decode("utf-8", "replace") not in "".join(pieces) for s in stops if len(s) > 1)
+
+
+def test_openai_requests_are_checked_field_by_field(gen) -> None:
+    def parse(obj: dict, path: str = "/v1/completions") -> dict:
+        return gen.parse_openai(json.dumps(obj).encode(), path, 64, "tiny")
+
+    spec = parse({"model": "tiny", "prompt": "hi", "stop": "\n", "seed": 3})
+    assert spec["ids"] == list(b"hi") and spec["max_new_tokens"] == 16  # OpenAI's default
+    assert spec["stop"] == [b"\n"] and spec["seed"] == 3 and spec["temperature"] == 1.0
+    chat = parse(
+        {
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            ]
+        },
+        "/v1/chat/completions",
+    )
+    assert bytes(chat["ids"]) == b"system: be brief\nuser: hi\nassistant: "
+    assert chat["max_new_tokens"] == 64 - len(chat["ids"])  # chat: the rest of the context
+    assert set(gen.CHAT_STOPS) <= set(chat["stop"])
+    assert parse({"prompt": "x", "top_p": 0})["temperature"] == 0.0  # top_p 0: greedy
+    bad = [
+        ({"prompt": "x", "n": 2}, 400, "n"),
+        ({"prompt": "x", "best_of": 3}, 400, "best_of"),
+        ({"prompt": "x", "model": "gpt-4"}, 404, "model"),
+        ({"prompt": "x", "max_tokens": 64}, 400, "prompt"),  # context_length_exceeded
+        ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+        ({"prompt": "x", "temperature": 2.5}, 400, "temperature"),
+        ({"prompt": "x", "temperature": True}, 400, "temperature"),
+        ({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
+        ({"prompt": "x", "stop": [""]}, 400, "stop"),
+        ({"prompt": "\ud800"}, 400, "prompt"),
+        ({"prompt": ["a", "b"]}, 400, "prompt"),
+        ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
+        ({"prompt": "x", "functions": []}, 400, "functions"),
+        ({"messages": "hi"}, 400, "messages"),
+    ]
+    for body, status, param in bad:
+        with pytest.raises(gen.BadRequest) as caught:
+            parse(body, "/v1/chat/completions" if "messages" in body else "/v1/completions")
+        assert (caught.value.status, caught.value.param) == (status, param), body
+    with pytest.raises(gen.BadRequest) as caught:
+        parse({"messages": [{"role": "tool", "content": "x"}]}, "/v1/chat/completions")
+    assert caught.value.status == 400 and "role" in str(caught.value)
+
+
+# --- issue 23 item 7, issue 24 item 4: the server under attack, the OpenAI API ---
+
+
+def raw_request(base: str, data: bytes) -> tuple[int | None, bytes]:
+    """Send bytes as they are, read the answer to the end: (status, body); None: no status
+    line came back (a reset, or a bare close)."""
+    import socket
+
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(data)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    first = head.split(b"\r\n")[0].split()
+    ok = len(first) >= 2 and first[0].startswith(b"HTTP/") and first[1].isdigit()
+    return (int(first[1]) if ok else None), body
+
+
+def post_bytes(path: str, body: bytes, headers: bytes = b"") -> bytes:
+    size = b"Content-Length: %d\r\n" % len(body)
+    return b"POST " + path.encode() + b" HTTP/1.1\r\nHost: t\r\n" + size + headers + b"\r\n" + body
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_crafted_requests_each_get_a_status_and_leave_no_traceback(trained: Path) -> None:
+    """The four requests that got no HTTP answer (issue 23 item 7), their neighbours, and
+    clients that hang up mid-answer: every request gets a status, stderr stays empty (no
+    BrokenPipe tracebacks), and the server goes on answering."""
+    import socket
+    import struct
+
+    s = Server(["--ckpt", str(trained), "--max-body", "100000"], trained.parent)
+    try:
+        cases = [
+            (post_bytes("/generate", b'{"prompt": "\\ud800 x"}'), 400, b"lone surrogate"),
+            (post_bytes("/v1/completions", b'{"prompt": "\\udfff"}'), 400, b'"param": "prompt"'),
+            (post_bytes("/generate", b"[" * 30_000 + b"]" * 30_000), 400, b"nested too deeply"),
+            ("POST /generate HTTP/1.1\r\nContent-Length: ²\r\n\r\n{}".encode(), 400, b"bad"),
+            (
+                b"POST /generate HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n{}",
+                413,
+                b"body over",
+            ),
+            (
+                b"POST /generate HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+                400,
+                b"Content-Length",
+            ),
+            (b"POST /generate HTTP/1.1\r\nHost: t\r\n\r\n", 411, b"Content-Length required"),
+            (b"GARBAGE\r\n\r\n", 400, b"Bad request syntax"),
+            (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414, b"error"),
+            (b"DELETE /generate HTTP/1.1\r\n\r\n", 501, b"error"),
+            (b"GET /generate HTTP/1.1\r\n\r\n", 405, b"takes POST"),
+            (post_bytes("/metrics", b"{}"), 405, b"error"),
+            (post_bytes("/nowhere", b"{}"), 404, b"error"),
+            (
+                post_bytes("/v1/completions", b'{"prompt": "x", "n": 2}'),
+                400,
+                b'"type": "invalid_request_error"',
+            ),
+        ]
+        for data, status, says in cases:
+            got, body = raw_request(s.base, data)
+            assert (got, says in body) == (status, True), (data[:50], got, body[:300])
+        # Hang up: before reading a word, mid-stream (a reset), and halfway through the body.
+        stream = json.dumps({"prompt": PROMPT, "max_new_tokens": 50, "stream": True}).encode()
+        host, port = s.base.removeprefix("http://").split(":")
+        for data, read, reset in (
+            (post_bytes("/generate", stream), 0, False),
+            (post_bytes("/v1/completions", stream.replace(b"max_new_", b"max_")), 200, True),
+            (post_bytes("/generate", stream)[:-20], 0, False),
+        ):
+            with socket.create_connection((host, int(port)), timeout=60) as sock:
+                sock.sendall(data)
+                if read:
+                    sock.recv(read)
+                if reset:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        status, [reply] = s.post(json.dumps({"prompt": PROMPT, "max_new_tokens": 5}).encode())
+        assert status == 200 and len(reply["tokens"]) == 5  # still serving
+        code, _, err = s.stop(signal.SIGTERM)
+        assert code == 0 and err == "", err[-3000:]
+    finally:
+        s.close()
+
+
+def read_stream_lines(response) -> list[bytes]:
+    return [line for line in response.read().split(b"\n") if line]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_full_queue_answers_503_while_the_request_in_flight_still_runs(tmp_path: Path) -> None:
+    """--max-queue 1: one request generating, one waiting; the third is refused (503, OpenAI
+    error shape on /v1) before the first finishes: admission never waits for the worker. The
+    streaming client then hangs up: its generation stops, and the waiting one is answered."""
+    import http.client
+
+    args = ["--size", "tiny", "--vocab-size", "256", "--seq-len", "1024", "--max-queue", "1"]
+    s = Server(args, tmp_path)
+    host, port = s.base.removeprefix("http://").split(":")
+    try:
+        first = http.client.HTTPConnection(host, int(port), timeout=120)
+        long_job = {"prompt": "a", "max_new_tokens": 1000, "stream": True, "temperature": 0}
+        first.request("POST", "/generate", json.dumps(long_job))
+        streaming = first.getresponse()
+        assert json.loads(streaming.readline())["token"] >= 0  # generating now
+        waiting: dict = {}
+
+        def wait_in_queue() -> None:
+            waiting["status"], waiting["body"] = s.post(
+                json.dumps({"prompt": "b", "max_new_tokens": 3}).encode()
+            )
+
+        queued = threading.Thread(target=wait_in_queue)
+        queued.start()
+        while b"generate_queue_depth 1" not in urllib.request.urlopen(s.base + "/metrics").read():
+            time.sleep(0.05)
+        third = http.client.HTTPConnection(host, int(port), timeout=120)
+        third.request("POST", "/v1/completions", json.dumps({"prompt": "c", "max_tokens": 2}))
+        refused = third.getresponse()
+        error = json.loads(refused.read())["error"]
+        assert refused.status == 503 and error["code"] == "busy" and error["type"] == "server_error"
+        assert refused.getheader("Retry-After") == "1"
+        assert not streaming.isclosed() and b"done" not in streaming.read1(65536)  # still going
+        streaming.close()  # the streaming client hangs up mid-answer
+        queued.join(timeout=120)
+        assert waiting["status"] == 200 and len(waiting["body"][0]["tokens"]) == 3
+        code, out, err = s.stop(signal.SIGTERM)
+        result = json.loads(out.splitlines()[-1].removeprefix("RESULT "))
+        assert code == 0 and err == "" and result["served"] == 2  # the cut one counts
+    finally:
+        s.close()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_sigterm_finishes_the_request_in_flight_and_refuses_the_queued_ones(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while one request generates, four wait and more keep coming: the one in flight
+    gets its whole answer, every other client an HTTP 503 (none a reset), exit 0."""
+    import http.client
+
+    args = ["--size", "tiny", "--vocab-size", "256", "--seq-len", "512", "--max-queue", "4"]
+    s = Server(args, tmp_path)
+    host, port = s.base.removeprefix("http://").split(":")
+    outcomes: dict[int, object] = {}
+
+    def client(i: int, body: dict) -> None:
+        try:
+            conn = http.client.HTTPConnection(host, int(port), timeout=120)
+            conn.request("POST", "/generate", json.dumps(body))
+            reply = conn.getresponse()
+            lines = read_stream_lines(reply)
+            outcomes[i] = (reply.status, json.loads(lines[-1]))
+        except Exception as exc:  # a reset or a bare close: what the drain must not do
+            outcomes[i] = type(exc).__name__
+
+    try:
+        first = http.client.HTTPConnection(host, int(port), timeout=120)
+        body = {"prompt": "a", "max_new_tokens": 400, "temperature": 0, "stream": True}
+        first.request("POST", "/generate", json.dumps(body))
+        streaming = first.getresponse()
+        streaming.readline()  # in flight
+        threads = [
+            threading.Thread(target=client, args=(i, {"prompt": "b", "max_new_tokens": 4}))
+            for i in range(10)
+        ]
+        for t in threads:
+            t.start()
+        while b"generate_queue_depth 4" not in urllib.request.urlopen(s.base + "/metrics").read():
+            time.sleep(0.05)
+        s.proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(timeout=120)
+        lines = read_stream_lines(streaming)
+        done = json.loads(lines[-1])
+        assert done["done"] is True and len(done["tokens"]) == 400  # the whole answer
+        assert sorted(o[0] for o in outcomes.values()) == [503] * 10, outcomes
+        reasons = [o[1]["error"] for o in outcomes.values()]
+        assert reasons.count("server shutting down") >= 4  # the queued ones, and any late one
+        out, err = s.proc.communicate(timeout=60)
+        assert s.proc.returncode == 0 and err == "", err[-3000:]
+        assert json.loads(out.splitlines()[-1].removeprefix("RESULT "))["served"] == 1
+    finally:
+        s.close()
+
+
+def prometheus_samples(text: str) -> dict:
+    parser = pytest.importorskip("prometheus_client.parser")
+    samples = {}
+    for family in parser.text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[sample.name, tuple(sorted(sample.labels.items()))] = sample.value
+    return samples
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_openai_client_completes_chats_and_streams(server: Server, trained: Path) -> None:
+    """The real `openai` client against the server: completions and chat, whole and streamed
+    (server-sent events), a stop sequence, the error shape; the texts are the model's greedy
+    tokens, which a full forward pass recomputes. Then /metrics counts what happened."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0)
+    [model] = client.models.list().data
+    assert model.id == trained.name and model.owned_by == "envtool"
+    expected = bytes(reference_greedy(trained, PROMPT.encode(), 20)).decode()
+
+    done = client.completions.create(model=model.id, prompt=PROMPT, max_tokens=20, temperature=0)
+    assert done.choices[0].text == expected and done.choices[0].finish_reason == "length"
+    assert done.object == "text_completion" and done.id.startswith("cmpl-")
+    assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (len(PROMPT), 20)
+    chunks = list(
+        client.completions.create(
+            model=model.id, prompt=PROMPT, max_tokens=20, temperature=0, stream=True
+        )
+    )
+    assert "".join(c.choices[0].text for c in chunks) == expected
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+    stop = expected[5:8]  # a stop sequence the greedy text reaches: the text ends before it
+    cut = client.completions.create(
+        model=model.id, prompt=PROMPT, max_tokens=20, temperature=0, stop=[stop]
+    )
+    assert cut.choices[0].text == expected[: expected.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+    messages = [{"role": "user", "content": "the lazy"}]
+    prompt = b"user: the lazy\nassistant: "
+    want = bytes(reference_greedy(trained, prompt, 64 - len(prompt)))
+    ends = [want.find(s) for s in (b"\nuser:", b"\nsystem:", b"\nassistant:") if s in want]
+    want_text = want[: min(ends)].decode() if ends else want.decode()
+    chat = client.chat.completions.create(model=model.id, messages=messages, temperature=0)
+    assert chat.choices[0].message.role == "assistant"
+    assert chat.choices[0].message.content == want_text
+    assert chat.usage.prompt_tokens == len(prompt)
+    streamed = list(
+        client.chat.completions.create(
+            model=model.id,
+            messages=messages,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == want_text
+    assert streamed[-1].usage.total_tokens == chat.usage.total_tokens
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=model.id, prompt=PROMPT, n=2)
+    assert caught.value.body["param"] == "n" and caught.value.status_code == 400
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.completions.create(model="gpt-4", prompt=PROMPT)
+    assert caught.value.body["code"] == "model_not_found"
+
+    metrics = urllib.request.urlopen(server.base + "/metrics")
+    assert metrics.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    samples = prometheus_samples(metrics.read().decode())
+    completions = ("endpoint", "/v1/completions")
+    assert samples["generate_requests_total", (completions, ("status", "200"))] == 3
+    assert samples["generate_requests_total", (completions, ("status", "400"))] == 1
+    assert samples["generate_requests_total", (completions, ("status", "404"))] == 1
+    assert (
+        samples[
+            "generate_requests_total", (("endpoint", "/v1/chat/completions"), ("status", "200"))
+        ]
+        == 2
+    )
+    assert cut.usage.completion_tokens == expected.index(stop) + len(stop)  # the stop ran
+    generated = 2 * 20 + cut.usage.completion_tokens + 2 * chat.usage.completion_tokens
+    assert samples["generate_tokens_generated_total", ()] == generated
+    assert samples["generate_time_to_first_token_seconds_count", ()] == 5
+    assert samples["generate_time_to_first_token_seconds_bucket", (("le", "+Inf"),)] == 5
+    assert samples["generate_queue_depth", ()] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_server_sent_events_on_the_wire(server: Server, trained: Path) -> None:
+    """The exact wire format, without a client library: text/event-stream, one `data: {json}`
+    event per chunk, a blank line after each, `data: [DONE]` last."""
+    import http.client
+
+    host, port = server.base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "stream": True}
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    reply = conn.getresponse()
+    assert reply.status == 200 and reply.getheader("Content-Type") == "text/event-stream"
+    raw = reply.read().decode()
+    events = raw.split("\n\n")
+    assert events[-1] == "" and events[-2] == "data: [DONE]"
+    chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-2]]
+    assert all(e.startswith("data: {") for e in events[:-2])
+    assert {c["object"] for c in chunks} == {"text_completion"} and len(
+        {c["id"] for c in chunks}
+    ) == 1
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "length"
+    assert {c["model"] for c in chunks} == {trained.name}
+    assert "".join(c["choices"][0]["text"] for c in chunks) == bytes(
+        reference_greedy(trained, PROMPT.encode(), 6)
+    ).decode("utf-8", errors="replace")

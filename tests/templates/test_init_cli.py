@@ -133,12 +133,46 @@ def test_the_written_script_runs(in_tmp: Path, run_cli) -> None:
 def test_the_suggested_commands_fit_the_gpus_this_host_has() -> None:
     from envtool.commands.init import render_written
 
-    cpu = render_written("train.py", "ddp", 0)
-    assert cpu[-1] == "  envtool launch train.py --cpu --nproc 2" and "--gpus" not in "".join(cpu)
-    assert "  torchrun --standalone --nproc-per-node 2 train.py" in cpu
-    gpu = render_written("train.py", "ddp", 1)
+    cpu_args = TEMPLATES["lm"].cpu_args
+    cpu = render_written("train.py", "lm", 0, cpu_args)
+    tail = " --size tiny --seq-len 128 --batch-size 8 --max-steps 200"
+    assert cpu[-1] == "  envtool launch train.py --cpu --nproc 2 --" + tail
+    assert "  torchrun --standalone --nproc-per-node 2 train.py" + tail in cpu
+    assert "  python train.py" + tail in cpu and "--gpus" not in "".join(cpu)
+    gpu = render_written("train.py", "lm", 1, cpu_args)  # a GPU: the templates' own sizes
     assert gpu[-1] == "  envtool launch train.py --gpus 1"
     assert "  torchrun --standalone --nproc-per-node 1 train.py" in gpu
+    assert "--size" not in "".join(gpu)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_cpu_command_init_prints_logs_a_step_before_anything_else(tmp_path: Path) -> None:
+    """Issue 21 item 4: on a GPU-less host `init -t lm` suggests a CPU-sized run; that exact
+    command (fewer steps) prints a step line first and then its RESULT, and the template's own
+    code raises no FutureWarning/DeprecationWarning (errors here, scoped to the script)."""
+    import shlex
+
+    from envtool.commands.init import render_written
+
+    (tmp_path / "train.py").write_text((REPO / "templates" / "lm.py").read_text())
+    python_line = render_written("train.py", "lm", 0, TEMPLATES["lm"].cpu_args)[2]
+    argv = shlex.split(python_line)[1:] + ["--max-steps", "20", "--out-dir", "out"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    warn = ["-W", "error::FutureWarning:__main__", "-W", "error::DeprecationWarning:__main__"]
+    proc = subprocess.run(
+        [sys.executable, *warn, *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("step 10 loss "), proc.stdout  # nothing before the first step
+    assert lines[-1].startswith("RESULT ") and json.loads(lines[-1][7:])["step"] == 20
 
 
 @pytest.mark.slow
@@ -159,6 +193,7 @@ def test_the_suggested_launch_runs_on_this_host(in_tmp: Path, run_cli) -> None:
     env["OMP_NUM_THREADS"] = "1"
     tiny = ["--hidden", "16", "--depth", "1", "--batch-size", "4", "--dataset-size", "64"]
     tiny += ["--max-steps", "2", "--warmup-steps", "1", "--ckpt-every", "-1", "--log-every", "1"]
-    proc = run_envtool(*shlex.split(launch)[1:], "--", *tiny, cwd=in_tmp, env=env, timeout=120)
+    sep = [] if " -- " in launch else ["--"]  # later flags win over the printed CPU sizes
+    proc = run_envtool(*shlex.split(launch)[1:], *sep, *tiny, cwd=in_tmp, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert '"step": 2' in proc.stdout

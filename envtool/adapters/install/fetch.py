@@ -112,30 +112,42 @@ def is_own_file(path: Path) -> bool:
 FETCH_LIMIT = 16 << 30  # the largest conda packages (CUDA libraries) are ~3 GiB
 
 
-ATTEMPTS = 4  # a body cut short is fetched again up to 3 more times (rattler retries the rest)
-
-
+ATTEMPTS = 4  # tries per archive: a 5xx, a refused connection, a cut body or a stall
+STALL_BYTES = 1024  # fewer bytes than this in an idle time-out is a stall (1 byte/s drips)
 _REMOTE = ("http", "https", "s3", "gcs", "oci")  # what rattler's client fetches
 
 
 class _Sink:
     """The writer rattler streams a body into: a file object (never a bare fd, which a late
     write from a cancelled transfer could hit after reuse), the running digest, a size cap and
-    the byte count for progress. `size` counts every byte in the file, across resumed tries."""
+    the byte count for progress. `size` counts every byte in the file, across resumed tries.
+    `moved_at`: when the body last made STALL_BYTES of progress (the idle watch reads it);
+    `write_error`: the disk's refusal (ENOSPC, EFBIG), whatever rattler made of the exception."""
 
     def __init__(self, fh: Any, digest: Any, size: int, on_bytes: Callable[[int], None]) -> None:
         self.fh = fh
         self.digest = digest
         self.size = size
         self.on_bytes = on_bytes
+        self.moved_at = time.monotonic()
+        self.moved_size = size
+        self.write_error: OSError | None = None
 
     def write(self, data: bytes) -> int:
         self.size += len(data)
         if self.size > FETCH_LIMIT:  # a server that never stops must not fill the disk
             raise _TooLarge
-        self.fh.write(data)
+        view = memoryview(data)
+        try:
+            while view:  # unbuffered: a full disk is seen at this write, not at close
+                view = view[self.fh.write(view) :]
+        except OSError as exc:
+            self.write_error = exc
+            raise
         self.digest.update(data)
         self.on_bytes(len(data))
+        if self.size - self.moved_size >= STALL_BYTES:
+            self.moved_at, self.moved_size = time.monotonic(), self.size
         return len(data)
 
 
@@ -184,42 +196,60 @@ def changed_file(pkg: LockedPackage, url: str, got: str) -> ChangedFile:
 
 
 async def _download(
-    url: str, dest: Path, algo: str, on_bytes: Callable[[int], None], resume: bool = True
+    url: str,
+    dest: Path,
+    algo: str,
+    on_bytes: Callable[[int], None],
+    resume: bool = True,
+    on_retry: Callable[[str], None] = lambda _m: None,
 ) -> tuple[Path, str, bool]:
     """Stream `url` into a fresh exclusive temp file beside `dest` (mkstemp: a random name,
     O_EXCL, so no planted link or other process can aim the write) and return (temp path, hex
     digest, resumed); the caller renames it over `dest` only once the digest is the lock's.
 
-    rattler's client retries 5xx, resets and time-outs before the body; a body cut short (an
-    OSError from the stream) is fetched again here, ATTEMPTS times with back-off — from where
-    it stopped, with `Range: bytes=N-` (a client with that default header: rattler's download
-    calls take no per-request headers), unless `resume` is off — then reported as a network
-    failure naming the bytes received, never as a changed file. rattler does not expose the
-    answer's status, so a server that ignores Range (200, the whole file again) is only seen
-    in the digest: the caller then fetches the file once more without resuming."""
+    Each try goes through rattler's client without its own retries, so every retry is seen
+    here (and shown: `on_retry`): a 5xx/429, a refused connection, a body cut short or a stall
+    (under STALL_BYTES in the idle time-out: the transfer is cancelled, which closes it) is
+    tried again, ATTEMPTS times with a short back-off — from where it stopped, with
+    `Range: bytes=N-` (a client with that default header: rattler's download calls take no
+    per-request headers), unless `resume` is off — then reported as a network failure naming
+    the host and what was tried, never as a changed file. Another 4xx is not retried. A full
+    disk (ENOSPC, EFBIG) is not the network's: reported at once (disk_full). rattler does not
+    expose the answer's status, so a server that ignores Range (200, the whole file again) is
+    only seen in the digest: the caller then fetches the file once more without resuming."""
     import asyncio
+
+    from envtool.adapters.solve import network
 
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme not in ("file", *_REMOTE):
         raise UsageError(
             f"{url}: unsupported URL scheme", "use file://, http(s)://, s3://, gcs:// or oci://"
         )
-    try:
-        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    except OSError as exc:
-        raise cannot_write(dest.parent, exc) from None
-    tmp = Path(tmp_name)
     digest = hashlib.new(algo)
-    size = 0
+    adopted = _adopt_partial(dest, digest) if resume and parsed.scheme != "file" else None
+    if adopted is not None:  # an interrupted run's bytes: ask for the rest
+        fd, tmp, size = adopted
+    else:
+        try:
+            fd, tmp_name = tempfile.mkstemp(
+                dir=dest.parent, prefix=f".{dest.name}.", suffix=".part"
+            )
+        except OSError as exc:
+            raise cannot_write(dest.parent, exc) from None
+        tmp, size = Path(tmp_name), 0
+        _claim(fd)
     resumed = False
+    sink = None
     counted = [0]  # bytes of this file shown in the progress, taken back if it is dropped
+    started = time.monotonic()
 
     def count(n: int) -> None:
         counted[0] += n
         on_bytes(n)
 
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with os.fdopen(fd, "ab" if size else "wb", buffering=0) as fh:
             for attempt in range(1, ATTEMPTS + 1):
                 sink = _Sink(fh, digest, size, count)
                 try:
@@ -228,11 +258,9 @@ async def _download(
                     else:
                         from rattler.package_streaming import download_to_writer
 
-                        from envtool.adapters.solve.network import client
-
                         resumed = resumed or size > 0
-                        await download_to_writer(client(size), url, sink)
-                    fh.flush()
+                        client = network.download_client(size)
+                        await _watched(download_to_writer(client, url, sink), sink)
                     return tmp, digest.hexdigest(), resumed
                 except _TooLarge:
                     raise DiagnosedFailure(
@@ -242,9 +270,15 @@ async def _download(
                     ) from None
                 except (UsageError, DiagnosedFailure):
                     raise
-                except OSError as exc:  # the body was cut short, or the connection dropped
+                except Exception as exc:
+                    if sink.write_error is not None:  # the disk's, however rattler wrapped it
+                        raise disk_full(dest.parent, sink.write_error, sink.size) from None
                     if parsed.scheme == "file":
-                        raise network_failure(url, exc.strerror or first_line(exc)) from None
+                        why = exc.strerror if isinstance(exc, OSError) else None
+                        raise network_failure(url, why or first_line(exc)) from None
+                    why = _transient(exc, sink)
+                    if why is None:  # a 4xx: asking again gets the same answer
+                        raise network_failure(url, first_line(exc)) from None
                     size = sink.size
                     if not resume and size:  # start over: drop what this try wrote
                         count(-counted[0])
@@ -252,19 +286,127 @@ async def _download(
                         fh.truncate()
                         digest, size = hashlib.new(algo), 0
                     if attempt == ATTEMPTS:
-                        raise network_failure(
-                            url,
-                            f"the connection dropped after {sink.size} bytes "
-                            f"({first_line(exc)}; {ATTEMPTS} tries)",
-                        ) from None
+                        spent = time.monotonic() - started
+                        tried = f"{ATTEMPTS} tries in {spent:.0f} s"
+                        if sink.size == 0 and "stalled" not in why:
+                            why = network.describe_unreachable(url) or why
+                        elif sink.size:
+                            why = f"{why}; the connection dropped after {sink.size} bytes"
+                        raise network_failure(url, f"{why} ({tried})") from None
+                    host = parsed.hostname or url
+                    on_retry(f"retry {attempt + 1}/{ATTEMPTS} {host}: {why}")
                     await asyncio.sleep(0.25 * 2**attempt)
-                except Exception as exc:  # rattler's request error: transient ones were retried
-                    raise network_failure(url, first_line(exc)) from None
         raise AssertionError("unreachable")
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        interrupted = isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError))
+        if not (interrupted and resume and sink is not None and sink.size):
+            tmp.unlink(missing_ok=True)  # kept only for the rerun after Ctrl-C (_adopt_partial)
         on_bytes(-counted[0])
         raise
+
+
+def _claim(fd: int) -> bool:
+    """Hold an exclusive lock on a temp download while this process writes it, so another
+    install sharing the cache never adopts it (released when the file is closed)."""
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except (ImportError, OSError):
+        return False
+
+
+def _adopt_partial(dest: Path, digest: Any) -> tuple[int, Path, int] | None:
+    """The partial download of `dest` an interrupted install left (Ctrl-C keeps it), claimed by
+    this process: (fd, path, size), its bytes fed to `digest`; or None. Only a regular file of
+    this cache, not a link, and not one another process holds (its lock) is taken."""
+    for path in sorted(dest.parent.glob(f".{dest.name}.*.part")):
+        try:
+            fd = os.open(
+                path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+            )
+        except OSError:
+            continue
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not st.st_size or not _claim(fd):
+            os.close(fd)
+            continue
+        size = 0
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+        return fd, path, size
+    return None
+
+
+async def _watched(transfer: Any, sink: _Sink) -> None:
+    """Run a rattler transfer, cancelled (which drops it and closes its connection) when it
+    makes no progress — fewer than STALL_BYTES — for the idle time-out: a server that stops
+    mid-body, or drips a byte a second, costs one time-out per try, not forever."""
+    import asyncio
+
+    from envtool.adapters.solve.network import idle_timeout
+
+    limit = idle_timeout()
+    task = asyncio.ensure_future(transfer)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=min(limit, 1.0))
+            if done:
+                return task.result()
+            if time.monotonic() - sink.moved_at > limit:
+                task.cancel()
+                raise _Stalled(f"stalled: under {STALL_BYTES} bytes in {limit:g} s")
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+class _Stalled(Exception):
+    pass
+
+
+def _transient(exc: BaseException, sink: _Sink) -> str | None:
+    """Why a failed try is worth another (a short reason), or None for an answer that will not
+    change (a 4xx other than 408/429)."""
+    import re
+
+    if isinstance(exc, _Stalled):
+        return str(exc)
+    if isinstance(exc, OSError):  # the body was cut short, or the connection dropped
+        return first_line(exc)
+    text = str(exc)
+    status = re.search(r"\((\d{3}) ([^)]*)\)", text)
+    if status:
+        code = int(status.group(1))
+        if 400 <= code < 500 and code not in (408, 429):
+            return None
+        return f"{code} {status.group(2)}"
+    if "error sending request" in text or "connect" in text.lower() or "timed out" in text:
+        return "no connection"
+    return first_line(exc)
+
+
+def disk_full(where: Path, exc: OSError, needed: int, at_least: bool = True) -> DiagnosedFailure:
+    """A write the disk refused (ENOSPC, EDQUOT, EFBIG): named as such, with the room left —
+    not retried, and never blamed on the network or the package. `needed`: bytes (`at_least`:
+    what a download had written when it failed; the lock records no sizes)."""
+    import errno
+    import shutil
+
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        free = 0
+    mb = 1 << 20
+    limit = " (a file-size limit: ulimit -f)" if exc.errno == errno.EFBIG else ""
+    return DiagnosedFailure(
+        f"disk full at {where}{limit} ({free // mb} MB free, {'at least' if at_least else 'about'} "
+        f"{max(-(-needed // mb), 1)} MB needed); nothing was linked",
+        "free space there (or set ENVTOOL_CACHE_DIR / the prefix on a larger disk), then run "
+        "the same command again (archives already fetched are kept)",
+    )
 
 
 def _copy_local(url: str, sink: _Sink) -> None:
@@ -292,16 +434,20 @@ def _copy_local(url: str, sink: _Sink) -> None:
 
 
 async def _fetch_one(
-    pkg: LockedPackage, url: str, dest: Path, on_bytes: Callable[[int], None]
+    pkg: LockedPackage,
+    url: str,
+    dest: Path,
+    on_bytes: Callable[[int], None],
+    on_retry: Callable[[str], None] = lambda _m: None,
 ) -> None:
     """Download, check against the lock, rename into the cache: the cached copy (if any) is
     only ever replaced by a fetched file that matched the hash, so a lock (or a source) with
     the wrong hash cannot destroy a good cached archive."""
     algo, want = lock_digest(pkg)
-    tmp, got, resumed = await _download(url, dest, algo, on_bytes)
+    tmp, got, resumed = await _download(url, dest, algo, on_bytes, on_retry=on_retry)
     if resumed and got != want:  # the server may have ignored Range: once more, from byte 0
         tmp.unlink(missing_ok=True)
-        tmp, got, _ = await _download(url, dest, algo, on_bytes, resume=False)
+        tmp, got, _ = await _download(url, dest, algo, on_bytes, False, on_retry)
     try:
         if not want or got != want:  # a lock entry without a hash cannot be verified: refuse
             raise changed_file(pkg, url, got)
@@ -374,8 +520,11 @@ def fetch_all(
                 return p.file_name, True
         return p.file_name, ok
 
-    with ThreadPoolExecutor(max_workers=4) as pool:  # hashlib and reads release the GIL
+    pool = ThreadPoolExecutor(max_workers=4)  # hashlib and reads release the GIL
+    try:
         state = dict(pool.map(cached, pkgs))
+    finally:  # Ctrl-C: drop the hashes not started (a `with` waited for all, GBs of them)
+        pool.shutdown(wait=False, cancel_futures=True)
     for name in shared:
         dests[name] = extracted_entry(extracted, next(p for p in pkgs if p.file_name == name))  # type: ignore[arg-type]
     todo = [p for p in pkgs if state[p.file_name] is not True]
@@ -393,7 +542,13 @@ def fetch_all(
 
             async def one(p: LockedPackage) -> None:
                 async with gate:
-                    await _fetch_one(p, urls[p.file_name], dests[p.file_name], progress.add_bytes)
+                    await _fetch_one(
+                        p,
+                        urls[p.file_name],
+                        dests[p.file_name],
+                        progress.add_bytes,
+                        progress.retrying,
+                    )
                 progress.archive_done()
 
             try:

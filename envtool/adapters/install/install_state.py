@@ -149,8 +149,10 @@ def delete_tree(path: Path) -> None:
 
 def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     from envtool.adapters.files import write_atomic
+    from envtool.core.credentials import redact_credentials
 
-    write_atomic(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
+    write_atomic(path, redact_credentials(text, strip=True))  # never a URL's credentials
 
 
 def sibling_name(prefix: Path, suffix: str) -> str:

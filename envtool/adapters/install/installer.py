@@ -66,13 +66,9 @@ def rattler_package_cache(cache: Path) -> Path:
     would link from is still checked against the lock-verified archive (verify_extracted)."""
     if os.environ.get("ENVTOOL_CACHE_DIR"):
         return cache / "rattler"
-    if os.environ.get("RATTLER_CACHE_DIR"):
-        root = Path(os.environ["RATTLER_CACHE_DIR"])
-    elif os.environ.get("XDG_CACHE_HOME"):
-        root = Path(os.environ["XDG_CACHE_HOME"]) / "rattler" / "cache"
-    else:
-        root = Path.home() / ".cache" / "rattler" / "cache"
-    return root / "pkgs"
+    from envtool.adapters.solve.network import rattler_cache_root
+
+    return rattler_cache_root() / "pkgs"
 
 
 def _install_hint(lock: Lock, platform: str) -> str:

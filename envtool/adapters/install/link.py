@@ -27,6 +27,7 @@ from envtool.adapters.install.archive_check import (
     verify_extracted,
 )
 from envtool.adapters.install.progress import Progress
+from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import LockedPackage
 from envtool.errors import DiagnosedFailure, UsageError, first_line
 
@@ -130,10 +131,10 @@ def link_packages(
                     f"{p.name} {p.version} ({p.file_name}): rattler cannot read it ({first_line(rec)})",
                     "regenerate the lock from a channel you trust",
                 )
-            rec.channel = channel_of(p.url)
+            rec.channel = channel_of(redact_credentials(p.url, strip=True))
             if p.md5:
                 rec.md5 = bytes.fromhex(p.md5)
-            rec.url = p.url
+            rec.url = redact_credentials(p.url, strip=True)  # conda-meta: no credentials
             if archives[p.file_name].is_dir():
                 pass  # linked from the verified entry in rattler's cache, under the lock's URL
             elif index is None or not index.contains_record(rec):
@@ -161,11 +162,44 @@ def link_packages(
         except BaseException as exc:  # pyo3's PanicException is a BaseException
             failure = exc
     if failure is not None:
+        disk = _disk_refusal(failure, captured.text)
+        if disk is not None:  # not the package's fault, nor worth a retry: the room it needs
+            from envtool.adapters.install.fetch import disk_full
+
+            needed = sum(
+                e["size_in_bytes"]
+                for c in contents.values()
+                for e in c.paths or []
+                if isinstance(e.get("size_in_bytes"), int)
+            )
+            full = disk_full(prefix, disk, needed, at_least=False)
+            full.message = full.message.replace("nothing was linked", "linking stopped")
+            full.hint = "free space there, then run the same install again to finish it"
+            raise full from None
         raise DiagnosedFailure(
             f"linking into {prefix} failed: {first_line(failure)}{captured.summary()}",
             "the environment is marked incomplete; run the same install again to finish it",
         ) from None
     return from_local
+
+
+def _disk_refusal(failure: BaseException, stderr: str) -> OSError | None:
+    """The disk's refusal (ENOSPC, EDQUOT, EFBIG) behind a failed link, or None. rattler reports
+    it in its error text ("… (os error 28)"), or as the OSError itself."""
+    import errno
+    import re
+
+    codes = (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
+    if isinstance(failure, OSError) and failure.errno in codes:
+        return failure
+    for text in (str(failure), stderr):
+        for code in re.findall(r"os error (\d+)", text):
+            if int(code) in codes:
+                return OSError(int(code), os.strerror(int(code)))
+        for code in codes:  # the message without its number (a panic's text)
+            if os.strerror(code) in text:
+                return OSError(code, os.strerror(code))
+    return None
 
 
 async def _record_of(
@@ -287,8 +321,9 @@ def restore_locked_urls(prefix: Path, pkgs: list[LockedPackage]) -> None:
         if not isinstance(data, dict):
             continue
         p = by_file.get(data.get("fn", ""))
-        if p is None or data.get("url") == p.url:
+        url = redact_credentials(p.url, strip=True) if p is not None else ""
+        if p is None or data.get("url") == url:
             continue
-        data["url"] = p.url
-        data["channel"] = channel_of(p.url)
+        data["url"] = url
+        data["channel"] = channel_of(url)
         write_atomic(meta, json.dumps(data, indent=2))

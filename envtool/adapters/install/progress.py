@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+from envtool.errors import fit_words
 from envtool.output import note, terminal_text
 
 
@@ -50,6 +51,7 @@ class Progress:
         self.link_seconds = 0.0
         self.last_draw = 0.0
         self.drawn = False
+        self.retry = ""  # the latest retry, shown on the live line until an archive completes
 
     # --------------------------------------------------------------- lines
     def say(self, message: str) -> None:
@@ -69,8 +71,7 @@ class Progress:
         if not self.live or (not force and now - self.last_draw < 0.1):
             return
         self.last_draw = now
-        cols = _columns()
-        sys.stderr.write("\r" + terminal_text(text)[: cols - 1] + "\x1b[K")
+        sys.stderr.write("\r" + fit_words(terminal_text(text), _columns() - 1) + "\x1b[K")
         sys.stderr.flush()
         self.drawn = True
 
@@ -88,9 +89,19 @@ class Progress:
             self.bytes += n
         self._draw(self._fetch_line())
 
+    def retrying(self, message: str) -> None:
+        """A download tried again ("retry 2/4 HOST: 503 …"): on the live line, else a line."""
+        with self.lock:
+            self.retry = message
+        if self.live:
+            self._draw(self._fetch_line(), force=True)
+        else:
+            self.say(f"  {message}")
+
     def archive_done(self) -> None:
         with self.lock:
             self.fetched += 1
+            self.retry = ""
         self._draw(self._fetch_line(), force=self.fetched == self.to_fetch)
 
     def _fetch_line(self) -> str:
@@ -104,6 +115,8 @@ class Progress:
         if self.fetched and left and rate > 0:
             eta = left * (self.bytes / self.fetched) / rate
             line += f", ~{human_seconds(eta)} left"
+        if self.retry:
+            line += f"; {self.retry}"
         return line
 
     def end_fetch(self) -> None:

@@ -719,6 +719,9 @@ _TORCHRUN_FAILING = (
 )
 
 
+CRASH_HOLD_LINES = 2000  # what CrashConsole holds at most (memory stays bounded)
+
+
 class CrashConsole:
     """The console while a run goes on (envtool has not stopped it): when a rank fails, torchrun
     prints its ChildFailedError traceback and summary box, and the other ranks their secondary
@@ -741,7 +744,7 @@ class CrashConsole:
             if self.failing or any(mark in line for mark in _TORCHRUN_FAILING):
                 self.failing = True
                 self.held.append(line)
-                return []
+                return self._take() if len(self.held) > CRASH_HOLD_LINES else []
             return [line]
         block = self.blocks.get(prefix)
         if block is None:
@@ -753,9 +756,13 @@ class CrashConsole:
                 return [*self._take(), line]
             return [line]
         block.append(line)
+        if len(block) > CRASH_HOLD_LINES:  # no traceback is this long: a rank's own output
+            return self.blocks.pop(prefix)
         if body[:1] in (b" ", b"\t") or not text or text.startswith((b"Traceback", b"During")):
             return []  # a frame of the traceback
         self.held += self.blocks.pop(prefix)  # its exception line: the block is whole
+        if len(self.held) > CRASH_HOLD_LINES:  # bounded: past this, shown as it comes
+            return self._take()
         return []
 
     def _take(self) -> list[bytes]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from envtool.adapters.files import write_atomic
+from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import (
     DIGEST_PLACEHOLDER,
     KEY_DIGEST,
@@ -48,7 +49,9 @@ def write_lock(
         sources,
     )
     # the lock's own content digest (lock --check: an edited url/sha256 is not fresh), written
-    # whole or not at all like every file envtool writes (fsync, then rename)
+    # whole or not at all like every file envtool writes (fsync, then rename); never a URL's
+    # credentials: a lock is committed and shared (core/credentials)
+    text = redact_credentials(text, strip=True)
     write_atomic(path, with_content_digest(text.encode()))
 
 

@@ -21,6 +21,9 @@ class TemplateInfo:
     name: str
     description: str
     prints: str
+    # Flags that size a run for a laptop CPU (init prints them when no GPU is visible): the
+    # defaults are GPU-sized, and a 124M model on a CPU logs its first step after minutes.
+    cpu_args: tuple[str, ...] = ()
 
 
 # The catalogue `envtool init --list` shows; each name is templates/<name>.py.
@@ -31,6 +34,7 @@ TEMPLATES: dict[str, TemplateInfo] = {
         "places (default: an MLP on a synthetic classification task).",
         'per step "step N loss X lr Y samples/s Z"; last line RESULT {"step", "loss", '
         '"samples_per_s", ...}',
+        cpu_args=tuple("--hidden 256 --batch-size 64 --max-steps 200".split()),
     ),
     "lm": TemplateInfo(
         "lm",
@@ -38,6 +42,7 @@ TEMPLATES: dict[str, TemplateInfo] = {
         "tokens, or --data FILE as bytes).",
         'per step "step N loss X lr Y tokens/s Z mfu W"; last line RESULT {"step", "loss", '
         '"tokens_per_s", "mfu", ...}',
+        cpu_args=tuple("--size tiny --seq-len 128 --batch-size 8 --max-steps 200".split()),
     ),
     "fsdp": TemplateInfo(
         "fsdp",
@@ -45,14 +50,17 @@ TEMPLATES: dict[str, TemplateInfo] = {
         "torch.distributed.checkpoint (DCP) checkpoints: for models too big for one GPU.",
         'per step "step N loss X lr Y tokens/s Z mfu W"; last line RESULT {"step", "loss", '
         '"tokens_per_s", "mfu", ...}',
+        cpu_args=tuple("--size tiny --seq-len 128 --batch-size 8 --max-steps 200".split()),
     ),
     "generate": TemplateInfo(
         "generate",
         "Sample an lm/fsdp checkpoint (or random weights, --size, to benchmark): static KV "
         "cache, bf16, compiled prefill and CUDA-graph decode, temperature/top-k/top-p, "
-        "--serve PORT (HTTP POST /generate), tensor-parallel under torchrun.",
+        "--serve PORT (HTTP: POST /generate and the OpenAI API, /metrics), tensor-parallel "
+        "under torchrun.",
         '"prefill N tokens: TTFT X ms", "decode N tokens: X tokens/s, ... = W% of peak"; '
         'last line RESULT {"ttft_ms", "decode_tokens_per_s", "mbu", "tokens", ...}',
+        cpu_args=tuple("--size tiny --seq-len 128 --prompt-len 16 --max-new-tokens 32".split()),
     ),
 }
 

@@ -44,36 +44,234 @@ def rattler_config() -> Config | None:
     return _state["config"]
 
 
-def client(resume_at: int = 0) -> Client:
-    """The command's one rattler client (built once, reused by every download); with
-    `resume_at`, the same client stack sending `Range: bytes=N-` (rattler's download calls take
-    no per-request headers, only a client's default ones) to resume a body cut short."""
-    if resume_at:
-        return _build({"Range": f"bytes={resume_at}-"})
+def client() -> Client:
+    """The command's one rattler client for repodata (built once, reused by every query), with
+    rattler's retries on 5xx, resets and time-outs, and a whole-request time-out of ten idle
+    time-outs (at least 5 min): repodata moves through rattler's gateway, which reports no
+    progress, so a server that drips it is bounded by the request, not by an idle watch."""
     if "client" not in _state:
-        _state["client"] = _build(None)
+        _state["client"] = _build(None, timeout=int(max(10 * idle_timeout(), 300)))
     return _state["client"]
 
 
-def _build(headers: dict[str, str] | None) -> Client:
+def download_client(resume_at: int = 0) -> Client:
+    """The client for archive downloads: the same stack without rattler's retries — the fetch
+    retries each archive itself (install/fetch.py), so every retry is seen, shown and bounded
+    (a refused connection ends in seconds, not after rattler's back-off on every try)."""
+    if resume_at:  # rattler's download calls take no per-request headers: a client with Range
+        return _build({"Range": f"bytes={resume_at}-"}, retries=0)
+    if "download" not in _state:
+        _state["download"] = _build(None, retries=0)
+    return _state["download"]
+
+
+def _build(
+    headers: dict[str, str] | None, retries: int = RETRIES, timeout: int | None = None
+) -> Client:
     from rattler.networking import Client
 
     config = rattler_config()
     if config is not None:
-        return Client.from_config(config, max_retries=RETRIES, headers=headers)
-    return Client.default_client(max_retries=RETRIES, headers=headers)
+        return Client.from_config(config, max_retries=retries, headers=headers, timeout=timeout)
+    return Client.default_client(max_retries=retries, headers=headers, timeout=timeout)
+
+
+IDLE_TIMEOUT_S = 60.0
+
+
+def idle_timeout() -> float:
+    """Seconds a transfer may go without progress before it is cut and tried again:
+    ENVTOOL_NETWORK_IDLE_TIMEOUT, else 60. A value that is not a positive number is a usage
+    error naming the variable."""
+    import os
+
+    text = os.environ.get("ENVTOOL_NETWORK_IDLE_TIMEOUT", "").strip()
+    if not text:
+        return IDLE_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:
+        raise UsageError(
+            f"ENVTOOL_NETWORK_IDLE_TIMEOUT={text!r}: not a number of seconds",
+            "set it to seconds, e.g. ENVTOOL_NETWORK_IDLE_TIMEOUT=60",
+        )
+    return value
+
+
+def describe_unreachable(url: str, wait: float = 3.0) -> str | None:
+    """What stops a connection to `url`'s host, found after rattler's request failed (its error
+    text says only "error sending request"): the DNS lookup, then a TCP connect, each bounded.
+    None when a proxy is set (the host is the proxy's business) or the host answers."""
+    import os
+    import socket
+    import urllib.parse
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as Waited
+
+    if any(
+        os.environ.get(v)
+        for v in (
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        )
+    ):
+        return None
+    parsed = urllib.parse.urlparse(url)
+    host = parsed.hostname
+    if not host or parsed.scheme not in ("http", "https"):
+        return None
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        return None
+    pool = ThreadPoolExecutor(max_workers=1)  # getaddrinfo has no time-out of its own
+    try:
+        addrs = pool.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM).result(wait)
+    except Waited:
+        return f"{host}: the DNS lookup did not answer in {wait:g} s"
+    except OSError as exc:
+        return f"{host}: DNS lookup failed ({exc.strerror or exc})"
+    finally:
+        pool.shutdown(wait=False)
+    family, kind, proto, _, address = addrs[0]
+    try:
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(wait)
+            sock.connect(address)
+    except TimeoutError:
+        return f"{host}:{port} did not answer a connection in {wait:g} s"
+    except OSError as exc:
+        via = f" ({address[0]})" if address[0] != host else ""
+        return f"{host}:{port}{via}: {exc.strerror or exc}"
+    return None
 
 
 def gateway(cache_dir: Path | None = None) -> Gateway:
     """A repodata gateway over the command's client (so a 503 on repodata is retried, and
     credentials and mirrors apply to channels as to packages); sharded repodata (CEP-16) is used
-    where a channel publishes it."""
+    where a channel publishes it. Its cache: repodata_cache_dir."""
     import rattler
 
+    cache_dir = repodata_cache_dir(cache_dir)
     config = rattler_config()
     if config is not None:
         return rattler.Gateway.from_config(config, cache_dir=cache_dir, client=client())
     return rattler.Gateway(cache_dir=cache_dir, client=client())
+
+
+MAX_REPODATA_BYTES = 1 << 30  # conda-forge's largest subdir is ~300 MB of JSON; 1 GiB is none
+
+
+def max_repodata_bytes() -> int:
+    """The most repodata one solve may take in: ENVTOOL_MAX_REPODATA_BYTES, else 1 GiB."""
+    import os
+
+    text = os.environ.get("ENVTOOL_MAX_REPODATA_BYTES", "").strip()
+    if not text:
+        return MAX_REPODATA_BYTES
+    if not text.isdigit() or not 0 < int(text) < 1 << 50:
+        raise UsageError(
+            f"ENVTOOL_MAX_REPODATA_BYTES={text!r}: not a number of bytes",
+            f"set it to bytes, e.g. ENVTOOL_MAX_REPODATA_BYTES={MAX_REPODATA_BYTES}",
+        )
+    return int(text)
+
+
+def repodata_cache_dir(cache_dir: Path | None = None) -> Path:
+    """Where rattler caches repodata: `cache_dir`; with ENVTOOL_CACHE_DIR, CACHE/repodata;
+    otherwise rattler's shared one (RATTLER_CACHE_DIR, else $XDG_CACHE_HOME or ~/.cache, +
+    rattler/cache; then repodata/), as pixi uses it."""
+    import os
+
+    if cache_dir is not None:
+        return Path(cache_dir)
+    if os.environ.get("ENVTOOL_CACHE_DIR"):
+        return Path(os.environ["ENVTOOL_CACHE_DIR"]) / "repodata"
+    return rattler_cache_root() / "repodata"
+
+
+def rattler_cache_root() -> Path:
+    """rattler's shared cache, as pixi and rattler-build find it: RATTLER_CACHE_DIR, else
+    $XDG_CACHE_HOME or ~/.cache, + rattler/cache."""
+    import os
+
+    if os.environ.get("RATTLER_CACHE_DIR"):
+        return Path(os.environ["RATTLER_CACHE_DIR"])
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "rattler" / "cache"
+    return Path.home() / ".cache" / "rattler" / "cache"
+
+
+async def bounded_repodata(work: Any, channels: list[str], cache_dir: Path | None = None) -> Any:
+    """Run `work` (a coroutine reading repodata through the gateway), cancelled once the
+    repodata it takes in passes max_repodata_bytes: rattler streams each body (decompressed)
+    into a temp file in its cache — watched as the cache folder's growth — and parses what it
+    reads, sharded repodata in memory — watched as this process's resident memory, allowed four
+    times the cap. Cancelling drops rattler's transfer and its temp file, so nothing the channel
+    sent stays in the cache. An endless stream or a zstd/gzip bomb costs the cap, not the disk."""
+    import asyncio
+
+    cap = max_repodata_bytes()
+    folder = repodata_cache_dir(cache_dir)
+    base_disk, base_rss = _folder_bytes(folder), _resident_bytes()
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.5)  # a walk of the cache twice a second
+            if done:
+                return task.result()
+            disk = _folder_bytes(folder) - base_disk
+            memory = _resident_bytes() - base_rss
+            if disk > cap or memory > 4 * cap:
+                task.cancel()
+                await asyncio.wait({task}, timeout=5)
+                hosts = ", ".join(sorted({_host(c) for c in channels})) or "the channel"
+                raise UsageError(
+                    f"{hosts} sent more than {cap >> 20} MB of repodata — more than any real "
+                    "channel publishes; the transfer was cut and nothing it sent was kept",
+                    "check the channel URL; if the channel is real and this large, raise "
+                    "ENVTOOL_MAX_REPODATA_BYTES",
+                )
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def _host(channel: str) -> str:
+    import urllib.parse
+
+    return urllib.parse.urlparse(channel).hostname or channel
+
+
+def _folder_bytes(folder: Path) -> int:
+    """Bytes in the files of `folder` and its subfolders (rattler's temp files are there)."""
+    import os
+
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass  # a temp file rattler just removed
+    return total
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory now (Linux /proc; 0 where it cannot be read)."""
+    import os
+
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def download_concurrency() -> int:

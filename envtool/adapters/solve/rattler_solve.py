@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import SolvedPackage
 from envtool.core.plan import CudaBuild, Plan, PlatformPlan, parse_cuda_builds
-from envtool.errors import UsageError
+from envtool.errors import UsageError, fit_words
 
 if TYPE_CHECKING:  # an annotation only: rattler is imported where a solve runs
     from rattler import RepoDataRecord
@@ -24,9 +25,11 @@ if TYPE_CHECKING:  # an annotation only: rattler is imported where a solve runs
 
 
 def resolve_channel(text: str) -> str:
-    """A channel name -> https://conda.anaconda.org/NAME; a local path -> file:// URL; URLs as is."""
+    """A channel name -> https://conda.anaconda.org/NAME; a local path -> file:// URL; URLs as is,
+    less any credentials (rattler sends none from a URL: they come from its auth store, by host;
+    and a URL with them would reach the lock, conda-meta and the terminal)."""
     if "://" in text:
-        return text.rstrip("/")
+        return redact_credentials(text.rstrip("/"), strip=True)
     if text.startswith(("/", ".", "~")) or Path(text).expanduser().is_dir():
         path = Path(text).expanduser().resolve()
         if not path.is_dir():
@@ -59,7 +62,10 @@ def discover_plan_solve(
     suggests is solved (`planner(builds, cuda)`) before the user is told to pass it."""
     import asyncio
 
-    return asyncio.run(_session(channels, discover_platforms, planner, cache_dir))
+    from envtool.adapters.solve.network import bounded_repodata
+
+    session = _session(channels, discover_platforms, planner, cache_dir)
+    return asyncio.run(bounded_repodata(session, channels, cache_dir))
 
 
 def solve_platforms(channels: list[str], platform_plans: list[PlatformPlan]) -> SolveResult:
@@ -78,7 +84,9 @@ def solve_platforms(channels: list[str], platform_plans: list[PlatformPlan]) -> 
         finally:
             await asyncio.sleep(0.05)
 
-    return asyncio.run(run())
+    from envtool.adapters.solve.network import bounded_repodata
+
+    return asyncio.run(bounded_repodata(run(), channels))
 
 
 async def _session(
@@ -307,8 +315,7 @@ def solver_explanation(text: str) -> tuple[str, str | None]:
 
 def one_line(text: str, limit: int = 600) -> str:
     """A tool's multi-line error as one line of at most `limit` characters."""
-    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return fit_words(" ".join(line.strip() for line in text.splitlines() if line.strip()), limit)
 
 
 def read_channel_identity(channels: list[str], platforms: list[str]) -> list[str]:
