@@ -212,3 +212,19 @@ def fake_h200(fixtures: Path) -> FakeHost:
     """The 2 x H200 (NVLink) host of fixtures/h200-x2-host: driver 580.159.04 (CUDA 13.0), torch
     2.11.0+cu130. Tests that need "a real GPU host" use this one fake."""
     return FakeHost(fixtures / H200_CAPTURE)
+
+
+def build_envtool_wheel(dest: Path) -> Path:
+    """The wheel pip builds from this checkout (what pipx/uv install); skips when the build
+    backend cannot be fetched here."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0 and "hatchling" in proc.stderr:
+        pytest.skip(f"the build backend (hatchling) is not reachable here: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (wheel,) = dest.glob("*.whl")
+    return wheel

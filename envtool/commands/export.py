@@ -226,17 +226,9 @@ def cmd(
             "give NAME with --dir, or --lock FILE alone",
         )
     if variant is not None:  # environments/NAME/conda-lock.<variant>.yml, known to the index
-        from envtool.adapters.lockfile.variant_lock import variant_lock_path
+        from envtool.adapters.lockfile.variant_lock import pick_variant_lock
 
-        if lock_file:
-            raise UsageError(
-                f"--variant {variant} and --lock {lock_file} both pick the lock", "drop one of them"
-            )
-        if not name:
-            raise UsageError(
-                f"--variant {variant} picks among NAME's variant locks", "give NAME as well"
-            )
-        name, lock_file = None, variant_lock_path(name, variant, directory)
+        name, lock_file = None, pick_variant_lock(variant, lock_file, name, directory)
     if fmt == "pixi":
         if not name or lock_file is not None or variant is not None:
             raise UsageError("--format pixi exports NAME's request and every variant", "give NAME")

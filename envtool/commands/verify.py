@@ -55,17 +55,9 @@ def cmd(
         )
     lock = Path(lock_file) if lock_file else None
     if variant is not None:  # environments/NAME/conda-lock.<variant>.yml, known to the index
-        from envtool.adapters.lockfile.variant_lock import variant_lock_path
+        from envtool.adapters.lockfile.variant_lock import pick_variant_lock
 
-        if lock_file:
-            raise UsageError(
-                f"--variant {variant} and --lock {lock_file} both pick the lock", "drop one of them"
-            )
-        if not name:
-            raise UsageError(
-                f"--variant {variant} picks among NAME's variant locks", "give NAME as well"
-            )
-        lock = variant_lock_path(name, variant)
+        lock = pick_variant_lock(variant, lock_file, name)
     if lock is None:
         # an interrupted first install has no state record yet; its marker names the lock
         recorded = (read_state_record(target) or {}).get("lock_path") or (

@@ -15,7 +15,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_envtool
+from conftest import REPO, build_envtool_wheel, run_envtool
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,16 +45,7 @@ def pipx_envtool(tmp_path_factory: pytest.TempPathFactory) -> Path:
     editable) into a venv of its own; its dependencies come from the test venv by .pth."""
     root = tmp_path_factory.mktemp("pipx")
     wheels = root / "wheels"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if proc.returncode != 0 and "hatchling" in proc.stderr:
-        pytest.skip(f"the build backend (hatchling) is not reachable here: {proc.stderr[-300:]}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    (wheel,) = wheels.glob("*.whl")
+    wheel = build_envtool_wheel(wheels)
     tool = root / "venvs" / "envtool-cuda"
     site = _venv(tool, TEST_SITE)
     subprocess.run(

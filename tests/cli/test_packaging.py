@@ -5,15 +5,13 @@ the command and the import package stay `envtool`, and README's user install say
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import zipfile
 from email.parser import Parser
 from pathlib import Path
 
 import pytest
 import tomllib
-from conftest import REPO
+from conftest import REPO, build_envtool_wheel
 
 DIST = "envtool-cuda"
 
@@ -55,16 +53,7 @@ def test_readme_gives_a_user_install_of_that_name_and_a_developer_install_last()
 @pytest.mark.integration
 def test_the_built_wheel_is_envtool_cuda_with_the_envtool_command(tmp_path: Path) -> None:
     """What pipx/uv install from a checkout: the wheel pip builds from it."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if proc.returncode != 0 and "hatchling" in proc.stderr:
-        pytest.skip(f"the build backend (hatchling) is not reachable here: {proc.stderr[-300:]}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    (wheel,) = tmp_path.glob("*.whl")
+    wheel = build_envtool_wheel(tmp_path)
     assert wheel.name.startswith("envtool_cuda-0.1.0-")
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()

@@ -239,6 +239,24 @@ def write_variant_bundle(
     return {**data, "variants": index.names(), "files": sorted(files)}
 
 
+def pick_variant_lock(
+    variant: str, lock_file: str | None, name: str | None, directory: str | None = None
+) -> Path:
+    """`--variant V` beside NAME (verify, export): the variant's lock, or exit 2 when --lock
+    also picks one or NAME is missing."""
+    from envtool.errors import UsageError
+
+    if lock_file:
+        raise UsageError(
+            f"--variant {variant} and --lock {lock_file} both pick the lock", "drop one of them"
+        )
+    if not name:
+        raise UsageError(
+            f"--variant {variant} picks among NAME's variant locks", "give NAME as well"
+        )
+    return variant_lock_path(name, variant, directory)
+
+
 def variant_lock_path(name: str, variant: str, directory: str | None = None) -> Path:
     """`--variant V` of verify/export: environments/NAME/conda-lock.V.yml, known to the index
     (in the project folder `directory`, default: cwd)."""
