@@ -4,14 +4,15 @@ naming the host, nothing the channel sent stays in the repodata cache (which liv
 ENVTOOL_CACHE_DIR), and the peak memory of the `envtool create` process is measured.
 
 The channel is a real local HTTP server (tests/mirror_server.py) in front of a copy of the
-test channel; `envtool create --no-install` runs as a subprocess, its peak RSS from wait4.
+test channel; `envtool create --no-install` runs as a subprocess, its peak RSS measured by a
+small wrapper process (see _PEAK_WRAPPER).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import channel_builder as cb
@@ -22,6 +23,17 @@ from mirror_server import Faults, MirrorServer
 pytestmark = pytest.mark.integration
 
 CAP = 20_000_000  # the test's cap; the default is 1 GiB
+
+# Linux keeps a process's peak RSS across exec, and a child spawned by (v)fork starts with its
+# parent's: envtool spawned straight from a pytest worker that holds 500 MB reports 500 MB. A
+# fresh ~10 MB interpreter spawns envtool instead and writes the child's own peak (KiB) to argv[1].
+_PEAK_WRAPPER = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.run(sys.argv[2:]).returncode\n"
+    "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+    "open(sys.argv[1], 'w').write(str(peak))\n"
+    "sys.exit(code)\n"
+)
 
 
 def _plain_json_only(channel: Path, root: Path) -> Path:
@@ -41,12 +53,11 @@ def _create(url: str, env: dict[str, str], project: Path) -> tuple[int, str, int
     )
     argv = [*envtool_argv(), "create", "net", "-f", "environment.yml", "--channel", url,
             "--cuda", "12.6", "--no-install"]  # fmt: skip
-    err = project / "stderr.txt"
+    err, peak = project / "stderr.txt", project / "peak-kib.txt"
     with open(err, "w") as fh:
-        proc = subprocess.Popen(argv, env=env, cwd=project, stdout=subprocess.DEVNULL, stderr=fh)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err.read_text(), usage.ru_maxrss * 1024
+        proc = subprocess.run([sys.executable, "-c", _PEAK_WRAPPER, str(peak), *argv],
+                              env=env, cwd=project, stdout=subprocess.DEVNULL, stderr=fh)  # fmt: skip
+    return proc.returncode, err.read_text(), int(peak.read_text()) * 1024
 
 
 def _cache_bytes(env: dict[str, str]) -> int:
