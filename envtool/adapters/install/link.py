@@ -119,8 +119,10 @@ def link_packages(
         with tempfile.TemporaryDirectory(prefix="envtool-index-") as scratch:
             read = await asyncio.gather(
                 *(
-                    _record_of(p, archives[p.file_name], contents[p.file_name], Path(scratch))
-                    for p in pkgs
+                    _record_of(
+                        p, archives[p.file_name], contents[p.file_name], Path(scratch) / f"{i}.json"
+                    )
+                    for i, p in enumerate(pkgs)
                 ),
                 return_exceptions=True,  # never leave a reader running while the loop closes
             )
@@ -217,12 +219,12 @@ async def _record_of(
         record = PackageRecord.from_index_json(index, sha256=pkg.sha256, md5=pkg.md5 or None)
     elif not contents.index_bytes:  # nothing validated to build it from: rattler reads it
         return await RepoDataRecord.from_package_archive(path)
-    else:  # rattler reads index.json from a file: one scratch file for every record (a
-        # folder each cost 4 ms of mkdir/rmdir at 1,000 packages); nothing awaits in between
-        index = scratch / "index.json"
-        index.write_bytes(contents.index_bytes)
+    else:  # rattler reads index.json from a file: `scratch`, a new file per record in one
+        # folder (a folder each cost 4 ms of mkdir/rmdir; rewriting one file 2.7 ms: ext4 flushes
+        # a file truncated and written again on close, auto_da_alloc)
+        scratch.write_bytes(contents.index_bytes)
         record = PackageRecord.from_index_json(
-            index, size=path.stat().st_size, sha256=pkg.sha256, md5=pkg.md5 or None
+            scratch, size=path.stat().st_size, sha256=pkg.sha256, md5=pkg.md5 or None
         )
     return RepoDataRecord(record, pkg.file_name, pkg.url, channel_of(pkg.url))
 
