@@ -154,13 +154,15 @@ def read_text_or_none(path: Path, limit: int | None = None) -> str | None:
         return None
 
 
-def file_digest(path: Path, algo: str) -> str:
+def file_digest(path: Path | str, algo: str) -> str:
     """The hex digest of a file envtool hashes in place (an archive in its cache, a file in a
-    prefix), read in 1 MiB chunks."""
+    prefix), read in chunks of at most 1 MiB — a small file in one read of its size (thousands
+    of small files are hashed per install: no buffer larger than the file)."""
     import hashlib
 
     h = hashlib.new(algo)
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
+    with open(path, "rb", buffering=0) as fh:
+        chunk_size = min(os.fstat(fh.fileno()).st_size + 1, 1 << 20)
+        while chunk := fh.read(chunk_size):
             h.update(chunk)
     return h.hexdigest()

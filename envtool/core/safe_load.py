@@ -230,7 +230,9 @@ def parse_json(data: str | bytes, source: str, hint: str = "fix the file") -> An
         raise UsageError(f"{source}: nested too deeply", hint) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})", hint) from None
-    check_depth(value, source, hint)
+    opening = ("[", "{") if isinstance(data, str) else (b"[", b"{")
+    if data.count(opening[0]) + data.count(opening[1]) > MAX_DEPTH:  # type: ignore[arg-type]
+        check_depth(value, source, hint)  # fewer brackets than the limit cannot nest past it
     return value
 
 

@@ -1066,3 +1066,41 @@ def test_a_shared_entry_changed_with_its_paths_json_by_another_user_is_not_used(
     # (the python stub's bin/python is an absolute link: never used without its archive)
     assert [n.split("-")[0] for n in report.fetched] == ["libtorch", "python"]
     assert (second / "lib" / "libtorch_cuda.so").read_bytes() == original
+
+
+@pytest.mark.parametrize("one_read", [True, False], ids=["read-once", "streamed"])
+def test_a_relabelled_archive_already_in_the_cache_is_refused_in_the_single_pass(
+    setup: cb.CudaSetup,
+    cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    one_read: bool,
+) -> None:
+    """A cached archive is hashed and validated in one pass (read_if_matches, then info/ from
+    the same bytes); one that has the lock's hash but is another package is still refused
+    before anything is linked — read once (small) or streamed (over ONE_READ) alike."""
+    from envtool.adapters.install import archive_check
+
+    if not one_read:
+        monkeypatch.setattr(archive_check, "ONE_READ", 0)
+    other = _archive(setup, "cuda-version-")
+    lock = cb.edit_lock(
+        setup.lock,
+        tmp_path / "relabel.yml",
+        {"python_abi": {"hash": {"sha256": cb.sha256_of(other), "md5": _md5(other)}}},
+    )
+    (cache / "archives").mkdir(parents=True)
+    shutil.copy(other, cache / "archives" / "python_abi-3.11-8_cp311.conda")
+    prefix = tmp_path / "envs" / "demo"
+    with pytest.raises(UsageError) as err:
+        install_from_lock(lock, prefix, platform="linux-64", progress=False)
+    assert (
+        "python_abi" in err.value.message
+        and "the archive is cuda-version 12.6" in err.value.message
+    )
+    assert "nothing was linked" in err.value.message
+    assert not prefix.exists() or not list(prefix.glob("conda-meta/*.json"))
+    assert not (prefix / "conda-meta" / "envtool" / "incomplete.json").exists()
+    # the same archive under its own name and hash installs: the pass does not refuse good ones
+    install_from_lock(setup.lock, prefix, platform="linux-64", progress=False)
+    assert list(prefix.glob("conda-meta/python_abi-*.json"))

@@ -36,23 +36,47 @@ class ArchiveContents:
 _INFO_LIMIT = 64 * 1024 * 1024  # info/paths.json of the largest CUDA packages is a few MB
 
 
+ONE_READ = 32 << 20  # an archive up to this size is read once: hashed, then parsed from memory
+
+
 def archive_matches(path: Path, pkg: LockedPackage) -> bool:
     """sha256 when the lock has it (the authority), else md5."""
-    if pkg.sha256:
-        return file_digest(path, "sha256") == pkg.sha256.lower()
-    if pkg.md5:
-        return file_digest(path, "md5") == pkg.md5.lower()
-    return False  # a lock entry without a hash cannot be verified: refuse
+    return read_if_matches(path, pkg)[0]
 
 
-def read_archive_contents(path: Path, pkg: LockedPackage) -> ArchiveContents:
+def read_if_matches(path: Path, pkg: LockedPackage) -> tuple[bool, bytes | None]:
+    """(does the file have the lock's hash — sha256 when the lock has it, else md5 —, its bytes
+    when it has and is at most ONE_READ): one read of a small archive serves both the hash and
+    read_archive_contents (`data`), which then parses it from memory instead of opening it
+    again. A larger one is hashed as a stream (its info/ is a small part read later)."""
+    import hashlib
+
+    algo, want = ("sha256", pkg.sha256) if pkg.sha256 else ("md5", pkg.md5)
+    if not want:
+        return False, None  # a lock entry without a hash cannot be verified: refuse
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size > ONE_READ:
+            return file_digest(path, algo) == want.lower(), None
+        data = fh.read(ONE_READ + 1)
+    if hashlib.new(algo, data).hexdigest() != want.lower():
+        return False, None
+    return True, data if len(data) <= ONE_READ else None
+
+
+def read_archive_contents(
+    path: Path, pkg: LockedPackage, data: bytes | None = None
+) -> ArchiveContents:
     """Validate a hash-verified archive in Python before rattler sees it, and read its own
     index.json and paths.json. A file with the right hash can still be no package at all (rattler's
     reader then crashed the interpreter in about a third of runs), or another package than the
     lock says (a relabelled archive), or one shipping paths that leave the prefix: refused here,
-    with one line naming the lock entry, before anything is linked."""
+    with one line naming the lock entry, before anything is linked. `data`: the archive's bytes,
+    already hashed against the lock (read_if_matches), parsed instead of the file."""
+    import io
     import tarfile
     import zipfile
+
+    source: Any = io.BytesIO(data) if data is not None else path
 
     def refuse(reason: str) -> UsageError:
         return UsageError(
@@ -64,7 +88,7 @@ def read_archive_contents(path: Path, pkg: LockedPackage) -> ArchiveContents:
     members: dict[str, bytes] = {}
     try:
         if pkg.file_name.endswith(".conda"):
-            with zipfile.ZipFile(path) as zf:
+            with zipfile.ZipFile(source) as zf:
                 names = zf.namelist()
                 info = [n for n in names if n.startswith("info-") and n.endswith(".tar.zst")]
                 body = [n for n in names if n.startswith("pkg-") and n.endswith(".tar.zst")]
@@ -81,7 +105,7 @@ def read_archive_contents(path: Path, pkg: LockedPackage) -> ArchiveContents:
         else:  # .tar.bz2: conda writes info/ first, so the scan stops early
             import bz2
 
-            with bz2.open(path, "rb") as fh:
+            with bz2.open(source, "rb") as fh:
                 members = _info_members(tarfile.open(fileobj=_Capped(fh), mode="r|"))
     except UsageError:
         raise
@@ -260,9 +284,10 @@ def verify_extracted(
                 return f"{rel} differs from the archive's"
         except OSError:
             return f"{rel} is missing"
+    base = os.fspath(entry)  # str paths: pathlib's parsing cost more than the hashing here
     for item in contents.paths:
         rel = item["_path"]
-        target = entry / rel
+        target = os.path.join(base, rel)
         kind = item.get("path_type", "hardlink")
         if kind == "directory":
             if not os.path.lexists(target):
@@ -383,6 +408,8 @@ def misplaced_entry(entry: Path, root: Path) -> str | None:
         return "a symbolic link"
     if not stat.S_ISDIR(st.st_mode):
         return "not a folder"
+    if entry.parent == root and entry.name not in ("", ".", ".."):
+        return None  # a real folder (lstat) named directly in the cache: nothing to resolve
     if entry.resolve().parent != root.resolve():
         return "a folder outside the cache"
     return None

@@ -31,6 +31,7 @@ from envtool.adapters.install.archive_check import (
     archive_matches,
     extracted_entry,
     read_extracted_contents,
+    read_if_matches,
 )
 from envtool.adapters.install.progress import Progress
 from envtool.core.lockfile import LockedPackage
@@ -89,10 +90,11 @@ def _channel_dir(channel: str) -> Path | None:
     return Path(channel).expanduser()
 
 
-def cache_path(archive_dir: Path, file_name: str) -> Path:
+def cache_path(archive_dir: Path, file_name: str, resolved: bool = False) -> Path:
     """archive_dir/file_name, confined: the name is a plain file name (core/lockfile checked it when
-    the lock was read) and the resolved path must still be directly under the resolved cache."""
-    root = archive_dir.resolve()
+    the lock was read) and the resolved path must still be directly under the resolved cache.
+    `resolved`: archive_dir is already resolved (fetch_all resolves it once, not per archive)."""
+    root = archive_dir if resolved else archive_dir.resolve()
     dest = root / file_name
     if dest.parent != root or dest.name != file_name or file_name in ("", ".", ".."):
         raise UsageError(
@@ -490,6 +492,7 @@ def fetch_all(
     progress: Progress,
     lock_name: str,
     extracted: Path | None = None,
+    validate: Callable[[Path, LockedPackage, bytes | None], ArchiveContents] | None = None,
 ) -> tuple[dict[str, Path], dict[str, ArchiveContents]]:
     """Every archive verified in the cache, or a refusal. Cached copies are hashed first (a
     verified copy is never fetched again: an install killed or failed half-way resumes with the
@@ -500,18 +503,32 @@ def fetch_all(
 
     With `extracted` (rattler's package cache), a package whose archive is not in envtool's cache
     but which is extracted there and checks out (read_extracted_contents) is not downloaded: it
-    is returned in the second mapping, by file name, with its contents; its path is the entry."""
+    is returned in the second mapping, by file name, with its contents; its path is the entry.
+
+    With `validate` (archive_check.read_archive_contents, or a wrapper of it), every archive is
+    also validated here, in the same worker that checked its hash — a cached one in the same
+    read (read_if_matches), a fetched one right after its download, while the others still
+    stream — and its contents returned in the second mapping too; a refusal is raised (before
+    anything is linked) like a changed file."""
     import asyncio
 
     archive_dir.mkdir(parents=True, exist_ok=True)
     sweep_stale_temps(archive_dir)
-    dests = {p.file_name: cache_path(archive_dir, p.file_name) for p in pkgs}
+    root = archive_dir.resolve()
+    dests = {p.file_name: cache_path(root, p.file_name, resolved=True) for p in pkgs}
 
     shared: dict[str, ArchiveContents] = {}
+    checked: dict[str, ArchiveContents] = {}
 
     def cached(p: LockedPackage) -> tuple[str, bool | None]:
         dest = dests[p.file_name]
-        ok = archive_matches(dest, p) if is_own_file(dest) else None
+        ok: bool | None = None
+        if is_own_file(dest) and validate is None:
+            ok = archive_matches(dest, p)
+        elif is_own_file(dest):  # one read: the hash, then info/ from the same bytes
+            ok, data = read_if_matches(dest, p)
+            if ok:
+                checked[p.file_name] = validate(dest, p, data)
         if ok is None and extracted is not None:  # no archive here (a bad one is refetched)
             entry = extracted_entry(extracted, p)
             contents = read_extracted_contents(entry, p)
@@ -549,6 +566,9 @@ def fetch_all(
                         progress.add_bytes,
                         progress.retrying,
                     )
+                if validate is not None:  # off the loop: the other downloads go on
+                    dest = dests[p.file_name]
+                    checked[p.file_name] = await asyncio.to_thread(validate, dest, p, None)
                 progress.archive_done()
 
             try:
@@ -573,7 +593,7 @@ def fetch_all(
             if isinstance(first, NetworkFailure) and len(failures) > 1:
                 first.message += f" ({len(failures)} of {len(todo)} downloads failed)"
             raise first
-    return dests, shared
+    return dests, {**checked, **shared}
 
 
 STALE_TEMP_S = 900  # a live download writes its temp file every moment

@@ -190,10 +190,19 @@ def apply_install(plan: InstallPlan, progress: bool = True, force: bool = False)
         # Everything that can refuse the install runs before the prefix is touched: a refused
         # install leaves a healthy env healthy (no marker) and the archive cache as it was.
         damaged_records = check_prefix_records(prefix) if prefix.is_dir() else []
+        # every downloaded or cached archive validated before linking: by fetch_all, in the
+        # pass that checks its hash (cached) or right after its download
         archives, contents = fetch_all(
-            conda_pkgs, urls, cache / "archives", report, shown, lock_path.name, extracted
+            conda_pkgs,
+            urls,
+            cache / "archives",
+            report,
+            shown,
+            lock_path.name,
+            extracted,
+            validate=lambda path, pkg, data: read_archive_contents(path, pkg, data),
         )
-        for p in conda_pkgs:  # every downloaded or cached archive validated before linking
+        for p in conda_pkgs:  # none is left unvalidated, whatever fetch_all did
             if p.file_name not in contents:
                 contents[p.file_name] = read_archive_contents(archives[p.file_name], p)
         install_state.write_incomplete_marker(prefix, plan.lock_sha256, lock_path)
