@@ -11,7 +11,7 @@ import click
 if TYPE_CHECKING:
     from envtool.adapters.locate import Target
     from envtool.output import Result
-    from envtool.workflows.lock import LockOutcome
+    from envtool.workflows.lock_outcome import LockOutcome
 
 # Options several commands share live here, not in one command module (commands never import
 # each other). `create`, `lock` and `export` find environments/NAME under the same project folder.
@@ -158,7 +158,6 @@ def renders(func: Callable[..., Any]) -> Callable[..., None]:
 
 def summarize_lock(outcome: LockOutcome, name: str, command: str, dry_run: bool) -> Result:
     """`create`'s and `lock`'s Result: the plan, then what was written (or that nothing was)."""
-    from envtool.core.plan import render_plan
     from envtool.output import Result
 
     plan = outcome.plan
@@ -174,7 +173,11 @@ def summarize_lock(outcome: LockOutcome, name: str, command: str, dry_run: bool)
         "plan": plan.to_dict() if plan else None,
         "lock_diff": outcome.diff.to_dict() if outcome.diff else None,
     }
-    text = render_plan(plan) if plan else []
+    text: list[str] = []
+    if plan:  # the no-op lock has none: core/plan is not imported for it
+        from envtool.core.plan import render_plan
+
+        text = render_plan(plan)
     if outcome.diff is not None:
         from envtool.core.lock_diff import render_lock_diff
 

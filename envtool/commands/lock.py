@@ -19,7 +19,6 @@ from envtool.commands import env_name, project_dir_option, renders, summarize_lo
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result
-from envtool.workflows.lock import LockOutcome, lock_environment, request_from_yml
 
 if TYPE_CHECKING:
     from envtool.workflows.variants import VariantsOutcome
@@ -134,9 +133,13 @@ def cmd(
             {"name": name, "state": "fresh", "lock": str(lock_path)},
             [f"{name}: lock is fresh ({lock_path})", *(variant_lines or [])],
         )
-    if fresh and not force:
+    if fresh and not force:  # answered without the lock workflow's imports
+        from envtool.workflows.lock_outcome import LockOutcome
+
         outcome = LockOutcome(env_dir, None, stamp or "", False, False, {}, {})
         return summarize_lock(outcome, name, "lock", dry_run)
+    from envtool.workflows.lock import lock_environment, request_from_yml
+
     request = request_from_yml(yml_text, str(yml_path), {}, stored)
     outcome = lock_environment(
         name,

@@ -7,7 +7,7 @@ Writes nothing unless the solution verifies (then atomically, under the project 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +20,9 @@ from envtool.core.plan import DEFAULT_CHANNELS, NO_CUDA_PLATFORMS, CudaBuild, Pl
 from envtool.core.request import render_request_yml, resolved_request, with_file_limits
 from envtool.errors import DiagnosedFailure, cannot_write
 from envtool.output import note
+from envtool.workflows.lock_outcome import LockOutcome
 
-
-@dataclass
-class LockOutcome:
-    env_dir: Path
-    plan: Plan | None
-    input_hash: str
-    changed: bool  # False: inputs unchanged, nothing solved or written
-    written: bool
-    packages: dict[str, int]  # platform -> conda package count
-    pip: dict[str, int]
-    diff: LockDiff | None = None  # what changed against the lock on disk (None: not solved)
+__all__ = ["LockOutcome", "lock_environment", "request_from_yml"]
 
 
 def lock_environment(

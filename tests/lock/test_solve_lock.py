@@ -183,11 +183,22 @@ def test_relock_is_a_noop_until_an_input_changes(create, run_cli, tmp_path) -> N
 
 
 def test_noop_relock_does_not_import_the_solver(create, tmp_path) -> None:
+    """The no-op answers from the stored digest: no solver, no YAML parser, not the lock
+    workflow nor the plan model (each import is paid by every `envtool lock` that finds
+    nothing to do)."""
     assert create("q", "conda-forge-cpu")[0] == 0
+    heavy = (
+        "rattler",
+        "conda_lock",
+        "yaml",
+        "envtool.workflows.lock",
+        "envtool.core.plan",
+        "envtool.core.request",
+    )
     code = (
         "import sys\nfrom envtool.cli import main\n"
         "try:\n    main(['lock', 'q'])\nexcept SystemExit as e:\n    rc = e.code\n"
-        "print('HEAVY', [m for m in ('rattler', 'conda_lock') if m in sys.modules], rc)\n"
+        f"print('HEAVY', [m for m in {heavy!r} if m in sys.modules], rc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert "HEAVY [] 0" in out.stdout, out.stdout + out.stderr

@@ -15,12 +15,13 @@ from urllib.parse import unquote
 
 from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import SolvedPackage
-from envtool.core.plan import CudaBuild, Plan, PlatformPlan, parse_cuda_builds
 from envtool.errors import UsageError, fit_words
 
-if TYPE_CHECKING:  # an annotation only: rattler is imported where a solve runs
+if TYPE_CHECKING:  # annotations only: rattler is imported where a solve runs, core/plan where
+    # a plan is used (the no-op lock reads read_channel_identity from here without either)
     from rattler import RepoDataRecord
 
+    from envtool.core.plan import CudaBuild, Plan, PlatformPlan
     from envtool.core.spec import CondaSpec
 
 
@@ -45,7 +46,8 @@ def resolve_channel(text: str) -> str:
 SolveResult = dict[str, list[SolvedPackage]]
 
 
-Planner = Callable[[list[CudaBuild] | None, str | None], Plan]
+if TYPE_CHECKING:
+    Planner = Callable[[list[CudaBuild] | None, str | None], Plan]
 
 
 def discover_plan_solve(
@@ -229,6 +231,8 @@ async def _discover(gateway, channels: list[str], platforms: list[str]) -> list[
         # strict channel priority: the first channel with pytorch is the only one the solver uses
         first = next((u for u in urls if rows.get((platform, u.rstrip("/")))), None)
         if first is not None:
+            from envtool.core.plan import parse_cuda_builds
+
             builds += parse_cuda_builds(rows[(platform, first.rstrip("/"))], platform)
     return builds
 
