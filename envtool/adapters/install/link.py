@@ -86,6 +86,7 @@ def link_packages(
     # An entry that is a link, or leads out of the cache, is never followed: rattler would link
     # from wherever it points, unchecked. It is removed (the link itself) and rattler extracts
     # the verified archive again; with no archive to extract from, the install stops here.
+    same_index: dict[str, Path] = {}  # entries whose info/index.json is the archive's, checked
     for p in pkgs:
         if (p.name, p.version, p.build) in installed and p.name not in damaged:
             continue
@@ -110,6 +111,8 @@ def link_packages(
             if why:
                 say(f"  {entry.name}: extracted copy changed ({why}); extracting it again")
                 shutil.rmtree(entry)
+            elif got.paths is not None and got.index_bytes:  # compared byte for byte above
+                same_index[p.file_name] = entry / "info" / "index.json"
 
     async def run() -> None:
         from rattler.package_cache import PackageCache
@@ -120,7 +123,11 @@ def link_packages(
             read = await asyncio.gather(
                 *(
                     _record_of(
-                        p, archives[p.file_name], contents[p.file_name], Path(scratch) / f"{i}.json"
+                        p,
+                        archives[p.file_name],
+                        contents[p.file_name],
+                        Path(scratch) / f"{i}.json",
+                        same_index.get(p.file_name),
                     )
                     for i, p in enumerate(pkgs)
                 ),
@@ -205,13 +212,18 @@ def _disk_refusal(failure: BaseException, stderr: str) -> OSError | None:
 
 
 async def _record_of(
-    pkg: LockedPackage, path: Path, contents: ArchiveContents, scratch: Path
+    pkg: LockedPackage,
+    path: Path,
+    contents: ArchiveContents,
+    scratch: Path,
+    same_index: Path | None = None,
 ) -> Any:
     """rattler's record of a verified package: its own info/index.json (validated against the
     lock by read_archive_contents / read_extracted_contents) with the lock's hashes. Not
     RepoDataRecord.from_package_archive: that reads and hashes the whole archive once more
     (0.9 s for a 558 MB libtorch), after the fetch hashed it and before rattler hashes it again
-    while extracting."""
+    while extracting. `same_index`: the extracted copy's info/index.json, just found equal to
+    the archive's (verify_extracted): read in place instead of written to `scratch`."""
     from rattler import PackageRecord, RepoDataRecord
 
     if path.is_dir():  # used from rattler's cache without its archive
@@ -222,9 +234,10 @@ async def _record_of(
     else:  # rattler reads index.json from a file: `scratch`, a new file per record in one
         # folder (a folder each cost 4 ms of mkdir/rmdir; rewriting one file 2.7 ms: ext4 flushes
         # a file truncated and written again on close, auto_da_alloc)
-        scratch.write_bytes(contents.index_bytes)
+        if same_index is None:
+            scratch.write_bytes(contents.index_bytes)
         record = PackageRecord.from_index_json(
-            scratch, size=path.stat().st_size, sha256=pkg.sha256, md5=pkg.md5 or None
+            same_index or scratch, size=path.stat().st_size, sha256=pkg.sha256, md5=pkg.md5 or None
         )
     return RepoDataRecord(record, pkg.file_name, pkg.url, channel_of(pkg.url))
 
