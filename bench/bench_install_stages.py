@@ -97,11 +97,10 @@ def measure(size: int, work: Path, reps: int) -> dict[str, float]:
         for k in STAGES:
             rows[k].append(samples.get(k, 0.0))
         # what is left, per repetition (medians of parts need not add up)
-        link_rest = (
-            samples["link_packages"] - samples["verify_extracted"] - samples["rattler.install"]
-        )
+        got = {k: samples.get(k, 0.0) for k in (*STAGES, "link_packages")}
+        link_rest = got["link_packages"] - got["verify_extracted"] - got["rattler.install"]
         rows["link_rest"].append(link_rest)
-        rows["rest"].append(rows["total"][-1] - sum(samples[k] for k in STAGES) - link_rest)
+        rows["rest"].append(rows["total"][-1] - sum(got[k] for k in STAGES) - link_rest)
         t = time.perf_counter()
         bench_install.raw_rattler_install(records, work / f"r{size}-{i}", cache / "raw")
         rows["raw"].append(time.perf_counter() - t)  # as bench_install.time_case times it
