@@ -70,8 +70,15 @@ def apply_config(offline_flag: bool = False) -> dict[str, str]:
     to_set, origin = plan_environ(layers, dict(os.environ))
     os.environ.update(to_set)
     if offline_flag:
-        origin["ENVTOOL_OFFLINE"] = "flag --offline"
+        apply_offline_flag(origin)
     return origin
+
+
+def apply_offline_flag(origin: dict[str, str]) -> None:
+    """`--offline` (before or after the command name): ENVTOOL_OFFLINE=1 over any file's value,
+    and `envtool config` says the flag set it."""
+    os.environ["ENVTOOL_OFFLINE"] = "1"
+    origin["ENVTOOL_OFFLINE"] = "flag --offline"
 
 
 def offline_mode() -> bool:
