@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from envtool.core import cuda as cu
 from envtool.core.facts import HostFacts
+from envtool.core.host_record import render_visible_gpus, visible_gpus
 from envtool.core.suggest import Gpu, Suggestion, judge_cuda, suggest_cuda
 from envtool.core.versions import conda_order, major_minor, parse_version
 from envtool.errors import UsageError
@@ -212,15 +213,17 @@ def plan_environment(
     warnings: list[str] = []
     notes: list[str] = []
     driver = request.driver or (host.driver_version if host and host.has_driver else None)
+    # the host's GPUs as the job sees them: CUDA_VISIBLE_DEVICES applied by the one rule doctor's
+    # headline and install's variant choice use (a T4 + A100 host with the T4 hidden plans for
+    # the A100)
+    shown, hidden = visible_gpus(host) if host and not request.gpus else ([], [])
     gpu_list = (
         tuple(Gpu(g) for g in request.gpus)
         if request.gpus
-        else tuple(
-            Gpu(g.capability, g.name)
-            for g in (host.gpus if host else [])
-            if g.capability is not None
-        )
+        else tuple(Gpu(g.capability, g.name) for g in shown if g.capability is not None)
     )
+    if hidden and host is not None:
+        notes.append(f"planning for {render_visible_gpus(host)}")
     gpus = tuple(g.capability for g in gpu_list)
     if request.driver and cu.driver_release(request.driver) != request.driver.strip():
         notes.append(
