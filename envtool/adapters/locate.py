@@ -325,10 +325,20 @@ def list_env_prefixes(environ: dict[str, str] | None = None) -> list[Path]:
 
 
 def current_platform() -> str:
-    """This machine's conda platform (linux-64, osx-arm64, …), as rattler names it."""
+    """This machine's conda platform (linux-64, osx-arm64, …): probe_platform's."""
+    return probe_platform()[0]
+
+
+def probe_platform() -> tuple[str, str]:
+    """(this machine's conda platform, where it came from): `CONDA_SUBDIR` when set (conda's way
+    to ask for another platform: osx-64 on Apple silicon, for Rosetta), else rattler's answer for
+    this machine. core/request.choose_platforms checks it is one envtool plans for."""
+    subdir = os.environ.get("CONDA_SUBDIR", "").strip()
+    if subdir:
+        return subdir, "CONDA_SUBDIR"
     from rattler.platform import Subdir
 
-    return str(Subdir.current())
+    return str(Subdir.current()), "this host"
 
 
 def default_cache_dir() -> Path:

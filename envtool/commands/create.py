@@ -51,7 +51,7 @@ from envtool.workflows.lock import lock_environment, request_from_yml
     "platforms",
     multiple=True,
     type=click.Choice(list(PLATFORMS)),
-    help="Target platform (repeatable; default linux-64).",
+    help="Target platform (repeatable; default: the environment file's platforms:, else this host's).",
 )
 @click.option(
     "--channel",

@@ -81,7 +81,8 @@ def lock_environment(
         if request.cuda != "cpu"
         else None
     )
-    note(f"solving {name} for {', '.join(request.platforms)} …")
+    why = f" ({request.platforms_from})" if request.platforms_from else ""
+    note(f"solving {name} for {', '.join(request.platforms)}{why} …")
     listed: list[list[CudaBuild] | None] = [None]  # the channel's builds the last plan saw
 
     def planner(builds: list[CudaBuild] | None, cuda: str | None) -> Plan:
@@ -225,7 +226,9 @@ def request_from_yml(
             f"note: {source}: pip {moved} installed from conda instead (the planned torch build; "
             "pip would overwrite it)"
         )
-    request = merge_request(spec, ask, flags, stored)
+    from envtool.adapters.locate import probe_platform
+
+    request = merge_request(spec, ask, flags, stored, probe_platform())
     if not request.channels:  # none from a flag, the file or the last lock: the settings'
         from envtool.adapters.config import configured_channels
 
