@@ -293,6 +293,14 @@ def project_root(env_dir: Path) -> Path:
     return env_dir.parent.parent.absolute()
 
 
+def channel_base(env_file: Path) -> Path:
+    """The folder the relative channels of an environment file are read from: the project for
+    a project's environments/NAME/environment.yml (what `create` writes them relative to), the
+    file's own folder for any other (a `-f` file, the one beside an exported lock)."""
+    folder = env_file.absolute().parent
+    return project_root(folder) if folder.parent.name == "environments" else folder
+
+
 def written_channel(
     channel: str, directory: str | None = None, base: str | Path | None = None
 ) -> str:

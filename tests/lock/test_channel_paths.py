@@ -48,6 +48,20 @@ def test_lock_dir_reads_the_projects_channel_from_anywhere(project, run_cli, tmp
     assert code == 0, err
 
 
+def test_export_writes_the_folder_the_projects_channel_names(project, run_cli, tmp_path) -> None:
+    """An export lands elsewhere (-o, a pixi.toml): `./chan` there would name another folder."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    chan = (project / "chan").resolve()
+    code, out, err = run_cli(["export", "c", "--dir", str(project), "-o", "out.yml"], elsewhere)
+    assert code == 0, err
+    assert f"channels:\n  - {chan}\n" in (elsewhere / "out.yml").read_text()
+    assert f"warning: channel {chan} is a local folder" in err
+    code, out, err = run_cli(["export", "c", "--dir", str(project), "--format", "pixi"], elsewhere)
+    assert code == 0, err
+    assert f'channels = ["{chan.as_uri()}"]' in out
+
+
 def test_create_f_reads_the_files_channel_from_its_folder(harvested, run_cli, tmp_path) -> None:
     """~/src/env.yml naming ./chan means ~/src/chan; the project records where that is."""
     src, root = tmp_path / "src", tmp_path / "proj"
