@@ -369,7 +369,8 @@ def check_request(request: Request, host: HostFacts | None = None) -> None:
     if want not in ("auto", "cpu") and all(p in NO_CUDA_PLATFORMS for p in request.platforms):
         raise UsageError(  # auto plans the CPU build there; a named CUDA cannot be
             f"CUDA {request.cuda} for {', '.join(request.platforms)}: macOS has no CUDA builds",
-            "pass --cuda cpu, or --platform linux-64 to lock for a Linux GPU machine",
+            "pass --cuda cpu, or lock for a Linux GPU machine (create --platform linux-64, or "
+            "`platforms: [linux-64]` in environment.yml)",
         )
     if re.fullmatch(r"\d+", want):
         majors = sorted({v.split(".")[0] for v in cu.known_cuda_versions()}, key=int)

@@ -91,7 +91,8 @@ def test_a_cuda_build_on_a_mac_is_one_line_naming_cuda_cpu(cuda, project, run_cl
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [
         f"envtool: error: CUDA {cuda} for osx-arm64: macOS has no CUDA builds — pass --cuda cpu, "
-        "or --platform linux-64 to lock for a Linux GPU machine"
+        "or lock for a Linux GPU machine (create --platform linux-64, or `platforms: [linux-64]` "
+        "in environment.yml)"
     ]
     assert not (project / "environments").exists()
 
@@ -152,3 +153,22 @@ def test_choose_platforms_order_and_hostile_values() -> None:
         assert "\n" not in exc.value.message and "\x1b" not in exc.value.message
         assert len(exc.value.message) < 200
         assert "unset CONDA_SUBDIR" in exc.value.hint
+
+
+@pytest.mark.integration
+def test_lock_variants_on_a_mac_says_how_to_lock_for_linux(project, run_cli, monkeypatch) -> None:
+    """`lock --variants` has no --platform: on a Mac, a CUDA variant of a file without
+    `platforms:` is refused naming the file's key; with it, the variants lock for Linux."""
+    _on_host(monkeypatch, "osx-arm64")
+    code, _, err = run_cli(
+        ["create", "m", "-f", "env.yml", "--no-install", "--cuda", "cpu"], project
+    )
+    assert code == 0, err
+    (project / "environments" / "m" / "conda-lock.yml").unlink()
+    code, _, err = run_cli(["lock", "m", "--variants", "cpu,cuda12.6"], project)
+    assert code == 2 and "macOS has no CUDA builds" in err and "platforms: [linux-64]" in err
+    yml = project / "environments" / "m" / "environment.yml"
+    yml.write_text(yml.read_text().replace("  - osx-arm64\n", "  - linux-64\n"))
+    code, out, err = run_cli(["lock", "m", "--variants", "cpu,cuda12.6"], project)
+    assert code == 0, err
+    assert (project / "environments" / "m" / "conda-lock.cuda12.6.yml").is_file()
