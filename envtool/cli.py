@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import Any
 
 from envtool import __version__
 
@@ -143,7 +144,7 @@ def _click_cli():  # -> click.Group
         def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
             if name not in COMMANDS:
                 return None
-            return importlib.import_module(COMMANDS[name][0]).cmd
+            return _with_global_flags(importlib.import_module(COMMANDS[name][0]).cmd)
 
         def resolve_command(
             self, ctx: click.Context, args: list[str]
@@ -174,17 +175,63 @@ def _click_cli():  # -> click.Group
         from envtool.adapters.config import apply_config
 
         ctx.ensure_object(dict)
-        ctx.obj["debug"] = debug
-        if no_color:
-            from envtool.output import set_no_color
-
-            set_no_color()
+        _set_debug(ctx, None, debug)
+        _set_no_color(ctx, None, no_color)
         # settings files become environment variables below any already set (flag > variable
         # > envtool.toml > the user's config.toml): docs/config.md
         ctx.obj["config"] = apply_config(offline)
 
     _CLI = cli
     return cli
+
+
+# The group's flags, accepted after the command name too (`envtool doctor --no-color`, as
+# `envtool --no-color doctor`): name -> (help, what it does). One table for both places.
+def _set_debug(ctx: Any, param: Any, value: bool) -> None:
+    if value:
+        ctx.ensure_object(dict)
+        ctx.obj["debug"] = True
+
+
+def _set_no_color(ctx: Any, param: Any, value: bool) -> None:
+    if value:
+        from envtool.output import set_no_color
+
+        set_no_color()
+
+
+def _set_offline(ctx: Any, param: Any, value: bool) -> None:
+    if value:  # after the group applied the settings files: the flag still beats them
+        from envtool.adapters.config import apply_offline_flag
+
+        ctx.ensure_object(dict)
+        apply_offline_flag(ctx.obj.setdefault("config", {}))
+
+
+GLOBAL_FLAGS = {
+    "--debug": (DEBUG_HELP, _set_debug),
+    "--offline": (OFFLINE_HELP, _set_offline),
+    "--no-color": (NO_COLOR_HELP, _set_no_color),
+}
+
+
+def _with_global_flags(command: Any) -> Any:  # a click.Command, its flags added
+    """Every command takes the group's flags after its name (`git`- and `pixi`-style users put
+    them there); a command's own option of the same name keeps its meaning. Added once, to the
+    command object its module holds."""
+    if getattr(command, "envtool_global_flags", False):
+        return command
+    import click
+
+    taken = {opt for p in command.params for opt in getattr(p, "opts", ())}
+    for flag, (help_text, callback) in GLOBAL_FLAGS.items():
+        if flag not in taken:
+            command.params.append(
+                click.Option([flag], is_flag=True, expose_value=False, help=help_text,
+                             callback=callback)
+            )  # fmt: skip
+    command.envtool_global_flags = True
+    return command
 
 
 def __getattr__(name: str):  # `from envtool.cli import cli` still works

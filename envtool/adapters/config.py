@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 
 from envtool.core.config import BY_KEY, SETTINGS, parse_channels, parse_offline
+from envtool.core.shell_quote import printable
+from envtool.errors import UsageError
 
 CONFIG_LIMIT = 256 * 1024  # a settings file is a few lines
 PROJECT_FILE = "envtool.toml"
@@ -51,6 +53,19 @@ def read_config_file(path: Path, shared_with_rattler: bool = False) -> dict[str,
         if s.kind == "path" and s.env in values:
             p = Path(values[s.env]).expanduser()
             values[s.env] = str(p if p.is_absolute() else (path.parent / p).absolute())
+        if s.kind == "channels" and s.env in values:  # a local folder too, from the file's folder
+            from envtool.adapters.locate import local_channel
+
+            located = [
+                str(local_channel(c, path.parent) or c) for c in parse_channels(values[s.env])
+            ]
+            comma = next((c for c in located if "," in c), None)
+            if comma is not None:  # the variable is a comma-separated list
+                raise UsageError(
+                    f"{path}: {s.key}: a channel folder's path has a comma ({printable(comma)})",
+                    "move the channel to a folder whose path has no comma",
+                )
+            values[s.env] = ",".join(located)
     return values
 
 
@@ -70,8 +85,15 @@ def apply_config(offline_flag: bool = False) -> dict[str, str]:
     to_set, origin = plan_environ(layers, dict(os.environ))
     os.environ.update(to_set)
     if offline_flag:
-        origin["ENVTOOL_OFFLINE"] = "flag --offline"
+        apply_offline_flag(origin)
     return origin
+
+
+def apply_offline_flag(origin: dict[str, str]) -> None:
+    """`--offline` (before or after the command name): ENVTOOL_OFFLINE=1 over any file's value,
+    and `envtool config` says the flag set it."""
+    os.environ["ENVTOOL_OFFLINE"] = "1"
+    origin["ENVTOOL_OFFLINE"] = "flag --offline"
 
 
 def offline_mode() -> bool:

@@ -268,22 +268,56 @@ def project_env_paths(name: str, directory: str | None = None) -> tuple[Path, Pa
     return env_dir, env_dir / "environment.yml", env_dir / "conda-lock.yml"
 
 
-def written_channel(channel: str, directory: str | None = None) -> str:
-    """A `--channel` as environment.yml records it: as the user gave it (a name, a URL, an
-    absolute or ~ path), except a relative folder: `./sub/dir` when it is inside the project
-    folder that is the current one (`envtool lock` from there finds it, and the project can be
-    moved or cloned with it), else its absolute path (a `../x` from here means nothing from
-    elsewhere)."""
+def local_channel(channel: str, base: str | Path | None = None) -> Path | None:
+    """**The** answer to "which folder is this local channel": None for a URL or a channel name
+    (conda-forge, pytorch/label/nightly); else the folder, absolute. A relative one (`./chan`,
+    `../x`, or a bare name that is a folder there) is read from `base`: the folder of the file
+    that names it (an environment file given with -f, a settings file), the project folder for
+    environments/NAME/environment.yml (`create` writes it relative to the project, and pixi reads
+    a manifest's paths from the manifest's folder), the current folder for a flag (None). The
+    text is data: joined as a path, never expanded or run (`~` alone is the home folder)."""
+    if "://" in channel:
+        return None
+    if channel.startswith("~"):
+        return Path(channel).expanduser().resolve()
+    root = Path(base) if base is not None else Path.cwd()
+    path = root / channel  # an absolute `channel` replaces root
+    if channel.startswith((".", "/")) or path.is_dir():
+        return path.resolve()
+    return None
+
+
+def project_root(env_dir: Path) -> Path:
+    """The project folder of environments/NAME (project_env_paths' env_dir), absolute: the base
+    the relative channels of its environment.yml are read from (local_channel)."""
+    return env_dir.parent.parent.absolute()
+
+
+def channel_base(env_file: Path) -> Path:
+    """The folder the relative channels of an environment file are read from: the project for
+    a project's environments/NAME/environment.yml (what `create` writes them relative to), the
+    file's own folder for any other (a `-f` file, the one beside an exported lock)."""
+    folder = env_file.absolute().parent
+    return project_root(folder) if folder.parent.name == "environments" else folder
+
+
+def written_channel(
+    channel: str, directory: str | None = None, base: str | Path | None = None
+) -> str:
+    """A channel as environments/NAME/environment.yml records it: as the user gave it (a name, a
+    URL, an absolute or ~ path), except a relative folder (read from `base`, the folder of the
+    file that named it; a flag's from the current folder: local_channel): `./sub/dir` when it is
+    inside the project folder (`directory`, else the current one), which is where `lock` reads it
+    from (the project can be moved or cloned with it), else its absolute path (a `../x` from
+    here means nothing from elsewhere)."""
     if "://" in channel or channel.startswith(("/", "~")):
         return channel
-    path = Path(channel)
-    if not (channel.startswith(".") or path.is_dir()):
-        return channel  # a channel name (conda-forge, pytorch/label/nightly)
-    absolute = path.resolve()
-    here = Path.cwd().resolve()
-    project = Path(directory).resolve() if directory else here
-    if project == here and absolute.is_relative_to(here) and absolute != here:
-        return "./" + absolute.relative_to(here).as_posix()
+    absolute = local_channel(channel, base)
+    if absolute is None:
+        return channel  # a channel name
+    project = Path(directory or ".").resolve()
+    if absolute.is_relative_to(project) and absolute != project:
+        return "./" + absolute.relative_to(project).as_posix()
     return str(absolute)
 
 
@@ -325,10 +359,20 @@ def list_env_prefixes(environ: dict[str, str] | None = None) -> list[Path]:
 
 
 def current_platform() -> str:
-    """This machine's conda platform (linux-64, osx-arm64, …), as rattler names it."""
+    """This machine's conda platform (linux-64, osx-arm64, …): probe_platform's."""
+    return probe_platform()[0]
+
+
+def probe_platform() -> tuple[str, str]:
+    """(this machine's conda platform, where it came from): `CONDA_SUBDIR` when set (conda's way
+    to ask for another platform: osx-64 on Apple silicon, for Rosetta), else rattler's answer for
+    this machine. core/request.choose_platforms checks it is one envtool plans for."""
+    subdir = os.environ.get("CONDA_SUBDIR", "").strip()
+    if subdir:
+        return subdir, "CONDA_SUBDIR"
     from rattler.platform import Subdir
 
-    return str(Subdir.current())
+    return str(Subdir.current()), "this host"
 
 
 def default_cache_dir() -> Path:

@@ -66,20 +66,23 @@ gpus_mistake_option = click.option(
 
 
 def env_name(
-    func: Callable[..., Any] | None = None, *, required: bool = False
+    func: Callable[..., Any] | None = None, *, required: bool = False, rest: str | None = None
 ) -> Callable[..., Any]:
     """NAME, the one way to name an environment: a positional NAME, and `-n/--name NAME` as an
     alias (conda's spelling; launch and run, whose positional slot is the script, take -n).
     Put it among the click decorators (`@env_name` or `@env_name(required=True)`); the command
-    receives `name`."""
+    receives `name`. `rest`: the variadic argument after NAME (add's PKG…): with -n NAME every
+    positional is one of those (`envtool add -n train numpy`, as `conda install -n train numpy`)."""
     if func is None:
-        return functools.partial(env_name, required=required)
+        return functools.partial(env_name, required=required, rest=rest)
 
     @functools.wraps(func)
     def wrapper(*args: Any, name_option: str | None = None, **kwargs: Any) -> Any:
         from envtool.errors import UsageError
 
         name = kwargs.get("name")
+        if rest is not None and name_option is not None and name is not None:
+            kwargs[rest], name = (name, *kwargs[rest]), None  # click put the first PKG in NAME
         if name_option is not None and name is not None and name_option != name:
             raise UsageError(
                 f"NAME {name!r} and -n {name_option!r} disagree", "name the environment once"

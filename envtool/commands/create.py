@@ -51,7 +51,7 @@ from envtool.workflows.lock import lock_environment, request_from_yml
     "platforms",
     multiple=True,
     type=click.Choice(list(PLATFORMS)),
-    help="Target platform (repeatable; default linux-64).",
+    help="Target platform (repeatable; default: the environment file's platforms:, else this host's).",
 )
 @click.option(
     "--channel",
@@ -137,7 +137,10 @@ def cmd(
         "gpus": list(gpus),
         "virtual_overrides": parse_virtual_overrides(virtual),
     }
-    request = request_from_yml(text, source, flags)
+    from pathlib import Path
+
+    file_dir = Path(file_).absolute().parent if file_ else None
+    request = request_from_yml(text, source, flags, file_dir=file_dir, directory=directory)
     if dry_run:
         outcome = lock_environment(name, text, source, request, directory, dry_run=True)
         return summarize_lock(outcome, name, "create", True)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import click
 
-from envtool.commands import relock_options, renders
+from envtool.commands import env_name, relock_options, renders
 from envtool.output import Result
 from envtool.workflows.edit import edit_verb
 
 
 @click.command("drop")
-@click.argument("name")
-@click.argument("packages", nargs=-1, required=True)
+@env_name(required=True, rest="packages")
+@click.argument("packages", nargs=-1)
 @relock_options
 @renders
 def cmd(name: str, packages: tuple[str, ...], **flags: bool | str | None) -> Result:

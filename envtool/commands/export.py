@@ -40,6 +40,8 @@ def read_request(lock_path: Path, sources: list[str]) -> EnvSpec | None:
     specs = [parse_environment_yml(_read_text(p), str(p)) for p in found]
     if not specs:
         return None
+    for spec, path in zip(specs, found, strict=True):
+        spec.channels = [_located(c, path) for c in spec.channels]
     merged = specs[0]
     for extra in specs[1:]:
         names = {d.name for d in merged.dependencies}
@@ -47,6 +49,15 @@ def read_request(lock_path: Path, sources: list[str]) -> EnvSpec | None:
         merged.channels += [c for c in extra.channels if c not in merged.channels]
         merged.pip += [p for p in extra.pip if p not in merged.pip]
     return merged
+
+
+def _located(channel: str, env_file: Path) -> str:
+    """A relative local channel of `env_file` as the folder it names (locate.local_channel, from
+    locate.channel_base): an export written elsewhere must not carry `./chan`."""
+    from envtool.adapters.locate import channel_base, local_channel
+
+    folder = local_channel(channel, channel_base(env_file))
+    return channel if folder is None or channel.startswith("~") else str(folder)
 
 
 def _read_text(path: Path) -> str:
@@ -157,7 +168,7 @@ def run_pixi_export(name: str, directory: str | None) -> str:
     # pixi takes a channel name or URL: a local folder becomes its file:// URL
     channels = [
         Path(c).as_uri() if Path(c).is_absolute() else c
-        for c in spec.channels or DEFAULT_CHANNELS["conda-forge"]
+        for c in (_located(c, yml_path) for c in spec.channels or DEFAULT_CHANNELS["conda-forge"])
     ]
     pypi = [(line.name, line.specifier or "*") for line in spec.pip_lines() if line.name]
     skipped = [line.raw for line in spec.pip_lines() if not line.name]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envtool import __version__
-from envtool.adapters.locate import project_env_paths
+from envtool.adapters.locate import project_env_paths, project_root
 from envtool.adapters.lockfile.lock_io import stored_lock_options
 from envtool.commands import env_name, project_dir_option, renders, summarize_lock
 from envtool.core.shell_quote import quote_posix
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from envtool.workflows.variants import VariantsOutcome
 
 
-def current_input_hash(yml_text: str, stored: dict[str, Any]) -> str:
+def current_input_hash(yml_text: str, stored: dict[str, Any], base: Path | None = None) -> str:
     """The hash the previous lock recorded, recomputed for today's inputs — no YAML, no solve.
 
     The lock stores the options it was solved with; an unchanged environment.yml re-plans to the
@@ -33,7 +33,7 @@ def current_input_hash(yml_text: str, stored: dict[str, Any]) -> str:
     from envtool.core.lockfile import compute_input_hash
 
     identity = read_channel_identity(
-        list(stored.get("channels") or []), list(stored.get("platforms") or [])
+        list(stored.get("channels") or []), list(stored.get("platforms") or []), base
     )
     return compute_input_hash(yml_text, stored, identity, __version__)
 
@@ -109,7 +109,7 @@ def cmd(
     stamp, stored = stored_lock_options(lock_path)
     fresh = False
     if stamp is not None and stored is not None:
-        fresh = current_input_hash(yml_text, stored) == stamp
+        fresh = current_input_hash(yml_text, stored, project_root(env_dir)) == stamp
     edited = lock_edited(lock_path) if fresh else None
     fresh = fresh and edited is None  # an unchanged request is not enough: the lock itself too
     if check:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import click
 
-from envtool.commands import relock_options, renders
+from envtool.commands import env_name, relock_options, renders
 from envtool.output import Result
 from envtool.workflows.edit import finish_verb, read_request_file, relock
 
 
 @click.command("update")
-@click.argument("name")
+@env_name(required=True, rest="packages")
 @click.argument("packages", nargs=-1)
 @relock_options
 @renders

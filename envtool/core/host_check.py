@@ -35,6 +35,7 @@ def host_problems(meta: dict[str, str], platform: str, host: HostFacts) -> list[
     adds an arch: the fix is a CUDA whose builds carry it), then the GPU's own driver floor, then
     the driver against the locked CUDA."""
     from envtool.core.cuda import parse_arch_list
+    from envtool.core.host_record import visible_gpus
     from envtool.core.suggest import Gpu, judge_cuda
 
     cuda = locked_cuda(meta, platform)
@@ -49,7 +50,8 @@ def host_problems(meta: dict[str, str], platform: str, host: HostFacts) -> list[
             )
         ]
     driver = host.driver_version
-    gpus = [Gpu(g.capability, g.name) for g in host.gpus if g.capability]
+    # the GPUs the job will see (CUDA_VISIBLE_DEVICES): the ones create planned for
+    gpus = [Gpu(g.capability, g.name) for g in visible_gpus(host)[0] if g.capability]
     archs_text = meta.get("envtool_gpu_archs", "")
     try:
         archs = parse_arch_list(archs_text) if archs_text.strip() else ()

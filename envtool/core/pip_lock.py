@@ -21,6 +21,7 @@ PYTHON_PLATFORM = {
     "linux-64": "x86_64-manylinux_{glibc}",
     "linux-aarch64": "aarch64-manylinux_{glibc}",
     "osx-arm64": "aarch64-apple-darwin",
+    "osx-64": "x86_64-apple-darwin",
     "win-64": "x86_64-pc-windows-msvc",
 }
 
@@ -122,6 +123,7 @@ def _pick_wheel(wheels: list[dict], platform: str) -> dict | None:
         "linux-64": ("manylinux", "x86_64"),
         "linux-aarch64": ("manylinux", "aarch64"),
         "osx-arm64": ("macosx", "arm64"),
+        "osx-64": ("macosx", "x86_64"),
         "win-64": ("win", "amd64"),
     }[platform]
     for w in wheels:

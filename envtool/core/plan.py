@@ -28,14 +28,15 @@ from dataclasses import dataclass
 
 from envtool.core import cuda as cu
 from envtool.core.facts import HostFacts
+from envtool.core.host_record import render_visible_gpus, visible_gpus
 from envtool.core.suggest import Gpu, Suggestion, judge_cuda, suggest_cuda
 from envtool.core.versions import conda_order, major_minor, parse_version
 from envtool.errors import UsageError
 
 FLAVORS = ("conda-forge", "pytorch")
-PLATFORMS = ("linux-64", "linux-aarch64", "osx-arm64", "win-64")
-NO_CUDA_PLATFORMS = ("osx-arm64",)
-MAX_PLAUSIBLE_CC_MAJOR = 20  # room for GPUs newer than the data; `99` is a typo, not a GPU  # Apple silicon: no NVIDIA GPUs, no CUDA builds
+PLATFORMS = ("linux-64", "linux-aarch64", "osx-arm64", "osx-64", "win-64")
+NO_CUDA_PLATFORMS = ("osx-arm64", "osx-64")  # macOS: no NVIDIA GPUs, no CUDA builds
+MAX_PLAUSIBLE_CC_MAJOR = 20  # room for GPUs newer than the data; `99` is a typo, not a GPU
 DEFAULT_CHANNELS = {
     "conda-forge": ("conda-forge",),
     "pytorch": ("pytorch", "nvidia", "conda-forge"),
@@ -63,6 +64,7 @@ _DEFAULT_VIRTUAL = {
         "__archspec": "1=aarch64",
     },
     "osx-arm64": {"__osx": "11.0", "__unix": "0", "__archspec": "1=arm64"},
+    "osx-64": {"__osx": "10.15", "__unix": "0", "__archspec": "1=x86_64"},
     "win-64": {"__win": "0", "__archspec": "1=x86_64"},
 }
 
@@ -82,6 +84,8 @@ class Request:
     driver: str | None = None  # --driver: plan for another machine
     gpus: tuple[str, ...] = ()  # --gpu: compute capabilities "8.0"
     virtual_overrides: tuple[tuple[str, str], ...] = ()  # --virtual-package NAME=VER
+    # where `platforms` came from (core/request.choose_platforms): said, never stored or hashed
+    platforms_from: str = ""
 
     def options(self) -> dict[str, object]:
         """The plan options that change a solve (stored in the lock for `envtool lock`)."""
@@ -141,10 +145,12 @@ class Plan:
     # the `__cuda_arch` virtual package (conda CEP 46, as py-rattler detects it): the lowest
     # compute capability among the GPUs planned for; None for CPU plans and without GPUs
     cuda_arch: str | None = None
+    platforms_from: str = ""  # why these platforms: --platform, the file, the last lock, this host
 
     def to_dict(self) -> dict[str, object]:
         return {
             "flavor": self.flavor,
+            "platforms_from": self.platforms_from,
             "cuda": self.cuda,
             "cuda_mode": self.cuda_mode,
             "min_driver": self.min_driver,
@@ -212,15 +218,17 @@ def plan_environment(
     warnings: list[str] = []
     notes: list[str] = []
     driver = request.driver or (host.driver_version if host and host.has_driver else None)
+    # the host's GPUs as the job sees them: CUDA_VISIBLE_DEVICES applied by the one rule doctor's
+    # headline and install's variant choice use (a T4 + A100 host with the T4 hidden plans for
+    # the A100)
+    shown, hidden = visible_gpus(host) if host and not request.gpus else ([], [])
     gpu_list = (
         tuple(Gpu(g) for g in request.gpus)
         if request.gpus
-        else tuple(
-            Gpu(g.capability, g.name)
-            for g in (host.gpus if host else [])
-            if g.capability is not None
-        )
+        else tuple(Gpu(g.capability, g.name) for g in shown if g.capability is not None)
     )
+    if hidden and host is not None:
+        notes.append(f"planning for {render_visible_gpus(host)}")
     gpus = tuple(g.capability for g in gpu_list)
     if request.driver and cu.driver_release(request.driver) != request.driver.strip():
         notes.append(
@@ -295,6 +303,7 @@ def plan_environment(
         notes=tuple(notes),
         picked=cuda is not None and (want == "auto" or want.isdigit()),
         cuda_arch=cuda_arch,
+        platforms_from=request.platforms_from,
     )
 
 
@@ -357,6 +366,12 @@ def check_request(request: Request, host: HostFacts | None = None) -> None:
         if p not in PLATFORMS:
             raise UsageError(f"--platform {p}: not supported", f"use one of {', '.join(PLATFORMS)}")
     want = request.cuda.lower()
+    if want not in ("auto", "cpu") and all(p in NO_CUDA_PLATFORMS for p in request.platforms):
+        raise UsageError(  # auto plans the CPU build there; a named CUDA cannot be
+            f"CUDA {request.cuda} for {', '.join(request.platforms)}: macOS has no CUDA builds",
+            "pass --cuda cpu, or lock for a Linux GPU machine (create --platform linux-64, or "
+            "`platforms: [linux-64]` in environment.yml)",
+        )
     if re.fullmatch(r"\d+", want):
         majors = sorted({v.split(".")[0] for v in cu.known_cuda_versions()}, key=int)
         if want not in majors:
@@ -740,6 +755,10 @@ def render_plan(plan: Plan) -> list[str]:
     if plan.archs:
         lines.append(f"  GPU architectures: {' '.join(plan.archs)}")
     lines.append(f"  channels: {', '.join(plan.channels)}")
+    if plan.platforms_from:
+        lines.append(
+            f"  platforms: {', '.join(p.platform for p in plan.platforms)} ({plan.platforms_from})"
+        )
     for p in plan.platforms:
         lines.append(f"  {p.platform}: {'  '.join(p.specs)}")
         if p.constraints:

@@ -38,11 +38,50 @@ def check_flag_values(flags: dict[str, Any]) -> None:
             )
 
 
+def choose_platforms(
+    flagged: list[str] | None,
+    in_file: list[str] | None,
+    stored: list[str] | None,
+    host: tuple[str, str],
+) -> tuple[tuple[str, ...], str]:
+    """**The** platforms create and lock solve for, and why (said in the plan): --platform; else
+    the file's `platforms:` (conda-lock's key; pixi's manifest platforms); else the ones the last
+    lock was solved for; else this host's — `create` installs here, so a linux-aarch64 or macOS
+    host gets its own platform, not linux-64. `host` is (platform, where it came from: "this
+    host" or "CONDA_SUBDIR", conda's way to ask for another, e.g. osx-64 on Apple silicon)."""
+    from envtool.core.plan import PLATFORMS
+
+    for given, why in (
+        (flagged, "--platform"),
+        (in_file, "environment.yml's platforms:"),
+        (stored, "as last locked"),
+    ):
+        if given:
+            return tuple(dict.fromkeys(given)), why
+    platform, via = host
+    if platform not in PLATFORMS:
+        from envtool.core.shell_quote import printable
+
+        shown = printable(platform[:40]) + ("…" if len(platform) > 40 else "")
+        what = f"{via}={shown}" if via != "this host" else f"this host is {shown}"
+        raise UsageError(
+            f"{what}: not a platform envtool plans for ({', '.join(PLATFORMS)})",
+            "pass --platform to lock for one of them (with --no-install on this host)"
+            if via == "this host"
+            else f"unset {via}, or set it to one of them",
+        )
+    return (platform,), "this host" if via == "this host" else f"this host, by {via}"
+
+
 def merge_request(
-    spec: EnvSpec, ask: FileAsk, flags: dict[str, Any], stored: dict[str, Any] | None
+    spec: EnvSpec,
+    ask: FileAsk,
+    flags: dict[str, Any],
+    stored: dict[str, Any] | None,
+    host_platform: tuple[str, str] = ("linux-64", "this host"),
 ) -> Request:
     """Merge: explicit flags > what the file asks for (`ask`, read from `spec`) > options stored
-    in the previous lock > defaults."""
+    in the previous lock > defaults (the platform: `host_platform`, core/request.choose_platforms)."""
     conda = [d.render() for d in spec.dependencies] + list(ask.conda_added)
     pip = [p for p in spec.pip if p not in ask.pip_replaced]
     inferred = {
@@ -60,7 +99,9 @@ def merge_request(
     asked, kept = inferred.get("cuda") or "", str(stored.get("cuda") or "")
     if not flags.get("cuda") and asked.isdigit() and kept.startswith(asked + "."):
         merged["cuda"] = kept
-    platforms = flags.get("platforms") or spec.platforms or stored.get("platforms") or ["linux-64"]
+    platforms, platforms_from = choose_platforms(
+        flags.get("platforms"), spec.platforms, stored.get("platforms"), host_platform
+    )
     channels = flags.get("channels") or spec.channels or stored.get("channels") or []
     return Request(
         conda_specs=tuple(conda),
@@ -69,7 +110,8 @@ def merge_request(
         torch=merged["torch"],
         python=merged["python"],
         flavor=merged["flavor"] or "conda-forge",
-        platforms=tuple(dict.fromkeys(platforms)),
+        platforms=platforms,
+        platforms_from=platforms_from,
         channels=tuple(channels),
         driver=flags.get("driver") or stored.get("driver"),
         gpus=tuple(flags.get("gpus") or stored.get("gpus") or ()),

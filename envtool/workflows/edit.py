@@ -205,6 +205,11 @@ def edit_verb(
     edit, installed unless --no-install / --dry-run."""
     from envtool.core.env_edit import edit_dependencies
 
+    if not (add or drop):  # click no longer demands PKG: -n NAME leaves every positional a PKG
+        raise UsageError(
+            f"envtool {command}: no package given",
+            f"name one or more: `envtool {command} {quote_posix(name)} numpy`",
+        )
     yml_path, old = read_request_file(name, directory)
     specs = parse_package_args(add, command) if add else []
     edit = edit_dependencies(old, str(yml_path), specs, list(dict.fromkeys(drop)))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from envtool import __version__
-from envtool.adapters.locate import project_env_paths
+from envtool.adapters.locate import project_env_paths, project_root
 from envtool.core.facts import HostFacts
 from envtool.core.lock_diff import LockDiff
 from envtool.core.lockfile import compute_input_hash, plan_custom_metadata, solved_torch
@@ -59,6 +59,7 @@ def lock_environment(
     from envtool.core.verify_solution import verify_solution
 
     env_dir, yml_path, lock_path = project_env_paths(name, directory)
+    base = project_root(env_dir)  # where the request's relative local channels are
     if lock_name:
         lock_path = env_dir / lock_name
     # re-locking a stored plan targets the stored CUDA, not whatever host runs the re-lock
@@ -72,7 +73,8 @@ def lock_environment(
         if request.cuda != "cpu"
         else None
     )
-    note(f"solving {name} for {', '.join(request.platforms)} …")
+    why = f" ({request.platforms_from})" if request.platforms_from else ""
+    note(f"solving {name} for {', '.join(request.platforms)}{why} …")
     listed: list[list[CudaBuild] | None] = [None]  # the channel's builds the last plan saw
 
     def planner(builds: list[CudaBuild] | None, cuda: str | None) -> Plan:
@@ -92,7 +94,7 @@ def lock_environment(
             ),
         )
 
-    plan, solved = discover_plan_solve(channels, discover, planner, cache_dir)
+    plan, solved = discover_plan_solve(channels, discover, planner, cache_dir, base)
     for w in plan.warnings:
         note(f"warning: {w}")
     for n in plan.notes:
@@ -135,7 +137,7 @@ def lock_environment(
                 list(plan.pip_specs), solved[pp.platform], pp.platform, plan.python, glibc
             )
     options = resolved.options()
-    identity = read_channel_identity(list(plan.channels), list(request.platforms))
+    identity = read_channel_identity(list(plan.channels), list(request.platforms), base)
     input_hash = compute_input_hash(yml_text, options, identity, __version__)
     outcome = LockOutcome(
         env_dir,
@@ -165,7 +167,7 @@ def lock_environment(
             lock_path,
             solved,
             pip_locked,
-            [resolve_channel(c) for c in plan.channels],
+            [resolve_channel(c, base) for c in plan.channels],
             {pp.platform: input_hash for pp in plan.platforms},
             plan_custom_metadata(plan, options, input_hash, __version__, solved_torch(solved)),
             ["environment.yml"],
@@ -195,11 +197,20 @@ def _diff_against(
 
 
 def request_from_yml(
-    text: str, source: str, flags: dict[str, Any], stored: dict[str, Any] | None = None
+    text: str,
+    source: str,
+    flags: dict[str, Any],
+    stored: dict[str, Any] | None = None,
+    *,
+    file_dir: Path | None = None,
+    directory: str | None = None,
 ) -> Request:
     """Merge: explicit flags > what the file asks for > options stored in the previous lock >
     defaults (core/request.merge_request). The flags are checked first, then every spec is one
-    rattler can read (rattler_solve.check_specs), before anything is probed or solved."""
+    rattler can read (rattler_solve.check_specs), before anything is probed or solved.
+    `file_dir`: the folder of a file that is not the project's environment.yml (create -f): its
+    relative local channels are read from there and recorded for the project at `directory`."""
+    from envtool.adapters.locate import written_channel
     from envtool.adapters.solve.rattler_solve import check_specs
     from envtool.core.inspect import read_ask
     from envtool.core.request import check_flag_values, merge_request
@@ -208,6 +219,8 @@ def request_from_yml(
     check_flag_values(flags)
     spec = parse_environment_yml(text, source)
     check_specs(spec.dependencies, source)
+    if file_dir is not None:  # `./chan` in ~/src/env.yml is ~/src/chan, wherever envtool runs
+        spec.channels = [written_channel(c, directory, file_dir) for c in spec.channels]
     # the one reader `envtool inspect` also reports (core/inspect.read_ask)
     ask = read_ask(spec)
     if ask.pip_replaced:
@@ -216,12 +229,15 @@ def request_from_yml(
             f"note: {source}: pip {moved} installed from conda instead (the planned torch build; "
             "pip would overwrite it)"
         )
-    request = merge_request(spec, ask, flags, stored)
+    from envtool.adapters.locate import probe_platform
+
+    request = merge_request(spec, ask, flags, stored, probe_platform())
     if not request.channels:  # none from a flag, the file or the last lock: the settings'
         from envtool.adapters.config import configured_channels
 
-        if configured := configured_channels():
-            request = replace(request, channels=configured)
+        if configured := configured_channels():  # a settings file's folders are absolute
+            recorded = tuple(written_channel(c, directory) for c in configured)
+            request = replace(request, channels=recorded)
     return request
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from envtool import __version__
-from envtool.adapters.locate import project_env_paths
+from envtool.adapters.locate import project_env_paths, project_root
 from envtool.adapters.lockfile.variant_lock import index_path, index_problems, read_index
 from envtool.core.variants import (
     CPU,
@@ -76,7 +76,9 @@ def variant_fresh(lock_path: Path, yml_text: str, cuda: str | None, torch: str |
     if stored.get("cuda") != (cuda or CPU) or stored.get("torch") != torch:
         return False
     identity = read_channel_identity(
-        list(stored.get("channels") or []), list(stored.get("platforms") or [])
+        list(stored.get("channels") or []),
+        list(stored.get("platforms") or []),
+        project_root(lock_path.parent),
     )
     return compute_input_hash(yml_text, stored, identity, __version__) == stamp
 
@@ -227,7 +229,7 @@ def _base_request(
         request.platforms
     )
     note(f"listing torch builds on {', '.join(channels)} for {', '.join(platforms)} …")
-    return request, discover_builds(channels, platforms, cache_dir)
+    return request, discover_builds(channels, platforms, cache_dir, project_root(env_dir))
 
 
 def _lock_one(

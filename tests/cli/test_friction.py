@@ -210,8 +210,9 @@ def test_written_channel_keeps_names_urls_and_outside_paths(tmp_path, monkeypatc
     assert written_channel("~/ch") == "~/ch"
     assert written_channel("./ch") == written_channel("ch") == "./ch"
     assert written_channel("../outside") == str((tmp_path / "outside").resolve())
-    # --dir elsewhere: the current folder is not the project, so the path is made absolute
-    assert written_channel("ch", str(tmp_path)) == str((tmp_path / "proj" / "ch").resolve())
+    # --dir: relative to that project when the folder is inside it (lock reads it from there)
+    assert written_channel("ch", str(tmp_path)) == "./proj/ch"
+    assert written_channel("ch", str(tmp_path / "outside")) == str((tmp_path / "proj/ch").resolve())
 
 
 def test_remove_of_a_package_name_says_remove_deletes_whole_envs(

@@ -692,3 +692,53 @@ def test_a_bare_driver_branch_means_its_released_versions() -> None:
     plan = plan_environment(Request(driver="535", gpus=("8.0",), cuda="12.2"), None)
     assert plan.cuda_mode == "native"
     assert any("read as branch R535" in n for n in plan.notes)
+
+
+def h200_host_with_a_p2000(fixtures_root) -> str:
+    """The 2 × H200 host's real `nvidia-smi -q -x` (driver 580.159.04) with a real Quadro P2000's
+    <gpu> element (telegraf's capture) added as GPU 2: an H200 box with an old Pascal card in it,
+    on R580, Pascal's last branch (a host that exists)."""
+    h200 = (fixtures_root / "h200-x2-host" / "nvidia-smi-q.xml").read_text()
+    p2000 = (fixtures_root / "nvidia-smi" / "xml" / "quadro-p2000-v12.xml").read_text()
+    gpu = p2000[p2000.index("<gpu id=") : p2000.index("</gpu>") + len("</gpu>")]
+    return h200.replace("</nvidia_smi_log>", gpu + "\n</nvidia_smi_log>").replace(
+        "<attached_gpus>2</attached_gpus>", "<attached_gpus>3</attached_gpus>"
+    )
+
+
+@pytest.mark.parametrize(
+    ("visible", "cuda", "arch", "says"),
+    [
+        (None, "12.9", "6.1", "CUDA 13 dropped Pascal"),  # every GPU: the P2000 holds CUDA at 12.x
+        ("0,1", "13.0", "9.0", "planning for 2× NVIDIA H200 (CUDA_VISIBLE_DEVICES hides 1× Quadro P2000)"),
+        ("2", "12.9", "6.1", "CUDA_VISIBLE_DEVICES hides 2× NVIDIA H200"),
+        ("", "13.0", None, "planning for no visible GPU"),
+    ],
+)  # fmt: skip
+def test_create_plans_for_the_gpus_cuda_visible_devices_leaves(
+    fixtures, visible, cuda, arch, says
+) -> None:
+    """create/lock --cuda auto plan for the GPUs the job will see (core/host_record.visible_gpus,
+    as doctor's headline and install's choice count them), and the lock host check of create's
+    install agrees: the 13.0 build planned with the P2000 hidden installs, and is refused with it
+    visible (it has no sm_61 kernels)."""
+    import json
+
+    from envtool.core.host_record import ENV_JSON, SMI_XML, facts_from_record
+
+    env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    host = facts_from_record({SMI_XML: h200_host_with_a_p2000(fixtures), ENV_JSON: json.dumps(env)})
+    assert [g.name for g in host.gpus] == ["NVIDIA H200", "NVIDIA H200", "Quadro P2000"]
+    plan = plan_environment(Request(), host, channel_builds("conda-forge", "linux-64"))
+    assert (plan.cuda, plan.cuda_arch) == (cuda, arch)
+    assert any(says in n for n in plan.notes), plan.notes
+    meta = {
+        "envtool_cuda": plan.cuda,
+        "envtool_gpu_archs": " ".join(plan.archs),
+        "envtool_flavor": "conda-forge",
+    }
+    assert host_problems(meta, "linux-64", host) == []  # create's install step takes its plan
+    if visible == "0,1":
+        host.cuda_visible_devices = None  # the P2000 back in view: the 13.0 lock cannot run on it
+        (problem, _), *_ = host_problems(meta, "linux-64", host)
+        assert "no kernels for this GPU" in problem and "P2000" in problem

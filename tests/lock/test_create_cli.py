@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -410,3 +411,46 @@ def test_auto_skips_a_cuda_whose_builds_do_not_solve(conda_forge, run_cli, tmp_p
     assert rc == 2
     assert "upgrade the NVIDIA driver to ≥ 520.61.05 for this GPU (sm_90)" in err
     assert "--cuda 11.8" not in err
+
+
+@pytest.mark.integration
+def test_create_plans_for_the_visible_gpus_of_a_probed_host(
+    conda_forge, fixtures, env, tmp_path
+) -> None:
+    """The whole path: nvidia-smi (the real H200 capture with a real P2000 added, served by a
+    stand-in on PATH) probed by `create`, CUDA_VISIBLE_DEVICES hiding the P2000: the plan's
+    __cuda_arch is the H200's 9.0 and the plan says what was hidden; all visible, it is 6.1."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "core"))
+    from test_host_scenarios import h200_host_with_a_p2000
+
+    xml = tmp_path / "q.xml"
+    xml.write_text(h200_host_with_a_p2000(fixtures))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\n[ "$*" = "-q -x" ] && exec cat "{xml}"\nexit 1\n')
+    smi.chmod(0o755)
+    env.pop("ENVTOOL_DRIVER_VERSION")
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    args = ["create", "v", "--dry-run", "--json", "--channel", conda_forge, "--torch", "2.7"]
+    plans = {}
+    for visible in ("0,1", None):
+        if visible is None:
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        out = subprocess.run(
+            [sys.executable, "-m", "envtool", *args],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        plans[visible] = json.loads(out.stdout)["plan"]
+    assert plans["0,1"]["gpus"] == ["9.0", "9.0"] and plans["0,1"]["cuda_arch"] == "9.0"
+    assert (
+        "planning for 2× NVIDIA H200 (CUDA_VISIBLE_DEVICES hides 1× Quadro P2000)"
+        in (plans["0,1"]["notes"])
+    )
+    assert plans[None]["gpus"] == ["9.0", "9.0", "6.1"] and plans[None]["cuda_arch"] == "6.1"

@@ -195,3 +195,38 @@ def test_a_hostile_spec_cannot_inject_yaml() -> None:
 
     names = [d.name for d in parse_environment_yml(edit.text, "e.yml").dependencies]
     assert names == ["a", "b"]
+
+
+def test_n_name_is_the_same_as_name_for_add_update_and_drop(project) -> None:
+    """`-n NAME` (conda's spelling, issue 21's one way to name an environment) on the package
+    verbs: every positional after it is a package, and the result is the positional form's."""
+    root, channel, env = project
+    yml = root / "environments" / "e1" / "environment.yml"
+    lock = root / "environments" / "e1" / "conda-lock.yml"
+    by_name = run_envtool("add", "e1", TOOL, "--dry-run", "--json", env=env, cwd=root)
+    by_flag = run_envtool("add", "-n", "e1", TOOL, "--dry-run", "--json", env=env, cwd=root)
+    assert by_name.returncode == by_flag.returncode == 0, by_flag.stderr
+    assert json.loads(by_flag.stdout)["edit"] == json.loads(by_name.stdout)["edit"]
+    assert json.loads(by_flag.stdout)["edit"]["added"] == [TOOL]
+
+    out = run_envtool("add", "--name", "e1", TOOL, "--no-install", env=env, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert f"  - {TOOL}\n" in yml.read_text() and TOOL in _lock_names(root)
+    cb.build_channel(channel, [_tool("1.1")])
+    out = run_envtool("update", "-n", "e1", TOOL, "--no-install", env=env, cwd=root)
+    assert out.returncode == 0 and f"↑ {TOOL} 1.0 → 1.1" in out.stdout, out.stderr
+    out = run_envtool("drop", "-n", "e1", TOOL, "--no-install", env=env, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert TOOL not in yml.read_text() and TOOL not in _lock_names(root)
+
+    before = (yml.read_bytes(), lock.read_bytes())
+    for args, says in (
+        (["add", "-n", "e1"], "envtool add: no package given"),
+        (["drop", "e1"], "envtool drop: no package given"),
+        (["add", "-n", "../e1", TOOL], "not a valid environment name"),
+        (["add", "-n", "e1\x1b]0;x\x07", TOOL], "not a valid environment name"),
+    ):
+        out = run_envtool(*args, env=env, cwd=root)
+        assert out.returncode == 2 and says in out.stderr, (args, out.stderr)
+        assert "\x1b" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert (yml.read_bytes(), lock.read_bytes()) == before

@@ -33,7 +33,10 @@ INDEX_LIMIT = 1024 * 1024  # a few hundred bytes per variant; anything near this
 
 
 def discover_builds(
-    channels: list[str], platforms: list[str], cache_dir: Path | None = None
+    channels: list[str],
+    platforms: list[str],
+    cache_dir: Path | None = None,
+    base: Path | None = None,
 ) -> list[ChannelBuild]:
     """The pytorch builds (CUDA and CPU) of the first channel that has any, per platform: the same
     listing `lock_environment` plans `--cuda auto` from (rattler_solve's discovery)."""
@@ -46,7 +49,7 @@ def discover_builds(
 
         try:
             gateway = make_gateway(cache_dir)  # rattler's client: retries, credentials, mirrors
-            found = await _discover(gateway, channels, platforms)
+            found = await _discover(gateway, channels, platforms, base)
             return [ChannelBuild(b.torch, b.cuda, b.python, b.platform) for b in found]
         finally:
             await asyncio.sleep(0.05)  # rattler's background tasks end before the loop closes

@@ -15,6 +15,7 @@ from urllib.parse import unquote
 
 from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import SolvedPackage
+from envtool.core.shell_quote import printable
 from envtool.errors import UsageError, fit_words
 
 if TYPE_CHECKING:  # annotations only: rattler is imported where a solve runs, core/plan where
@@ -25,22 +26,27 @@ if TYPE_CHECKING:  # annotations only: rattler is imported where a solve runs, c
     from envtool.core.spec import CondaSpec
 
 
-def resolve_channel(text: str) -> str:
-    """A channel name -> https://conda.anaconda.org/NAME; a local path -> file:// URL; URLs as is,
-    less any credentials (rattler sends none from a URL: they come from its auth store, by host;
-    and a URL with them would reach the lock, conda-meta and the terminal)."""
+def resolve_channel(text: str, base: str | Path | None = None) -> str:
+    """A channel name -> https://conda.anaconda.org/NAME; a local folder -> file:// URL (a
+    relative one read from `base`: locate.local_channel); URLs as is, less any credentials
+    (rattler sends none from a URL: they come from its auth store, by host; and a URL with them
+    would reach the lock, conda-meta and the terminal)."""
+    from envtool.adapters.locate import local_channel
+
     if "://" in text:
         return redact_credentials(text.rstrip("/"), strip=True)
-    if text.startswith(("/", ".", "~")) or Path(text).expanduser().is_dir():
-        path = Path(text).expanduser().resolve()
-        if not path.is_dir():
-            raise UsageError(  # from --channel or environment.yml's channels: name neither
-                f"channel {text}: no such directory",
-                "pass a conda channel folder (a relative one is read from the current folder: "
-                "run envtool from the project folder)",
-            )
-        return path.as_uri()
-    return f"https://conda.anaconda.org/{text}"
+    path = local_channel(text, base)
+    if path is None:
+        return f"https://conda.anaconda.org/{text}"
+    if not path.is_dir():
+        shown = "" if text == str(path) else f" ({printable(str(path))})"
+        raise UsageError(  # from --channel or environment.yml's channels: name neither
+            f"channel {printable(text)}: no such directory{shown}",
+            "pass a conda channel folder (a relative one in environments/NAME/environment.yml "
+            "or envtool.toml is read from the project folder, one in a -f file from that "
+            "file's folder, one given as --channel from the current folder)",
+        )
+    return path.as_uri()
 
 
 SolveResult = dict[str, list[SolvedPackage]]
@@ -55,8 +61,11 @@ def discover_plan_solve(
     discover_platforms: list[str] | None,
     planner: Planner,
     cache_dir: Path | None = None,
+    base: Path | None = None,
 ) -> tuple[Plan, SolveResult]:
-    """List the channels' pytorch builds (when `discover_platforms`), call `planner(builds, None)`,
+    """`base`: the folder relative local channels are read from (resolve_channel).
+
+    List the channels' pytorch builds (when `discover_platforms`), call `planner(builds, None)`,
     then solve each platform of the plan. Raises UsageError for an unsolvable request.
 
     A CUDA version counts as built only when the request solves with it: a picked CUDA (auto, a
@@ -66,7 +75,7 @@ def discover_plan_solve(
 
     from envtool.adapters.solve.network import bounded_repodata
 
-    session = _session(channels, discover_platforms, planner, cache_dir)
+    session = _session(channels, discover_platforms, planner, cache_dir, base)
     return asyncio.run(bounded_repodata(session, channels, cache_dir))
 
 
@@ -96,6 +105,7 @@ async def _session(
     discover_platforms: list[str] | None,
     planner: Planner,
     cache_dir: Path | None,
+    base: Path | None = None,
 ) -> tuple[Plan, SolveResult]:
     import asyncio
 
@@ -109,13 +119,13 @@ async def _session(
         builds = None
         if discover_platforms:
             try:
-                builds = await _discover(gateway, channels, discover_platforms)
+                builds = await _discover(gateway, channels, discover_platforms, base)
             except UsageError as unreadable:  # offline: a refusal needs no channel, say it first
                 _raise_offline_refusal(planner, unreadable)
                 raise
 
         async def solve(plan: Plan) -> SolveResult:
-            urls = [resolve_channel(c) for c in plan.channels]
+            urls = [resolve_channel(c, base) for c in plan.channels]
             return {pp.platform: await _solve_one(gateway, urls, pp) for pp in plan.platforms}
 
         unsolvable: list[str] = []  # CUDA versions whose builds do not solve with this request
@@ -204,12 +214,14 @@ def _no_cuda_solves(first: UsageError, tried: list[str]) -> UsageError:
     )
 
 
-async def _discover(gateway, channels: list[str], platforms: list[str]) -> list[CudaBuild]:
+async def _discover(
+    gateway, channels: list[str], platforms: list[str], base: Path | None = None
+) -> list[CudaBuild]:
     """pytorch builds of the first channel that has any: with strict channel priority (rattler's
     default) the solver never looks further for pytorch."""
     import rattler
 
-    urls = [resolve_channel(c) for c in channels]
+    urls = [resolve_channel(c, base) for c in channels]
     rows: dict[tuple[str, str], list[tuple[str, str, list[str]]]] = {}
     try:
         for platform in platforms:
@@ -322,12 +334,14 @@ def one_line(text: str, limit: int = 600) -> str:
     return fit_words(" ".join(line.strip() for line in text.splitlines() if line.strip()), limit)
 
 
-def read_channel_identity(channels: list[str], platforms: list[str]) -> list[str]:
+def read_channel_identity(
+    channels: list[str], platforms: list[str], base: Path | None = None
+) -> list[str]:
     """What a channel holds, cheaply: local repodata.json size+mtime per subdir; remote channels
     by URL only (a remote channel's new packages are picked up by `envtool lock --force`)."""
     out: list[str] = []
     for c in channels:
-        url = resolve_channel(c)
+        url = resolve_channel(c, base)
         if not url.startswith("file://"):
             out.append(url)
             continue
