@@ -187,10 +187,27 @@ def _click_cli():  # -> click.Group
 
 # The group's flags, accepted after the command name too (`envtool doctor --no-color`, as
 # `envtool --no-color doctor`): name -> (help, what it does). One table for both places.
+# --debug as click parsed it: "on" once given before or after the command name; "parsed" once the
+# command's own options were read, after which a `--debug` elsewhere in argv is a program's
+# (`envtool run -n e python x.py --debug`), not envtool's
+_DEBUG: dict[str, bool] = {}
+
+
 def _set_debug(ctx: Any, param: Any, value: bool) -> None:
+    if param is not None:  # the command's option (the group's callback passes None)
+        _DEBUG["parsed"] = True
     if value:
+        _DEBUG["on"] = True
         ctx.ensure_object(dict)
         ctx.obj["debug"] = True
+
+
+def _debug_asked(args: list[str]) -> bool:
+    """Show tracebacks: --debug as parsed; before the command's options were read (a settings
+    file refused by the group), any --debug before `--`."""
+    if _DEBUG.get("parsed"):
+        return _DEBUG.get("on", False)
+    return "--debug" in (args[: args.index("--")] if "--" in args else args)
 
 
 def _set_no_color(ctx: Any, param: Any, value: bool) -> None:
@@ -253,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     import click
 
     cli = _click_cli()
-    debug = "--debug" in args
+    _DEBUG.clear()  # main() runs more than once in one process (the tests)
     try:
         # standalone_mode=False makes click *return* the code of a raised click Exit
         rc = cli.main(args=args, prog_name="envtool", standalone_mode=False)
@@ -282,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.flush()
         sys.exit(2)
     except EnvtoolError as exc:
-        if debug:  # the traceback, and still the exit code of the error (2 for usage)
+        if _debug_asked(args):  # the traceback, and still the exit code of the error (2 for usage)
             import traceback
 
             traceback.print_exc()
@@ -307,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         # last resort for a file error no command foresaw (permissions, a too-long name, a full
         # disk): one line naming the file, never a traceback
-        if debug:
+        if _debug_asked(args):
             import traceback
 
             traceback.print_exc()
