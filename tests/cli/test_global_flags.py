@@ -122,3 +122,19 @@ def test_debug_reaches_a_settings_file_error_before_the_command(run_cli, tmp_pat
     assert code == 2 and "Traceback (most recent call last)" in err and "no-such-key" in err
     code, _, err = run_cli(["config"], tmp_path)
     assert code == 2 and "Traceback" not in err and "no-such-key" in err
+
+
+def test_a_programs_json_flag_is_not_envtools(run_cli, tmp_path) -> None:
+    """`--json` after run's program is the program's: envtool's error stays a line on stderr with
+    nothing on stdout (the program's output stream); a command's own --json still gets the
+    envelope, after the command name or after its arguments."""
+    gone = str(tmp_path / "gone")
+    code, out, err = run_cli(["run", "--prefix", gone, "python", "x.py", "--json"])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (out, err)
+    for args in (["lock", "--json", "nosuch"], ["lock", "nosuch", "--json"]):
+        code, out, _ = run_cli([*args, "--dir", str(tmp_path)])
+        envelope = json.loads(out)
+        assert (
+            code == envelope["exit_code"] == 2
+            and "no environment.yml" in envelope["error"]["message"]
+        )
