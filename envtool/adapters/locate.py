@@ -230,7 +230,9 @@ def check_env_name(name: str) -> str:
     if name in (".", "..") or ".." in Path(name).parts or "/" in name:
         raise UsageError(
             f"{printable(name)!r}: not a valid environment name (it leaves {envs_dir()})",
-            "pass --prefix PATH",
+            # add/drop/lock/update name a project environment and take no path
+            "a NAME is one folder name (no / or ..); for an environment at a path use --prefix "
+            "PATH with the commands that take it (create, install, doctor, run, launch, ...)",
         )
     if not valid_env_name(name):
         raise UsageError(
