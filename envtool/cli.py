@@ -187,10 +187,34 @@ def _click_cli():  # -> click.Group
 
 # The group's flags, accepted after the command name too (`envtool doctor --no-color`, as
 # `envtool --no-color doctor`): name -> (help, what it does). One table for both places.
+# --debug and --json as click parsed them: "debug"/"json" once given where envtool reads its own
+# flags; "parsed" once the command's own options were read, after which a `--debug` or `--json`
+# elsewhere in argv is a program's (`envtool run -n e python x.py --json`), not envtool's
+_PARSED: dict[str, bool] = {}
+
+
 def _set_debug(ctx: Any, param: Any, value: bool) -> None:
+    if param is not None:  # the command's option (the group's callback passes None)
+        _PARSED["parsed"] = True
     if value:
+        _PARSED["debug"] = True
         ctx.ensure_object(dict)
         ctx.obj["debug"] = True
+
+
+def _record_json(ctx: Any, param: Any, value: bool) -> bool:
+    if value:
+        _PARSED["json"] = True
+    return value
+
+
+def _asked(flag: str, args: list[str]) -> bool:
+    """envtool's own --debug (show tracebacks) or --json (the error envelope): as parsed; before
+    the command's options were read (a usage error, a settings file refused by the group), any
+    such flag before `--`."""
+    if _PARSED.get("parsed"):
+        return _PARSED.get(flag, False)
+    return f"--{flag}" in (args[: args.index("--")] if "--" in args else args)
 
 
 def _set_no_color(ctx: Any, param: Any, value: bool) -> None:
@@ -224,6 +248,9 @@ def _with_global_flags(command: Any) -> Any:  # a click.Command, its flags added
     import click
 
     taken = {opt for p in command.params for opt in getattr(p, "opts", ())}
+    for param in command.params:
+        if "--json" in getattr(param, "opts", ()) and param.callback is None:
+            param.callback = _record_json
     for flag, (help_text, callback) in GLOBAL_FLAGS.items():
         if flag not in taken:
             command.params.append(
@@ -253,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     import click
 
     cli = _click_cli()
-    debug = "--debug" in args
+    _PARSED.clear()  # main() runs more than once in one process (the tests)
     try:
         # standalone_mode=False makes click *return* the code of a raised click Exit
         rc = cli.main(args=args, prog_name="envtool", standalone_mode=False)
@@ -269,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
 
         from envtool.output import terminal_text
 
-        if "--json" in args:  # a usage error is an answer too: the envelope, like any error
+        if _asked("json", args):  # a usage error is an answer too: the envelope, like any error
             from envtool.output import render_error_json
 
             command = _command_name(args)
@@ -282,14 +309,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.flush()
         sys.exit(2)
     except EnvtoolError as exc:
-        if debug:  # the traceback, and still the exit code of the error (2 for usage)
+        if _asked("debug", args):  # the traceback, and still the error's exit code (2: usage)
             import traceback
 
             traceback.print_exc()
             sys.exit(exc.exit_code)
         from envtool.output import render_error_json
 
-        if "--json" in args:
+        if _asked("json", args):
             sys.stdout.write(
                 render_error_json(_command_name(args), exc.message, exc.hint, exc.exit_code) + "\n"
             )
@@ -307,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         # last resort for a file error no command foresaw (permissions, a too-long name, a full
         # disk): one line naming the file, never a traceback
-        if debug:
+        if _asked("debug", args):
             import traceback
 
             traceback.print_exc()
@@ -316,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
 
         what = exc.filename if exc.filename is not None else "a file"
         message = f"{printable(str(what))}: {exc.strerror or exc}"
-        if "--json" in args:
+        if _asked("json", args):
             from envtool.output import render_error_json
 
             hint = "check the path and its permissions"

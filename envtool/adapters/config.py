@@ -69,16 +69,24 @@ def read_config_file(path: Path, shared_with_rattler: bool = False) -> dict[str,
     return values
 
 
-def apply_config(offline_flag: bool = False) -> dict[str, str]:
+def apply_config(
+    offline_flag: bool = False, directory: str | None = None, applied: dict[str, str] | None = None
+) -> dict[str, str]:
     """Read both files and set the variables they hold that are not set yet (flag > variable >
     project > user); `--offline` sets ENVTOOL_OFFLINE first. Returns where each setting came
-    from (`envtool config` prints it)."""
+    from (`envtool config` prints it). `directory`: the project (`--dir`), whose envtool.toml
+    takes the place of the current folder's, as pixi's --manifest-path does; `applied`: what
+    an earlier call set (its return), taken back first."""
     from envtool.core.config import plan_environ
 
+    for env, source in (applied or {}).items():
+        if not source.startswith(("flag ", "environment variable ")):
+            os.environ.pop(env, None)  # a file's value: the files are applied again below
+    offline_flag = offline_flag or (applied or {}).get("ENVTOOL_OFFLINE") == "flag --offline"
     if offline_flag:
         os.environ["ENVTOOL_OFFLINE"] = "1"
     layers = []
-    for path, shared in ((user_config_path(), True), (project_config_path(), False)):
+    for path, shared in ((user_config_path(), True), (project_config_path(directory), False)):
         values = read_config_file(path, shared)
         if values is not None:
             layers.append((str(path), values))

@@ -230,7 +230,9 @@ def check_env_name(name: str) -> str:
     if name in (".", "..") or ".." in Path(name).parts or "/" in name:
         raise UsageError(
             f"{printable(name)!r}: not a valid environment name (it leaves {envs_dir()})",
-            "pass --prefix PATH",
+            # add/drop/lock/update name a project environment and take no path
+            "a NAME is one folder name (no / or ..); for an environment at a path use --prefix "
+            "PATH with the commands that take it (create, install, doctor, run, launch, ...)",
         )
     if not valid_env_name(name):
         raise UsageError(
@@ -302,15 +304,20 @@ def channel_base(env_file: Path) -> Path:
 
 
 def written_channel(
-    channel: str, directory: str | None = None, base: str | Path | None = None
+    channel: str,
+    directory: str | None = None,
+    base: str | Path | None = None,
+    *,
+    as_typed: bool = True,
 ) -> str:
     """A channel as environments/NAME/environment.yml records it: as the user gave it (a name, a
     URL, an absolute or ~ path), except a relative folder (read from `base`, the folder of the
     file that named it; a flag's from the current folder: local_channel): `./sub/dir` when it is
     inside the project folder (`directory`, else the current one), which is where `lock` reads it
     from (the project can be moved or cloned with it), else its absolute path (a `../x` from
-    here means nothing from elsewhere)."""
-    if "://" in channel or channel.startswith(("/", "~")):
+    here means nothing from elsewhere). `as_typed=False`: an absolute path is not the user's
+    text (a settings file's folder, made absolute when read) and is recorded the same way."""
+    if "://" in channel or (as_typed and channel.startswith(("/", "~"))):
         return channel
     absolute = local_channel(channel, base)
     if absolute is None:

@@ -13,14 +13,27 @@ if TYPE_CHECKING:
     from envtool.output import Result
     from envtool.workflows.lock_outcome import LockOutcome
 
+
 # Options several commands share live here, not in one command module (commands never import
 # each other). `create`, `lock` and `export` find environments/NAME under the same project folder.
+def _project_settings(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """`--dir P`: P's envtool.toml in force, not the current folder's (the group applied that one
+    before the command's options were read), as pixi's --manifest-path reads that manifest."""
+    if value is not None:
+        from envtool.adapters.config import apply_config
+
+        ctx.ensure_object(dict)
+        ctx.obj["config"] = apply_config(directory=value, applied=ctx.obj.get("config"))
+    return value
+
+
 project_dir_option = click.option(
     "--dir",
     "directory",
     default=None,
     type=click.Path(file_okay=False),
-    help="Project folder holding environments/ (default: .).",
+    callback=_project_settings,
+    help="Project folder holding environments/ and its envtool.toml (default: .).",
 )
 
 

@@ -100,8 +100,7 @@ def render_human(
     t = env.torch
     if verdict == "no problems found" and t and t.version and t.cuda and host.gpus:
         verdict += (
-            f": torch {t.version} on {render_visible_gpus(host)}"
-            f" (driver {host.driver_version})"
+            f": torch {t.version} on {render_visible_gpus(host)} (driver {host.driver_version})"
         )
     lines = [f"envtool doctor: {status.upper()} — {verdict}"]
     for c in checks:

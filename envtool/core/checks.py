@@ -127,7 +127,12 @@ def _gpu_count(host: HostFacts, env: EnvFacts) -> int:
 
 
 def _gpus(host: HostFacts, env: EnvFacts) -> list[Gpu]:
-    gpus = [Gpu(g.capability, g.name) for g in host.gpus if g.capability]
+    """The GPUs the checks and the suggested `create --cuda` are for: the ones the job sees
+    (host_record.visible_gpus: CUDA_VISIBLE_DEVICES), as create plans for them and torch counts
+    them; torch's own list when the host named none."""
+    from envtool.core.host_record import visible_gpus
+
+    gpus = [Gpu(g.capability, g.name) for g in visible_gpus(host)[0] if g.capability]
     if not gpus and env.torch and env.torch.capabilities:
         gpus = [Gpu(c) for c in env.torch.capabilities]
     return gpus

@@ -655,9 +655,7 @@ def _arch_way_out(s: Suggestion, gpus: tuple[Gpu, ...]) -> str:
         return f"pass --cuda {s.cuda}, whose builds run on {on}"
     if s.kind == "driver" and s.cuda:
         how = " (through minor-version compatibility)" if s.mode == "compat" else ""
-        return (
-            f"pass --cuda {s.cuda}, whose builds run on {on}; it needs driver ≥ {s.driver}{how}"
-        )
+        return f"pass --cuda {s.cuda}, whose builds run on {on}; it needs driver ≥ {s.driver}{how}"
     last = f"; the last torch for it: {s.last}" if s.last else ""
     return f"pass --cuda cpu (no CUDA build on these channels runs on {on}){last}"
 

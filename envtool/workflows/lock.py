@@ -236,7 +236,7 @@ def request_from_yml(
         from envtool.adapters.config import configured_channels
 
         if configured := configured_channels():  # a settings file's folders are absolute
-            recorded = tuple(written_channel(c, directory) for c in configured)
+            recorded = tuple(written_channel(c, directory, as_typed=False) for c in configured)
             request = replace(request, channels=recorded)
     return request
 

@@ -227,7 +227,7 @@ def test_remove_of_a_package_name_says_remove_deletes_whole_envs(
 
 
 def test_no_hint_contradicts_the_flags_given(run_cli, tmp_path) -> None:
-    """"give NAME" when NAME was given, "create it" when only the install is missing: each
+    """ "give NAME" when NAME was given, "create it" when only the install is missing: each
     message fits what was typed."""
     folder = tmp_path / "environments" / "e"
     folder.mkdir(parents=True)

@@ -101,3 +101,40 @@ def test_a_flag_after_runs_command_is_the_programs_not_envtools(tmp_path, env) -
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['--debug', '--no-color']"
     assert Path(venv).is_dir()
+
+
+def test_a_programs_debug_flag_is_not_envtools(run_cli, tmp_path) -> None:
+    """`--debug` after run's program is the program's: an envtool error there stays one line;
+    envtool's own --debug (before or after `run`) still shows the traceback."""
+    gone = str(tmp_path / "gone")
+    code, _, err = run_cli(["run", "--prefix", gone, "python", "x.py", "--debug"])
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for args in (["--debug", "run", "--prefix", gone], ["run", "--debug", "--prefix", gone]):
+        code, _, err = run_cli([*args, "python", "x.py"])
+        assert code == 2 and "Traceback (most recent call last)" in err, args
+
+
+def test_debug_reaches_a_settings_file_error_before_the_command(run_cli, tmp_path) -> None:
+    """The group reads envtool.toml before the command's options: --debug after the command
+    name still asks for the traceback of its error."""
+    (tmp_path / "envtool.toml").write_text("no-such-key = 1\n")
+    code, _, err = run_cli(["config", "--debug"], tmp_path)
+    assert code == 2 and "Traceback (most recent call last)" in err and "no-such-key" in err
+    code, _, err = run_cli(["config"], tmp_path)
+    assert code == 2 and "Traceback" not in err and "no-such-key" in err
+
+
+def test_a_programs_json_flag_is_not_envtools(run_cli, tmp_path) -> None:
+    """`--json` after run's program is the program's: envtool's error stays a line on stderr with
+    nothing on stdout (the program's output stream); a command's own --json still gets the
+    envelope, after the command name or after its arguments."""
+    gone = str(tmp_path / "gone")
+    code, out, err = run_cli(["run", "--prefix", gone, "python", "x.py", "--json"])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (out, err)
+    for args in (["lock", "--json", "nosuch"], ["lock", "nosuch", "--json"]):
+        code, out, _ = run_cli([*args, "--dir", str(tmp_path)])
+        envelope = json.loads(out)
+        assert (
+            code == envelope["exit_code"] == 2
+            and "no environment.yml" in envelope["error"]["message"]
+        )

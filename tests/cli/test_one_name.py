@@ -5,6 +5,7 @@ NAME and without the alias fails here."""
 from __future__ import annotations
 
 import click
+import pytest
 
 from envtool.cli import COMMANDS, _click_cli
 
@@ -29,3 +30,16 @@ def test_every_command_that_takes_a_name_takes_n_and_dash_dash_name() -> None:
     assert {"add", "drop", "update", "create", "lock", "install", "launch", "run"} <= set(
         takes_name
     )
+
+
+@pytest.mark.parametrize("command", ["add", "drop", "update", "lock"])
+def test_a_name_that_leaves_the_folder_is_refused_without_a_flag_the_command_lacks(
+    run_cli, tmp_path, command
+) -> None:
+    """`add -n ../x` is refused in one line whose fix works for that command (add has no
+    --prefix, so the hint must not stop at 'pass --prefix PATH')."""
+    args = [command, "-n", "../x"] + (["numpy"] if command in ("add", "drop") else [])
+    code, out, err = run_cli([*args, "--dir", str(tmp_path)])
+    assert code == 2 and "'../x': not a valid environment name" in err, err
+    assert "a NAME is one folder name" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # nothing written

@@ -442,7 +442,9 @@ def test_kepler_gpu_gets_the_newest_cuda_that_still_builds_sm_37():
     # a K80 on R535 cannot be: R470 is Kepler's last branch
     impossible = HostFacts(driver_version="535.54.03", gpus=host.gpus)
     ceiling = check_driver_vs_gpu(impossible, env)
-    assert ceiling.status == "fail" and "R470 is the last driver branch for Kepler" in ceiling.summary
+    assert (
+        ceiling.status == "fail" and "R470 is the last driver branch for Kepler" in ceiling.summary
+    )
     assert "install an R470 driver" in ceiling.fix and "--cuda 11.8" in ceiling.fix
 
 

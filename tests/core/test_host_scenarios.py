@@ -742,3 +742,24 @@ def test_create_plans_for_the_gpus_cuda_visible_devices_leaves(
         host.cuda_visible_devices = None  # the P2000 back in view: the 13.0 lock cannot run on it
         (problem, _), *_ = host_problems(meta, "linux-64", host)
         assert "no kernels for this GPU" in problem and "P2000" in problem
+
+
+def test_doctors_suggested_create_is_the_cuda_create_plans(fixtures) -> None:
+    """One answer: on the H200 + P2000 host, doctor's `envtool create --cuda` suggestion is the
+    CUDA create's plan picks, with the P2000 visible (12.9) and hidden (13.0)."""
+    import json
+
+    from envtool.core.checks import suggestion_for
+    from envtool.core.host_record import ENV_JSON, SMI_XML, facts_from_record
+
+    for visible, cuda in ((None, "12.9"), ("0,1", "13.0")):
+        env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+        host = facts_from_record(
+            {SMI_XML: h200_host_with_a_p2000(fixtures), ENV_JSON: json.dumps(env)}
+        )
+        s = suggestion_for(host, EnvFacts())
+        assert s is not None and s.cuda == cuda
+        assert (
+            plan_environment(Request(), host, channel_builds("conda-forge", "linux-64")).cuda
+            == cuda
+        )

@@ -147,3 +147,26 @@ def test_local_channel_and_written_channel(tmp_path, monkeypatch) -> None:
     assert written_channel("ch", str(tmp_path)) == "./proj/ch"
     assert written_channel("ch", str(outside)) == str((proj / "ch").resolve())
     assert written_channel("./ch", str(proj), base=outside) == str((outside / "ch").resolve())
+
+
+def test_dir_puts_that_projects_envtool_toml_in_force(
+    harvested, run_cli, tmp_path, monkeypatch
+) -> None:
+    """`create --dir P` from elsewhere: P's envtool.toml (its ./chan read from P), not the
+    current folder's, as pixi's --manifest-path reads that manifest's settings."""
+    monkeypatch.delenv("ENVTOOL_CHANNELS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-user-config"))
+    root, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    shutil.copytree(harvested / "conda-forge", root / "chan")
+    (root / "envtool.toml").write_text('default-channels = ["./chan"]\n')
+    (root / "env.yml").write_text("dependencies:\n  - python\n  - pytorch\n")
+    elsewhere.mkdir()
+    (elsewhere / "envtool.toml").write_text('default-channels = ["./not-this-one"]\n')
+    args = ["create", "c", "-f", str(root / "env.yml"), "--no-install", "--cuda", "cpu"]
+    code, _, err = run_cli([*args, "--dir", str(root)], elsewhere)
+    monkeypatch.delenv("ENVTOOL_CHANNELS", raising=False)
+    assert code == 0, err
+    assert "channels:\n  - ./chan\n" in (root / "environments/c/environment.yml").read_text()
+    code, _, err = run_cli(args, elsewhere)  # without --dir: the current folder's settings
+    monkeypatch.delenv("ENVTOOL_CHANNELS", raising=False)
+    assert code == 2 and "not-this-one: no such directory" in err
