@@ -273,7 +273,7 @@ def project_env_paths(name: str, directory: str | None = None) -> tuple[Path, Pa
 def local_channel(channel: str, base: str | Path | None = None) -> Path | None:
     """**The** answer to "which folder is this local channel": None for a URL or a channel name
     (conda-forge, pytorch/label/nightly); else the folder, absolute. A relative one (`./chan`,
-    `../x`, or a bare name that is a folder there) is read from `base`: the folder of the file
+    `../x`; a bare name only from a flag, when a folder of that name is there) is read from `base`: the folder of the file
     that names it (an environment file given with -f, a settings file), the project folder for
     environments/NAME/environment.yml (`create` writes it relative to the project, and pixi reads
     a manifest's paths from the manifest's folder), the current folder for a flag (None). The
@@ -284,7 +284,10 @@ def local_channel(channel: str, base: str | Path | None = None) -> Path | None:
         return Path(channel).expanduser().resolve()
     root = Path(base) if base is not None else Path.cwd()
     path = root / channel  # an absolute `channel` replaces root
-    if channel.startswith((".", "/")) or path.is_dir():
+    # a bare name is a folder only when typed as a flag (`--channel chan`): in a file it is a
+    # channel name, as conda and rattler read it, so a repository's `conda-forge/` folder cannot
+    # stand in for conda-forge
+    if channel.startswith((".", "/")) or (base is None and path.is_dir()):
         return path.resolve()
     return None
 

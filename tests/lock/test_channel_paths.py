@@ -139,6 +139,8 @@ def test_local_channel_and_written_channel(tmp_path, monkeypatch) -> None:
     assert local_channel("./ch") == local_channel("ch") == (proj / "ch").resolve()
     assert local_channel("./ch", outside) == (outside / "ch").resolve()  # from the file's folder
     assert local_channel("ch", outside) is None  # a bare name is a folder only where it is one
+    (outside / "ch").mkdir()
+    assert local_channel("ch", outside) is None  # ... and only as a flag: in a file, a name
     assert local_channel(str(outside), proj) == outside.resolve()
     assert written_channel("~/ch") == "~/ch"
     assert written_channel("./ch") == written_channel("ch") == "./ch"
@@ -170,3 +172,22 @@ def test_dir_puts_that_projects_envtool_toml_in_force(
     code, _, err = run_cli(args, elsewhere)  # without --dir: the current folder's settings
     monkeypatch.delenv("ENVTOOL_CHANNELS", raising=False)
     assert code == 2 and "not-this-one: no such directory" in err
+
+
+def test_a_folder_named_like_a_channel_does_not_stand_in_for_it(
+    harvested, run_cli, tmp_path
+) -> None:
+    """A cloned repository whose environment.yml says `conda-forge` and that ships a folder
+    `conda-forge/` (a channel of its own): the name is conda-forge's, as conda and rattler read
+    it, never the folder's. Here no conda channel is reachable, so the solve fails naming
+    conda.anaconda.org; before, it solved quietly from the repository's folder."""
+    root = tmp_path / "repo"
+    shutil.copytree(harvested / "conda-forge", root / "conda-forge")
+    (root / "env.yml").write_text(
+        "channels:\n  - conda-forge\ndependencies:\n  - python\n  - pytorch\n"
+    )
+    code, out, err = run_cli(
+        ["create", "c", "-f", "env.yml", "--no-install", "--cuda", "cpu", "--offline"], root
+    )
+    assert code != 0 and (root / "conda-forge").resolve().as_uri() not in out + err, err
+    assert not (root / "environments" / "c" / "conda-lock.yml").exists()
