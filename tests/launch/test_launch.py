@@ -735,8 +735,10 @@ def wait_gone(marker: str, bound: float = 120.0) -> list[int]:
 def test_sigkill_of_envtool_takes_torchrun_and_every_rank_with_it(
     tmp_path: Path, deaf: bool
 ) -> None:
-    """No handler of envtool's runs on SIGKILL: torchrun gets SIGTERM as its parent-death
-    signal and stops its workers (a rank deaf to SIGTERM is SIGKILLed by torchrun after 30 s)."""
+    """No handler of envtool's runs on SIGKILL: the supervisor gets its parent-death signal and
+    sends torchrun SIGTERM, which stops its workers (a rank deaf to SIGTERM is SIGKILLed by
+    torchrun after 30 s, or by the supervisor after 45 s: under load torchrun was seen stopping
+    without killing deaf ranks, then hanging at exit on its log-tail threads)."""
     marker = uuid.uuid4().hex
     ready = tmp_path / "ready"
     args = [

@@ -236,25 +236,67 @@ def apply_launch(
     return outcome
 
 
-# Arms PR_SET_PDEATHSIG=SIGTERM (linux/prctl.h: 1), then execs the command in its place (same
-# pid; the setting survives execve). If envtool died before it was armed, it stops right there.
-_PDEATHSIG_SHIM = (
-    "import ctypes,os,signal,sys;"
-    "ctypes.CDLL(None).prctl(1,signal.SIGTERM,0,0,0);"
-    "os.getppid()==int(sys.argv[1]) or os.kill(os.getpid(),signal.SIGTERM);"
-    "os.execvp(sys.argv[2],sys.argv[2:])"
-)
+# The supervisor between envtool and torchrun (Linux): it arms PR_SET_PDEATHSIG=SIGTERM
+# (linux/prctl.h: 1) on itself, forks torchrun and waits for it. When envtool is gone (even by
+# SIGKILL: the shim is reparented) it sends torchrun SIGTERM once; if torchrun has not ended
+# within the grace (its own 30 s for deaf workers, and more), it and every process carrying the
+# run's marker are SIGKILLed. torchrun alone did not always do it: under load it was seen
+# stopping on SIGTERM without killing workers that ignore SIGTERM, then waiting at exit on
+# its log-tail threads for ever. Signals envtool sends the process group (Ctrl-C forwarded,
+# --hang-timeout) reach torchrun directly; the shim ignores them and only passes on the end.
+_SUPERVISOR_SHIM = r"""
+import ctypes, os, signal, sys, time
+parent, grace, argv = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+needle = ("MARKER=" + os.environ.get("MARKER", "")).encode()
+for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda *_: None)
+ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)
+child = os.fork()
+if child == 0:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    os.execvp(argv[0], argv)
+deadline = None
+while True:
+    pid, status = os.waitpid(child, os.WNOHANG)
+    if pid:
+        break
+    if deadline is None and os.getppid() != parent:
+        os.kill(child, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+    elif deadline is not None and time.monotonic() > deadline:
+        os.kill(child, signal.SIGKILL)
+    time.sleep(0.2)
+if os.getppid() != parent and needle.split(b"=")[1]:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open("/proc/" + entry + "/environ", "rb") as fh:
+                    if needle in fh.read().split(b"\0"):
+                        os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                pass
+if os.WIFSIGNALED(status):
+    sig = os.WTERMSIG(status)
+    if sig != signal.SIGKILL:
+        signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+sys.exit(os.waitstatus_to_exitcode(status))
+""".replace("MARKER", RUN_MARKER_VAR)
+SUPERVISOR_GRACE_S = 45.0  # torchrun's 30 s for workers deaf to SIGTERM, and its own shutdown
 
 
 def with_parent_death_signal(argv: list[str]) -> list[str]:
-    """`argv` run so that it gets SIGTERM when envtool dies, even by SIGKILL (no handler of ours
-    runs then); torchrun's SIGTERM handler stops its workers (SIGTERM, then SIGKILL after 30 s)
-    although they live in sessions of their own. A tiny exec shim (-I -S: no site, ~20 ms)
-    rather than a preexec_fn, which can deadlock the child when envtool has threads (a probe
-    that timed out). Linux only; elsewhere argv unchanged."""
+    """`argv` (torchrun) run under a tiny supervisor that stops it, and its workers, when
+    envtool dies, even by SIGKILL (no handler of ours runs then): SIGTERM first, as torchrun
+    expects, then SIGKILL for what is left after SUPERVISOR_GRACE_S (_SUPERVISOR_SHIM says why).
+    An interpreter with -I -S (no site, ~20 ms) rather than a preexec_fn, which can deadlock the
+    child when envtool has threads (a probe that timed out). Linux only; elsewhere argv
+    unchanged."""
     if not sys.platform.startswith("linux"):
         return list(argv)
-    return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_SHIM, str(os.getpid()), *argv]
+    shim = [sys.executable, "-I", "-S", "-c", _SUPERVISOR_SHIM]
+    return [*shim, str(os.getpid()), str(SUPERVISOR_GRACE_S), *argv]
 
 
 def _wait(
