@@ -33,6 +33,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _free_port_named_like_a_status() -> int:
+    """A free port whose digits hold "404" (CI once got 40429 by chance, and a dead mirror was
+    then called "does not have this file"): the error text carries the port."""
+    for port in (*range(40400, 40500), *range(14040, 14050)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    pytest.skip("no free port in 40400-40499 or 14040-14049")
+
+
 @pytest.fixture
 def mirror(setup: cb.CudaSetup, tmp_path: Path) -> Path:
     """A private copy of the built channel (a test may change a file in it)."""
@@ -183,7 +196,7 @@ def test_a_slow_mirror_is_waited_for(
 def test_a_mirror_that_dies_mid_install_fails_cleanly_and_the_rerun_fetches_only_the_rest(
     setup: cb.CudaSetup, mirror: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = _free_port_named_like_a_status()
     with MirrorServer(mirror, Faults(die_after=2), port=port) as server:
         lock = _http_lock(setup, server.url, tmp_path)
         out = _install(lock, env)
@@ -191,6 +204,7 @@ def test_a_mirror_that_dies_mid_install_fails_cleanly_and_the_rerun_fetches_only
     line = _one_error_line(out.stderr)
     assert "could not fetch" in line and "check the network / mirror" in line
     assert "hash mismatch" not in line and "re-lock" not in line
+    assert "does not have this file" not in line  # the port holds "404"; no server said 404
     assert not (_prefix(env) / "conda-meta").exists()
     kept = _cached(env)
     assert len(kept) >= 2 and kept == set(_served_archives(server))
@@ -487,3 +501,21 @@ def test_a_terminal_gets_a_live_progress_line_and_a_pipe_one_line_per_phase(
     assert "\r" not in piped.stderr and "\x1b" not in piped.stderr
     lines = piped.stderr.splitlines()
     assert lines[0].startswith("fetching 5 packages") and lines[1].startswith("linking 5 packages")
+
+
+@pytest.mark.parametrize(
+    ("why", "status"),
+    [
+        ("HTTP status client error (404 Not Found) for url (http://127.0.0.1:8080/a.conda)", 404),
+        ("HTTP status client error (401 Unauthorized) for url (http://h:40129/a.conda)", 401),
+        ("503 Service Unavailable (4 tries)", 503),
+        ("no connection (4 tries): http://127.0.0.1:40429/linux-64/a.conda", None),
+        ("error sending request for url (http://10.4.0.4:14041/a.conda)", None),
+    ],
+)
+def test_the_status_is_read_from_the_answer_never_from_a_host_or_port(
+    why: str, status: int | None
+) -> None:
+    from envtool.adapters.install.fetch import http_status
+
+    assert http_status(why) == status

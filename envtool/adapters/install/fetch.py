@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import tempfile
 import time
@@ -172,15 +173,26 @@ class ChangedFile(DiagnosedFailure):
     """A complete download whose hash is not the lock's (exit 1)."""
 
 
+_STATUS = re.compile(r"(?:^|\()([1-5]\d\d) [A-Z]")
+
+
+def http_status(text: str) -> int | None:
+    """The HTTP status an error names ("(404 Not Found)", or "503 Service Unavailable" at the
+    start of a reason) — never digits from a host or port: a mirror on port 40429 is no 404."""
+    found = _STATUS.search(text)
+    return int(found.group(1)) if found else None
+
+
 def network_failure(url: str, why: str) -> NetworkFailure:
     """A download that did not complete: the network's fault or the mirror's, never the lock's."""
     hint = "check the network / mirror, then run the same command again (archives already fetched are kept)"
-    if "401" in why or "403" in why:
+    status = http_status(why)
+    if status in (401, 403):
         hint = (
             "the server wants credentials: add them to rattler's store (`pixi auth login HOST`, "
             "or a RATTLER_AUTH_FILE), then run the same command again"
         )
-    elif "404" in why:
+    elif status == 404:
         hint = "the mirror does not have this file: check the channel / mirror the lock points to"
     return NetworkFailure(f"could not fetch {url}: {why}; nothing was linked", hint)
 
@@ -372,19 +384,17 @@ class _Stalled(Exception):
 def _transient(exc: BaseException, sink: _Sink) -> str | None:
     """Why a failed try is worth another (a short reason), or None for an answer that will not
     change (a 4xx other than 408/429)."""
-    import re
-
     if isinstance(exc, _Stalled):
         return str(exc)
     if isinstance(exc, OSError):  # the body was cut short, or the connection dropped
         return first_line(exc)
     text = str(exc)
-    status = re.search(r"\((\d{3}) ([^)]*)\)", text)
-    if status:
-        code = int(status.group(1))
+    code = http_status(text)
+    if code is not None:
         if 400 <= code < 500 and code not in (408, 429):
             return None
-        return f"{code} {status.group(2)}"
+        reason = re.search(rf"\({code} ([^)]*)\)", text)
+        return f"{code} {reason.group(1)}" if reason else str(code)
     if "error sending request" in text or "connect" in text.lower() or "timed out" in text:
         return "no connection"
     return first_line(exc)
