@@ -10,8 +10,6 @@ import click
 
 if TYPE_CHECKING:
     from envtool.adapters.locate import Target
-    from envtool.output import Result
-    from envtool.workflows.lock_outcome import LockOutcome
 
 
 # Options several commands share live here, not in one command module (commands never import
@@ -170,43 +168,3 @@ def renders(func: Callable[..., Any]) -> Callable[..., None]:
             raise click.exceptions.Exit(result.exit_code)
 
     return wrapper
-
-
-def summarize_lock(outcome: LockOutcome, name: str, command: str, dry_run: bool) -> Result:
-    """`create`'s and `lock`'s Result: the plan, then what was written (or that nothing was)."""
-    from envtool.output import Result
-
-    plan = outcome.plan
-    data: dict[str, Any] = {
-        "name": name,
-        "env_dir": str(outcome.env_dir),
-        "changed": outcome.changed,
-        "written": outcome.written,
-        "dry_run": dry_run,
-        "input_hash": outcome.input_hash,
-        "packages": outcome.packages,
-        "pip_packages": outcome.pip,
-        "plan": plan.to_dict() if plan else None,
-        "lock_diff": outcome.diff.to_dict() if outcome.diff else None,
-    }
-    text: list[str] = []
-    if plan:  # the no-op lock has none: core/plan is not imported for it
-        from envtool.core.plan import render_plan
-
-        text = render_plan(plan)
-    if outcome.diff is not None:
-        from envtool.core.lock_diff import render_lock_diff
-
-        text += render_lock_diff(outcome.diff)
-    if not outcome.changed:
-        text.append(f"{name}: lock is up to date ({outcome.env_dir / 'conda-lock.yml'})")
-    else:
-        counts = ", ".join(f"{p}: {n} packages" for p, n in outcome.packages.items())
-        solved = f" ({counts})" if counts else ""
-        if not outcome.written:
-            text.append(f"dry run: nothing written{solved}")
-        elif command == "lock":  # lock re-solves the request; it never rewrites environment.yml
-            text.append(f"wrote {outcome.env_dir / 'conda-lock.yml'}{solved}")
-        else:
-            text.append(f"wrote {outcome.env_dir / 'environment.yml'} and conda-lock.yml{solved}")
-    return Result(command, data, text)

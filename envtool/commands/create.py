@@ -13,12 +13,12 @@ from envtool.commands import (
     gpus_mistake_option,
     project_dir_option,
     renders,
-    summarize_lock,
 )
 from envtool.core.plan import PLATFORMS
 from envtool.errors import UsageError
 from envtool.output import Result
 from envtool.workflows.lock import lock_environment, request_from_yml
+from envtool.workflows.lock_outcome import summarize_lock
 
 
 @click.command("create")

@@ -7,44 +7,20 @@ conda-lock are imported. `--check` exits 1 when the lock is stale.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from envtool import __version__
-from envtool.adapters.locate import project_env_paths, project_root
-from envtool.adapters.lockfile.lock_io import stored_lock_options
-from envtool.commands import env_name, project_dir_option, renders, summarize_lock
+from envtool.adapters.locate import project_env_paths
+from envtool.commands import env_name, project_dir_option, renders
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result
+from envtool.workflows.lock_fresh import lock_freshness
+from envtool.workflows.lock_outcome import LockOutcome, summarize_lock
 
 if TYPE_CHECKING:
     from envtool.workflows.variants import VariantsOutcome
-
-
-def current_input_hash(yml_text: str, stored: dict[str, Any], base: Path | None = None) -> str:
-    """The hash the previous lock recorded, recomputed for today's inputs — no YAML, no solve.
-
-    The lock stores the options it was solved with; an unchanged environment.yml re-plans to the
-    same options, so hashing (file text, stored options, channel identity) decides freshness."""
-    from envtool.adapters.solve.rattler_solve import read_channel_identity
-    from envtool.core.lockfile import compute_input_hash
-
-    identity = read_channel_identity(
-        list(stored.get("channels") or []), list(stored.get("platforms") or []), base
-    )
-    return compute_input_hash(yml_text, stored, identity, __version__)
-
-
-def lock_edited(lock_path: Path) -> str | None:
-    """None when the lock's bytes are what envtool wrote (its recorded content digest matches);
-    else 'edited' or 'no digest'. Bounded read: the lock may come from anyone."""
-    from envtool.adapters.files import LOCK_FILE_LIMIT, read_bytes
-    from envtool.core.lockfile import content_digest_state
-
-    return content_digest_state(read_bytes(lock_path, LOCK_FILE_LIMIT, what="lock file"))
 
 
 @click.command("lock")
@@ -106,12 +82,8 @@ def cmd(
         variant_lines = check_variants(name, env_dir, yml_text)
         if variant_lines is not None and not lock_path.exists():
             return Result("lock", {"name": name, "state": "fresh"}, variant_lines)
-    stamp, stored = stored_lock_options(lock_path)
-    fresh = False
-    if stamp is not None and stored is not None:
-        fresh = current_input_hash(yml_text, stored, project_root(env_dir)) == stamp
-    edited = lock_edited(lock_path) if fresh else None
-    fresh = fresh and edited is None  # an unchanged request is not enough: the lock itself too
+    state = lock_freshness(yml_text, lock_path, env_dir)
+    stamp, stored, edited, fresh = state.stamp, state.stored, state.edited, state.fresh
     if check:
         if not fresh:  # the CLI prints the error (and, with --json, its envelope)
             if not lock_path.is_file():
@@ -134,8 +106,6 @@ def cmd(
             [f"{name}: lock is fresh ({lock_path})", *(variant_lines or [])],
         )
     if fresh and not force:  # answered without the lock workflow's imports
-        from envtool.workflows.lock_outcome import LockOutcome
-
         outcome = LockOutcome(env_dir, None, stamp or "", False, False, {}, {})
         return summarize_lock(outcome, name, "lock", dry_run)
     from envtool.workflows.lock import lock_environment, request_from_yml

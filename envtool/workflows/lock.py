@@ -1,7 +1,7 @@
 """Lock an environment: request → plan → solve (py-rattler) → verify → conda-lock.yml.
 
 The workflow `envtool create` and `envtool lock` share (and `lock --variants`, once per variant:
-workflows/variants.py); the command modules only parse flags and render (commands.summarize_lock).
+workflows/variants.py); the command modules only parse flags and render (lock_outcome.summarize_lock).
 Writes nothing unless the solution verifies (then atomically, under the project mutex).
 """
 

@@ -6,6 +6,7 @@ and locks; nothing installs.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import envtool_argv
 from solve_scenarios import LEGACY_CHANNELS, channel_flags, scenarios
 
 from envtool.core.plan import PlatformPlan
@@ -184,10 +186,11 @@ def test_relock_is_a_noop_until_an_input_changes(create, run_cli, tmp_path) -> N
 
 def test_noop_relock_does_not_import_the_solver(create, tmp_path) -> None:
     """The no-op answers from the stored digest: no solver, no YAML parser, not the lock
-    workflow nor the plan model (each import is paid by every `envtool lock` that finds
-    nothing to do)."""
+    workflow nor the plan model, nor click: a plain `envtool lock NAME` is answered before the
+    CLI is built (each import is paid by every `envtool lock` that finds nothing to do)."""
     assert create("q", "conda-forge-cpu")[0] == 0
     heavy = (
+        "click",
         "rattler",
         "conda_lock",
         "yaml",
@@ -202,6 +205,37 @@ def test_noop_relock_does_not_import_the_solver(create, tmp_path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert "HEAVY [] 0" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_noop_answered_before_click_says_what_the_lock_command_says(create, tmp_path) -> None:
+    """The same Result through the same renderer: `envtool lock q` (answered before click) and
+    `envtool --no-color lock q` (the click command: a flag makes it the long way)."""
+    assert create("q", "conda-forge-cpu")[0] == 0
+    env = {**os.environ, "NO_COLOR": "1"}
+    fast, slow = (
+        subprocess.run(
+            [*envtool_argv(), *args], cwd=tmp_path, capture_output=True, text=True, env=env
+        )
+        for args in (["lock", "q"], ["--no-color", "lock", "q"])
+    )
+    assert fast.returncode == slow.returncode == 0, fast.stderr + slow.stderr
+    assert (fast.stdout, fast.stderr) == (slow.stdout, slow.stderr)
+    assert fast.stdout == f"q: lock is up to date ({Path('environments/q/conda-lock.yml')})\n"
+    # a stale or edited lock, or a bad name, is the lock command's to handle, as before
+    lock = tmp_path / "environments" / "q" / "conda-lock.yml"
+    lock.write_text(lock.read_text() + "# edited by hand\n")
+    edited = subprocess.run(
+        [*envtool_argv(), "lock", "q"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert edited.returncode == 0 and "wrote" in edited.stdout, edited.stderr
+    bad = subprocess.run(
+        [*envtool_argv(), "lock", "../q"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert (
+        bad.returncode == 2
+        and bad.stderr.startswith("envtool: error:")
+        and "Traceback" not in bad.stderr
+    )
 
 
 def test_failed_solve_leaves_previous_files_untouched(create, tmp_path) -> None:
