@@ -1,4 +1,4 @@
-"""The codebase stays ruff clean (lint rules in pyproject.toml)."""
+"""The codebase stays ruff clean (lint rules and layout: pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,12 @@ def test_ruff_check_clean() -> None:
     if not shutil.which(ruff):
         pytest.skip("ruff not installed (it is in the test extra)")
     proc = subprocess.run([ruff, "check", str(REPO)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # one layout too (`ruff format`; `# fmt: skip` where a call reads better on one line)
+    python = [str(REPO / d) for d in ("envtool", "tests", "bench", "docs", "templates")]
+    proc = subprocess.run(
+        [ruff, "format", "--check", "--exclude", "*.md", *python], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
