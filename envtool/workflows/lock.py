@@ -105,8 +105,10 @@ def lock_environment(
     before = reader.submit(_read_previous, previous or lock_path)
     try:
         plan, solved = discover_plan_solve(channels, discover, planner, cache_dir, base)
-    finally:
+    except BaseException:  # a refusal or Ctrl-C: the read is not waited for
         reader.shutdown(wait=False, cancel_futures=True)
+        raise
+    reader.shutdown(wait=False)  # the read runs on; the diff below waits for it
     for w in plan.warnings:
         note(f"warning: {w}")
     for n in plan.notes:
