@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from envtool import __version__
 from envtool.adapters.locate import project_env_paths, project_root
@@ -21,9 +21,6 @@ from envtool.core.request import render_request_yml, resolved_request, with_file
 from envtool.errors import DiagnosedFailure, cannot_write
 from envtool.output import note
 from envtool.workflows.lock_outcome import LockOutcome
-
-if TYPE_CHECKING:
-    from envtool.core.lockfile import Lock
 
 __all__ = ["LockOutcome", "lock_environment", "request_from_yml"]
 
@@ -97,18 +94,7 @@ def lock_environment(
             ),
         )
 
-    # the previous lock (the diff's "before") is read strictly while rattler solves: its parse
-    # is Python, the solve is Rust that leaves the GIL, so the read costs nothing on 2+ cores
-    from concurrent.futures import ThreadPoolExecutor
-
-    reader = ThreadPoolExecutor(max_workers=1)
-    before = reader.submit(_read_previous, previous or lock_path)
-    try:
-        plan, solved = discover_plan_solve(channels, discover, planner, cache_dir, base)
-    except BaseException:  # a refusal or Ctrl-C: the read is not waited for
-        reader.shutdown(wait=False, cancel_futures=True)
-        raise
-    reader.shutdown(wait=False)  # the read runs on; the diff below waits for it
+    plan, solved = discover_plan_solve(channels, discover, planner, cache_dir, base)
     for w in plan.warnings:
         note(f"warning: {w}")
     for n in plan.notes:
@@ -161,7 +147,7 @@ def lock_environment(
         False,
         {p: len(v) for p, v in solved.items()},
         {p: len(v) for p, v in pip_locked.items()},
-        _diff_against(before.result(), solved, pip_locked),
+        _diff_against(previous or lock_path, solved, pip_locked),
     )
     if dry_run:
         return outcome
@@ -192,32 +178,21 @@ def lock_environment(
     return outcome
 
 
-def _read_previous(previous: Path) -> tuple[Lock | None, str | None]:
-    """The lock at `previous`, strictly read, or None with why (none there: no note; one
-    envtool cannot read: a note). Runs in a worker thread: it prints nothing itself."""
+def _diff_against(
+    previous: Path, solved: dict[str, list[Any]], pip_locked: dict[str, list[Any]]
+) -> LockDiff:
+    """The lock diff of this solve against the lock at `previous` (none there, or one envtool
+    cannot read: a first lock, everything added)."""
     from envtool.adapters.lockfile.lock_io import read_lock
+    from envtool.core.lock_diff import diff_locks, solution_as_lock
     from envtool.errors import UsageError
 
-    if not previous.is_file():
-        return None, None
-    try:
-        return read_lock(previous), None
-    except UsageError as exc:
-        return None, f"note: {exc.message}; the lock diff lists every package as added"
-
-
-def _diff_against(
-    before: tuple[Lock | None, str | None],
-    solved: dict[str, list[Any]],
-    pip_locked: dict[str, list[Any]],
-) -> LockDiff:
-    """The lock diff of this solve against the previous lock (none there, or one envtool
-    cannot read: a first lock, everything added)."""
-    from envtool.core.lock_diff import diff_locks, solution_as_lock
-
-    old, why = before
-    if why:
-        note(why)
+    old = None
+    if previous.is_file():
+        try:
+            old = read_lock(previous)
+        except UsageError as exc:
+            note(f"note: {exc.message}; the lock diff lists every package as added")
     return diff_locks(old, solution_as_lock(solved, pip_locked))
 
 
