@@ -1068,21 +1068,24 @@ def test_a_shared_entry_changed_with_its_paths_json_by_another_user_is_not_used(
     assert (second / "lib" / "libtorch_cuda.so").read_bytes() == original
 
 
-@pytest.mark.parametrize("one_read", [True, False], ids=["read-once", "streamed"])
+@pytest.mark.parametrize("how", ["read-once", "streamed", "in-worker-threads"])
 def test_a_relabelled_archive_already_in_the_cache_is_refused_in_the_single_pass(
     setup: cb.CudaSetup,
     cache: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    one_read: bool,
+    how: str,
 ) -> None:
     """A cached archive is hashed and validated in one pass (read_if_matches, then info/ from
     the same bytes); one that has the lock's hash but is another package is still refused
-    before anything is linked — read once (small) or streamed (over ONE_READ) alike."""
-    from envtool.adapters.install import archive_check
+    before anything is linked — read once (small) or streamed (over ONE_READ) alike, checked
+    in the calling thread (small) or in fetch_all's worker threads (over THREAD_MIN) alike."""
+    from envtool.adapters.install import archive_check, fetch
 
-    if not one_read:
+    if how == "streamed":
         monkeypatch.setattr(archive_check, "ONE_READ", 0)
+    if how == "in-worker-threads":
+        monkeypatch.setattr(fetch, "THREAD_MIN", 0)
     other = _archive(setup, "cuda-version-")
     lock = cb.edit_lock(
         setup.lock,

@@ -112,6 +112,16 @@ def is_own_file(path: Path) -> bool:
         return False
 
 
+def _size(path: Path) -> int:
+    """The size of a cached archive, 0 when there is none (or it is no regular file)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+THREAD_MIN = 1 << 20  # from here on a cached archive's check is mostly its hash (GIL-free)
 FETCH_LIMIT = 16 << 30  # the largest conda packages (CUDA libraries) are ~3 GiB
 
 
@@ -547,9 +557,17 @@ def fetch_all(
                 return p.file_name, True
         return p.file_name, ok
 
-    pool = ThreadPoolExecutor(max_workers=4)  # hashlib and reads release the GIL
+    # Large archives go to worker threads: hashing them is most of their check, and hashlib
+    # leaves the GIL. Small ones are checked here, one after another: their check is Python
+    # (zip, zstd, tar, JSON) that holds the GIL, and threads contending for it made 1,001 small
+    # archives 0.77-1.03 s where one thread took 0.63 s (docs/benchmarks-scaling.md, run 8).
+    big = [p for p in pkgs if _size(dests[p.file_name]) >= THREAD_MIN]
+    pool = ThreadPoolExecutor(max_workers=4)
     try:
-        state = dict(pool.map(cached, pkgs))
+        in_pool = pool.map(cached, big)
+        big_names = {p.file_name for p in big}
+        state = dict(cached(p) for p in pkgs if p.file_name not in big_names)
+        state.update(in_pool)
     finally:  # Ctrl-C: drop the hashes not started (a `with` waited for all, GBs of them)
         pool.shutdown(wait=False, cancel_futures=True)
     for name in shared:
