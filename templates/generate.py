@@ -175,7 +175,14 @@ class Config:
         default=None,
         metadata={"type": str, "help": "DIR: keep compiled kernels here (fast restarts)"},
     )
-    repeat: int = field(default=3, metadata={"help": "timed generations after one warm-up"})
+    repeat: int | None = field(
+        default=None,
+        metadata={
+            "type": int,
+            "help": "timed generations after the warm-up (default: 1 for a --prompt sample, "
+            "3 for a benchmark)",
+        },
+    )
     profile: bool = field(default=False, metadata={"help": "print the top kernels of a decode"})
     peak_bw: float | None = field(
         default=None, metadata={"type": float, "help": "peak memory TB/s (None: by GPU name)"}
@@ -253,7 +260,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         ("top_k", 0),
         ("eval_windows", 1),
     ):
-        if getattr(cfg, name) < low:
+        if getattr(cfg, name) is not None and getattr(cfg, name) < low:
             fail(f"--{name.replace('_', '-')} must be >= {low}")
     if not (cfg.temperature >= 0 and math.isfinite(cfg.temperature)):
         fail("--temperature must be >= 0 (0: greedy)")
@@ -1124,11 +1131,15 @@ def to_text(tokens: list[int], byte_level: bool | None) -> str | None:
 def run_benchmark(engine: Engine, cfg: Config, prompt: list[int], master: bool) -> dict:
     model, s = engine.model, engine.model.shape
     kwargs = dict(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed)
+    sample = cfg.prompt is not None  # a user's sample, not a benchmark: generate it once
+    repeat = cfg.repeat if cfg.repeat is not None else (1 if sample else 3)
+    warm = not (sample and cfg.eager)  # eager has nothing to compile or capture first
     t = time.perf_counter()
-    engine.generate(prompt, cfg.max_new_tokens, **kwargs)  # compiles, captures graphs
-    warmup_s = time.perf_counter() - t
+    if warm:
+        engine.generate(prompt, cfg.max_new_tokens, **kwargs)  # compiles, captures graphs
+    warmup_s = time.perf_counter() - t if warm else 0.0
     ready_s = time.time() - STARTED
-    runs = [engine.generate(prompt, cfg.max_new_tokens, **kwargs) for _ in range(cfg.repeat)]
+    runs = [engine.generate(prompt, cfg.max_new_tokens, **kwargs) for _ in range(repeat)]
     runs.sort(key=lambda r: r["decode_s"])
     mid = runs[len(runs) // 2]  # the median run
     ttft = sorted(r["ttft_s"] for r in runs)[len(runs) // 2]
@@ -1176,6 +1187,7 @@ def run_benchmark(engine: Engine, cfg: Config, prompt: list[int], master: bool) 
         "mbu": mbu,
         "warmup_s": warmup_s,
         "ready_s": ready_s,
+        "generations": repeat + warm,
         "tokens": mid["tokens"],
         "text": to_text(mid["tokens"], {"bytes": True, "ids": False}.get(cfg.vocab)),
     }

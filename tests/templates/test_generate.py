@@ -531,6 +531,23 @@ def test_on_cpu_it_runs_eager_unless_asked_and_prints_the_checkpoints_text(
 
 @pytest.mark.slow
 @pytest.mark.integration
+def test_a_prompt_is_sampled_once_and_a_benchmark_times_three(
+    trained: Path, tmp_path: Path
+) -> None:
+    """`--prompt` is a user's sample: one generation (eager on a CPU: no warm-up, nothing to
+    compile); no prompt is a benchmark: a warm-up and three timed runs, the median reported."""
+    sample = ["--ckpt", str(trained), "--prompt", PROMPT, "--max-new-tokens", "8"]
+    once = result_of(generate(sample, tmp_path))
+    assert once["mode"] == "eager" and once["generations"] == 1 and once["warmup_s"] == 0
+    bench = ["--size", "tiny", "--seq-len", "64", "--prompt-len", "8", "--max-new-tokens", "8"]
+    timed = result_of(generate(bench, tmp_path))
+    assert timed["generations"] == 4 and timed["warmup_s"] > 0
+    asked = result_of(generate([*sample, "--repeat", "2"], tmp_path))
+    assert asked["generations"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.integration
 def test_a_checkpoint_of_token_ids_prints_numbers_and_is_not_served(tmp_path: Path) -> None:
     """lm on synthetic ids (--vocab-size 300) records "ids": generate prints no text for them
     (some ids are bytes by chance: they are still ids), and --serve, whose prompts are
