@@ -271,6 +271,9 @@ def main(argv: list[str] | None = None) -> None:
     from envtool.errors import EnvtoolError
 
     args = list(sys.argv[1:] if argv is None else argv)
+    for name in ("stdout", "stderr"):  # started with the descriptor closed (`>&-`, a daemon)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (for the process's life)
     if args in (["--help"], ["-h"]):
         text = fast_help()
         if text is not None:
@@ -379,7 +382,12 @@ def _answer_noop_lock(name: str) -> None:
         return
     from envtool.output import emit
 
-    emit(result, False)
+    try:
+        emit(result, False)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader is gone (`| head -0`): as click does, quietly exit 1
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the interpreter flushes it at exit)
+        sys.exit(1)
     sys.exit(result.exit_code)
 
 

@@ -238,6 +238,29 @@ def test_the_noop_answered_before_click_says_what_the_lock_command_says(create, 
     )
 
 
+def test_a_gone_reader_or_a_closed_stdout_is_no_traceback_on_either_path(create, tmp_path) -> None:
+    """`envtool lock q | head -0` (the reader gone: exit 1, quietly, as click does) and a
+    process started with stdout closed (`>&-`, a daemon: exit 0), answered before click or by
+    the click command alike."""
+    assert create("q", "conda-forge-cpu")[0] == 0
+    for args in (["lock", "q"], ["--no-color", "lock", "q"]):
+        read, write = os.pipe()
+        os.close(read)
+        gone = subprocess.run(
+            [*envtool_argv(), *args], cwd=tmp_path, stdout=write, stderr=subprocess.PIPE, text=True
+        )
+        os.close(write)
+        assert (gone.returncode, gone.stderr) == (1, ""), args
+        closed = subprocess.run(
+            [*envtool_argv(), *args],
+            cwd=tmp_path,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: os.close(1),  # noqa: PLW1509 (the test's own child, no threads)
+        )
+        assert (closed.returncode, closed.stderr) == (0, ""), args
+
+
 def test_failed_solve_leaves_previous_files_untouched(create, tmp_path) -> None:
     assert create("keep", "conda-forge-cpu")[0] == 0
     env_dir = tmp_path / "environments" / "keep"
