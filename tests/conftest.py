@@ -122,8 +122,15 @@ def run_cli(
     def run(args: list[str], cwd: Path | None = None) -> tuple[int, str, str]:
         if cwd is not None:
             monkeypatch.chdir(cwd)
-        with pytest.raises(SystemExit) as exc:
-            main(args)
+        # what a run sets in os.environ (settings files, --offline) ends with it, as a process's
+        # would: a test's `--offline` once made a later test in the same worker install offline
+        before = dict(os.environ)
+        try:
+            with pytest.raises(SystemExit) as exc:
+                main(args)
+        finally:
+            os.environ.clear()
+            os.environ.update(before)
         out = capsys.readouterr()
         return int(exc.value.code or 0), out.out, out.err
 
