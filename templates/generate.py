@@ -89,6 +89,27 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 STARTED = time.time()  # after the imports: --serve/benchmark report the time to be ready
+
+
+def since_start(after_imports_s: float) -> str:
+    """' (N s since the process started)' where the imports' time is known."""
+    if IMPORTS_S is None:
+        return ""
+    return f" ({IMPORTS_S + after_imports_s:.1f} s since the process started)"
+
+
+def process_age() -> float | None:
+    """Seconds since this process started, Python's start and imports included (Linux's
+    /proc; None elsewhere)."""
+    try:
+        start = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+IMPORTS_S = process_age()  # what starting Python and importing torch (+ triton) took
 # --- CONFIG ---
 SIZES = {  # name: (n_layer, n_head, d_model); the same shapes as lm.py
     "tiny": (2, 2, 64),
@@ -154,6 +175,13 @@ class Config:
     tune: bool = field(
         default=False,
         metadata={"help": "GPU: tune the compiled kernels (+14-18%% decode, minutes of warm-up)"},
+    )
+    prefill: str = field(
+        default="auto",
+        metadata={
+            "help": "auto|compile|graph: the prompt pass torch.compiled, or its torch kernels "
+            "captured in a CUDA graph as they are (no compile: ready in seconds)"
+        },
     )
     decode_kernels: str = field(
         default="auto",
@@ -242,6 +270,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
         fail("--decode-attn must be sdpa or math")
     if cfg.decode_linear not in ("mm", "reduce"):
         fail("--decode-linear must be mm or reduce")
+    if cfg.prefill not in ("auto", "compile", "graph"):
+        fail("--prefill must be auto, compile or graph")
     if cfg.decode_kernels not in ("auto", "torch", "triton"):
         fail("--decode-kernels must be auto, torch or triton")
     if cfg.quant not in ("none", "int8"):
@@ -538,6 +568,7 @@ class GPT(nn.Module):
             "o": torch.empty(a.n_head, nsplit, a.head_dim, **f32),
             "m": torch.empty(a.n_head, nsplit, **f32),
             "l": torch.empty(a.n_head, nsplit, **f32),
+            "count": torch.zeros(a.n_head, device=device, dtype=torch.int32),  # merge tickets
         }
 
     def trunk(self, idx):
@@ -571,7 +602,11 @@ class GPT(nn.Module):
     def decode_fast(self, tok, pos, _S: int = 0):
         """decode in Triton kernels: the cache length is read from pos on the device, so one
         CUDA graph serves every length (S unused)."""
-        x = (self.tok_emb(tok) + self.pos_emb(pos)).reshape(-1)
+        te, pe = self.tok_emb.weight, self.pos_emb.weight
+        x = torch.empty(te.shape[1], device=te.device, dtype=te.dtype)
+        _embed_kernel[(triton.cdiv(x.numel(), 256),)](
+            tok, pos, te, pe, x, x.numel(), BLOCK=256, **pdl_args()
+        )
         for b in self.blocks:
             x = b.decode_fast(x, pos, self.work)
         return gemv(x, self.head, ln=self.ln_f, out_dtype=torch.float32).view(1, -1)
@@ -701,6 +736,20 @@ if triton is not None:
         int8 = nargs["w_ptr"].dtype == torch.int8
         return [c for c in configs if int8 or not c.kwargs["MAGIC"]]
 
+    @triton.jit
+    def _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr):
+        """acc + w * prologue(x)[rk] for one (BLOCK_N, BLOCK_K) tile of weights."""
+        kmask = rk < K
+        xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
+        if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
+            g = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
+            xk = ((xk.to(tl.float32) - mean) * rstd * g).to(x_ptr.dtype.element_ty)
+        if MAGIC:
+            wf = (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+        else:
+            wf = w.to(tl.float32)
+        return acc + wf * xk.to(tl.float32)[None, :]
+
     @triton.autotune(
         configs=_GEMV_CONFIGS,
         key=["N", "K"],
@@ -718,9 +767,19 @@ if triton is not None:
         instead of the conversion instruction, which issues at a quarter of the FMA rate."""
         if PDL:
             gdc_launch_dependents()
-            gdc_wait()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
+        # The first tile of weights is loaded before waiting for the kernel before this one:
+        # weights never depend on it, so under PDL their reads overlap that kernel's tail.
+        rk0 = tl.arange(0, BLOCK_K)
+        w = tl.load(
+            w_ptr + rn[:, None] * K + rk0[None, :],
+            mask=nmask[:, None] & (rk0 < K)[None, :],
+            other=0.0,
+            eviction_policy="evict_first",  # read once: keep L2 for x and the cache
+        )
+        if PDL:
+            gdc_wait()
         mean = 0.0
         rstd = 1.0
         if LN:  # every program normalises x itself: K elements, read from L2
@@ -733,23 +792,18 @@ if triton is not None:
                 s2 += xk * xk
             mean = tl.sum(s1, 0) / K
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
-        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        acc = _gemv_tile(
+            tl.zeros([BLOCK_N, BLOCK_K], tl.float32), w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC
+        )
+        for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
-            kmask = rk < K
-            xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
-            if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
-                g = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
-                xk = ((xk.to(tl.float32) - mean) * rstd * g).to(x_ptr.dtype.element_ty)
             w = tl.load(
                 w_ptr + rn[:, None] * K + rk[None, :],
-                mask=nmask[:, None] & kmask[None, :],
+                mask=nmask[:, None] & (rk < K)[None, :],
                 other=0.0,
-                eviction_policy="evict_first",  # read once: keep L2 for x and the cache
+                eviction_policy="evict_first",
             )
-            if MAGIC:
-                w = (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-            acc += w.to(tl.float32) * xk.to(tl.float32)[None, :]
+            acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC)
         y = tl.sum(acc, 1)
         if HAS_SCALE:
             y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
@@ -760,14 +814,16 @@ if triton is not None:
         tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
 
     @triton.jit
-    def _attn_split_kernel(
-        qkv_ptr, kc_ptr, vc_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, T, scale,
+    def _attn_kernel(
+        qkv_ptr, kc_ptr, vc_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, cnt_ptr, y_ptr, T, scale,
         C: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr, NSPLIT: tl.constexpr,
         PDL: tl.constexpr,
     ):  # fmt: skip
         """Flash-decoding, one (head, chunk of CHUNK cache slots) per program: a partial softmax
         over slots <= pos. The new key/value (this step's) come from qkv, and the program whose
-        chunk holds pos writes them to the cache: no other program reads that slot."""
+        chunk holds pos writes them to the cache: no other program reads that slot. The last of
+        a head's programs to finish (a ticket from an atomic counter) merges its partials, so
+        attention is one launch; it puts the counter back to 0 for the next step."""
         if PDL:
             gdc_launch_dependents()
             gdc_wait()
@@ -800,30 +856,42 @@ if triton is not None:
             if pos < start + CHUNK:
                 tl.store(kc_ptr + h * T * HD + pos * HD + d, kn)
                 tl.store(vc_ptr + h * T * HD + pos * HD + d, vn)
+            used = pos // CHUNK + 1
+            tl.debug_barrier()  # every thread's partial is stored before the ticket is taken
+            ticket = tl.atomic_add(cnt_ptr + h, 1, sem="acq_rel")
+            if ticket == used - 1:  # the others' partials are visible (acquire): merge
+                sps = tl.arange(0, NSPLIT)
+                ok = sps < used
+                pm = tl.load(
+                    m_ptr + h * NSPLIT + sps, mask=ok, other=float("-inf"), cache_modifier=".cg"
+                )
+                wgt = tl.where(ok, tl.exp(pm - tl.max(pm, 0)), 0.0)
+                pl = tl.load(l_ptr + h * NSPLIT + sps, mask=ok, other=0.0, cache_modifier=".cg")
+                po = tl.load(
+                    o_ptr + (h * NSPLIT + sps)[:, None] * HD + d[None, :],
+                    mask=ok[:, None],
+                    other=0.0,
+                    cache_modifier=".cg",
+                )
+                out = tl.sum(wgt[:, None] * po, 0) / tl.sum(wgt * pl, 0)
+                tl.store(y_ptr + h * HD + d, out.to(y_ptr.dtype.element_ty))
+                tl.atomic_xchg(cnt_ptr + h, 0)
 
     @triton.jit
-    def _attn_merge_kernel(
-        o_ptr, m_ptr, l_ptr, pos_ptr, y_ptr,
-        HD: tl.constexpr, CHUNK: tl.constexpr, NSPLIT: tl.constexpr, PDL: tl.constexpr,
-    ):  # fmt: skip
-        """Merge a head's partial softmaxes (the chunks up to pos) into its output."""
+    def _embed_kernel(
+        tok_ptr, pos_ptr, te_ptr, pe_ptr, x_ptr, C, BLOCK: tl.constexpr, PDL: tl.constexpr
+    ):
+        """x <- tok_emb[tok] + pos_emb[pos], reading both from device memory (one launch)."""
         if PDL:
             gdc_launch_dependents()
             gdc_wait()
-        h = tl.program_id(0)
-        used = tl.load(pos_ptr) // CHUNK + 1
-        sp = tl.arange(0, NSPLIT)
-        ok = sp < used
-        m = tl.load(m_ptr + h * NSPLIT + sp, mask=ok, other=float("-inf"))
-        wgt = tl.where(ok, tl.exp(m - tl.max(m, 0)), 0.0)
-        denom = tl.sum(wgt * tl.load(l_ptr + h * NSPLIT + sp, mask=ok, other=0.0), 0)
-        d = tl.arange(0, HD)
-        o = tl.load(
-            o_ptr + (h * NSPLIT + sp)[:, None] * HD + d[None, :], mask=ok[:, None], other=0.0
-        )
-        tl.store(
-            y_ptr + h * HD + d, (tl.sum(wgt[:, None] * o, 0) / denom).to(y_ptr.dtype.element_ty)
-        )
+        tok = tl.load(tok_ptr)
+        pos = tl.load(pos_ptr)
+        rc = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        cm = rc < C
+        e = tl.load(te_ptr + tok * C + rc, mask=cm, other=0.0).to(tl.float32)
+        e += tl.load(pe_ptr + pos * C + rc, mask=cm, other=0.0).to(tl.float32)
+        tl.store(x_ptr + rc, e.to(x_ptr.dtype.element_ty), mask=cm)
 
     @triton.jit
     def _advance_kernel(
@@ -903,14 +971,10 @@ def decode_attention(qkv, attn: nn.Module, pos, work: dict):
     H, HD = attn.n_head, attn.head_dim
     T = attn.k_cache.shape[2]
     nsplit = work["o"].shape[1]
-    _attn_split_kernel[(H, triton.cdiv(T, ATTN_CHUNK))](
-        qkv, attn.k_cache, attn.v_cache, pos, work["o"], work["m"], work["l"], T,
-        1.0 / math.sqrt(HD), C=H * HD, HD=HD, CHUNK=ATTN_CHUNK, NSPLIT=nsplit, **pdl_args(),
-    )  # fmt: skip
     y = torch.empty(H * HD, device=qkv.device, dtype=qkv.dtype)
-    _attn_merge_kernel[(H,)](
-        work["o"], work["m"], work["l"], pos, y, HD=HD, CHUNK=ATTN_CHUNK, NSPLIT=nsplit,
-        **pdl_args(),
+    _attn_kernel[(H, triton.cdiv(T, ATTN_CHUNK))](
+        qkv, attn.k_cache, attn.v_cache, pos, work["o"], work["m"], work["l"], work["count"], y,
+        T, 1.0 / math.sqrt(HD), C=H * HD, HD=HD, CHUNK=ATTN_CHUNK, NSPLIT=nsplit, **pdl_args(),
     )  # fmt: skip
     return y
 
@@ -963,7 +1027,17 @@ class Engine:
         if cfg.pdl and not (fast and pdl_usable(device)):
             raise ValueError("--pdl needs the Triton decode kernels on a Hopper or newer GPU")
         PDL["on"] = cfg.pdl  # measured on H200: 7 % slower at 1.3B, even at 124M: opt-in
-        if not cfg.eager:
+        # The prompt pass: torch.compile (Inductor fuses its elementwise work; a compile per
+        # prompt bucket, tens of seconds cold), or its torch kernels as they are, captured in a
+        # CUDA graph (cuBLAS and flash attention do the work; nothing to compile). auto: the
+        # graph when the decode step is Triton, so nothing in the process compiles through torch.
+        prefill = cfg.prefill
+        if prefill == "graph" and not self.graphs:
+            raise ValueError("--prefill graph captures a CUDA graph: it needs a GPU, no --eager")
+        if prefill == "auto":
+            prefill = "graph" if fast and self.graphs else "compile"
+        self.prefill_mode = "eager" if cfg.eager else prefill
+        if not cfg.eager and (prefill == "compile" or not fast):
             cache = importlib.import_module("torch._dynamo.config")
             for name in ("recompile_limit", "cache_size_limit"):  # one graph per bucket
                 if hasattr(cache, name):
@@ -975,9 +1049,11 @@ class Engine:
                 # but 2-3+ minutes of warm-up on a cold cache, and again for each new cache
                 # bucket a server meets mid-flight: opt-in, not the default.
                 importlib.import_module("torch._inductor.config").coordinate_descent_tuning = True
+        if not cfg.eager and prefill == "compile":
             # Separate compiles: prefill is matrix-bound (one per prompt bucket), decode is
             # bandwidth-bound (one per cache bucket S); static shapes so each can be captured.
             self.prefill_fn = torch.compile(prefill_step, dynamic=False, fullgraph=True)
+        if not cfg.eager and not fast:
             for b in model.blocks:
                 b.attn.reduce_linear = cfg.decode_linear == "reduce"
             self.decode_fn = torch.compile(decode_step, dynamic=False, fullgraph=True)
@@ -1167,6 +1243,7 @@ def run_benchmark(engine: Engine, cfg: Config, prompt: list[int], master: bool) 
             print("PROFILE one generation (prefill + decode)", flush=True)
             print(prof.key_averages().table(sort_by=key, row_limit=20), flush=True)
     mode = "eager" if cfg.eager else ("compiled+cudagraphs" if engine.graphs else "compiled")
+    steps_how = {"prefill": engine.prefill_mode, "decode": "triton" if engine.fast else mode}
     result = {
         "mode": mode,
         "device": gpu,
@@ -1187,6 +1264,8 @@ def run_benchmark(engine: Engine, cfg: Config, prompt: list[int], master: bool) 
         "mbu": mbu,
         "warmup_s": warmup_s,
         "ready_s": ready_s,
+        "imports_s": IMPORTS_S,  # before ready_s: Python's start and importing torch
+        **steps_how,
         "generations": repeat + warm,
         "tokens": mid["tokens"],
         "text": to_text(mid["tokens"], {"bytes": True, "ids": False}.get(cfg.vocab)),
@@ -1198,7 +1277,8 @@ def run_benchmark(engine: Engine, cfg: Config, prompt: list[int], master: bool) 
         gbs = f"{bw / 1e9:.1f} GB/s" if bw else "n/a"
         print(
             f"decode {steps} tokens: {rate} tokens/s, weights {wbytes / 1e9:.3f} GB/token, "
-            f"{gbs}{frac} [{mode}, warm-up {warmup_s:.1f} s, ready {ready_s:.1f} s]",
+            f"{gbs}{frac} [{mode}, warm-up {warmup_s:.1f} s, ready {ready_s:.1f} s"
+            f"{since_start(ready_s)}]",
             flush=True,
         )
         if result["text"] is not None:
@@ -2050,9 +2130,11 @@ def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
     host, port = server.server_address[:2]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
     thread.start()
+    after = time.time() - STARTED
     print(
         f"serving http://{host}:{port}/generate (also POST /v1/completions, "
-        f"/v1/chat/completions as model {state.model_name!r}; GET /v1/models, /metrics, /health)",
+        f"/v1/chat/completions as model {state.model_name!r}; GET /v1/models, /metrics, /health)"
+        f"; ready {after:.1f} s after the imports{since_start(after)}",
         flush=True,
     )
     served = failed = 0

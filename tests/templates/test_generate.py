@@ -229,6 +229,8 @@ def test_int8_weights_keep_the_held_out_loss_and_read_a_quarter_of_the_bytes(
     [
         (["--decode-kernels", "triton"], "--decode-kernels triton needs"),
         (["--pdl"], "--pdl needs the Triton decode kernels"),
+        (["--prefill", "graph"], "--prefill graph captures a CUDA graph"),
+        (["--prefill", "jit"], "--prefill must be auto, compile or graph"),
         (["--quant", "int4"], "--quant must be none or int8"),
         (["--eval-data", "short.txt"], "shorter than the context (64 + 1 bytes)"),
     ],
@@ -278,6 +280,9 @@ for P in (0, 5, 63, 64, 130, 199):  # chunk edges (64 slots a chunk) and the las
     att = (q[:, None, :] @ kc[0, :, : P + 1].transpose(-1, -2)) / math.sqrt(32)
     err(y, (att.softmax(-1) @ vc[0, :, : P + 1]).reshape(-1))
     assert torch.equal(a.k_cache, kc) and torch.equal(a.v_cache, vc)  # only slot P written
+te, pe, x = torch.randn(50, 24), torch.randn(30, 24), torch.full((24,), float("nan"))
+g._embed_kernel[(2,)](torch.tensor([[7]]), torch.tensor([11]), te, pe, x, 24, BLOCK=16, PDL=False)
+assert torch.equal(x, te[7] + pe[11]), x
 logits = torch.randn(1, 5000); logits[0, 7] = logits[0, 4000] = 50  # a tie: the first wins
 tok, pos, out = torch.zeros(1, 1, dtype=torch.long), torch.tensor([3]), torch.zeros(10, dtype=torch.long)
 g._advance_kernel[(1,)](logits, tok, pos, out, 5000, BLOCK=1024, PDL=False)
@@ -295,8 +300,9 @@ def triton_env() -> dict[str, str]:
 def test_triton_decode_kernels_compute_what_the_torch_modules_do(tmp_path: Path) -> None:
     """The GPU decode kernels, run by Triton's interpreter on the CPU against the torch code:
     the matrix-vector product with LayerNorm / GELU / residual fused (bf16-style and int8
-    weights, both int8 conversions), split attention over the cache at chunk edges (and that it
-    writes only this step's slot), and the greedy argmax-and-advance kernel."""
+    weights, both int8 conversions), split attention over the cache at chunk edges, merged by
+    the last chunk's program (and that it writes only this step's slot, several steps over the
+    same merge counters), the embedding lookup and the greedy argmax-and-advance kernel."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
     (tmp_path / "check.py").write_text(TRITON_CHECK)
     proc = subprocess.run(

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 25 round 7, one nvidia-h200 call: the generate template (templates/generate.py as
+# committed) beside ../shared/baselines/decode_probe.py (carried as .gpuwork/decode_probe.py) on
+# the same shapes, batch 1. What is new: attention in one launch (the last chunk's program
+# merges), the embeddings in one kernel, each matrix-vector kernel's first weight tile loaded
+# before it waits on the kernel before it (pays under --pdl), and the prompt pass as its torch
+# kernels in a CUDA graph (--prefill graph: no torch.compile anywhere) vs compiled.
+# TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+TAG=${TAG:-run1}; LOG=$OUT/$TAG.log; T0=$(date +%s); BUDGET=${BUDGET:-560}
+W=/tmp/w; mkdir -p $W && cp templates/generate.py $W/gen.py  # what `envtool init --template generate` writes
+P=.gpuwork/decode_probe.py
+BENCH="--seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0 --repeat ${REPEAT:-3}"
+step() {  # step NAME TIMEOUT CMD...: skipped when the call's budget is spent
+  local name=$1 limit=$2; shift 2
+  local left=$(( BUDGET - ($(date +%s) - T0) ))
+  if (( left < 25 )); then echo "=== $name skipped (budget)" | tee -a $LOG; return; fi
+  (( limit > left )) && limit=$left
+  echo "=== $name: $*" >> $LOG
+  local t0=$(date +%s.%N)
+  timeout $limit "$@" >> $LOG 2>&1; local rc=$?
+  local wall=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+  echo "=== $name rc=$rc wall=${wall}s" >> $LOG
+  echo "$name rc=$rc wall=${wall}s"
+}
+TIMEFORMAT="import torch+triton: %R s"; { nvidia-smi -L; time python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())'; } >> $LOG 2>&1
+G="python3 $W/gen.py"
+for part in ${PARTS:-probe13 g13 g13pdl warm13 g13c int13 int13pdl probe124 g124 g124pdl}; do case $part in
+probe13) step probe-1.3b 80 python3 $P 1.3b ;;
+g13) step g13-cold 120 $G --size 1.3b $BENCH --compile-cache /tmp/cc --profile ;;
+g13pdl) step g13-pdl 90 $G --size 1.3b $BENCH --compile-cache /tmp/cc --pdl --profile ;;
+warm13) step g13-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/cc
+        step g13-warm-pdl 40 $G --size 1.3b $BENCH --compile-cache /tmp/cc --pdl ;;
+g13c) step g13-prefill-compile 100 $G --size 1.3b $BENCH --compile-cache /tmp/cc --prefill compile ;;
+int13) step g13-int8 100 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8 --profile ;;
+int13pdl) step g13-int8-pdl 90 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8 --pdl ;;
+probe124) step probe-124m 50 python3 $P 124m ;;
+g124) step g124 50 $G --size 124m $BENCH --compile-cache /tmp/cc --profile ;;
+g124pdl) step g124-pdl 50 $G --size 124m $BENCH --compile-cache /tmp/cc --pdl
+         step g124-int8-pdl 50 $G --size 124m $BENCH --compile-cache /tmp/cc --quant int8 --pdl ;;
+esac; done
+grep -E "^=== |^prefill|^decode|TTFT|compiled:|eager:|params|compile\+|^eval|Error|error" $LOG | cut -c1-300 > $OUT/$TAG-summary.txt
+cat $OUT/$TAG-summary.txt
