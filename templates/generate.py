@@ -187,9 +187,12 @@ class Config:
         default="auto",
         metadata={"help": "auto|torch|triton: decode steps in Triton kernels (auto: on a GPU)"},
     )
-    pdl: bool = field(
-        default=False,
-        metadata={"help": "Triton decode: launch each kernel while the one before ends (Hopper+)"},
+    pdl: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Triton decode: each kernel starts reading its weights while the one before "
+            "ends (None: on where it runs, Hopper and newer)"
+        },
     )
     quant: str = field(
         default="none", metadata={"help": "none|int8: weight-only int8 matrices, made at load"}
@@ -569,6 +572,8 @@ class GPT(nn.Module):
             "m": torch.empty(a.n_head, nsplit, **f32),
             "l": torch.empty(a.n_head, nsplit, **f32),
             "count": torch.zeros(a.n_head, device=device, dtype=torch.int32),  # merge tickets
+            # the head's argmax as one key (_gemv_kernel's ARGMAX); _advance_kernel resets it
+            "best": torch.full((1,), -(2**63), device=device, dtype=torch.int64),
         }
 
     def trunk(self, idx):
@@ -609,7 +614,8 @@ class GPT(nn.Module):
         )
         for b in self.blocks:
             x = b.decode_fast(x, pos, self.work)
-        return gemv(x, self.head, ln=self.ln_f, out_dtype=torch.float32).view(1, -1)
+        head = gemv(x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"])
+        return head.view(1, -1)
 
 
 def random_state_dict(s: ModelShape, seed: int, device: torch.device, dtype) -> dict:
@@ -650,9 +656,7 @@ def decode_step(model: GPT, tok, pos, out, S: int):
 def decode_step_fast(model: GPT, tok, pos, out, S: int):
     """decode_step in Triton kernels, not compiled: captured as it is in one CUDA graph."""
     logits = model.decode_fast(tok, pos)
-    _advance_kernel[(1,)](
-        logits, tok, pos, out, logits.shape[-1], BLOCK=1024, num_warps=8, **pdl_args()
-    )
+    _advance_kernel[(1,)](model.work["best"], tok, pos, out, **pdl_args())
     return logits
 
 
@@ -758,13 +762,16 @@ if triton is not None:
     )
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, N, K, eps,
+        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
-        PDL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
+        ARGMAX: tl.constexpr, PDL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
         MAGIC: int8 -> fp32 by adding the bits of 1.5 * 2**23 (integer add + one subtraction)
-        instead of the conversion instruction, which issues at a quarter of the FMA rate."""
+        instead of the conversion instruction, which issues at a quarter of the FMA rate.
+        ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
+        orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax."""
         if PDL:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -812,6 +819,15 @@ if triton is not None:
         if RES:
             y = y + tl.load(r_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
+        if ARGMAX:
+            y = tl.where(nmask, y, float("-inf"))
+            top = tl.max(y, 0)
+            n = tl.program_id(0) * BLOCK_N + tl.argmax(y, 0, tie_break_left=True)
+            bits = top.to(tl.int32, bitcast=True)
+            order = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # as a signed int: y's order
+            key = (order.to(tl.int64) << 32) + (0x7FFFFFFF - n).to(tl.int64)
+            if key > tl.load(best_ptr):  # a stale read only costs an atomic: most skip it
+                tl.atomic_max(best_ptr, key)
 
     @triton.jit
     def _attn_kernel(
@@ -826,22 +842,26 @@ if triton is not None:
         attention is one launch; it puts the counter back to 0 for the next step."""
         if PDL:
             gdc_launch_dependents()
-            gdc_wait()
         h = tl.program_id(0)
         sp = tl.program_id(1)
+        # pos and the cache's older slots may be read before the wait: the step's last kernel
+        # (_advance_kernel) wrote pos and lets nothing after it launch early, and older slots
+        # were written by earlier steps. Only qkv comes from the kernel just before.
         pos = tl.load(pos_ptr)
         start = sp * CHUNK
         if start <= pos:
             d = tl.arange(0, HD)
-            q = tl.load(qkv_ptr + h * HD + d).to(tl.float32)
-            kn = tl.load(qkv_ptr + C + h * HD + d)
-            vn = tl.load(qkv_ptr + 2 * C + h * HD + d)
             idx = start + tl.arange(0, CHUNK)
             old = (idx < pos)[:, None]
             new = (idx == pos)[:, None]
             off = h * T * HD + idx[:, None] * HD + d[None, :]
             k = tl.load(kc_ptr + off, mask=old, other=0.0)
-            v = tl.load(vc_ptr + off, mask=old, other=0.0)  # issued before the softmax needs it
+            v = tl.load(vc_ptr + off, mask=old, other=0.0)
+            if PDL:
+                gdc_wait()
+            q = tl.load(qkv_ptr + h * HD + d).to(tl.float32)
+            kn = tl.load(qkv_ptr + C + h * HD + d)
+            vn = tl.load(qkv_ptr + 2 * C + h * HD + d)
             k = tl.where(new, kn[None, :], k).to(tl.float32)
             s = tl.sum(k * q[None, :], 1) * scale
             s = tl.where(idx <= pos, s, float("-inf"))
@@ -893,28 +913,21 @@ if triton is not None:
         e += tl.load(pe_ptr + pos * C + rc, mask=cm, other=0.0).to(tl.float32)
         tl.store(x_ptr + rc, e.to(x_ptr.dtype.element_ty), mask=cm)
 
+    LOWEST_KEY = tl.constexpr(-(2**63))  # below every key: "no maximum yet"
+
     @triton.jit
-    def _advance_kernel(
-        logits_ptr, tok_ptr, pos_ptr, out_ptr, V, BLOCK: tl.constexpr, PDL: tl.constexpr
-    ):
-        """Greedy step's end in one program: tok <- argmax(logits) (the first of equal maxima,
-        as torch.argmax), out[pos + 1] <- tok, pos <- pos + 1."""
+    def _advance_kernel(best_ptr, tok_ptr, pos_ptr, out_ptr, PDL: tl.constexpr):
+        """Greedy step's end: tok <- the head's argmax (its key in best), out[pos + 1] <- tok,
+        pos <- pos + 1; best back to the smallest key for the next step."""
         if PDL:
             gdc_wait()
-        best = tl.full([BLOCK], float("-inf"), tl.float32)
-        arg = tl.zeros([BLOCK], tl.int32)
-        for v0 in range(0, V, BLOCK):
-            rv = v0 + tl.arange(0, BLOCK)
-            x = tl.load(logits_ptr + rv, mask=rv < V, other=float("-inf"))
-            better = x > best  # strictly: an earlier chunk keeps a tie
-            best = tl.where(better, x, best)
-            arg = tl.where(better, rv, arg)
-        top = tl.max(best, 0)
-        first = tl.min(tl.where(best == top, arg, V), 0)
+        key = tl.load(best_ptr)
+        tok = (0x7FFFFFFF - (key & 0xFFFFFFFF)).to(tl.int64)
         pos = tl.load(pos_ptr)
-        tl.store(tok_ptr, first.to(tl.int64))
-        tl.store(out_ptr + pos + 1, first.to(tl.int64))
+        tl.store(tok_ptr, tok)
+        tl.store(out_ptr + pos + 1, tok)
         tl.store(pos_ptr, pos + 1)
+        tl.store(best_ptr, tl.full((), LOWEST_KEY, tl.int64))
 
 
 ATTN_CHUNK = 64  # cache slots per attention program
@@ -943,9 +956,13 @@ def triton_usable(device: torch.device) -> bool:
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def gemv(x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None):
+def gemv(
+    x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None,
+    best=None,
+):  # fmt: skip
     """Batch-1 x (..., K) @ W.T for an nn.Linear or Int8Linear, with an optional LayerNorm on x
-    before it, and GELU or a residual add after it, in one kernel -> (N,)."""
+    before it, and GELU or a residual add after it, in one kernel -> (N,). best: an int64 (1,)
+    that also gets the argmax's key (the head, _advance_kernel reads it)."""
     w = layer.weight
     scale = getattr(layer, "scale", None)
     N, K = w.shape
@@ -959,8 +976,9 @@ def gemv(x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=No
         )
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, ln.weight if ln is not None else x,
-        res.reshape(N) if res is not None else y, y, N, K, ln.eps if ln is not None else 0.0,
-        HAS_SCALE=scale is not None, LN=ln is not None, GELU=gelu, RES=res is not None, **fixed,
+        res.reshape(N) if res is not None else y, y, best if best is not None else y, N, K,
+        ln.eps if ln is not None else 0.0, HAS_SCALE=scale is not None, LN=ln is not None,
+        GELU=gelu, RES=res is not None, ARGMAX=best is not None, **fixed,
     )  # fmt: skip
     return y
 
@@ -1026,7 +1044,8 @@ class Engine:
         self.fast = fast
         if cfg.pdl and not (fast and pdl_usable(device)):
             raise ValueError("--pdl needs the Triton decode kernels on a Hopper or newer GPU")
-        PDL["on"] = cfg.pdl  # measured on H200: 7 % slower at 1.3B, even at 124M: opt-in
+        # measured on H200 (round 7): +10 % decode at 1.3B, +6 % at 124M, +9 % int8
+        PDL["on"] = (fast and pdl_usable(device)) if cfg.pdl is None else cfg.pdl
         # The prompt pass: torch.compile (Inductor fuses its elementwise work; a compile per
         # prompt bucket, tens of seconds cold), or its torch kernels as they are, captured in a
         # CUDA graph (cuBLAS and flash attention do the work; nothing to compile). auto: the
@@ -1034,8 +1053,9 @@ class Engine:
         prefill = cfg.prefill
         if prefill == "graph" and not self.graphs:
             raise ValueError("--prefill graph captures a CUDA graph: it needs a GPU, no --eager")
-        if prefill == "auto":
-            prefill = "graph" if fast and self.graphs else "compile"
+        if prefill == "auto":  # int8: torch's prompt pass would widen every matrix to bf16
+            int8 = cfg.quant == "int8"  # first (8.8 ms to the first token at 1.3B, 3.5 bf16)
+            prefill = "graph" if fast and self.graphs and not int8 else "compile"
         self.prefill_mode = "eager" if cfg.eager else prefill
         if not cfg.eager and (prefill == "compile" or not fast):
             cache = importlib.import_module("torch._dynamo.config")

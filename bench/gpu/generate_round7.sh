@@ -5,6 +5,8 @@
 # merges), the embeddings in one kernel, each matrix-vector kernel's first weight tile loaded
 # before it waits on the kernel before it (pays under --pdl), and the prompt pass as its torch
 # kernels in a CUDA graph (--prefill graph: no torch.compile anywhere) vs compiled.
+# Round 7 run1: PARTS="probe13 g13 g13pdl warm13 g13c int13 int13pdl probe124 g124 g124pdl" (the
+# old part names: --pdl opt-in then); run2 on: the defaults below.
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -27,19 +29,20 @@ step() {  # step NAME TIMEOUT CMD...: skipped when the call's budget is spent
 }
 TIMEFORMAT="import torch+triton: %R s"; { nvidia-smi -L; time python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())'; } >> $LOG 2>&1
 G="python3 $W/gen.py"
-for part in ${PARTS:-probe13 g13 g13pdl warm13 g13c int13 int13pdl probe124 g124 g124pdl}; do case $part in
+for part in ${PARTS:-probe13 g13 warm13 g13nopdl int13 int13warm probe124 g124 g124nopdl}; do case $part in
 probe13) step probe-1.3b 80 python3 $P 1.3b ;;
-g13) step g13-cold 120 $G --size 1.3b $BENCH --compile-cache /tmp/cc --profile ;;
+g13) step g13-cold 120 $G --size 1.3b $BENCH --compile-cache /tmp/cc ;;
+warm13) step g13-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/cc ;;
+g13nopdl) step g13-nopdl 90 $G --size 1.3b $BENCH --compile-cache /tmp/cc --no-pdl --profile ;;
 g13pdl) step g13-pdl 90 $G --size 1.3b $BENCH --compile-cache /tmp/cc --pdl --profile ;;
-warm13) step g13-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/cc
-        step g13-warm-pdl 40 $G --size 1.3b $BENCH --compile-cache /tmp/cc --pdl ;;
 g13c) step g13-prefill-compile 100 $G --size 1.3b $BENCH --compile-cache /tmp/cc --prefill compile ;;
-int13) step g13-int8 100 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8 --profile ;;
-int13pdl) step g13-int8-pdl 90 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8 --pdl ;;
+int13) step g13-int8 120 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8 ;;
+int13warm) step g13-int8-warm 50 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8 ;;
+int13graph) step g13-int8-graph 50 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8 --prefill graph ;;
 probe124) step probe-124m 50 python3 $P 124m ;;
-g124) step g124 50 $G --size 124m $BENCH --compile-cache /tmp/cc --profile ;;
-g124pdl) step g124-pdl 50 $G --size 124m $BENCH --compile-cache /tmp/cc --pdl
-         step g124-int8-pdl 50 $G --size 124m $BENCH --compile-cache /tmp/cc --quant int8 --pdl ;;
+g124) step g124 50 $G --size 124m $BENCH --compile-cache /tmp/cc ;;
+g124nopdl) step g124-nopdl 50 $G --size 124m $BENCH --compile-cache /tmp/cc --no-pdl --profile ;;
+g124int8) step g124-int8 50 $G --size 124m $BENCH --compile-cache /tmp/cc --quant int8 ;;
 esac; done
 grep -E "^=== |^prefill|^decode|TTFT|compiled:|eager:|params|compile\+|^eval|Error|error" $LOG | cut -c1-300 > $OUT/$TAG-summary.txt
 cat $OUT/$TAG-summary.txt

@@ -263,8 +263,8 @@ for N, K, quant in ((96, 64, False), (100, 256, True)):
     err(g.gemv(x, layer, res=r), layer(x[None])[0] + r)
 lin = torch.nn.Linear(256, 40, bias=False); layer = g.Int8Linear(lin.weight)
 x, y = torch.randn(256), torch.full((40,), float("nan"))
-g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, 40, 256, 0.0, HAS_SCALE=True,
-    LN=False, GELU=False, RES=False, PDL=False, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
+g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
+    LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
 err(y, layer(x[None])[0])
 m = g.GPT(g.ModelShape(2, 2, 64, 256, 200)).eval(); m.setup_cache(torch.device("cpu"), torch.float32)
 a = m.blocks[0].attn
@@ -283,10 +283,24 @@ for P in (0, 5, 63, 64, 130, 199):  # chunk edges (64 slots a chunk) and the las
 te, pe, x = torch.randn(50, 24), torch.randn(30, 24), torch.full((24,), float("nan"))
 g._embed_kernel[(2,)](torch.tensor([[7]]), torch.tensor([11]), te, pe, x, 24, BLOCK=16, PDL=False)
 assert torch.equal(x, te[7] + pe[11]), x
-logits = torch.randn(1, 5000); logits[0, 7] = logits[0, 4000] = 50  # a tie: the first wins
+best = torch.full((1,), -(2**63), dtype=torch.long)
 tok, pos, out = torch.zeros(1, 1, dtype=torch.long), torch.tensor([3]), torch.zeros(10, dtype=torch.long)
-g._advance_kernel[(1,)](logits, tok, pos, out, 5000, BLOCK=1024, PDL=False)
-assert (tok.item(), out[4].item(), pos.item()) == (7, 7, 4), (tok, out, pos)
+for sign, tie in ((1, True), (-1, False), (1, False)):  # the head's argmax, then the step's end
+    head = torch.nn.Linear(64, 300, bias=False)
+    x = torch.randn(64)
+    w = head.weight.data
+    if sign < 0:  # every logit negative: the key must order negative floats too
+        w.copy_(-w.abs() * x.sign())
+    if tie:  # rows 7 and 250 give the same, largest logit: the first wins, as torch.argmax
+        w[7] = w[250] = x / x.norm() * 5
+    logits = g.gemv(x, head, out_dtype=torch.float32, best=best)
+    err(logits, head(x[None])[0])
+    want = 7 if tie else int(logits.argmax())
+    g._advance_kernel[(1,)](best, tok, pos, out, PDL=False)
+    p = int(pos) - 1
+    assert (tok.item(), out[p + 1].item()) == (want, want), (tok, out, want)
+    assert best.item() == -(2**63)  # ready for the next step
+assert pos.item() == 6
 print("worst", worst)
 """
 
