@@ -110,6 +110,7 @@ def process_age() -> float | None:
 
 
 IMPORTS_S = process_age()  # what starting Python and importing torch (+ triton) took
+MARKS: dict[str, float] = {}  # main's stages: when each ended (time.time())
 # --- CONFIG ---
 SIZES = {  # name: (n_layer, n_head, d_model); the same shapes as lm.py
     "tiny": (2, 2, 64),
@@ -1235,6 +1236,14 @@ def run_benchmark(engine: Engine, cfg: Config, prompt: list[int], master: bool) 
         engine.generate(prompt, cfg.max_new_tokens, **kwargs)  # compiles, captures graphs
     warmup_s = time.perf_counter() - t if warm else 0.0
     ready_s = time.time() - STARTED
+    cuda_at, weights_at = MARKS.get("cuda", STARTED), MARKS.get("weights", STARTED)
+    startup = {  # where the time to be ready went, in order
+        "imports_s": IMPORTS_S,
+        "cuda_s": cuda_at - STARTED,  # CUDA context, process group
+        "weights_s": weights_at - cuda_at,  # checkpoint or random weights, quantizing, cache
+        "engine_s": ready_s - warmup_s - (weights_at - STARTED),  # and the prompt
+        "warmup_s": warmup_s,  # the first generation: kernels loaded or compiled, graphs
+    }
     runs = [engine.generate(prompt, cfg.max_new_tokens, **kwargs) for _ in range(repeat)]
     runs.sort(key=lambda r: r["decode_s"])
     mid = runs[len(runs) // 2]  # the median run
@@ -1284,7 +1293,7 @@ def run_benchmark(engine: Engine, cfg: Config, prompt: list[int], master: bool) 
         "mbu": mbu,
         "warmup_s": warmup_s,
         "ready_s": ready_s,
-        "imports_s": IMPORTS_S,  # before ready_s: Python's start and importing torch
+        "startup": startup,
         **steps_how,
         "generations": repeat + warm,
         "tokens": mid["tokens"],
@@ -2216,6 +2225,9 @@ def main(argv: list[str] | None = None) -> None:
     else:  # a private in-memory store: no port, no env vars needed
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     master = rank == 0
+    if use_cuda:
+        torch.zeros(1, device=device)  # the CUDA context now, so its start is timed apart
+    MARKS["cuda"] = time.time()
 
     try:
         # Control messages (serving: each request) over a CPU group that may idle for hours.
@@ -2261,6 +2273,7 @@ def main(argv: list[str] | None = None) -> None:
         if cfg.quant == "int8":
             quantize_int8(model)
         model.setup_cache(device, dtype)
+        MARKS["weights"] = time.time()
         try:
             engine = Engine(model, device, cfg, rank, world_size)
         except ValueError as exc:

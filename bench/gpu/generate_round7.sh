@@ -42,7 +42,12 @@ int13graph) step g13-int8-graph 50 $G --size 1.3b $BENCH --compile-cache /tmp/cc
 probe124) step probe-124m 50 python3 $P 124m ;;
 g124) step g124 50 $G --size 124m $BENCH --compile-cache /tmp/cc ;;
 g124nopdl) step g124-nopdl 50 $G --size 124m $BENCH --compile-cache /tmp/cc --no-pdl --profile ;;
+warm124) step g124-warm 40 $G --size 124m $BENCH --compile-cache /tmp/cc ;;
+serve13) S="python3 bench/gpu/serve_ready.py $W/gen.py --size 1.3b --vocab-size 256 --seq-len 2048 --compile-cache /tmp/cs"
+         step serve13-cold 120 $S
+         step serve13-restart 40 $S
+         step serve13-restart2 40 $S ;;
 g124int8) step g124-int8 50 $G --size 124m $BENCH --compile-cache /tmp/cc --quant int8 ;;
 esac; done
-grep -E "^=== |^prefill|^decode|TTFT|compiled:|eager:|params|compile\+|^eval|Error|error" $LOG | cut -c1-300 > $OUT/$TAG-summary.txt
+grep -E "^=== |^prefill|^decode|TTFT|^serv|compiled:|eager:|params|compile\+|^eval|Error|error" $LOG | cut -c1-300 > $OUT/$TAG-summary.txt
 cat $OUT/$TAG-summary.txt
