@@ -551,8 +551,12 @@ class GPT(nn.Module):
     def __init__(self, s: ModelShape, world: int = 1, decode_attn: str = "sdpa"):
         super().__init__()
         self.shape = s
-        self.tok_emb = nn.Embedding(s.vocab_size, s.d_model)
-        self.pos_emb = nn.Embedding(s.seq_len, s.d_model)
+        # Tables given, so no init runs: every path loads weights into them, and an init on
+        # the meta device (normal_) imports torch._dynamo, 1.5-5 s of a start.
+        self.tok_emb = nn.Embedding(
+            s.vocab_size, s.d_model, _weight=torch.empty(s.vocab_size, s.d_model)
+        )
+        self.pos_emb = nn.Embedding(s.seq_len, s.d_model, _weight=torch.empty(s.seq_len, s.d_model))
         self.blocks = nn.ModuleList(Block(s, world, decode_attn) for _ in range(s.n_layer))
         self.ln_f = nn.LayerNorm(s.d_model, bias=False)
         self.head = nn.Linear(s.d_model, s.vocab_size, bias=False)

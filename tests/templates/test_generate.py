@@ -309,6 +309,31 @@ def triton_env() -> dict[str, str]:
     return {**child_env(), "TRITON_INTERPRET": "1"}
 
 
+NO_COMPILER = """
+import runpy, sys
+sys.argv = [sys.argv[1], "--size", "tiny", "--seq-len", "64", "--prompt-len", "8",
+            "--max-new-tokens", "4", "--temperature", "0", "--repeat", "1", "--cpu"]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print("COMPILER", "torch._dynamo" in sys.modules)
+"""
+
+
+@pytest.mark.integration
+def test_a_run_that_compiles_nothing_never_imports_the_compiler(tmp_path: Path) -> None:
+    """torch._dynamo's import is seconds of a start (5 s on the H200 machine): an eager run
+    must not pay it (the model is built on the meta device, whose init of the embeddings would
+    import it). On a GPU the Triton decode with --prefill graph compiles nothing either."""
+    (tmp_path / "probe.py").write_text(NO_COMPILER)
+    proc = subprocess.run(
+        [sys.executable, "probe.py", str(GENERATE)],
+        cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "COMPILER False", proc.stdout[-2000:]
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_triton_decode_kernels_compute_what_the_torch_modules_do(tmp_path: Path) -> None:
