@@ -623,6 +623,16 @@ class GPT(nn.Module):
         return head.view(1, -1)
 
 
+def materialize(model: nn.Module, device: torch.device) -> None:
+    """Give a model built on the meta device uninitialised storage on device (its weights are
+    loaded next). Module.to_empty does this through torch._refs.empty_like, whose import pulls
+    in sympy: 1-3 s of every start."""
+    for m in model.modules():
+        for name, p in m.named_parameters(recurse=False):
+            empty = torch.empty(p.shape, device=device, dtype=p.dtype)
+            m._parameters[name] = nn.Parameter(empty, requires_grad=p.requires_grad)
+
+
 def random_state_dict(s: ModelShape, seed: int, device: torch.device, dtype) -> dict:
     """Full (unsharded) weights drawn as lm.py initialises them, for benchmarks without a
     checkpoint; drawn on the device (fast for 1.3B), the same on every rank for a seed."""
@@ -2263,8 +2273,8 @@ def main(argv: list[str] | None = None) -> None:
             fail(f"tensor parallel: {s.n_head} heads do not split over {world_size} processes")
         with torch.device("meta"):  # no memory until the weights arrive
             model = GPT(s, world_size, cfg.decode_attn).to(dtype)
-        model = model.to_empty(device=device)
-        model.head.weight = model.tok_emb.weight  # to_empty unties: tie again
+        materialize(model, device)
+        model.head.weight = model.tok_emb.weight  # materialize unties: tie again
         if sd is None:  # every rank draws the same full weights and keeps its shard
             sd = random_state_dict(s, cfg.seed, device, dtype)
         try:
