@@ -16,8 +16,8 @@ from envtool.commands import env_name, project_dir_option, renders
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result
-from envtool.workflows.lock_fresh import lock_freshness
-from envtool.workflows.lock_outcome import LockOutcome, summarize_lock
+from envtool.workflows.lock_fresh import fresh_result, lock_freshness
+from envtool.workflows.lock_outcome import summarize_lock
 
 if TYPE_CHECKING:
     from envtool.workflows.variants import VariantsOutcome
@@ -106,8 +106,7 @@ def cmd(
             [f"{name}: lock is fresh ({lock_path})", *(variant_lines or [])],
         )
     if fresh and not force:  # answered without the lock workflow's imports
-        outcome = LockOutcome(env_dir, None, stamp or "", False, False, {}, {})
-        return summarize_lock(outcome, name, "lock", dry_run)
+        return fresh_result(env_dir, stamp, name, dry_run)
     from envtool.workflows.lock import lock_environment, request_from_yml
 
     request = request_from_yml(yml_text, str(yml_path), {}, stored)

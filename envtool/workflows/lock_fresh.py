@@ -66,7 +66,6 @@ def noop_lock_result(name: str) -> Result | None:
     command then handles and reports in full."""
     from envtool.adapters.files import ENV_FILE_LIMIT, read_text
     from envtool.adapters.locate import project_env_paths
-    from envtool.workflows.lock_outcome import LockOutcome, summarize_lock
 
     env_dir, yml_path, lock_path = project_env_paths(name, None)
     if not yml_path.is_file() or not lock_path.is_file():
@@ -75,5 +74,13 @@ def noop_lock_result(name: str) -> Result | None:
     state = lock_freshness(yml_text, lock_path, env_dir)
     if not state.fresh:
         return None
-    outcome = LockOutcome(env_dir, None, state.stamp or "", False, False, {}, {})
-    return summarize_lock(outcome, name, "lock", False)
+    return fresh_result(env_dir, state.stamp, name, dry_run=False)
+
+
+def fresh_result(env_dir: Path, stamp: str | None, name: str, dry_run: bool) -> Result:
+    """The lock command's Result for a lock that is up to date (one answer for the click path
+    and the fast path above)."""
+    from envtool.workflows.lock_outcome import LockOutcome, summarize_lock
+
+    outcome = LockOutcome(env_dir, None, stamp or "", False, False, {}, {})
+    return summarize_lock(outcome, name, "lock", dry_run)

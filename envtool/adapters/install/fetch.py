@@ -540,12 +540,16 @@ def fetch_all(
     shared: dict[str, ArchiveContents] = {}
     checked: dict[str, ArchiveContents] = {}
 
+    # One lstat per archive answers both "is it here, a regular file of ours?" (size > 0; an
+    # empty file can match no package) and "big enough for a worker thread?".
+    sizes = {p.file_name: _size(dests[p.file_name]) for p in pkgs}
+
     def cached(p: LockedPackage) -> tuple[str, bool | None]:
         dest = dests[p.file_name]
         ok: bool | None = None
-        if is_own_file(dest) and validate is None:
+        if sizes[p.file_name] and validate is None:
             ok = archive_matches(dest, p)
-        elif is_own_file(dest):  # one read: the hash, then info/ from the same bytes
+        elif sizes[p.file_name]:  # one read: the hash, then info/ from the same bytes
             ok, data = read_if_matches(dest, p)
             if ok:
                 checked[p.file_name] = validate(dest, p, data)
@@ -561,7 +565,7 @@ def fetch_all(
     # leaves the GIL. Small ones are checked here, one after another: their check is Python
     # (zip, zstd, tar, JSON) that holds the GIL, and threads contending for it made 1,001 small
     # archives 0.77-1.03 s where one thread took 0.63 s (docs/benchmarks-scaling.md, run 8).
-    big = [p for p in pkgs if _size(dests[p.file_name]) >= THREAD_MIN]
+    big = [p for p in pkgs if sizes[p.file_name] >= THREAD_MIN]
     pool = ThreadPoolExecutor(max_workers=4)
     try:
         in_pool = pool.map(cached, big)
