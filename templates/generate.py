@@ -18,30 +18,34 @@ Tokens are bytes (vocabulary 0..255), as lm.py reads text by default; the checkp
 it, and a model lm trained on synthetic token ids (--vocab-size 50304) prints numbers instead.
 
 How it is fast at batch 1 (decode is bound by reading the weights once per token):
-  - on a GPU the decode step is Triton kernels (triton ships with torch's CUDA builds), six a
+  - on a GPU the decode step is Triton kernels (triton ships with torch's CUDA builds), five a
     layer: LayerNorm fused into the next matrix-vector product, GELU and the residual add into
-    its epilogue, attention split over the cache chunks and merged, reading the length from
-    device memory, so one CUDA graph serves every length; argmax and the position update are
-    one more kernel. --decode-kernels torch (and the CPU) use the torch modules instead:
-    torch.compile of the step, attending over the first S cache slots (one graph per
-    --cache-bucket);
+    its epilogue, attention in one launch (split over the cache chunks, the last chunk's
+    program merges), reading the length from device memory, so one CUDA graph serves every
+    length; the head's argmax rides in its product's epilogue. On Hopper and newer each kernel
+    starts reading its weights (and attention its older cache slots) while the one before ends
+    (programmatic dependent launch; --no-pdl turns it off). --decode-kernels torch (and the
+    CPU) use the torch modules instead: torch.compile of the step, attending over the first S
+    cache slots (one graph per --cache-bucket);
   - --quant int8: weight-only int8 with one scale per output row, made at load from the
     checkpoint: half the bytes of bf16 per token, held-out loss unchanged (docs/benchmarks-gpu.md);
-  - bf16 weights on GPU; a static KV cache allocated once; torch.compile of the prefill (one
-    compile per power-of-two prompt bucket; right-padded, which causal attention never sees),
-    captured in a CUDA graph; --compile-cache DIR keeps the compiled kernels for a restart;
+  - bf16 weights on GPU; a static KV cache allocated once; the prompt pass (one per
+    power-of-two prompt bucket; right-padded, which causal attention never sees) captured in a
+    CUDA graph as torch's kernels (--prefill graph, the default with the Triton decode: nothing
+    is compiled through torch) or torch.compiled (--prefill compile, the default for int8);
+    --compile-cache DIR keeps Triton's (and Inductor's) kernels and tuning for a restart;
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
-Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 630 and
-2,040 tokens/s; docs/benchmarks-gpu.md):
-    --size 1.3b   873-888 tokens/s decode (1.4x the probe, 48% of 4.8 TB/s), 3.3 ms to the first
-                  token; --quant int8 1,052 (1.67x); ready 40-46 s after the imports on a cold
-                  cache, 9-10 s on a warm --compile-cache
-    --size 124m   3,550-3,625 tokens/s (1.75x), 0.8-0.9 ms to the first token; int8 3,843
-Where the rest goes: the matrix-vector kernels read bf16 at ~3 TB/s and int8 at ~1.8 TB/s, and
-each launch costs 2-5 us whatever its size (what bounds 124M). On CPU it runs eager by default
-and starts at once; --compile there costs ~30 s (94 s for a 3M model on a laptop) before the
-first token.
+Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 631 and
+2,040 tokens/s; docs/benchmarks-gpu.md, round 7):
+    --size 1.3b   1,026-1,043 tokens/s decode (1.63-1.65x the probe, 56-57% of 4.8 TB/s), 3.5 ms
+                  to the first token; --quant int8 1,182 (1.87x); ready 32-38 s after the
+                  process starts on a cold cache, 8-11 s on a warm --compile-cache
+    --size 124m   4,213-4,331 tokens/s (2.06-2.12x), 0.9-1.2 ms to the first token
+Where the rest goes: the matrix-vector kernels read bf16 at ~3.4 TB/s and int8 at ~2 TB/s, and
+attention is ~8 us a layer whatever the length (latency, not bytes). On CPU it runs eager by
+default and starts at once; --compile there costs ~30 s (94 s for a 3M model on a laptop)
+before the first token.
 
 What it prints (rank 0 only):
     prefill N tokens: TTFT X ms
@@ -713,10 +717,12 @@ def peak_bandwidth(device: torch.device, override_tb: float | None) -> tuple[flo
 
 # --- GPU DECODE KERNELS (Triton) ---
 # Batch-1 decode reads every weight once per token: what counts is bytes at full bandwidth and
-# few kernels. Four Triton kernels make a layer six launches (LayerNorm fused into the next
-# matrix-vector product, GELU and the residual add into its epilogue; attention split over the
-# cache and merged, reading the length from device memory, so one CUDA graph serves every
-# length). Triton ships with torch's CUDA builds; without it (or a GPU) the torch code runs.
+# few kernels, each overlapping the one before. Five launches a layer (LayerNorm fused into
+# the next matrix-vector product, GELU and the residual add into its epilogue; attention split
+# over the cache and merged in the same launch, reading the length from device memory, so one
+# CUDA graph serves every length); under programmatic dependent launch (PDL) every kernel loads
+# what does not depend on the kernel before it (weights, older cache slots) before it waits on
+# it. Triton ships with torch's CUDA builds; without it (or a GPU) the torch code runs.
 try:
     import triton
     import triton.language as tl
@@ -946,7 +952,7 @@ if triton is not None:
 
 
 ATTN_CHUNK = 64  # cache slots per attention program
-PDL = {"on": False}  # set by Engine (--pdl)
+PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
 
 
 def pdl_args() -> dict:
