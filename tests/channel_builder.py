@@ -335,13 +335,13 @@ def write_lock(
     pip: list[tuple[str, str, Path]] | None = None,
 ) -> Path:
     """Write a conda-lock v1 file for linux-64 from rattler records with envtool's own writer
-    (lock_io.write_lock: conda-lock's models and writer), as `envtool lock` writes one.
+    (lock_io.write_lock, held to conda-lock's writer byte for byte), as `envtool lock` writes one.
 
     `channels` is the channel (URL or name) or channels the records were solved from; `pip`
     entries are (name, version, wheel path)."""
     from envtool.adapters.lockfile.lock_io import write_lock as write_lock_file
     from envtool.adapters.solve.rattler_solve import to_solved
-    from envtool.core.lockfile import PipPackage
+    from envtool.core.lockfile import LockContent, PipPackage
 
     conda = [to_solved(r, "linux-64") for r in records]
     wheels = [
@@ -355,15 +355,15 @@ def write_lock(
         for name, version, wheel in pip or []
     ]
     urls = sorted([*(p.url for p in conda), *(w.url for w in wheels)])
-    write_lock_file(
-        path,
-        {"linux-64": conda},
-        {"linux-64": wheels},
-        [channels] if isinstance(channels, str) else channels,
-        {"linux-64": hashlib.sha256(repr(urls).encode()).hexdigest()},
-        custom_metadata or {},
-        ["environment.yml"],
+    content = LockContent(
+        packages={"linux-64": conda},
+        pip_packages={"linux-64": wheels},
+        channels=[channels] if isinstance(channels, str) else channels,
+        content_hash={"linux-64": hashlib.sha256(repr(urls).encode()).hexdigest()},
+        custom_metadata=custom_metadata or {},
+        sources=["environment.yml"],
     )
+    write_lock_file(path, content)
     return path
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from envtool.core.lockfile import PipPackage, SolvedPackage, dependency_map
+from envtool.core.lockfile import LockContent, PipPackage, SolvedPackage, dependency_map
 
 STR_TAG = "tag:yaml.org,2002:str"
 _RESOLVER = yaml.resolver.Resolver()
@@ -64,32 +64,24 @@ def render_header(file_name: str, sources: list[str]) -> str:
     return "".join(out)
 
 
-def render_lock_v1(
-    file_name: str,
-    packages: dict[str, list[SolvedPackage]],
-    pip_packages: dict[str, list[PipPackage]],
-    channels: list[str],
-    content_hash: dict[str, str],
-    custom_metadata: dict[str, str],
-    sources: list[str],
-) -> str:
+def render_lock_v1(file_name: str, content: LockContent) -> str:
     """The conda-lock v1 document for a solution, as conda-lock's writer renders it (entries
     sorted by manager, name, platform; dependencies by name; virtual packages left out)."""
     entries = [
         _conda_entry(p, platform)
-        for platform, pkgs in packages.items()
+        for platform, pkgs in content.packages.items()
         for p in pkgs
         if not p.name.startswith("__")
-    ] + [_pip_entry(q, platform) for platform, pkgs in pip_packages.items() for q in pkgs]
+    ] + [_pip_entry(q, platform) for platform, pkgs in content.pip_packages.items() for q in pkgs]
     entries.sort(key=lambda e: (e["manager"], e["name"], e["platform"]))
     metadata = {
-        "content_hash": dict(sorted(content_hash.items())),
-        "channels": [{"url": c, "used_env_vars": []} for c in channels],
-        "platforms": sorted(packages),
-        "sources": list(sources),
-        "custom_metadata": dict(sorted(custom_metadata.items())),
+        "content_hash": dict(sorted(content.content_hash.items())),
+        "channels": [{"url": c, "used_env_vars": []} for c in content.channels],
+        "platforms": sorted(content.packages),
+        "sources": list(content.sources),
+        "custom_metadata": dict(sorted(content.custom_metadata.items())),
     }
-    head = render_header(file_name, sources)
+    head = render_header(file_name, content.sources)
     if not entries:
         return head + _dump({"version": 1, "metadata": metadata, "package": []})
     body = _dump({"version": 1, "metadata": metadata}) + "package:\n"

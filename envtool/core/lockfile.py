@@ -57,6 +57,20 @@ class PipPackage:
     dependencies: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class LockContent:
+    """What a conda-lock.yml (version 1) that envtool writes records: the solution per platform,
+    the channels it came from, the input hash per platform, the plan (custom_metadata) and the
+    files it was made from."""
+
+    packages: dict[str, list[SolvedPackage]]
+    pip_packages: dict[str, list[PipPackage]]
+    channels: list[str]
+    content_hash: dict[str, str]
+    custom_metadata: dict[str, str]
+    sources: list[str]
+
+
 def compute_input_hash(
     environment_yml: str, options: dict[str, Any], channel_identity: list[str], version: str
 ) -> str:

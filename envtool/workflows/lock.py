@@ -15,7 +15,12 @@ from envtool import __version__
 from envtool.adapters.locate import project_env_paths, project_root
 from envtool.core.facts import HostFacts
 from envtool.core.lock_diff import LockDiff
-from envtool.core.lockfile import compute_input_hash, plan_custom_metadata, solved_torch
+from envtool.core.lockfile import (
+    LockContent,
+    compute_input_hash,
+    plan_custom_metadata,
+    solved_torch,
+)
 from envtool.core.plan import DEFAULT_CHANNELS, NO_CUDA_PLATFORMS, CudaBuild, Plan, Request
 from envtool.core.request import render_request_yml, resolved_request, with_file_limits
 from envtool.errors import DiagnosedFailure, cannot_write
@@ -163,15 +168,17 @@ def lock_environment(
     with hold_project_mutex(env_dir, name):
         if not write_yml:
             refuse_changed_yml(yml_path, env_yml_text if replaces is None else replaces, name)
-        write_lock(
-            lock_path,
-            solved,
-            pip_locked,
-            [resolve_channel(c, base) for c in plan.channels],
-            {pp.platform: input_hash for pp in plan.platforms},
-            plan_custom_metadata(plan, options, input_hash, __version__, solved_torch(solved)),
-            ["environment.yml"],
+        content = LockContent(
+            packages=solved,
+            pip_packages=pip_locked,
+            channels=[resolve_channel(c, base) for c in plan.channels],
+            content_hash={pp.platform: input_hash for pp in plan.platforms},
+            custom_metadata=plan_custom_metadata(
+                plan, options, input_hash, __version__, solved_torch(solved)
+            ),
+            sources=["environment.yml"],
         )
+        write_lock(lock_path, content)
         if read_text_or_none(yml_path) != yml_text:
             write_atomic(yml_path, yml_text)  # unchanged request: keep file and mtime
     outcome.written = True

@@ -18,7 +18,7 @@ from solve_scenarios import scenarios
 
 from envtool.adapters.lockfile.lock_io import load_yaml, read_lock
 from envtool.core.lock_render import render_lock_v1
-from envtool.core.lockfile import PipPackage, SolvedPackage
+from envtool.core.lockfile import LockContent, PipPackage, SolvedPackage
 
 conda_lock_lockfile = pytest.importorskip("conda_lock.lockfile")
 
@@ -124,7 +124,7 @@ def load_deps(lock_path: Path, name: str, platform: str, manager: str) -> dict[s
 
 
 def both(tmp_path: Path, *args) -> tuple[str, str]:
-    ours = render_lock_v1("conda-lock.yml", *args)
+    ours = render_lock_v1("conda-lock.yml", LockContent(*args))
     return ours, conda_lock_writes(tmp_path, *args)
 
 

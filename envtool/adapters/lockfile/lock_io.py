@@ -5,6 +5,7 @@ envtool's lock model (core/lockfile.py) by `read_lock`, the one reader.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,8 @@ from envtool.core.lockfile import (
     DIGEST_PLACEHOLDER,
     KEY_DIGEST,
     Lock,
+    LockContent,
     LockedPackage,
-    PipPackage,
-    SolvedPackage,
     entry_problem,
     file_name_of,
     parse_build_from_file_name,
@@ -27,27 +27,12 @@ from envtool.core.lockfile import (
 from envtool.errors import UsageError
 
 
-def write_lock(
-    path: Path,
-    packages: dict[str, list[SolvedPackage]],
-    pip_packages: dict[str, list[PipPackage]],
-    channels: list[str],
-    content_hash: dict[str, str],
-    custom_metadata: dict[str, str],
-    sources: list[str],
-) -> None:
+def write_lock(path: Path, content: LockContent) -> None:
     """Render and atomically write conda-lock.yml. Deterministic: no time or git metadata."""
     from envtool.core.lock_render import render_lock_v1  # PyYAML: not on the no-op path
 
-    text = render_lock_v1(
-        path.name,
-        packages,
-        pip_packages,
-        channels,
-        content_hash,
-        {**custom_metadata, KEY_DIGEST: DIGEST_PLACEHOLDER},
-        sources,
-    )
+    metadata = {**content.custom_metadata, KEY_DIGEST: DIGEST_PLACEHOLDER}
+    text = render_lock_v1(path.name, dataclasses.replace(content, custom_metadata=metadata))
     # the lock's own content digest (lock --check: an edited url/sha256 is not fresh), written
     # whole or not at all like every file envtool writes (fsync, then rename); never a URL's
     # credentials: a lock is committed and shared (core/credentials)
