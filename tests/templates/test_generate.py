@@ -440,6 +440,7 @@ class Server:
         self.guard.start()
         line = self.proc.stdout.readline()
         assert line.startswith("serving http://127.0.0.1:"), line + self.proc.stderr.read()
+        assert "s since the process started" in line, line  # how long a (re)start took
         self.base = line.split()[1].removesuffix("/generate")
 
     def post(self, body: bytes, headers: dict | None = None) -> tuple[int, list[dict]]:
@@ -588,6 +589,11 @@ def test_a_prompt_is_sampled_once_and_a_benchmark_times_three(
     bench = ["--size", "tiny", "--seq-len", "64", "--prompt-len", "8", "--max-new-tokens", "8"]
     timed = result_of(generate(bench, tmp_path))
     assert timed["generations"] == 4 and timed["warmup_s"] > 0
+    # where the time to be ready went, from the process start (Linux's /proc), in order
+    start = timed["startup"]
+    assert list(start) == ["imports_s", "cuda_s", "weights_s", "engine_s", "warmup_s"]
+    assert start["imports_s"] > 0 and all(v >= 0 for v in start.values()), start
+    assert (timed["prefill"], timed["decode"]) == ("eager", "eager")
     asked = result_of(generate([*sample, "--repeat", "2"], tmp_path))
     assert asked["generations"] == 2
 
