@@ -1065,7 +1065,7 @@ class Engine:
         self.fast = fast
         if cfg.pdl and not (fast and pdl_usable(device)):
             raise ValueError("--pdl needs the Triton decode kernels on a Hopper or newer GPU")
-        # measured on H200 (round 7): +10 % decode at 1.3B, +6 % at 124M, +9 % int8
+        # measured on H200 (round 7, same call): +17 % decode at 1.3B, +11 % at 124M; int8 +9 %
         PDL["on"] = (fast and pdl_usable(device)) if cfg.pdl is None else cfg.pdl
         # The prompt pass: torch.compile (Inductor fuses its elementwise work; a compile per
         # prompt bucket, tens of seconds cold), or its torch kernels as they are, captured in a
