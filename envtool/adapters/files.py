@@ -15,6 +15,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 from envtool.errors import UsageError, cannot_write, not_utf8
 
@@ -158,11 +159,16 @@ def file_digest(path: Path | str, algo: str) -> str:
     """The hex digest of a file envtool hashes in place (an archive in its cache, a file in a
     prefix), read in chunks of at most 1 MiB — a small file in one read of its size (thousands
     of small files are hashed per install: no buffer larger than the file)."""
+    with open(path, "rb", buffering=0) as fh:
+        return stream_digest(fh, algo)
+
+
+def stream_digest(fh: BinaryIO, algo: str) -> str:
+    """The hex digest of what is left in an open file (see file_digest)."""
     import hashlib
 
     h = hashlib.new(algo)
-    with open(path, "rb", buffering=0) as fh:
-        chunk_size = min(os.fstat(fh.fileno()).st_size + 1, 1 << 20)
-        while chunk := fh.read(chunk_size):
-            h.update(chunk)
+    chunk_size = min(os.fstat(fh.fileno()).st_size + 1, 1 << 20)
+    while chunk := fh.read(chunk_size):
+        h.update(chunk)
     return h.hexdigest()

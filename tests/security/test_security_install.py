@@ -159,6 +159,32 @@ def test_a_link_planted_in_the_archive_cache_is_replaced_not_written_through(
     assert not path.is_symlink() and cb.sha256_of(path) == pkg.sha256
 
 
+@pytest.mark.parametrize("swapped_for", ["link", "fifo"])
+def test_a_cached_archive_swapped_after_the_listing_is_not_read_through(
+    setup: cb.CudaSetup, cache: Path, tmp_path: Path, swapped_for: str
+) -> None:
+    """fetch_all lists the cache (one lstat per archive) before it checks anything; what sits
+    at the name when the check opens it is what counts: a link (even to the genuine archive) is
+    not followed and a pipe is not read (it would block), both count as not cached."""
+    import threading
+
+    from envtool.adapters.install.archive_check import read_if_matches
+
+    pkg = next(p for p in read_lock(setup.lock).packages if p.name == "python_abi")
+    genuine = _archive(setup, "python_abi-")
+    assert read_if_matches(genuine, pkg)[0]  # the real file matches
+    spot = tmp_path / pkg.file_name
+    if swapped_for == "link":
+        spot.symlink_to(genuine)
+    else:
+        os.mkfifo(spot)
+    answer: list = []
+    reader = threading.Thread(target=lambda: answer.append(read_if_matches(spot, pkg)), daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    assert answer == [(False, None)]
+
+
 # ------------------------------------------------------------------- 4. reading a lock
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters.files import file_digest
+from envtool.adapters.files import file_digest, stream_digest
 from envtool.core.lockfile import LockedPackage
 from envtool.errors import UsageError, first_line
 
@@ -54,9 +54,19 @@ def read_if_matches(path: Path, pkg: LockedPackage) -> tuple[bool, bytes | None]
     algo, want = ("sha256", pkg.sha256) if pkg.sha256 else ("md5", pkg.md5)
     if not want:
         return False, None  # a lock entry without a hash cannot be verified: refuse
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size > ONE_READ:
-            return file_digest(path, algo) == want.lower(), None
+    # Opened as what it is at this instant: no link followed, no device or pipe read (it may
+    # have been swapped since the cache was listed); anything else is "not here", refetched.
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return False, None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False, None
+        if st.st_size > ONE_READ:
+            return stream_digest(fh, algo) == want.lower(), None
         data = fh.read(ONE_READ + 1)
     if hashlib.new(algo, data).hexdigest() != want.lower():
         return False, None
