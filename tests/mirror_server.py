@@ -7,7 +7,8 @@ Content-Length, and per-path faults decided by `Faults`:
   first request only, or on every request with `cut_always`;
 - `latency`: seconds to wait before each answer;
 - `auth`: "user:password" that every request must present as HTTP basic auth (else 401);
-- `die_after`: stop the whole server after this many archive bodies were sent in full;
+- `die_after`: stop the whole server after this many archive bodies (the next archive
+  request is not answered);
 - `no_range`: ignore `Range: bytes=N-` (answer 200 with the whole file) instead of 206;
 - `stall`: paths whose body stops at half with the connection held open (first request only,
   or every request with `cut_always`);
@@ -60,6 +61,7 @@ class MirrorServer(ThreadingHTTPServer):
         self.bytes_sent: Counter[str] = Counter()
         self.lock = threading.Lock()
         self.dead = False
+        self.begun = 0  # archive bodies begun (die_after)
         super().__init__(("127.0.0.1", port), _Handler)
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
@@ -79,6 +81,12 @@ class MirrorServer(ThreadingHTTPServer):
             self.dead = True
             self.shutdown()
         self.server_close()
+
+    def die(self) -> None:
+        """From a handler: new connections are refused, kept-alive ones closed, then the server
+        stops (from another thread: shutdown waits for serve_forever)."""
+        self.dead = True
+        threading.Thread(target=self.kill, daemon=True).start()
 
     def kill(self) -> None:
         self.shutdown()
@@ -104,9 +112,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, body: bool) -> None:
         srv, faults = self.server, self.server.faults
         path = self.path.split("?", 1)[0]
+        archive = body and path.endswith((".conda", ".tar.bz2"))
         with srv.lock:
             srv.requests[path] += 1
             nth = srv.requests[path]
+            # die_after bodies begun, the next archive request finds the server dead: decided
+            # before sending, as concurrent downloads could otherwise all finish before the
+            # count of finished bodies reached it (a flake: every archive served, no death)
+            if archive and faults.die_after is not None:
+                if srv.begun >= faults.die_after and not srv.dead:
+                    srv.die()
+                srv.begun += 1
         if srv.dead:
             self.close_connection = True
             return
@@ -174,9 +190,10 @@ class _Handler(BaseHTTPRequestHandler):
             srv.served[path] += 1
             srv.bytes_sent[path] += len(data)
             done = srv.archive_bodies()
-        if faults.die_after is not None and done >= faults.die_after and not srv.dead:
-            srv.dead = True  # new connections are refused, kept-alive ones are closed
-            threading.Thread(target=srv.kill, daemon=True).start()
+        if faults.die_after is not None and done >= faults.die_after:
+            with srv.lock:
+                if not srv.dead:
+                    srv.die()
 
     def _endless(self) -> None:
         self.send_response(200)
