@@ -5,24 +5,10 @@
 # trained in the same call (the Python standard library's sources as text).
 # Run from the repo root with .gpuwork/{generate.py,decode_probe.py} (the versions measured).
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1
 G=.gpuwork; LOG=$OUT/${TAG:-run1}.log; T0=$(date +%s); BUDGET=${BUDGET:-570}
+source "$(dirname "$0")/steps.sh"; machine_line
 W=/tmp/w; mkdir -p $W && cp $G/generate.py $W/gen.py  # what `envtool init --template generate` writes
 BENCH="--seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0 --repeat 3"
-step() {  # step NAME TIMEOUT CMD...: skipped when the call's budget is spent
-  local name=$1 limit=$2; shift 2
-  local left=$(( BUDGET - ($(date +%s) - T0) ))
-  if (( left < 25 )); then echo "=== $name skipped (budget)" | tee -a $LOG; return; fi
-  (( limit > left )) && limit=$left
-  echo "=== $name: $*" >> $LOG
-  local t0=$(date +%s.%N)
-  timeout $limit "$@" >> $LOG 2>&1; local rc=$?
-  local wall=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
-  echo "=== $name rc=$rc wall=${wall}s" >> $LOG
-  echo "$name rc=$rc wall=${wall}s"
-}
-TIMEFORMAT="import torch+triton: %R s"; { nvidia-smi -L; time python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())'; } >> $LOG 2>&1
 for part in ${PARTS:-probe13 g13 int13 loss probe124 g124 warm13}; do case $part in
 probe13) step probe-1.3b 80 python3 $G/decode_probe.py 1.3b ;;
 g13) step g13-cold 140 python3 $W/gen.py --size 1.3b $BENCH --compile-cache /tmp/cc --profile ;;

@@ -9,25 +9,11 @@
 # old part names: --pdl opt-in then); run2 on: the defaults below.
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1
 TAG=${TAG:-run1}; LOG=$OUT/$TAG.log; T0=$(date +%s); BUDGET=${BUDGET:-560}
+source "$(dirname "$0")/steps.sh"; machine_line
 W=/tmp/w; mkdir -p $W && cp templates/generate.py $W/gen.py  # what `envtool init --template generate` writes
 P=.gpuwork/decode_probe.py
 BENCH="--seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0 --repeat ${REPEAT:-3}"
-step() {  # step NAME TIMEOUT CMD...: skipped when the call's budget is spent
-  local name=$1 limit=$2; shift 2
-  local left=$(( BUDGET - ($(date +%s) - T0) ))
-  if (( left < 25 )); then echo "=== $name skipped (budget)" | tee -a $LOG; return; fi
-  (( limit > left )) && limit=$left
-  echo "=== $name: $*" >> $LOG
-  local t0=$(date +%s.%N)
-  timeout $limit "$@" >> $LOG 2>&1; local rc=$?
-  local wall=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
-  echo "=== $name rc=$rc wall=${wall}s" >> $LOG
-  echo "$name rc=$rc wall=${wall}s"
-}
-TIMEFORMAT="import torch+triton: %R s"; { nvidia-smi -L; time python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())'; } >> $LOG 2>&1
 G="python3 $W/gen.py"
 for part in ${PARTS:-probe13 g13 warm13 g13nopdl int13 int13warm probe124 g124 g124nopdl}; do case $part in
 probe13) step probe-1.3b 80 python3 $P 1.3b ;;
