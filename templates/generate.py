@@ -582,7 +582,7 @@ class GPT(nn.Module):
             "l": torch.empty(a.n_head, nsplit, **f32),
             "count": torch.zeros(a.n_head, device=device, dtype=torch.int32),  # merge tickets
             # the head's argmax as one key (_gemv_kernel's ARGMAX); _advance_kernel resets it
-            "best": torch.full((1,), -(2**63), device=device, dtype=torch.int64),
+            "best": torch.full((1,), LOWEST_KEY, device=device, dtype=torch.int64),
         }
 
     def trunk(self, idx):
@@ -635,6 +635,8 @@ def materialize(model: nn.Module, device: torch.device) -> None:
         for name, p in m.named_parameters(recurse=False):
             empty = torch.empty(p.shape, device=device, dtype=p.dtype)
             m._parameters[name] = nn.Parameter(empty, requires_grad=p.requires_grad)
+        for name, b in m.named_buffers(recurse=False):
+            m._buffers[name] = torch.empty(b.shape, device=device, dtype=b.dtype)
 
 
 def random_state_dict(s: ModelShape, seed: int, device: torch.device, dtype) -> dict:
@@ -713,6 +715,9 @@ def peak_bandwidth(device: torch.device, override_tb: float | None) -> tuple[flo
         if key in name.upper():
             return bw, name
     return None, name  # unknown GPU: no fraction rather than a wrong one
+
+
+LOWEST_KEY = -(2**63)  # below every argmax key (_gemv_kernel's ARGMAX): "no maximum yet"
 
 
 # --- GPU DECODE KERNELS (Triton) ---
@@ -934,7 +939,7 @@ if triton is not None:
         e += tl.load(pe_ptr + pos * C + rc, mask=cm, other=0.0).to(tl.float32)
         tl.store(x_ptr + rc, e.to(x_ptr.dtype.element_ty), mask=cm)
 
-    LOWEST_KEY = tl.constexpr(-(2**63))  # below every key: "no maximum yet"
+    _LOWEST_KEY = tl.constexpr(LOWEST_KEY)  # a jit function reads constexpr globals only
 
     @triton.jit
     def _advance_kernel(best_ptr, tok_ptr, pos_ptr, out_ptr, PDL: tl.constexpr):
@@ -948,7 +953,7 @@ if triton is not None:
         tl.store(tok_ptr, tok)
         tl.store(out_ptr + pos + 1, tok)
         tl.store(pos_ptr, pos + 1)
-        tl.store(best_ptr, tl.full((), LOWEST_KEY, tl.int64))
+        tl.store(best_ptr, tl.full((), _LOWEST_KEY, tl.int64))
 
 
 ATTN_CHUNK = 64  # cache slots per attention program
@@ -1078,7 +1083,9 @@ class Engine:
             int8 = cfg.quant == "int8"  # first (8.8 ms to the first token at 1.3B, 3.5 bf16)
             prefill = "graph" if fast and self.graphs and not int8 else "compile"
         self.prefill_mode = "eager" if cfg.eager else prefill
-        if not cfg.eager and (prefill == "compile" or not fast):
+        compile_prefill = not cfg.eager and prefill == "compile"
+        compile_decode = not cfg.eager and not fast
+        if compile_prefill or compile_decode:
             cache = importlib.import_module("torch._dynamo.config")
             for name in ("recompile_limit", "cache_size_limit"):  # one graph per bucket
                 if hasattr(cache, name):
@@ -1090,11 +1097,11 @@ class Engine:
                 # but 2-3+ minutes of warm-up on a cold cache, and again for each new cache
                 # bucket a server meets mid-flight: opt-in, not the default.
                 importlib.import_module("torch._inductor.config").coordinate_descent_tuning = True
-        if not cfg.eager and prefill == "compile":
-            # Separate compiles: prefill is matrix-bound (one per prompt bucket), decode is
-            # bandwidth-bound (one per cache bucket S); static shapes so each can be captured.
+        # Separate compiles: prefill is matrix-bound (one per prompt bucket), decode is
+        # bandwidth-bound (one per cache bucket S); static shapes so each can be captured.
+        if compile_prefill:
             self.prefill_fn = torch.compile(prefill_step, dynamic=False, fullgraph=True)
-        if not cfg.eager and not fast:
+        if compile_decode:
             for b in model.blocks:
                 b.attn.reduce_linear = cfg.decode_linear == "reduce"
             self.decode_fn = torch.compile(decode_step, dynamic=False, fullgraph=True)

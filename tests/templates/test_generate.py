@@ -309,6 +309,17 @@ def triton_env() -> dict[str, str]:
     return {**child_env(), "TRITON_INTERPRET": "1"}
 
 
+def run_with_template(
+    tmp_path: Path, script: str, env: dict[str, str]
+) -> subprocess.CompletedProcess:
+    """Run a check script (its text) with the template's path as its argument."""
+    (tmp_path / "check.py").write_text(script)
+    return subprocess.run(
+        [sys.executable, "check.py", str(GENERATE)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
 NO_COMPILER = """
 import runpy, sys
 sys.argv = [sys.argv[1], "--size", "tiny", "--seq-len", "64", "--prompt-len", "8",
@@ -324,13 +335,9 @@ finally:
 def test_a_run_that_compiles_nothing_never_imports_the_compiler(tmp_path: Path) -> None:
     """torch._dynamo's import is seconds of a start (5 s on the H200 machine), sympy's 1-3 s:
     an eager run must pay neither (the model is built on the meta device, where an init of the
-    embeddings imports the first and Module.to_empty the second). On a GPU the Triton decode
-    with --prefill graph compiles nothing either."""
-    (tmp_path / "probe.py").write_text(NO_COMPILER)
-    proc = subprocess.run(
-        [sys.executable, "probe.py", str(GENERATE)],
-        cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    embeddings imports the first and Module.to_empty the second). The GPU default (Triton
+    decode, --prefill graph) builds the model the same way; it is not run here."""
+    proc = run_with_template(tmp_path, NO_COMPILER, child_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "COMPILER False", proc.stdout[-2000:]
 
@@ -344,11 +351,7 @@ def test_triton_decode_kernels_compute_what_the_torch_modules_do(tmp_path: Path)
     the last chunk's program (and that it writes only this step's slot, several steps over the
     same merge counters), the embedding lookup and the greedy argmax-and-advance kernel."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
-    (tmp_path / "check.py").write_text(TRITON_CHECK)
-    proc = subprocess.run(
-        [sys.executable, "check.py", str(GENERATE)],
-        cwd=tmp_path, env=triton_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = run_with_template(tmp_path, TRITON_CHECK, triton_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert float(proc.stdout.split()[-1]) < 1e-5  # fp32 on both sides
 
