@@ -740,8 +740,10 @@ except ImportError:  # an older Triton (or none): launched one after the other
 
 if triton is not None:
     _GEMV_CONFIGS = [
-        triton.Config({"BLOCK_N": n, "BLOCK_K": k, "MAGIC": m}, num_warps=w, num_stages=st)
-        for m in (False, True)
+        triton.Config(
+            {"BLOCK_N": n, "BLOCK_K": k, "MAGIC": m, "PACK": p}, num_warps=w, num_stages=st
+        )
+        for m, p in ((False, 1), (True, 1), (True, 4))
         for n, k, w, st in (  # small N tiles: the d_model-wide outputs still fill every SM
             (4, 512, 4, 3),
             (8, 256, 4, 3),
@@ -756,7 +758,7 @@ if triton is not None:
             (8, 2048, 8, 2),
             (16, 1024, 8, 2),
         )
-        if not m or k >= 1024  # MAGIC: int8 weights only, wide rows
+        if not m or k >= 1024  # MAGIC, PACK: int8 weights only, wide rows
     ]
     _tune = (
         {"cache_results": True} if "cache_results" in triton.autotune.__code__.co_varnames else {}
@@ -764,21 +766,55 @@ if triton is not None:
 
     def _int8_only_magic(configs, nargs, **kwargs):
         int8 = nargs["w_ptr"].dtype == torch.int8
-        return [c for c in configs if int8 or not c.kwargs["MAGIC"]]
+        packs = nargs["w4_ptr"].dtype == torch.int32  # an int32 view: K % 4 == 0
+        return [
+            c
+            for c in configs
+            if (int8 or not c.kwargs["MAGIC"]) and (packs or c.kwargs["PACK"] == 1)
+        ]
 
     @triton.jit
-    def _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr):
-        """acc + w * prologue(x)[rk] for one (BLOCK_N, BLOCK_K) tile of weights."""
+    def _gemv_load(w_ptr, rn, nmask, k0, K, BLOCK_K: tl.constexpr, PACK: tl.constexpr):
+        """One (BLOCK_N, BLOCK_K // PACK) tile of W from column k0 (PACK 4: int32 words)."""
+        rq = k0 // PACK + tl.arange(0, BLOCK_K // PACK)
+        return tl.load(
+            w_ptr + rn[:, None] * (K // PACK) + rq[None, :],
+            mask=nmask[:, None] & (rq < K // PACK)[None, :],
+            other=0,
+            eviction_policy="evict_first",  # read once: keep L2 for x and the cache
+        )
+
+    @triton.jit
+    def _gemv_x(x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr):
+        """prologue(x)[rk] in fp32."""
         kmask = rk < K
         xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
         if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
             g = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
             xk = ((xk.to(tl.float32) - mean) * rstd * g).to(x_ptr.dtype.element_ty)
+        return xk.to(tl.float32)
+
+    @triton.jit
+    def _gemv_tile(
+        acc, w, x_ptr, g_ptr, k0, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
+        BLOCK_K: tl.constexpr, PACK: tl.constexpr,
+    ):  # fmt: skip
+        """acc + w * prologue(x) for one tile of weights from column k0."""
+        if PACK == 4:  # int32 words of 4 int8: byte j is column 4 i + j
+            u = w ^ -2139062144  # 0x80808080: each signed byte b becomes the unsigned b + 128
+            for j in tl.static_range(4):
+                xk = _gemv_x(
+                    x_ptr, g_ptr, k0 + 4 * tl.arange(0, BLOCK_K // 4) + j, K, mean, rstd, LN
+                )
+                b = ((u >> (8 * j)) & 0xFF) | 0x4B000000  # the float 2**23 + b + 128
+                acc += (b.to(tl.float32, bitcast=True) - 8388736.0) * xk[None, :]
+            return acc
+        xk = _gemv_x(x_ptr, g_ptr, k0 + tl.arange(0, BLOCK_K), K, mean, rstd, LN)
         if MAGIC:
             wf = (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
         else:
             wf = w.to(tl.float32)
-        return acc + wf * xk.to(tl.float32)[None, :]
+        return acc + wf * xk[None, :]
 
     @triton.autotune(
         configs=_GEMV_CONFIGS,
@@ -788,29 +824,26 @@ if triton is not None:
     )
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
+        x_ptr, w_ptr, w4_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
         ARGMAX: tl.constexpr, PDL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        MAGIC: tl.constexpr,
+        MAGIC: tl.constexpr, PACK: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
         MAGIC: int8 -> fp32 by adding the bits of 1.5 * 2**23 (integer add + one subtraction)
         instead of the conversion instruction, which issues at a quarter of the FMA rate.
+        PACK 4: int8 W read as int32 words (w4_ptr, the same memory), each byte made a float
+        with a shift and one bitwise op (0x4B000000 | b).
         ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
         orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax."""
         if PDL:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
+        wp = w4_ptr if PACK == 4 else w_ptr
         # The first tile of weights is loaded before waiting for the kernel before this one:
         # weights never depend on it, so under PDL their reads overlap that kernel's tail.
-        rk0 = tl.arange(0, BLOCK_K)
-        w = tl.load(
-            w_ptr + rn[:, None] * K + rk0[None, :],
-            mask=nmask[:, None] & (rk0 < K)[None, :],
-            other=0.0,
-            eviction_policy="evict_first",  # read once: keep L2 for x and the cache
-        )
+        w = _gemv_load(wp, rn, nmask, 0, K, BLOCK_K, PACK)
         if PDL:
             gdc_wait()
         mean = 0.0
@@ -826,17 +859,12 @@ if triton is not None:
             mean = tl.sum(s1, 0) / K
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
         acc = _gemv_tile(
-            tl.zeros([BLOCK_N, BLOCK_K], tl.float32), w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC
-        )
+            tl.zeros([BLOCK_N, BLOCK_K // PACK], tl.float32), w, x_ptr, g_ptr, 0, K, mean, rstd,
+            LN, MAGIC, BLOCK_K, PACK,
+        )  # fmt: skip
         for k0 in range(BLOCK_K, K, BLOCK_K):
-            rk = k0 + tl.arange(0, BLOCK_K)
-            w = tl.load(
-                w_ptr + rn[:, None] * K + rk[None, :],
-                mask=nmask[:, None] & (rk < K)[None, :],
-                other=0.0,
-                eviction_policy="evict_first",
-            )
-            acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC)
+            w = _gemv_load(wp, rn, nmask, k0, K, BLOCK_K, PACK)
+            acc = _gemv_tile(acc, w, x_ptr, g_ptr, k0, K, mean, rstd, LN, MAGIC, BLOCK_K, PACK)
         y = tl.sum(acc, 1)
         if HAS_SCALE:
             y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
@@ -998,10 +1026,11 @@ def gemv(
     if x.device.type != "cuda":  # Triton's interpreter (tests): no autotuning there
         kernel, fixed = (
             _gemv_kernel.fn,
-            {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False},
+            {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PACK": 1, "PDL": False},
         )
+    w4 = w.view(torch.int32) if w.dtype == torch.int8 and K % 4 == 0 else w
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
-        x, w, scale if scale is not None else w, ln.weight if ln is not None else x,
+        x, w, w4, scale if scale is not None else w, ln.weight if ln is not None else x,
         res.reshape(N) if res is not None else y, y, best if best is not None else y, N, K,
         ln.eps if ln is not None else 0.0, HAS_SCALE=scale is not None, LN=ln is not None,
         GELU=gelu, RES=res is not None, ARGMAX=best is not None, **fixed,

@@ -263,9 +263,17 @@ for N, K, quant in ((96, 64, False), (100, 256, True)):
     err(g.gemv(x, layer, res=r), layer(x[None])[0] + r)
 lin = torch.nn.Linear(256, 40, bias=False); layer = g.Int8Linear(lin.weight)
 x, y = torch.randn(256), torch.full((40,), float("nan"))
-g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
-    LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
-err(y, layer(x[None])[0])
+for magic, pack in ((True, 1), (True, 4)):  # int8 -> fp32 by bits; PACK 4: int32 words
+    y.fill_(float("nan"))
+    g._gemv_kernel.fn[(5,)](x, layer.weight, layer.weight.view(torch.int32), layer.scale, x, y,
+        y, y, 40, 256, 0.0, HAS_SCALE=True, LN=False, GELU=False, RES=False, ARGMAX=False,
+        PDL=False, BLOCK_N=8, BLOCK_K=64, MAGIC=magic, PACK=pack)
+    err(y, layer(x[None])[0])
+ln = torch.nn.LayerNorm(256, bias=False); ln.weight.data.uniform_(0.5, 1.5)
+g._gemv_kernel.fn[(5,)](x, layer.weight, layer.weight.view(torch.int32), layer.scale,
+    ln.weight, y, y, y, 40, 256, 1e-5, HAS_SCALE=True, LN=True, GELU=False, RES=False,
+    ARGMAX=False, PDL=False, BLOCK_N=8, BLOCK_K=64, MAGIC=True, PACK=4)
+err(y, layer(ln(x)[None])[0])
 m = g.GPT(g.ModelShape(2, 2, 64, 256, 200)).eval(); m.setup_cache(torch.device("cpu"), torch.float32)
 a = m.blocks[0].attn
 a.k_cache.normal_(); a.v_cache.normal_()
