@@ -808,13 +808,14 @@ if triton is not None:
                 )
                 b = ((u >> (8 * j)) & 0xFF) | 0x4B000000  # the float 2**23 + b + 128
                 acc += (b.to(tl.float32, bitcast=True) - 8388736.0) * xk[None, :]
-            return acc
-        xk = _gemv_x(x_ptr, g_ptr, k0 + tl.arange(0, BLOCK_K), K, mean, rstd, LN)
-        if MAGIC:
-            wf = (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-        else:
-            wf = w.to(tl.float32)
-        return acc + wf * xk[None, :]
+        else:  # one branch, no early return: the compiler would go on past a return here
+            xk = _gemv_x(x_ptr, g_ptr, k0 + tl.arange(0, BLOCK_K), K, mean, rstd, LN)
+            if MAGIC:
+                wf = (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+            else:
+                wf = w.to(tl.float32)
+            acc += wf * xk[None, :]
+        return acc
 
     @triton.autotune(
         configs=_GEMV_CONFIGS,

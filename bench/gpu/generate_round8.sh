@@ -29,13 +29,17 @@ loss)
   cat $STD/*.py $STD/*/*.py > /tmp/corpus.txt 2>/dev/null
   head -c -400000 /tmp/corpus.txt > /tmp/train.txt; tail -c 400000 /tmp/corpus.txt > /tmp/heldout.txt
   ls -l /tmp/train.txt /tmp/heldout.txt >> $LOG
-  L="--size 124m --data /tmp/train.txt --vocab-size 256 --seq-len 1024 --batch-size 16 --max-steps 300 --warmup-steps 30 --log-every 50 --resume never --out-dir /tmp/lout"
-  step train-124m 90 python3 templates/lm.py $L
-  E="--ckpt /tmp/lout --eval-data /tmp/heldout.txt --eval-windows 128 --prompt def --max-new-tokens 300 --temperature 0 --repeat 1 --compile-cache /tmp/cl"
-  step eval-bf16-triton 50 $G $E
-  step eval-bf16-torch 60 $G $E --decode-kernels torch
-  step eval-int8-triton 60 $G $E --quant int8
-  step eval-int8-torch 60 $G $E --quant int8 --decode-kernels torch ;;
+  L="--size 124m --data /tmp/train.txt --vocab-size 256 --seq-len 1024 --batch-size 16 --max-steps ${STEPS:-300} --warmup-steps 30 --log-every 100 --resume never --out-dir /tmp/lout"
+  step train-124m 120 python3 templates/lm.py $L
+  # run2 on: a prompt of held-out text (run1's "def" gave 300 x "f" greedily: a weak check)
+  PR=$(head -c 256 /tmp/heldout.txt | tr -cd '[:print:]\n')
+  E="--ckpt /tmp/lout --eval-data /tmp/heldout.txt --eval-windows 128 --max-new-tokens 300 --repeat 1 --compile-cache /tmp/cl"
+  step eval-bf16-triton 50 $G $E --prompt "$PR" --temperature 0
+  step eval-bf16-torch 60 $G $E --prompt "$PR" --temperature 0 --decode-kernels torch
+  step eval-int8-triton 60 $G $E --prompt "$PR" --temperature 0 --quant int8
+  step eval-int8-torch 60 $G $E --prompt "$PR" --temperature 0 --quant int8 --decode-kernels torch
+  step sample-bf16-triton 50 $G $E --prompt "$PR" --temperature 0.8
+  step sample-bf16-torch 50 $G $E --prompt "$PR" --temperature 0.8 --decode-kernels torch ;;
 esac; done
 grep -E "^=== |^prefill|^decode|TTFT|^serv|compiled:|eager:|params|compile\+|^eval|Error|error|best config" $LOG | cut -c1-300 > $OUT/$TAG-summary.txt
 cat $OUT/$TAG-summary.txt
