@@ -40,6 +40,17 @@ loss)
   step eval-int8-torch 60 $G $E --prompt "$PR" --temperature 0 --quant int8 --decode-kernels torch
   step sample-bf16-triton 50 $G $E --prompt "$PR" --temperature 0.8
   step sample-bf16-torch 50 $G $E --prompt "$PR" --temperature 0.8 --decode-kernels torch ;;
+loss8)  # run3: int8 on the trained checkpoint, Triton vs torch decode (run2's timed out tuning)
+  L="--size 124m --data /tmp/train.txt --vocab-size 256 --seq-len 1024 --batch-size 16 --max-steps ${STEPS:-300} --warmup-steps 30 --log-every 100 --resume never --out-dir /tmp/lout"
+  STD=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
+  cat $STD/*.py $STD/*/*.py > /tmp/corpus.txt 2>/dev/null
+  head -c -400000 /tmp/corpus.txt > /tmp/train.txt; tail -c 400000 /tmp/corpus.txt > /tmp/heldout.txt
+  step train-124m 120 python3 templates/lm.py $L
+  PR=$(head -c 256 /tmp/heldout.txt | tr -cd '[:print:]\n')
+  E="--ckpt /tmp/lout --eval-data /tmp/heldout.txt --eval-windows 128 --max-new-tokens 300 --repeat 1 --compile-cache /tmp/cl --prompt"
+  step sample-int8-triton 90 $G $E "$PR" --temperature 0.8 --quant int8
+  step sample-int8-torch 60 $G $E "$PR" --temperature 0.8 --quant int8 --decode-kernels torch
+  step sample-bf16-triton 60 $G $E "$PR" --temperature 0.8 ;;
 esac; done
 grep -E "^=== |^prefill|^decode|TTFT|^serv|compiled:|eager:|params|compile\+|^eval|Error|error|best config" $LOG | cut -c1-300 > $OUT/$TAG-summary.txt
 cat $OUT/$TAG-summary.txt
