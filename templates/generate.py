@@ -36,11 +36,11 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
     --compile-cache DIR keeps Triton's (and Inductor's) kernels and tuning for a restart;
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
-Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 631 and
-2,040 tokens/s; docs/benchmarks-gpu.md, round 7):
-    --size 1.3b   1,026-1,043 tokens/s decode (1.63-1.65x the probe, 56-57% of 4.8 TB/s), 3.5 ms
-                  to the first token; --quant int8 1,182 (1.87x); ready 32-38 s after the
-                  process starts on a cold cache, 8-11 s on a warm --compile-cache
+Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 629-631
+and 2,040 tokens/s; docs/benchmarks-gpu.md, rounds 7 and 8):
+    --size 1.3b   1,026-1,046 tokens/s decode (1.63-1.66x the probe, 56-57% of 4.8 TB/s), 3.5 ms
+                  to the first token; --quant int8 1,182-1,217 (1.87-1.93x); ready 24-38 s
+                  after the process starts on a cold cache, 4.5-5 s on a warm --compile-cache
     --size 124m   4,213-4,331 tokens/s (2.06-2.12x), 0.9-1.2 ms to the first token
 Where the rest goes: the matrix-vector kernels read bf16 at ~3.4 TB/s and int8 at ~2 TB/s, and
 attention is ~8 us a layer whatever the length (latency, not bytes). On CPU it runs eager by
@@ -739,14 +739,10 @@ except ImportError:  # an older Triton (or none): launched one after the other
     gdc_launch_dependents = gdc_wait = None
 
 if triton is not None:
-
-    def _tile(n: int, k: int, warps: int, stages: int, magic=False, pack=1) -> "triton.Config":
-        kw = {"BLOCK_N": n, "BLOCK_K": k, "MAGIC": magic, "PACK": pack}
-        return triton.Config(kw, num_warps=warps, num_stages=stages)
-
-    _BF16_TILES = [  # small N tiles: the d_model-wide outputs still fill every SM
-        _tile(*t)
-        for t in (
+    _GEMV_CONFIGS = [
+        triton.Config({"BLOCK_N": n, "BLOCK_K": k, "MAGIC": m}, num_warps=w, num_stages=st)
+        for m in (False, True)
+        for n, k, w, st in (  # small N tiles: the d_model-wide outputs still fill every SM
             (4, 512, 4, 3),
             (8, 256, 4, 3),
             (8, 512, 4, 3),
@@ -756,103 +752,65 @@ if triton is not None:
             (8, 1024, 8, 2),
             (4, 1024, 4, 2),
             (2, 1024, 4, 3),
-            (4, 2048, 8, 2),
+            (4, 2048, 8, 2),  # int8 weights: 1-2 KB of a row per step
             (8, 2048, 8, 2),
             (16, 1024, 8, 2),
         )
+        if not m or k >= 1024  # MAGIC: int8 weights only, wide rows
     ]
-    # int8: the tiles the five 1.3B shapes got on an H200 autotuned over 24 (round 8 run2);
-    # how bytes become floats (MAGIC, PACK) did not make the step faster, and every tile
-    # tried costs cold start (int8 was ready in 93 s with 24 tiles).
-    _INT8_TILES = [
-        _tile(16, 1024, 8, 2, magic=True, pack=4),
-        _tile(2, 1024, 4, 3),
-        _tile(8, 512, 4, 3),
-        _tile(2, 1024, 4, 3, magic=True),
-        _tile(16, 256, 4, 3),
-    ]
-    _GEMV_CONFIGS = _BF16_TILES + _INT8_TILES
     _tune = (
         {"cache_results": True} if "cache_results" in triton.autotune.__code__.co_varnames else {}
     )
 
-    def _tiles_for(configs, nargs, **kwargs):
-        tiles = _INT8_TILES if nargs["w_ptr"].dtype == torch.int8 else _BF16_TILES
-        packs = nargs["w4_ptr"].dtype == torch.int32  # an int32 view: K % 4 == 0
-        return [c for c in tiles if packs or c.kwargs["PACK"] == 1]
+    def _int8_only_magic(configs, nargs, **kwargs):
+        int8 = nargs["w_ptr"].dtype == torch.int8
+        return [c for c in configs if int8 or not c.kwargs["MAGIC"]]
 
     @triton.jit
-    def _gemv_load(w_ptr, rn, nmask, k0, K, BLOCK_K: tl.constexpr, PACK: tl.constexpr):
-        """One (BLOCK_N, BLOCK_K // PACK) tile of W from column k0 (PACK 4: int32 words)."""
-        rq = k0 // PACK + tl.arange(0, BLOCK_K // PACK)
-        return tl.load(
-            w_ptr + rn[:, None] * (K // PACK) + rq[None, :],
-            mask=nmask[:, None] & (rq < K // PACK)[None, :],
-            other=0,
-            eviction_policy="evict_first",  # read once: keep L2 for x and the cache
-        )
-
-    @triton.jit
-    def _gemv_x(x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr):
-        """prologue(x)[rk] in fp32."""
+    def _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr):
+        """acc + w * prologue(x)[rk] for one (BLOCK_N, BLOCK_K) tile of weights."""
         kmask = rk < K
         xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
         if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
             g = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
             xk = ((xk.to(tl.float32) - mean) * rstd * g).to(x_ptr.dtype.element_ty)
-        return xk.to(tl.float32)
-
-    @triton.jit
-    def _gemv_tile(
-        acc, w, x_ptr, g_ptr, k0, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
-        BLOCK_K: tl.constexpr, PACK: tl.constexpr,
-    ):  # fmt: skip
-        """acc + w * prologue(x) for one tile of weights from column k0."""
-        if PACK == 4:  # int32 words of 4 int8: byte j is column 4 i + j
-            u = w ^ -2139062144  # 0x80808080: each signed byte b becomes the unsigned b + 128
-            for j in tl.static_range(4):
-                xk = _gemv_x(
-                    x_ptr, g_ptr, k0 + 4 * tl.arange(0, BLOCK_K // 4) + j, K, mean, rstd, LN
-                )
-                b = ((u >> (8 * j)) & 0xFF) | 0x4B000000  # the float 2**23 + b + 128
-                acc += (b.to(tl.float32, bitcast=True) - 8388736.0) * xk[None, :]
-        else:  # one branch, no early return: the compiler would go on past a return here
-            xk = _gemv_x(x_ptr, g_ptr, k0 + tl.arange(0, BLOCK_K), K, mean, rstd, LN)
-            if MAGIC:
-                wf = (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-            else:
-                wf = w.to(tl.float32)
-            acc += wf * xk[None, :]
-        return acc
+        if MAGIC:
+            wf = (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+        else:
+            wf = w.to(tl.float32)
+        return acc + wf * xk.to(tl.float32)[None, :]
 
     @triton.autotune(
         configs=_GEMV_CONFIGS,
         key=["N", "K"],
-        prune_configs_by={"early_config_prune": _tiles_for},
+        prune_configs_by={"early_config_prune": _int8_only_magic},
         **_tune,
     )
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, w4_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
+        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
         ARGMAX: tl.constexpr, PDL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        MAGIC: tl.constexpr, PACK: tl.constexpr,
+        MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
         MAGIC: int8 -> fp32 by adding the bits of 1.5 * 2**23 (integer add + one subtraction)
         instead of the conversion instruction, which issues at a quarter of the FMA rate.
-        PACK 4: int8 W read as int32 words (w4_ptr, the same memory), each byte made a float
-        with a shift and one bitwise op (0x4B000000 | b).
         ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
         orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax."""
         if PDL:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
-        wp = w4_ptr if PACK == 4 else w_ptr
         # The first tile of weights is loaded before waiting for the kernel before this one:
         # weights never depend on it, so under PDL their reads overlap that kernel's tail.
-        w = _gemv_load(wp, rn, nmask, 0, K, BLOCK_K, PACK)
+        rk0 = tl.arange(0, BLOCK_K)
+        w = tl.load(
+            w_ptr + rn[:, None] * K + rk0[None, :],
+            mask=nmask[:, None] & (rk0 < K)[None, :],
+            other=0.0,
+            eviction_policy="evict_first",  # read once: keep L2 for x and the cache
+        )
         if PDL:
             gdc_wait()
         mean = 0.0
@@ -868,12 +826,17 @@ if triton is not None:
             mean = tl.sum(s1, 0) / K
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
         acc = _gemv_tile(
-            tl.zeros([BLOCK_N, BLOCK_K // PACK], tl.float32), w, x_ptr, g_ptr, 0, K, mean, rstd,
-            LN, MAGIC, BLOCK_K, PACK,
-        )  # fmt: skip
+            tl.zeros([BLOCK_N, BLOCK_K], tl.float32), w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC
+        )
         for k0 in range(BLOCK_K, K, BLOCK_K):
-            w = _gemv_load(wp, rn, nmask, k0, K, BLOCK_K, PACK)
-            acc = _gemv_tile(acc, w, x_ptr, g_ptr, k0, K, mean, rstd, LN, MAGIC, BLOCK_K, PACK)
+            rk = k0 + tl.arange(0, BLOCK_K)
+            w = tl.load(
+                w_ptr + rn[:, None] * K + rk[None, :],
+                mask=nmask[:, None] & (rk < K)[None, :],
+                other=0.0,
+                eviction_policy="evict_first",
+            )
+            acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC)
         y = tl.sum(acc, 1)
         if HAS_SCALE:
             y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
@@ -1035,11 +998,10 @@ def gemv(
     if x.device.type != "cuda":  # Triton's interpreter (tests): no autotuning there
         kernel, fixed = (
             _gemv_kernel.fn,
-            {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PACK": 1, "PDL": False},
+            {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False},
         )
-    w4 = w.view(torch.int32) if w.dtype == torch.int8 and K % 4 == 0 else w
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
-        x, w, w4, scale if scale is not None else w, ln.weight if ln is not None else x,
+        x, w, scale if scale is not None else w, ln.weight if ln is not None else x,
         res.reshape(N) if res is not None else y, y, best if best is not None else y, N, K,
         ln.eps if ln is not None else 0.0, HAS_SCALE=scale is not None, LN=ln is not None,
         GELU=gelu, RES=res is not None, ARGMAX=best is not None, **fixed,

@@ -6,6 +6,8 @@
 # after the sympy fix; and on a trained checkpoint (124M, bytes, the standard library's
 # sources, 300 steps) the Triton decode's greedy tokens against the torch decode's, bf16 and
 # int8, with the held-out loss.
+# Which template commit each run measured (PACK 4 was dropped after run2, the 5-tile list after
+# run3): docs/evidence/gpu/round8/README.md.
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 TAG=${TAG:-run1}; LOG=$OUT/$TAG.log; T0=$(date +%s); BUDGET=${BUDGET:-560}
