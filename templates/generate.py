@@ -32,7 +32,8 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
   - bf16 weights on GPU; a static KV cache allocated once; the prompt pass (one per
     power-of-two prompt bucket; right-padded, which causal attention never sees) captured in a
     CUDA graph as torch's kernels (--prefill graph, the default with the Triton decode: nothing
-    is compiled through torch) or torch.compiled (--prefill compile, the default for int8);
+    is compiled through torch) or torch.compiled (--prefill compile, the default for int8;
+    under --prefill graph its products are one Triton kernel that widens W tile by tile);
     --compile-cache DIR keeps Triton's (and Inductor's) kernels and tuning for a restart;
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
@@ -465,6 +466,8 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale)
 
     def forward(self, x):
+        if int8_mm_usable(x):  # the prompt pass outside torch.compile (--prefill graph, eager)
+            return int8_matmul(x, self.weight, self.scale)
         return (F.linear(x, self.weight.to(x.dtype)).float() * self.scale).to(x.dtype)
 
 
@@ -955,6 +958,44 @@ if triton is not None:
         tl.store(pos_ptr, pos + 1)
         tl.store(best_ptr, tl.full((), _LOWEST_KEY, tl.int64))
 
+    @triton.jit
+    def _int8_mm_kernel(
+        a_ptr, w_ptr, s_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ):  # fmt: skip
+        """C (M, N) = (A (M, K) @ W (N, K).T) * scale[n] with W int8, widened to A's dtype a
+        tile at a time in registers: a prompt pass never writes a bf16 copy of the matrix."""
+        pid = tl.program_id(0)
+        grid_m = tl.cdiv(M, BLOCK_M)
+        width = GROUP_M * tl.cdiv(N, BLOCK_N)
+        # GROUP_M row blocks in a row take the same columns of W, while they are in L2
+        first_m = (pid // width) * GROUP_M
+        size_m = tl.minimum(grid_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % width) % size_m
+        pid_n = (pid % width) // size_m
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            rk = k0 + tl.arange(0, BLOCK_K)
+            a = tl.load(
+                a_ptr + rm[:, None] * K + rk[None, :],
+                mask=(rm < M)[:, None] & (rk < K)[None, :],
+                other=0.0,
+            )
+            w = tl.load(
+                w_ptr + rn[None, :] * K + rk[:, None],
+                mask=(rn < N)[None, :] & (rk < K)[:, None],
+                other=0,
+            )
+            acc = tl.dot(a, w.to(a.dtype), acc)
+        acc *= tl.load(s_ptr + rn, mask=rn < N, other=0.0)[None, :]
+        tl.store(
+            c_ptr + rm[:, None] * N + rn[None, :],
+            acc.to(c_ptr.dtype.element_ty),
+            mask=(rm < M)[:, None] & (rn < N)[None, :],
+        )
+
 
 ATTN_CHUNK = 64  # cache slots per attention program
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
@@ -1007,6 +1048,31 @@ def gemv(
         GELU=gelu, RES=res is not None, ARGMAX=best is not None, **fixed,
     )  # fmt: skip
     return y
+
+
+def int8_mm_usable(x: torch.Tensor) -> bool:
+    """Int8Linear's Triton product applies: a GPU, 16-bit activations (fp32 would go through
+    tf32 on the tensor cores), and not inside torch.compile (Inductor fuses the widening)."""
+    return (
+        triton is not None
+        and x.is_cuda
+        and x.dtype in (torch.bfloat16, torch.float16)
+        and not torch.compiler.is_compiling()
+    )
+
+
+def int8_matmul(x, weight, scale):
+    """x (..., K) @ weight.T * scale -> (..., N) in x's dtype; weight int8 (N, K), scale (N,)."""
+    N, K = weight.shape
+    a = x.reshape(-1, K).contiguous()
+    M = a.shape[0]
+    c = torch.empty(M, N, device=x.device, dtype=x.dtype)
+    bm = 16 if M <= 16 else 64 if M <= 64 else 128  # tensor cores need 16 rows
+    launch = {"num_warps": 8 if bm == 128 else 4, "num_stages": 3} if x.is_cuda else {}
+    _int8_mm_kernel[(triton.cdiv(M, bm) * triton.cdiv(N, 128),)](
+        a, weight, scale, c, M, N, K, BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, **launch
+    )
+    return c.reshape(*x.shape[:-1], N)
 
 
 def decode_attention(qkv, attn: nn.Module, pos, work: dict):
@@ -1079,8 +1145,10 @@ class Engine:
         prefill = cfg.prefill
         if prefill == "graph" and not self.graphs:
             raise ValueError("--prefill graph captures a CUDA graph: it needs a GPU, no --eager")
-        if prefill == "auto":  # int8: torch's prompt pass would widen every matrix to bf16
-            int8 = cfg.quant == "int8"  # first (8.8 ms to the first token at 1.3B, 3.5 bf16)
+        if prefill == "auto":  # int8: compiled, as measured (4.5 ms to the first token at
+            # 1.3B; the graph widened every matrix to bf16 first: 8.8 ms). The graph now runs
+            # int8 products in _int8_mm_kernel, not yet measured on a GPU: opt-in until it is.
+            int8 = cfg.quant == "int8"
             prefill = "graph" if fast and self.graphs and not int8 else "compile"
         self.prefill_mode = "eager" if cfg.eager else prefill
         compile_prefill = not cfg.eager and prefill == "compile"

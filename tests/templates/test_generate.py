@@ -266,6 +266,10 @@ x, y = torch.randn(256), torch.full((40,), float("nan"))
 g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
     LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
 err(y, layer(x[None])[0])
+for M, N, K in ((1, 100, 256), (37, 130, 200), (70, 300, 64), (129, 40, 96)):  # int8 prompt
+    layer = g.Int8Linear(torch.nn.Linear(K, N, bias=False).weight)  # products; edges of tiles
+    x = torch.randn(M, K)
+    err(g.int8_matmul(x[None], layer.weight, layer.scale)[0], layer(x))
 m = g.GPT(g.ModelShape(2, 2, 64, 256, 200)).eval(); m.setup_cache(torch.device("cpu"), torch.float32)
 a = m.blocks[0].attn
 a.k_cache.normal_(); a.v_cache.normal_()
@@ -397,6 +401,12 @@ for pdl in (False, True):
     build(g._advance_kernel, {"best_ptr": "*i64", "tok_ptr": "*i64", "pos_ptr": "*i64",
           "out_ptr": "*i64"}, dict(PDL=pdl))
     n += 3
+for bm in (16, 64, 128):  # int8_matmul's tiles
+    build(g._int8_mm_kernel, {"a_ptr": "*bf16", "w_ptr": "*i8", "s_ptr": "*fp32",
+          "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32"},
+          dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_M=8), num_warps=8 if bm == 128 else 4,
+          num_stages=3)
+    n += 1
 print("compiled", n)
 """
 
@@ -410,7 +420,7 @@ def test_triton_decode_kernels_compile_for_hopper(tmp_path: Path) -> None:
     env = {**child_env(), "TRITON_CACHE_DIR": str(tmp_path / "triton-cache")}
     proc = run_with_template(tmp_path, COMPILE_CHECK, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split()[-1] == str(12 + 18 + 6), proc.stdout
+    assert proc.stdout.split()[-1] == str(12 + 18 + 6 + 3), proc.stdout
 
 
 @pytest.mark.slow
