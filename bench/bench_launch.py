@@ -39,17 +39,19 @@ def commands(nproc: int, ready: Path, out: Path, runs: Path) -> dict[str, list[s
     }  # fmt: skip
 
 
-def sample(argv: list[str], ready: Path, nproc: int, env: dict[str, str]) -> float:
+def sample(argv: list[str], ready: Path, nproc: int, env: dict[str, str]) -> tuple[float, float]:
+    """(until every rank ran step 1, until the command exited), seconds from its start."""
     for f in ready.glob("rank-*"):
         f.unlink()
     t0 = time.time()
     proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ended = time.time() - t0
     if proc.returncode != 0:
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(argv)}")
     stamps = [float(f.read_text()) for f in ready.glob("rank-*")]
     if len(stamps) != nproc:
         raise SystemExit(f"expected {nproc} rank stamps, got {len(stamps)}")
-    return max(stamps) - t0
+    return max(stamps) - t0, ended
 
 
 def startup(argv: list[str], env: dict[str, str], reps: int) -> float:
@@ -76,9 +78,12 @@ def main() -> None:
         for argv in cmds.values():  # warm the page cache for both
             sample(argv, ready, a.nproc, env)
         samples: dict[str, list[float]] = {name: [] for name in cmds}
+        whole: dict[str, list[float]] = {name: [] for name in cmds}  # start to exit
         for _ in range(a.reps):
             for name, argv in cmds.items():
-                samples[name].append(sample(argv, ready, a.nproc, env))
+                first_step, ended = sample(argv, ready, a.nproc, env)
+                samples[name].append(first_step)
+                whole[name].append(ended)
         # envtool's own cost before torchrun starts: the same launch with --dry-run, minus a
         # bare interpreter start (deterministic enough to read through machine-load noise)
         dry = [*cmds["envtool"][:-4], "--dry-run"]  # drop "-- OUT --ready-dir DIR"
@@ -91,6 +96,9 @@ def main() -> None:
     paired = statistics.median(
         e - t for e, t in zip(samples["envtool"], samples["torchrun"], strict=True)
     )
+    paired_whole = statistics.median(
+        e - t for e, t in zip(whole["envtool"], whole["torchrun"], strict=True)
+    )
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
@@ -100,6 +108,9 @@ def main() -> None:
         "reps": a.reps,
         "samples_s": samples,
         "median_s": med,
+        "whole_run_s": whole,
+        "whole_run_median_s": {name: statistics.median(v) for name, v in whole.items()},
+        "whole_run_paired_delta_median_s": paired_whole,
         "delta_s": delta,
         "paired_delta_median_s": paired,
         "envtool_pre_launch_s": pre_launch,
@@ -109,6 +120,11 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, v in samples.items():
         print(f"| {name} | {med[name]:.3f} | {min(v):.3f} | {max(v):.3f} |")
+    print("\n| whole run, start to exit | median s | min s | max s |")
+    print("|---|---|---|---|")
+    for name, v in whole.items():
+        print(f"| {name} | {statistics.median(v):.3f} | {min(v):.3f} | {max(v):.3f} |")
+    print(f"median of paired deltas, start to exit: {paired_whole:+.3f} s")
     print(f"\ndelta of medians (envtool - torchrun): {delta:+.3f} s  (target <= +0.5 s)")
     print(f"median of paired deltas: {paired:+.3f} s")
     print(f"envtool's own work before torchrun starts (dry-run - bare python): {pre_launch:.3f} s")

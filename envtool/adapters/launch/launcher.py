@@ -245,7 +245,7 @@ def apply_launch(
 # its log-tail threads for ever. Signals envtool sends the process group (Ctrl-C forwarded,
 # --hang-timeout) reach torchrun directly; the shim ignores them and only passes on the end.
 _SUPERVISOR_SHIM = r"""
-import ctypes, os, signal, sys, time
+import ctypes, os, select, signal, sys, time
 parent, grace, argv = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
 needle = ("MARKER=" + os.environ.get("MARKER", "")).encode()
 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -256,6 +256,10 @@ if child == 0:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
     os.execvp(argv[0], argv)
+try:  # readable when torchrun ends: the shim exits then, not at its next 0.2 s look
+    ended = os.pidfd_open(child)
+except (AttributeError, OSError):  # Linux < 5.3
+    ended = None
 deadline = None
 while True:
     pid, status = os.waitpid(child, os.WNOHANG)
@@ -266,7 +270,10 @@ while True:
         deadline = time.monotonic() + grace
     elif deadline is not None and time.monotonic() > deadline:
         os.kill(child, signal.SIGKILL)
-    time.sleep(0.2)
+    if ended is None:
+        time.sleep(0.2)
+    else:
+        select.select([ended], [], [], 0.2)
 if os.getppid() != parent and needle.split(b"=")[1]:
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
