@@ -1,0 +1,142 @@
+"""What one of generate's matrix-vector products costs on a GPU, fixed part and bytes part.
+
+For each product a 1.3B decode step makes (qkv, proj, fc, fc_proj, the head), bf16 and int8, it
+multiplies LAYERS distinct matrices one after another (more bytes than L2 holds, as the 24
+layers do) inside one CUDA graph, with and without programmatic dependent launch, and prints the
+microseconds per product. A least-squares line t = t0 + bytes / BW over every row then splits a
+product into a fixed cost (launch, ramp, the prologue, the last wave) and its bytes: round 8
+estimated t0 ~4 us from two profile averages, which is what keeps int8 at 1.93x the probe
+instead of 2.5x (docs/benchmarks-gpu.md). The products are templates/generate.py's own `gemv`
+(LayerNorm / GELU / residual / argmax fused as in the decode step).
+
+    python bench/gpu/gemv_cost.py              # from the repo root, on a CUDA machine
+    TRITON_INTERPRET=1 python bench/gpu/gemv_cost.py --smoke   # CPU: runs each product once
+"""
+
+import argparse
+import importlib.util
+import statistics
+import sys
+
+import torch
+
+SHAPES = {  # name: (N, K, fused work), the 1.3B model's (d 2048)
+    "qkv": (3 * 2048, 2048, "ln"),
+    "proj": (2048, 2048, "res"),
+    "fc": (4 * 2048, 2048, "ln+gelu"),
+    "fc_proj": (2048, 4 * 2048, "res"),
+    "head": (50304, 2048, "ln+argmax"),
+}
+
+
+def load_template():
+    sys.argv = ["gen"]
+    spec = importlib.util.spec_from_file_location("gen", "templates/generate.py")
+    g = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(g)
+    return g
+
+
+def graph_seconds(step, reps: int) -> float:
+    """Median seconds of one replay of a CUDA graph of step() (warmed up: autotuned first)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def fit(rows: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares t = t0 + bytes * s over (bytes, seconds) -> (t0 seconds, bytes/s)."""
+    n = len(rows)
+    mx = sum(b for b, _ in rows) / n
+    my = sum(t for _, t in rows) / n
+    s = sum((b - mx) * (t - my) for b, t in rows) / sum((b - mx) ** 2 for b, _ in rows)
+    return my - s * mx, 1 / s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--layers", type=int, default=24, help="distinct matrices per shape")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, no timing")
+    a = ap.parse_args()
+    g = load_template()
+    dev = torch.device("cpu" if a.smoke else "cuda")
+    dt = torch.float32 if a.smoke else torch.bfloat16
+    shapes = {k: (n // 64, kk // 64, e) for k, (n, kk, e) in SHAPES.items()} if a.smoke else SHAPES
+    layers = 2 if a.smoke else a.layers
+    pdl_modes = (False, True) if not a.smoke and g.pdl_usable(dev) else (False,)
+    torch.manual_seed(0)
+    print("| product | weights | N x K | MB each | us, no PDL | us, PDL | TB/s, no PDL |")
+    print("|---|---|---|---|---|---|---|")
+    rows: dict[bool, list[tuple[float, float]]] = {p: [] for p in pdl_modes}
+    for quant in ("bf16", "int8"):
+        for name, (N, K, work) in shapes.items():
+            n_mats = max(2, layers // 3) if name == "head" else layers  # 206 MB each in bf16
+            mats = []
+            for _ in range(n_mats):
+                lin = torch.nn.Linear(K, N, bias=False, device=dev, dtype=dt)
+                torch.nn.init.normal_(lin.weight, std=0.02)
+                mats.append(g.Int8Linear(lin.weight) if quant == "int8" else lin)
+            ln = torch.nn.LayerNorm(K, bias=False, device=dev, dtype=dt)
+            x = torch.randn(K, device=dev, dtype=dt)
+            res = torch.randn(N, device=dev, dtype=dt) if "res" in work else None
+            best = torch.full((1,), g.LOWEST_KEY, device=dev, dtype=torch.int64)
+            kw = {
+                "ln": ln if "ln" in work else None,
+                "gelu": "gelu" in work,
+                "res": res,
+                "out_dtype": torch.float32 if "argmax" in work else None,
+                "best": best if "argmax" in work else None,
+            }
+
+            def step(mats=mats, kw=kw, x=x) -> None:
+                for m in mats:
+                    g.gemv(x, m, **kw)
+
+            nbytes = mats[0].weight.numel() * mats[0].weight.element_size()
+            us = {}
+            for pdl in pdl_modes:
+                g.PDL["on"] = pdl
+                if a.smoke:
+                    step()
+                    us[pdl] = float("nan")
+                    continue
+                t = graph_seconds(step, a.reps) / n_mats
+                us[pdl] = t * 1e6
+                rows[pdl].append((nbytes, t))
+            pdl_us = f"{us[True]:.2f}" if True in us else "-"
+            rate = nbytes / us[False] / 1e6 if us[False] == us[False] else float("nan")
+            print(
+                f"| {name} ({work}) | {quant} | {N} x {K} | {nbytes / 1e6:.1f} | "
+                f"{us[False]:.2f} | {pdl_us} | {rate:.2f} |",
+                flush=True,
+            )
+            del mats
+    if a.smoke:
+        return
+    for pdl, pts in rows.items():
+        t0, bw = fit(pts)
+        print(
+            f"fit, {'PDL' if pdl else 'no PDL'}: t = {t0 * 1e6:.2f} us + bytes / {bw / 1e12:.2f} TB/s"
+        )
+
+
+if __name__ == "__main__":
+    main()

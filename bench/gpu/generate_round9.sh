@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 25 round 9 (prepared 2026-12-02, not yet run), one nvidia-h200 call: what round 8 left
+# to measure. gemv_cost: the fixed and the bytes part of one matrix-vector product (the
+# question behind int8's 1.93x); int8 with --prefill graph (the prompt pass's int8 products in
+# _int8_mm_kernel, built after round 8's device time was spent) against --prefill compile:
+# TTFT, cold start and the restart; the probe beside them as before.
+# TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
+set -u
+TAG=${TAG:-run1}; LOG=$OUT/$TAG.log; T0=$(date +%s); BUDGET=${BUDGET:-560}
+source "$(dirname "$0")/steps.sh"; machine_line
+W=/tmp/w; mkdir -p $W && cp templates/generate.py $W/gen.py  # what `envtool init --template generate` writes
+P=.gpuwork/decode_probe.py
+BENCH="--seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0 --repeat ${REPEAT:-3}"
+G="python3 $W/gen.py"
+for part in ${PARTS:-probe13 cost int13graph int13 g13}; do case $part in
+probe13) step probe-1.3b 80 python3 $P 1.3b ;;
+cost) step gemv-cost 150 python3 bench/gpu/gemv_cost.py ;;
+int13graph) step g13-int8-graph 100 $G --size 1.3b $BENCH --compile-cache /tmp/cg --quant int8 --prefill graph
+            step g13-int8-graph-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/cg --quant int8 --prefill graph ;;
+int13) step g13-int8 120 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8
+       step g13-int8-warm 50 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8 ;;
+g13) step g13-cold 90 $G --size 1.3b $BENCH --compile-cache /tmp/cc
+     step g13-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/cc ;;
+esac; done
+grep -E "^=== |^\| |^fit|^prefill|^decode|TTFT|compiled:|eager:|params|Error|error" $LOG | cut -c1-300 > $OUT/$TAG-summary.txt
+cat $OUT/$TAG-summary.txt
