@@ -327,6 +327,26 @@ def test_twelve_silent_connections_do_not_hold_the_honest_node_out() -> None:
 
 
 @pytest.mark.integration
+def test_a_flood_of_silent_connections_past_the_cap_does_not_hold_the_honest_node_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: at MAX_PENDING connections being checked, a newcomer was closed at once, so
+    MAX_PENDING silent ones held every node out for HANDSHAKE_SECONDS (10 s), past this
+    head's 6 s wait. Now a newcomer closes the oldest one still being checked."""
+    monkeypatch.setattr(S, "MAX_PENDING", 8)
+    head = Head(_free_port(), timeout=6)
+    silent = [connect(head.port) for _ in range(12)]
+    try:
+        assert honest_node(head.port) == []
+        head.join()
+        assert head.errors == []
+        assert any("closed for a newer one: 8 were being checked" in x for x in head.log)
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+@pytest.mark.integration
 def test_an_unauthenticated_peer_learns_no_version() -> None:
     """What a client without the token can get from the head: a nonce and a MAC, no torch,
     CUDA, NCCL or lock; the head's time-out then names what it dropped."""

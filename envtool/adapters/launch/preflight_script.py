@@ -42,7 +42,7 @@ TOKEN_VAR = "ENVTOOL_PREFLIGHT_TOKEN"  # core.slurm.PREFLIGHT_TOKEN_VAR: the sam
 MIN_TOKEN = 16  # characters: a shorter one is guessable
 MAX_LINE = 64 * 1024  # a fingerprint is ~200 bytes
 HANDSHAKE_SECONDS = 10.0  # per connection: an honest node answers in milliseconds
-MAX_PENDING = 128  # connections being authenticated at once; more are closed at once
+MAX_PENDING = 128  # connections being authenticated at once; a newer one closes the oldest
 MAX_LOGGED = 10  # dropped connections named one by one; the rest counted
 MAX_FIELD = 80  # a fingerprint value shown in a message
 RETRY_SECONDS = 0.5
@@ -230,22 +230,34 @@ class _Head:
         self.lock = threading.Lock()
         self.all_joined = threading.Event()
         self.nodes = {}  # node id -> {label, conn, fp, rank, nn, nh}
-        self.pending = {}  # connection -> its thread
+        self.pending = {}  # connection -> its thread, oldest first
+        self.evicted = set()  # pending connections closed to make room, their threads ending
         self.closed = False
         self.dropped = 0
 
     def accept(self, conn, addr):
+        """Check `conn` in its own thread. At MAX_PENDING the oldest connection still being
+        checked is closed to make room: an honest node authenticates in milliseconds, so a
+        flood of silent connections (each allowed HANDSHAKE_SECONDS) cannot hold it out, as
+        closing the newcomer did."""
+        evict = None
         with self.lock:
-            if len(self.pending) >= MAX_PENDING:
+            if len(self.pending) >= 2 * MAX_PENDING:  # evicted threads not yet gone: a bound
                 busy = True
             else:
                 busy = False
+                live = [c for c in self.pending if c not in self.evicted]
+                if len(live) >= MAX_PENDING:
+                    evict = live[0]
+                    self.evicted.add(evict)
                 thread = threading.Thread(target=self.handle, args=(conn, addr), daemon=True)
                 self.pending[conn] = thread
         if busy:
             conn.close()
             self.drop(addr, "too many connections at once")
             return
+        if evict is not None:
+            _close(evict)  # its thread wakes, fails its read and drops it
         thread.start()
 
     def drop(self, addr, why):
@@ -264,14 +276,19 @@ class _Head:
             with self.lock:
                 self.pending.pop(conn, None)
                 late = self.closed
+                evicted = conn in self.evicted
+                self.evicted.discard(conn)
             _close(conn)
+            why = f"closed for a newer one: {MAX_PENDING} were being checked" if evicted else exc
             if not late:
-                self.drop(addr, str(exc))
+                self.drop(addr, str(why))
             return
         with self.lock:
             self.pending.pop(conn, None)
-            if self.closed:  # the wait ended while this node checked in: it gets no verdict
-                _close(conn)
+            evicted = conn in self.evicted
+            self.evicted.discard(conn)
+            if self.closed or evicted:  # the wait ended (or room was made) as it checked in:
+                _close(conn)  # no verdict; an evicted node connects again
                 return
             old = self.nodes.pop(node["id"], None)
             if old is not None:  # the same node again (it reconnected): keep the new one
