@@ -332,10 +332,13 @@ def test_a_flood_of_silent_connections_past_the_cap_does_not_hold_the_honest_nod
 ) -> None:
     """Before: at MAX_PENDING connections being checked, a newcomer was closed at once, so
     MAX_PENDING silent ones held every node out for HANDSHAKE_SECONDS (10 s), past this
-    head's 6 s wait. Now a newcomer closes the oldest one still being checked."""
+    head's 6 s wait. Now a newcomer closes the oldest one still being checked — also one
+    that opened the handshake (no token needed for that) and then went quiet."""
     monkeypatch.setattr(S, "MAX_PENDING", 8)
     head = Head(_free_port(), timeout=6)
     silent = [connect(head.port) for _ in range(12)]
+    for sock in silent[::2]:
+        send(sock, {"magic": S.MAGIC, "nonce": os.urandom(16).hex()})
     try:
         assert honest_node(head.port) == []
         head.join()
