@@ -15,7 +15,6 @@ from envtool.core.safe_load import _OFF_PATH, _read_events, parse_yaml
 from envtool.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO.parent / "shared" / "fixtures"
 
 
 def _nested(depth: int, kind: str) -> str:
@@ -110,13 +109,15 @@ def test_every_refusal_in_the_corpus_still_refuses() -> None:
             parse_yaml(TEXTS[case], "f.yml")
 
 
-def _real_files() -> list[Path]:
-    found = [*FIXTURES.rglob("*.yml"), *FIXTURES.rglob("*.yaml"), *REPO.glob("tests/**/*.yml")]
+def _real_files(fixtures: Path) -> list[Path]:
+    found = [*fixtures.rglob("*.yml"), *fixtures.rglob("*.yaml"), *REPO.glob("tests/**/*.yml")]
     return sorted(p for p in found if p.is_file())
 
 
-def test_every_real_yaml_file_reads_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
-    files = _real_files()
+def test_every_real_yaml_file_reads_the_same(
+    fixtures: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = _real_files(fixtures)
     assert len(files) > 20
     decided = 0
     for path in files:
@@ -127,9 +128,9 @@ def test_every_real_yaml_file_reads_the_same(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_a_real_lock_is_read_by_the_event_reader_with_the_same_types(
-    monkeypatch: pytest.MonkeyPatch,
+    fixtures: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = next(p for p in _real_files() if p.name.endswith("conda-lock.yml"))
+    path = next(p for p in _real_files(fixtures) if p.name.endswith("conda-lock.yml"))
     fast = _read_events(path.read_bytes())
     assert fast is not _OFF_PATH
     monkeypatch.setattr(safe_load, "_read_events", lambda _data: _OFF_PATH)
