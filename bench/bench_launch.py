@@ -125,6 +125,9 @@ def main() -> None:
     for name, v in whole.items():
         print(f"| {name} | {statistics.median(v):.3f} | {min(v):.3f} | {max(v):.3f} |")
     print(f"median of paired deltas, start to exit: {paired_whole:+.3f} s")
+    for name in cmds:  # from the last rank's first step to the exit, sample by sample
+        tail = [w - f for w, f in zip(whole[name], samples[name], strict=True)]
+        print(f"first step to exit, {name}: median {statistics.median(tail):.3f} s")
     print(f"\ndelta of medians (envtool - torchrun): {delta:+.3f} s  (target <= +0.5 s)")
     print(f"median of paired deltas: {paired:+.3f} s")
     print(f"envtool's own work before torchrun starts (dry-run - bare python): {pre_launch:.3f} s")

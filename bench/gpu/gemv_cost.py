@@ -3,10 +3,10 @@
 For each product a 1.3B decode step makes (qkv, proj, fc, fc_proj, the head), bf16 and int8, it
 multiplies LAYERS distinct matrices one after another (more bytes than L2 holds, as the 24
 layers do) inside one CUDA graph, with and without programmatic dependent launch, and prints the
-microseconds per product. A least-squares line t = t0 + bytes / BW over every row then splits a
-product into a fixed cost (launch, ramp, the prologue, the last wave) and its bytes: round 8
-estimated t0 ~4 us from two profile averages, which is what keeps int8 at 1.93x the probe
-instead of 2.5x (docs/benchmarks-gpu.md). The products are templates/generate.py's own `gemv`
+microseconds per product. A least-squares line t = t0 + bytes / BW per weight type (over the
+four block products) then splits a product into a fixed cost (launch, ramp, the prologue, the
+last wave) and its bytes: round 8 estimated t0 ~4 us from two averages, which would be what
+keeps int8 at 1.93x the probe instead of 2.5x (docs/benchmarks-gpu.md). The products are templates/generate.py's own `gemv`
 (LayerNorm / GELU / residual / argmax fused as in the decode step).
 
     python bench/gpu/gemv_cost.py              # from the repo root, on a CUDA machine
@@ -85,7 +85,7 @@ def main() -> None:
     torch.manual_seed(0)
     print("| product | weights | N x K | MB each | us, no PDL | us, PDL | TB/s, no PDL |")
     print("|---|---|---|---|---|---|---|")
-    rows: dict[bool, list[tuple[float, float]]] = {p: [] for p in pdl_modes}
+    rows: dict[tuple, list[tuple[float, float]]] = {}  # (weights, PDL) -> (bytes, s)
     for quant in ("bf16", "int8"):
         for name, (N, K, work) in shapes.items():
             n_mats = max(2, layers // 3) if name == "head" else layers  # 206 MB each in bf16
@@ -97,6 +97,8 @@ def main() -> None:
             ln = torch.nn.LayerNorm(K, bias=False, device=dev, dtype=dt)
             x = torch.randn(K, device=dev, dtype=dt)
             res = torch.randn(N, device=dev, dtype=dt) if "res" in work else None
+            # never reset between products (the decode step's end does): with the same x every
+            # time, every program then skips its atomic, where a step does a handful
             best = torch.full((1,), g.LOWEST_KEY, device=dev, dtype=torch.int64)
             kw = {
                 "ln": ln if "ln" in work else None,
@@ -120,7 +122,8 @@ def main() -> None:
                     continue
                 t = graph_seconds(step, a.reps) / n_mats
                 us[pdl] = t * 1e6
-                rows[pdl].append((nbytes, t))
+                if name != "head":  # the fit: the block products (the head also argmaxes)
+                    rows.setdefault((quant, pdl), []).append((nbytes, t))
             pdl_us = f"{us[True]:.2f}" if True in us else "-"
             rate = nbytes / us[False] / 1e6 if us[False] == us[False] else float("nan")
             print(
@@ -131,11 +134,10 @@ def main() -> None:
             del mats
     if a.smoke:
         return
-    for pdl, pts in rows.items():
+    for (quant, pdl), pts in rows.items():  # one line per weight type: is t0 the same?
         t0, bw = fit(pts)
-        print(
-            f"fit, {'PDL' if pdl else 'no PDL'}: t = {t0 * 1e6:.2f} us + bytes / {bw / 1e12:.2f} TB/s"
-        )
+        how = "PDL" if pdl else "no PDL"
+        print(f"fit, {quant}, {how}: t = {t0 * 1e6:.2f} us + bytes / {bw / 1e12:.2f} TB/s")
 
 
 if __name__ == "__main__":

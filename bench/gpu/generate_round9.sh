@@ -4,6 +4,7 @@
 # question behind int8's 1.93x); int8 with --prefill graph (the prompt pass's int8 products in
 # _int8_mm_kernel, built after round 8's device time was spent) against --prefill compile:
 # TTFT, cold start and the restart; the probe beside them as before.
+# Run with carry [".gpuwork"] (the probe, copied there from ../shared/baselines; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 TAG=${TAG:-run1}; LOG=$OUT/$TAG.log; T0=$(date +%s); BUDGET=${BUDGET:-560}
@@ -13,7 +14,7 @@ P=.gpuwork/decode_probe.py
 BENCH="--seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0 --repeat ${REPEAT:-3}"
 G="python3 $W/gen.py"
 for part in ${PARTS:-probe13 cost int13graph int13 g13}; do case $part in
-probe13) step probe-1.3b 80 python3 $P 1.3b ;;
+probe13) step probe-1.3b 100 python3 $P 1.3b ;;
 cost) step gemv-cost 150 python3 bench/gpu/gemv_cost.py ;;
 int13graph) step g13-int8-graph 100 $G --size 1.3b $BENCH --compile-cache /tmp/cg --quant int8 --prefill graph
             step g13-int8-graph-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/cg --quant int8 --prefill graph ;;

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -347,6 +348,41 @@ def test_a_flood_of_silent_connections_past_the_cap_does_not_hold_the_honest_nod
     finally:
         for sock in silent:
             sock.close()
+
+
+@pytest.mark.integration
+def test_a_node_whose_connection_made_room_for_a_newer_one_connects_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Room is made by closing the oldest connection being checked, which can be an honest
+    node's mid-handshake (here: its hello held back 0.5 s while a newer connection comes).
+    Before: the node failed, 'closed the connection without a verdict'. It connects again."""
+    monkeypatch.setattr(S, "MAX_PENDING", 1)
+    head = Head(_free_port(), timeout=15)
+    real_send = S._send
+    held: list[bool] = []
+    at_hello = threading.Event()
+
+    def slow_hello(sock: socket.socket, data: dict) -> bool:
+        if "body" in data and not held:  # the node's first hello only
+            held.append(True)
+            at_hello.set()
+            time.sleep(0.5)
+        return real_send(sock, data)
+
+    monkeypatch.setattr(S, "_send", slow_hello)
+    errors: list[list[BaseException]] = []
+    node = threading.Thread(target=lambda: errors.append(honest_node(head.port)))
+    node.start()
+    assert at_hello.wait(10)
+    newer = connect(head.port)  # one more than MAX_PENDING: the node's connection is closed
+    try:
+        node.join(timeout=30)
+        head.join()
+        assert errors == [[]] and head.errors == []
+        assert any("closed for a newer one: 1 were being checked" in x for x in head.log)
+    finally:
+        newer.close()
 
 
 @pytest.mark.integration

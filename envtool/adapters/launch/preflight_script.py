@@ -256,8 +256,11 @@ class _Head:
             conn.close()
             self.drop(addr, "too many connections at once")
             return
-        if evict is not None:
-            _close(evict)  # its thread wakes, fails its read and drops it
+        if evict is not None:  # its thread wakes, fails its read, drops and closes it (a
+            try:  # close here could hand its number to the next accept while it still reads)
+                evict.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         thread.start()
 
     def drop(self, addr, why):
@@ -288,7 +291,7 @@ class _Head:
             evicted = conn in self.evicted
             self.evicted.discard(conn)
             if self.closed or evicted:  # the wait ended (or room was made) as it checked in:
-                _close(conn)  # no verdict; an evicted node connects again
+                _close(conn)  # no verdict; an evicted node connects again (run_node)
                 return
             old = self.nodes.pop(node["id"], None)
             if old is not None:  # the same node again (it reconnected): keep the new one
@@ -454,6 +457,12 @@ def run_node(host, port, node_rank, fingerprint, timeout, token, parse=_plain_js
             _send(conn, {"magic": MAGIC, "body": body, "mac": _mac(token, "node", nn, nh, body)})
             # the head answers once every node joined or its own time-out passed
             answer = _message(_read_line(conn, time.monotonic() + timeout + 10), host, parse)
+            if answer is None and time.monotonic() < deadline:
+                # closed before a verdict: the head made room for a newer connection while
+                # this one was being checked (a flood), or it is gone: try again in time
+                last = "the connection closed before the head's verdict"
+                time.sleep(min(RETRY_SECONDS, max(0.0, deadline - time.monotonic())))
+                continue
         finally:
             _close(conn)
         break
