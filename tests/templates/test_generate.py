@@ -266,8 +266,9 @@ x, y = torch.randn(256), torch.full((40,), float("nan"))
 g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
     LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
 err(y, layer(x[None])[0])
-for M, N, K in ((1, 100, 256), (37, 130, 200), (70, 300, 64), (129, 40, 96)):  # int8 prompt
-    layer = g.Int8Linear(torch.nn.Linear(K, N, bias=False).weight)  # products; edges of tiles
+for M, N, K in ((1, 100, 256), (37, 130, 200), (70, 300, 64), (129, 40, 96), (1100, 130, 64)):
+    # int8 prompt products: tile edges; 9 row blocks, so GROUP_M's last group is partial
+    layer = g.Int8Linear(torch.nn.Linear(K, N, bias=False).weight)
     x = torch.randn(M, K)
     err(g.int8_matmul(x[None], layer.weight, layer.scale)[0], layer(x))
 m = g.GPT(g.ModelShape(2, 2, 64, 256, 200)).eval(); m.setup_cache(torch.device("cpu"), torch.float32)
