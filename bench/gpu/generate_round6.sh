@@ -5,7 +5,7 @@
 # trained in the same call (the Python standard library's sources as text).
 # Run from the repo root with .gpuwork/{generate.py,decode_probe.py} (the versions measured).
 set -u
-G=.gpuwork; LOG=$OUT/${TAG:-run1}.log; T0=$(date +%s); BUDGET=${BUDGET:-570}
+G=.gpuwork; BUDGET=${BUDGET:-570}
 source "$(dirname "$0")/steps.sh"; machine_line
 W=/tmp/w; mkdir -p $W && cp $G/generate.py $W/gen.py  # what `envtool init --template generate` writes
 BENCH="--seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0 --repeat 3"
@@ -22,15 +22,11 @@ probe124) step probe-124m 50 python3 $G/decode_probe.py 124m ;;
 g124) step g124 60 python3 $W/gen.py --size 124m $BENCH --compile-cache /tmp/cc --profile
       step g124-int8 45 python3 $W/gen.py --size 124m $BENCH --compile-cache /tmp/cc --quant int8 ;;
 loss)
-  STD=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
-  cat $STD/*.py $STD/*/*.py > /tmp/corpus.txt 2>/dev/null
-  head -c -400000 /tmp/corpus.txt > /tmp/train.txt; tail -c 400000 /tmp/corpus.txt > /tmp/heldout.txt
-  ls -l /tmp/train.txt /tmp/heldout.txt >> $LOG
+  stdlib_corpus
   L="--size 124m --data /tmp/train.txt --vocab-size 256 --seq-len 1024 --batch-size 16 --max-steps 300 --warmup-steps 30 --log-every 50 --resume never --out-dir /tmp/lout"
   step train-124m 90 python3 templates/lm.py $L
   E="--ckpt /tmp/lout --eval-data /tmp/heldout.txt --eval-windows 128 --prompt def --max-new-tokens 300 --temperature 0 --compile-cache /tmp/cc"
   step eval-bf16 50 python3 $W/gen.py $E
   step eval-int8 50 python3 $W/gen.py $E --quant int8 ;;
 esac; done
-grep -E "^=== |^prefill|^decode|TTFT|compiled:|eager:|params|compile\+|^eval|^step 300|RESULT \{\"step" $LOG | cut -c1-300 > $OUT/${TAG:-run1}-summary.txt
-cat $OUT/${TAG:-run1}-summary.txt
+summarize "^=== |^prefill|^decode|TTFT|compiled:|eager:|params|compile\+|^eval|^step 300|RESULT \{\"step"

@@ -9,12 +9,7 @@
 # old part names: --pdl opt-in then); run2 on: the defaults below.
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
-TAG=${TAG:-run1}; LOG=$OUT/$TAG.log; T0=$(date +%s); BUDGET=${BUDGET:-560}
-source "$(dirname "$0")/steps.sh"; machine_line
-W=/tmp/w; mkdir -p $W && cp templates/generate.py $W/gen.py  # what `envtool init --template generate` writes
-P=.gpuwork/decode_probe.py
-BENCH="--seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0 --repeat ${REPEAT:-3}"
-G="python3 $W/gen.py"
+source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 for part in ${PARTS:-probe13 g13 warm13 g13nopdl int13 int13warm probe124 g124 g124nopdl}; do case $part in
 probe13) step probe-1.3b 80 python3 $P 1.3b ;;
 g13) step g13-cold 120 $G --size 1.3b $BENCH --compile-cache /tmp/cc ;;
@@ -35,5 +30,4 @@ serve13) S="python3 bench/gpu/serve_ready.py $W/gen.py --size 1.3b --vocab-size 
          step serve13-restart2 40 $S ;;
 g124int8) step g124-int8 50 $G --size 124m $BENCH --compile-cache /tmp/cc --quant int8 ;;
 esac; done
-grep -E "^=== |^prefill|^decode|TTFT|^serv|compiled:|eager:|params|compile\+|^eval|Error|error" $LOG | cut -c1-300 > $OUT/$TAG-summary.txt
-cat $OUT/$TAG-summary.txt
+summarize "^=== |^prefill|^decode|TTFT|^serv|compiled:|eager:|params|compile\+|^eval|Error|error"

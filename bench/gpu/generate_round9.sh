@@ -7,12 +7,7 @@
 # Run with carry [".gpuwork"] (the probe, copied there from ../shared/baselines; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
-TAG=${TAG:-run1}; LOG=$OUT/$TAG.log; T0=$(date +%s); BUDGET=${BUDGET:-560}
-source "$(dirname "$0")/steps.sh"; machine_line
-W=/tmp/w; mkdir -p $W && cp templates/generate.py $W/gen.py  # what `envtool init --template generate` writes
-P=.gpuwork/decode_probe.py
-BENCH="--seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0 --repeat ${REPEAT:-3}"
-G="python3 $W/gen.py"
+source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 for part in ${PARTS:-probe13 cost int13graph int13 g13}; do case $part in
 probe13) step probe-1.3b 100 python3 $P 1.3b ;;
 cost) step gemv-cost 150 python3 bench/gpu/gemv_cost.py ;;
@@ -23,5 +18,4 @@ int13) step g13-int8 120 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant i
 g13) step g13-cold 90 $G --size 1.3b $BENCH --compile-cache /tmp/cc
      step g13-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/cc ;;
 esac; done
-grep -E "^=== |^\| |^fit|^prefill|^decode|TTFT|compiled:|eager:|params|Error|error" $LOG | cut -c1-300 > $OUT/$TAG-summary.txt
-cat $OUT/$TAG-summary.txt
+summarize "^=== |^\| |^fit|^prefill|^decode|TTFT|compiled:|eager:|params|Error|error"
