@@ -466,7 +466,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale)
 
     def forward(self, x):
-        if int8_mm_usable(x):  # the prompt pass outside torch.compile (--prefill graph, eager)
+        if int8_mm_usable(x, self.weight):  # the prompt pass outside torch.compile (graph, eager)
             return int8_matmul(x, self.weight, self.scale)
         return (F.linear(x, self.weight.to(x.dtype)).float() * self.scale).to(x.dtype)
 
@@ -1050,14 +1050,23 @@ def gemv(
     return y
 
 
-def int8_mm_usable(x: torch.Tensor) -> bool:
+def int32_indexable(*tensors: torch.Tensor) -> bool:
+    """The Triton kernels here compute offsets in 32 bits: a tensor they read or write must hold
+    fewer than 2**31 elements, or they would reach outside it (larger: torch's kernels run)."""
+    return all(t.numel() < 2**31 for t in tensors)
+
+
+def int8_mm_usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Int8Linear's Triton product applies: a GPU, 16-bit activations (fp32 would go through
-    tf32 on the tensor cores), and not inside torch.compile (Inductor fuses the widening)."""
+    tf32 on the tensor cores), not inside torch.compile (Inductor fuses the widening), and
+    x, the weight and the product within 32-bit offsets."""
     return (
         triton is not None
         and x.is_cuda
         and x.dtype in (torch.bfloat16, torch.float16)
         and not torch.compiler.is_compiling()
+        and int32_indexable(x, weight)
+        and x.numel() // weight.shape[1] * weight.shape[0] < 2**31
     )
 
 
@@ -1127,12 +1136,25 @@ class Engine:
         # Triton decode kernels: asked for, or on a GPU unless --eager (the plain torch path)
         attn = model.blocks[0].attn
         pow2 = attn.head_dim & (attn.head_dim - 1) == 0
-        fast = cfg.decode_kernels == "triton" or (
-            cfg.decode_kernels == "auto" and not cfg.eager and triton_usable(device) and pow2
+        caches = [t for b in model.blocks for t in (b.attn.k_cache, b.attn.v_cache)]
+        small = int32_indexable(*model.parameters(), *model.buffers(), *caches)
+        missing = next(
+            (
+                why
+                for ok, why in (
+                    (triton_usable(device), "Triton + a GPU"),
+                    (pow2, "a head size that is a power of 2"),
+                    (small, "tensors of fewer than 2**31 elements (its kernels index in 32 bits)"),
+                )
+                if not ok
+            ),
+            None,
         )
-        if cfg.decode_kernels == "triton" and not (triton_usable(device) and pow2):
-            why = "a head size that is a power of 2" if triton_usable(device) else "Triton + a GPU"
-            raise ValueError(f"--decode-kernels triton needs {why}: use --decode-kernels torch")
+        fast = cfg.decode_kernels == "triton" or (
+            cfg.decode_kernels == "auto" and not cfg.eager and missing is None
+        )
+        if cfg.decode_kernels == "triton" and missing:
+            raise ValueError(f"--decode-kernels triton needs {missing}: use --decode-kernels torch")
         self.fast = fast
         if cfg.pdl and not (fast and pdl_usable(device)):
             raise ValueError("--pdl needs the Triton decode kernels on a Hopper or newer GPU")

@@ -271,6 +271,9 @@ for M, N, K in ((1, 100, 256), (37, 130, 200), (70, 300, 64), (129, 40, 96), (11
     layer = g.Int8Linear(torch.nn.Linear(K, N, bias=False).weight)
     x = torch.randn(M, K)
     err(g.int8_matmul(x[None], layer.weight, layer.scale)[0], layer(x))
+# 32-bit offsets: a tensor of 2**31 elements goes to torch's kernels, not past its end
+assert g.int32_indexable(torch.empty(2**31 - 1, device="meta"))
+assert not g.int32_indexable(torch.empty(4, 2**29, device="meta"))
 m = g.GPT(g.ModelShape(2, 2, 64, 256, 200)).eval(); m.setup_cache(torch.device("cpu"), torch.float32)
 a = m.blocks[0].attn
 a.k_cache.normal_(); a.v_cache.normal_()
