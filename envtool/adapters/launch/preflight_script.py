@@ -188,12 +188,17 @@ def _message(line, source, parse):
     return data if isinstance(data, dict) and data.get("magic") == MAGIC else None
 
 
-def _close(sock):
-    """Close a socket another thread may be blocked on (shutdown wakes it; close alone does not)."""
+def _wake(sock):
+    """Shut a socket down: a thread blocked on it wakes and fails (close alone does not)."""
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
+
+
+def _close(sock):
+    """Close a socket another thread may be blocked on."""
+    _wake(sock)
     sock.close()
 
 
@@ -256,11 +261,8 @@ class _Head:
             conn.close()
             self.drop(addr, "too many connections at once")
             return
-        if evict is not None:  # its thread wakes, fails its read, drops and closes it (a
-            try:  # close here could hand its number to the next accept while it still reads)
-                evict.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        if evict is not None:  # its thread fails its read, drops and closes it (a close here
+            _wake(evict)  # could hand its number to the next accept while that thread reads)
         thread.start()
 
     def drop(self, addr, why):
