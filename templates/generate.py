@@ -186,7 +186,8 @@ class Config:
         default="auto",
         metadata={
             "help": "auto|compile|graph: the prompt pass torch.compiled, or its torch kernels "
-            "captured in a CUDA graph as they are (no compile: ready in seconds)"
+            "captured in a CUDA graph as they are (no compile: ready in seconds; int8 products "
+            "in one Triton kernel). auto: graph under the Triton decode, else (and for int8) compile"
         },
     )
     decode_kernels: str = field(
