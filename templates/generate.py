@@ -32,16 +32,17 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
   - bf16 weights on GPU; a static KV cache allocated once; the prompt pass (one per
     power-of-two prompt bucket; right-padded, which causal attention never sees) captured in a
     CUDA graph as torch's kernels (--prefill graph, the default with the Triton decode: nothing
-    is compiled through torch) or torch.compiled (--prefill compile, the default for int8;
-    under --prefill graph its products are one Triton kernel that widens W tile by tile);
+    is compiled through torch; int8's products are one Triton kernel that widens W tile by
+    tile) or torch.compiled (--prefill compile);
     --compile-cache DIR keeps Triton's (and Inductor's) kernels and tuning for a restart;
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
 Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 629-631
-and 2,040 tokens/s; docs/benchmarks-gpu.md, rounds 7 and 8):
-    --size 1.3b   1,026-1,046 tokens/s decode (1.63-1.66x the probe, 56-57% of 4.8 TB/s), 3.5 ms
-                  to the first token; --quant int8 1,182-1,217 (1.87-1.93x); ready 24-38 s
-                  after the process starts on a cold cache, 4.5-5 s on a warm --compile-cache
+and 2,040 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 9):
+    --size 1.3b   1,017-1,046 tokens/s decode (1.62-1.66x the probe, 56-57% of 4.8 TB/s), 3.5 ms
+                  to the first token; ready 24-38 s after the process starts on a cold cache,
+                  4.5-6 s on a warm --compile-cache; --quant int8 1,180-1,217 (1.87-1.93x),
+                  6.5 ms to the first token, ready 42 s cold, 6 s warm
     --size 124m   4,213-4,331 tokens/s (2.06-2.12x), 0.9-1.2 ms to the first token
 Where the rest goes: the matrix-vector kernels read bf16 at ~3.4 TB/s and int8 at ~2 TB/s, and
 attention is ~8 us a layer whatever the length (latency, not bytes). On CPU it runs eager by
@@ -187,7 +188,7 @@ class Config:
         metadata={
             "help": "auto|compile|graph: the prompt pass torch.compiled, or its torch kernels "
             "captured in a CUDA graph as they are (no compile: ready in seconds; int8 products "
-            "in one Triton kernel). auto: graph under the Triton decode, else (and for int8) compile"
+            "in one Triton kernel). auto: graph under the Triton decode, else compile"
         },
     )
     decode_kernels: str = field(
@@ -1168,11 +1169,10 @@ class Engine:
         prefill = cfg.prefill
         if prefill == "graph" and not self.graphs:
             raise ValueError("--prefill graph captures a CUDA graph: it needs a GPU, no --eager")
-        if prefill == "auto":  # int8: compiled, as measured (4.5 ms to the first token at
-            # 1.3B; the graph widened every matrix to bf16 first: 8.8 ms). The graph now runs
-            # int8 products in _int8_mm_kernel, not yet measured on a GPU: opt-in until it is.
-            int8 = cfg.quant == "int8"
-            prefill = "graph" if fast and self.graphs and not int8 else "compile"
+        if prefill == "auto":  # int8 too, measured at 1.3B (round 9): its products in
+            # _int8_mm_kernel, TTFT 6.5 ms vs 4.4 compiled, but ready 42 s cold vs 69 s and a
+            # restart 6.0 s vs 15.5 s (no Inductor compile to load)
+            prefill = "graph" if fast and self.graphs else "compile"
         self.prefill_mode = "eager" if cfg.eager else prefill
         compile_prefill = not cfg.eager and prefill == "compile"
         compile_decode = not cfg.eager and not fast
