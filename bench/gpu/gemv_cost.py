@@ -76,7 +76,7 @@ def sweep_configs() -> list[tuple[int, int, int, int]]:
     for bn in (2, 4, 8, 16, 32, 64):
         for bk in (256, 512, 1024, 2048):
             for warps in (4, 8, 16):
-                for stages in (2, 3) if bk < 2048 else (2,):
+                for stages in (2,):  # Triton pipelines loads only into tl.dot: no difference
                     if 16 <= bn * bk / (32 * warps) <= 64 and 4096 <= bn * bk <= 65536:
                         out.append((bn, bk, warps, stages))
     return out
@@ -106,7 +106,7 @@ class Forced:
 def _stream_kernel(
     x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, N, K, eps,
     HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
-    PDL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
 ):  # fmt: skip
     """The template's _gemv_kernel made persistent (an experiment): a grid of a few programs per
     SM, each taking row tiles pid, pid + grid, ... in one flat loop over (tile, K chunk). The
@@ -161,7 +161,11 @@ def _stream_kernel(
         if LN:
             gk = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
             xk = ((xk.to(tl.float32) - mean) * rstd * gk).to(x_ptr.dtype.element_ty)
-        acc += w.to(tl.float32) * xk.to(tl.float32)[None, :]
+        if MAGIC:  # int8 -> fp32 as the template's MAGIC tiles
+            wf = (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+        else:
+            wf = w.to(tl.float32)
+        acc += wf * xk.to(tl.float32)[None, :]
         if last:
             nmask = rn < N
             y = tl.sum(acc, 1)
@@ -197,7 +201,10 @@ class Stream:
         def run(x, w, s, gm, r, y, best, N, K, eps, **kw):
             kw = {k: v for k, v in kw.items() if k not in ("ARGMAX", "MAGIC", "BLOCK_N", "BLOCK_K")}
             grid = (min(self.programs, -(-N // self.bn)),)
-            _stream_kernel[grid](x, w, s, gm, r, y, N, K, eps, **kw, **self.meta, **self.launch)
+            magic = w.dtype == torch.int8
+            _stream_kernel[grid](
+                x, w, s, gm, r, y, N, K, eps, **kw, **self.meta, **self.launch, MAGIC=magic
+            )
 
         return run
 
@@ -227,10 +234,12 @@ def sweep(g, step, first, name: str, n_mats: int, nbytes: int, a) -> None:
     each timed as step is (with PDL where it runs) after its product is checked against the
     autotuned one's."""
     tuned = g._gemv_kernel
-    picked = [str(v) for k, v in getattr(tuned, "cache", {}).items() if "int8" in str(k)]
+    wt = "int8" if "int8" in name else "bfloat16"
+    picked = [str(v) for k, v in getattr(tuned, "cache", {}).items() if wt in str(k)]
     want = first()
     results = []
     tiles = [("tile", c) for c in ([(2, 16, 1, 1), (4, 32, 1, 1)] if a.smoke else sweep_configs())]
+    tiles = tiles if "int8" in name else []  # bf16: the persistent variant only
     tiles += [
         ("stream", c)
         for c in ([(2, 16, 1, 2, 1), (4, 8, 1, 3, 2)] if a.smoke else stream_configs())
@@ -315,8 +324,8 @@ def main() -> None:
                 us[pdl] = t * 1e6
                 if name != "head":  # the fit: the block products (the head also argmaxes)
                     rows.setdefault((quant, pdl), []).append((nbytes, t))
-            if a.sweep and quant == "int8" and name != "head":
-                sweep(g, step, first, name, n_mats, nbytes, a)
+            if a.sweep and name != "head":
+                sweep(g, step, first, f"{name} {quant}", n_mats, nbytes, a)
             pdl_us = f"{us[True]:.2f}" if True in us else "-"
             rate = nbytes / us[False] / 1e6  # nan under --smoke
             print(
