@@ -20,13 +20,6 @@ import statistics
 import sys
 
 import torch
-import triton
-import triton.language as tl
-
-try:
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-except ImportError:
-    gdc_launch_dependents = gdc_wait = None
 
 SHAPES = {  # name: (N, K, fused work), the 1.3B model's (d 2048)
     "qkv": (3 * 2048, 2048, "ln"),
@@ -69,26 +62,16 @@ def graph_seconds(step, reps: int) -> float:
     return statistics.median(times)
 
 
-def sweep_configs() -> list[tuple[int, int, int, int]]:
-    """(BLOCK_N, BLOCK_K, warps, stages) for the int8 sweep: 4-64 KB of weights a tile (the
-    bytes in flight), 16-64 accumulator registers a thread."""
-    out = []
-    for bn in (2, 4, 8, 16, 32, 64):
-        for bk in (256, 512, 1024, 2048):
-            for warps in (4, 8, 16):
-                for stages in (2,):  # Triton pipelines loads only into tl.dot: no difference
-                    if 16 <= bn * bk / (32 * warps) <= 64 and 4096 <= bn * bk <= 65536:
-                        out.append((bn, bk, warps, stages))
-    return out
-
-
 class Forced:
-    """Stands in for the template's autotuned _gemv_kernel: launches its kernel with one tile."""
+    """Stands in for the template's autotuned _gemv_kernel: launches its kernel with one tile
+    (PER_SM programs an SM, or one a tile when 0), MAGIC for int8 weights."""
 
-    def __init__(self, kernel, bn: int, bk: int, warps: int, stages: int) -> None:
-        self.kernel, self.bn = kernel, bn
-        self.meta = {"BLOCK_N": bn, "BLOCK_K": bk, "MAGIC": True}
-        self.launch = {"num_warps": warps, "num_stages": stages}
+    def __init__(self, kernel, bn: int, bk: int, warps: int, stages: int, per_sm: int) -> None:
+        self.kernel, self.bn, self.per_sm = kernel, bn, per_sm
+        self.meta = {"BLOCK_N": bn, "BLOCK_K": bk, "PER_SM": per_sm}
+        self.launch = (
+            {"num_warps": warps, "num_stages": stages} if torch.cuda.is_available() else {}
+        )
 
     @property
     def fn(self):  # gemv on CPU launches _gemv_kernel.fn (the interpreter, --smoke)
@@ -97,126 +80,30 @@ class Forced:
     def __getitem__(self, grid):
         def run(*args, **kw):
             n = args[7]  # N
-            self.kernel.fn[(-(-n // self.bn),)](*args, **{**kw, **self.meta, **self.launch})
+            tiles = -(-n // self.bn)
+            sms = torch.cuda.get_device_properties(0).multi_processor_count if self.launch else 1
+            grid = (min(tiles, sms * self.per_sm) if self.per_sm else tiles,)
+            meta = {**self.meta, "MAGIC": args[1].dtype == torch.int8}
+            self.kernel.fn[grid](*args, **{**kw, **meta, **self.launch})
 
         return run
 
 
-@triton.jit
-def _stream_kernel(
-    x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, N, K, eps,
-    HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
-    PDL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
-):  # fmt: skip
-    """The template's _gemv_kernel made persistent (an experiment): a grid of a few programs per
-    SM, each taking row tiles pid, pid + grid, ... in one flat loop over (tile, K chunk). The
-    next chunk's weights are loaded into registers before this chunk's products, sum, epilogue
-    and store run (Triton pipelines loads through shared memory only for tl.dot), the first
-    before waiting on the kernel before; LayerNorm's statistics once a program, not a tile."""
-    if PDL:
-        gdc_launch_dependents()
-    pid = tl.program_id(0)
-    grid = tl.num_programs(0)
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    total = (tl.cdiv(N, BLOCK_N) - pid + grid - 1) // grid * k_tiles
-    tile = pid
-    ki = 0
-    rn = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    w = tl.load(
-        w_ptr + rn[:, None] * K + rk[None, :],
-        mask=(rn < N)[:, None] & (rk < K)[None, :],
-        other=0.0,
-        eviction_policy="evict_first",
-    )
-    if PDL:
-        gdc_wait()
-    mean = 0.0
-    rstd = 1.0
-    if LN:
-        s1 = tl.zeros([BLOCK_K], tl.float32)
-        s2 = tl.zeros([BLOCK_K], tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            rkk = k0 + tl.arange(0, BLOCK_K)
-            xk = tl.load(x_ptr + rkk, mask=rkk < K, other=0.0).to(tl.float32)
-            s1 += xk
-            s2 += xk * xk
-        mean = tl.sum(s1, 0) / K
-        rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
-    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    for it in range(0, total):
-        last = ki == k_tiles - 1
-        ki_next = tl.where(last, 0, ki + 1)
-        tile_next = tl.where(last, tile + grid, tile)
-        rn_next = tile_next * BLOCK_N + tl.arange(0, BLOCK_N)
-        rk_next = ki_next * BLOCK_K + tl.arange(0, BLOCK_K)
-        w_next = tl.load(
-            w_ptr + rn_next[:, None] * K + rk_next[None, :],
-            mask=(rn_next < tl.where(it + 1 < total, N, 0))[:, None] & (rk_next < K)[None, :],
-            other=0.0,
-            eviction_policy="evict_first",
-        )
-        kmask = rk < K
-        xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
-        if LN:
-            gk = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
-            xk = ((xk.to(tl.float32) - mean) * rstd * gk).to(x_ptr.dtype.element_ty)
-        if MAGIC:  # int8 -> fp32 as the template's MAGIC tiles
-            wf = (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-        else:
-            wf = w.to(tl.float32)
-        acc += wf * xk.to(tl.float32)[None, :]
-        if last:
-            nmask = rn < N
-            y = tl.sum(acc, 1)
-            if HAS_SCALE:
-                y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
-            if GELU:
-                y = 0.5 * y * (1.0 + tl.erf(y * 0.7071067811865476))
-            if RES:
-                y = y + tl.load(r_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
-            tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
-            acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        w, tile, ki, rn, rk = w_next, tile_next, ki_next, rn_next, rk_next
-
-
-class Stream:
-    """Stands in for _gemv_kernel: launches _stream_kernel with one tile and `per_sm` programs
-    an SM (never more programs than row tiles)."""
-
-    def __init__(self, bn: int, bk: int, warps: int, stages: int, per_sm: int) -> None:
-        self.meta = {"BLOCK_N": bn, "BLOCK_K": bk}
-        self.launch = (
-            {"num_warps": warps, "num_stages": stages} if torch.cuda.is_available() else {}
-        )
-        self.bn, self.per_sm = bn, per_sm
-        sms = torch.cuda.get_device_properties(0).multi_processor_count if self.launch else 2
-        self.programs = sms * per_sm
-
-    @property
-    def fn(self):  # gemv on CPU launches _gemv_kernel.fn (the interpreter, --smoke)
-        return self
-
-    def __getitem__(self, grid):
-        def run(x, w, s, gm, r, y, best, N, K, eps, **kw):
-            kw = {k: v for k, v in kw.items() if k not in ("ARGMAX", "MAGIC", "BLOCK_N", "BLOCK_K")}
-            grid = (min(self.programs, -(-N // self.bn)),)
-            magic = w.dtype == torch.int8
-            _stream_kernel[grid](
-                x, w, s, gm, r, y, N, K, eps, **kw, **self.meta, **self.launch, MAGIC=magic
-            )
-
-        return run
-
-
-def stream_configs() -> list[tuple[int, int, int, int, int]]:
-    """(BLOCK_N, BLOCK_K, warps, stages, programs an SM) for the persistent experiment."""
+def sweep_configs(int8: bool) -> list[tuple[int, int, int, int, int]]:
+    """(BLOCK_N, BLOCK_K, warps, stages, PER_SM): int8, every tile of 4-64 KB of weights (the
+    bytes in flight) and 16-64 accumulator registers a thread, one program a tile; both types,
+    eight tiles with 1-6 programs an SM."""
     out = []
+    if int8:
+        for bn in (2, 4, 8, 16, 32, 64):
+            for bk in (256, 512, 1024, 2048):
+                for warps in (4, 8, 16):
+                    if 16 <= bn * bk / (32 * warps) <= 64 and 4096 <= bn * bk <= 65536:
+                        out.append((bn, bk, warps, 2, 0))
     for bn, bk, warps in ((4, 1024, 4), (4, 2048, 8), (8, 1024, 8), (8, 512, 4), (16, 512, 8),
                           (16, 256, 4), (8, 2048, 8), (32, 256, 8)):  # fmt: skip
-        for stages in (1,):  # the loop is prefetched by hand: stages would only add copies
-            for per_sm in (1, 2, 3, 4, 6):
-                out.append((bn, bk, warps, stages, per_sm))
+        for per_sm in (1, 2, 3, 4, 6) if int8 else (0, 1, 2, 3, 4, 6):
+            out.append((bn, bk, warps, 1, per_sm))
     return out
 
 
@@ -238,32 +125,27 @@ def sweep(g, step, first, name: str, n_mats: int, nbytes: int, a) -> None:
     picked = [str(v) for k, v in getattr(tuned, "cache", {}).items() if wt in str(k)]
     want = first()
     results = []
-    tiles = [("tile", c) for c in ([(2, 16, 1, 1), (4, 32, 1, 1)] if a.smoke else sweep_configs())]
-    tiles = tiles if "int8" in name else []  # bf16: the persistent variant only
-    tiles += [
-        ("stream", c)
-        for c in ([(2, 16, 1, 2, 1), (4, 8, 1, 3, 2)] if a.smoke else stream_configs())
-    ]
+    smoke = [(2, 16, 1, 1, 0), (4, 32, 1, 1, 0), (2, 16, 1, 2, 1), (4, 8, 1, 3, 2)]
     try:
-        for kind, cfg in tiles:
-            g._gemv_kernel = Forced(tuned, *cfg) if kind == "tile" else Stream(*cfg)
+        for cfg in smoke if a.smoke else sweep_configs("int8" in name):
+            g._gemv_kernel = Forced(tuned, *cfg)
             try:
                 got = first()
                 t = float("nan") if a.smoke else graph_seconds(step, a.reps) / n_mats
             except Exception as e:  # a tile the GPU has no room for (shared memory, registers)
-                print(f"  {name} {kind} {cfg}: {type(e).__name__} {str(e)[-300:]}", flush=True)
+                print(f"  {name} {cfg}: {type(e).__name__} {str(e)[-300:]}", flush=True)
                 continue
             if not torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2):
-                print(f"  {name} {kind} {cfg}: WRONG (max diff {(got - want).abs().max():.3g})")
+                print(f"  {name} {cfg}: WRONG (max diff {(got - want).abs().max():.3g})")
                 continue
-            results.append((t, kind, cfg))
+            results.append((t, cfg))
     finally:
         g._gemv_kernel = tuned
     results.sort()
     print(f"  {name}: autotuned {picked[-1:] or '-'}; {len(results)} tiles checked", flush=True)
-    best = results[:5] + [r for r in results if r[1] == "stream"][:3]
-    for t, kind, cfg in best:
-        print(f"  {name}: {kind} {cfg} {t * 1e6:.2f} us {nbytes / t / 1e12:.2f} TB/s", flush=True)
+    best = results[:5] + [r for r in results if r[1][4] == 0][:2]  # + one program a tile
+    for t, cfg in best:
+        print(f"  {name}: {cfg} {t * 1e6:.2f} us {nbytes / t / 1e12:.2f} TB/s", flush=True)
 
 
 def main() -> None:

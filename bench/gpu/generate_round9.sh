@@ -4,6 +4,9 @@
 # question behind int8's 1.93x); int8 with --prefill graph (the prompt pass's int8 products in
 # _int8_mm_kernel, built after round 8's device time was spent) against --prefill compile:
 # TTFT, cold start and the restart; the probe beside them as before.
+# Call 2: the products as persistent programs (PER_SM) beside the one-tile-a-program kernel
+# they replace (.gpuwork/generate_old.py: `git show d3bcfa7:templates/generate.py`), then the
+# tile sweep (gemv_cost --sweep) with what is left of the call.
 # Run with carry [".gpuwork"] (the probe, copied there from ../shared/baselines; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -17,5 +20,8 @@ int13) step g13-int8 120 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant i
        step g13-int8-warm 50 $G --size 1.3b $BENCH --compile-cache /tmp/cc --quant int8 ;;
 g13) step g13-cold 90 $G --size 1.3b $BENCH --compile-cache /tmp/cc
      step g13-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/cc ;;
+old13) step g13-old-int8 100 python3 .gpuwork/generate_old.py --size 1.3b $BENCH --quant int8
+       step g13-old-bf16 80 python3 .gpuwork/generate_old.py --size 1.3b $BENCH ;;
+sweep) step gemv-sweep 400 python3 bench/gpu/gemv_cost.py --sweep ;;
 esac; done
-summarize "^=== |^\| |^fit|^prefill|^decode|TTFT|compiled:|eager:|params|Error|error"
+summarize "^=== |^\| |^fit|^prefill|^decode|TTFT|compiled:|eager:|params|Error|error|checked|TB/s$"

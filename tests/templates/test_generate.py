@@ -264,8 +264,16 @@ for N, K, quant in ((96, 64, False), (100, 256, True)):
 lin = torch.nn.Linear(256, 40, bias=False); layer = g.Int8Linear(lin.weight)
 x, y = torch.randn(256), torch.full((40,), float("nan"))
 g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
-    LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
+    LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, BLOCK_N=8, BLOCK_K=64, MAGIC=True,
+    PER_SM=0)
 err(y, layer(x[None])[0])
+for programs in (1, 2, 3):  # PER_SM: each program streams tiles pid, pid + grid, ... (5 here)
+    ln = torch.nn.LayerNorm(256, bias=False); ln.weight.data.uniform_(0.5, 1.5)
+    y, r = torch.full((40,), float("nan")), torch.randn(40)
+    g._gemv_kernel.fn[(programs,)](x, layer.weight, layer.scale, ln.weight, r, y, y, 40, 256,
+        ln.eps, HAS_SCALE=True, LN=True, GELU=False, RES=True, ARGMAX=False, PDL=False,
+        BLOCK_N=8, BLOCK_K=64, MAGIC=True, PER_SM=1)
+    err(y, layer(ln(x)[None])[0] + r)
 for M, N, K in ((1, 100, 256), (37, 130, 200), (70, 300, 64), (129, 40, 96), (1100, 130, 64)):
     # int8 prompt products: tile edges; 9 row blocks, so GROUP_M's last group is partial
     layer = g.Int8Linear(torch.nn.Linear(K, N, bias=False).weight)
@@ -424,7 +432,7 @@ def test_triton_decode_kernels_compile_for_hopper(tmp_path: Path) -> None:
     env = {**child_env(), "TRITON_CACHE_DIR": str(tmp_path / "triton-cache")}
     proc = run_with_template(tmp_path, COMPILE_CHECK, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split()[-1] == str(12 + 18 + 6 + 3), proc.stdout
+    assert proc.stdout.split()[-1] == str(18 + 32 + 6 + 3), proc.stdout
 
 
 @pytest.mark.slow
