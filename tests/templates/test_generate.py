@@ -245,7 +245,7 @@ def test_gpu_only_and_bad_quant_flags_are_refused_in_one_line(
 
 
 TRITON_CHECK = """
-import importlib.util, math, sys, torch
+import importlib.util, itertools, math, sys, torch
 spec = importlib.util.spec_from_file_location("gen", sys.argv[1])
 g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)
 torch.manual_seed(0)
@@ -300,8 +300,17 @@ te, pe, x = torch.randn(50, 24), torch.randn(30, 24), torch.full((24,), float("n
 g._embed_kernel[(2,)](torch.tensor([[7]]), torch.tensor([11]), te, pe, x, 24, BLOCK=16, PDL=False)
 assert torch.equal(x, te[7] + pe[11]), x
 best = torch.full((1,), -(2**63), dtype=torch.long)
-tok, pos, out = torch.zeros(1, 1, dtype=torch.long), torch.tensor([3]), torch.zeros(10, dtype=torch.long)
-for sign, tie in ((1, True), (-1, False), (1, False)):  # the head's argmax, then the step's end
+tok, pos, out = torch.zeros(1, 1, dtype=torch.long), torch.tensor([3]), torch.zeros(12, dtype=torch.long)
+def head_logits(x, head, programs):  # gemv's grid, or a few programs streaming tiles (PER_SM)
+    if programs is None:
+        return g.gemv(x, head, out_dtype=torch.float32, best=best)
+    y = torch.full((300,), float("nan"))
+    g._gemv_kernel.fn[(programs,)](x, head.weight, head.weight, x, y, y, best, 300, 64, 0.0,
+        HAS_SCALE=False, LN=False, GELU=False, RES=False, ARGMAX=True, PDL=False, BLOCK_N=16,
+        BLOCK_K=32, MAGIC=False, PER_SM=1)
+    return y
+for programs, sign, tie in itertools.product((None, 3), (1, -1), (True, False)):
+    # the head's argmax, then the step's end
     head = torch.nn.Linear(64, 300, bias=False)
     x = torch.randn(64)
     w = head.weight.data
@@ -309,14 +318,14 @@ for sign, tie in ((1, True), (-1, False), (1, False)):  # the head's argmax, the
         w.copy_(-w.abs() * x.sign())
     if tie:  # rows 7 and 250 give the same, largest logit: the first wins, as torch.argmax
         w[7] = w[250] = x / x.norm() * 5
-    logits = g.gemv(x, head, out_dtype=torch.float32, best=best)
+    logits = head_logits(x, head, programs)
     err(logits, head(x[None])[0])
     want = 7 if tie else int(logits.argmax())
     g._advance_kernel[(1,)](best, tok, pos, out, PDL=False)
     p = int(pos) - 1
     assert (tok.item(), out[p + 1].item()) == (want, want), (tok, out, want)
     assert best.item() == -(2**63)  # ready for the next step
-assert pos.item() == 6
+assert pos.item() == 11
 print("worst", worst)
 """
 
