@@ -165,7 +165,7 @@ def main() -> None:
     print("| product | weights | N x K | MB each | us, no PDL | us, PDL | TB/s, no PDL |")
     print("|---|---|---|---|---|---|---|")
     rows: dict[tuple, list[tuple[float, float]]] = {}  # (weights, PDL) -> (bytes, s)
-    for quant in ("bf16", "int8"):
+    for quant in ("int8", "bf16") if a.sweep else ("bf16", "int8"):  # --sweep: int8 first
         for name, (N, K, work) in shapes.items():
             n_mats = max(2, layers // 3) if name == "head" else layers  # 206 MB each in bf16
             mats = []
