@@ -71,7 +71,6 @@ import codecs
 import contextlib
 import dataclasses
 import datetime
-import functools
 import http
 import http.server
 import importlib
@@ -746,9 +745,7 @@ except ImportError:  # an older Triton (or none): launched one after the other
 
 if triton is not None:
     _GEMV_CONFIGS = [
-        triton.Config(
-            {"BLOCK_N": n, "BLOCK_K": k, "MAGIC": m, "PER_SM": 0}, num_warps=w, num_stages=st
-        )
+        triton.Config({"BLOCK_N": n, "BLOCK_K": k, "MAGIC": m}, num_warps=w, num_stages=st)
         for m in (False, True)
         for n, k, w, st in (  # small N tiles: the d_model-wide outputs still fill every SM
             (4, 512, 4, 3),
@@ -765,20 +762,6 @@ if triton is not None:
             (16, 1024, 8, 2),
         )
         if not m or k >= 1024  # MAGIC: int8 weights only, wide rows
-    ] + [  # a few programs an SM, each streaming its tiles (PER_SM)
-        triton.Config(
-            {"BLOCK_N": n, "BLOCK_K": k, "MAGIC": m, "PER_SM": per_sm}, num_warps=w, num_stages=1
-        )
-        for m, n, k, w in (
-            (False, 4, 1024, 4),
-            (False, 8, 512, 4),
-            (False, 4, 2048, 8),
-            (True, 4, 2048, 8),
-            (True, 8, 1024, 8),
-            (True, 8, 2048, 8),
-            (True, 16, 512, 8),
-        )
-        for per_sm in (2, 4)
     ]
     _tune = (
         {"cache_results": True} if "cache_results" in triton.autotune.__code__.co_varnames else {}
@@ -813,31 +796,23 @@ if triton is not None:
         x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
         ARGMAX: tl.constexpr, PDL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        MAGIC: tl.constexpr, PER_SM: tl.constexpr,
+        MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
-        Each program takes row tiles pid, pid + grid, ... (PER_SM: gemv launches that many
-        programs an SM; 0: one a tile) in one loop over (tile, K chunk) that loads the next
-        chunk's weights into registers before this chunk's products and epilogue run (Triton
-        pipelines loads through shared memory only into tl.dot).
         MAGIC: int8 -> fp32 by adding the bits of 1.5 * 2**23 (integer add + one subtraction)
         instead of the conversion instruction, which issues at a quarter of the FMA rate.
-        ARGMAX (the head): also best <- max(best, key of a tile's largest y), a key that
+        ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
         orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax."""
         if PDL:
             gdc_launch_dependents()
-        grid = tl.num_programs(0)
-        k_tiles = tl.cdiv(K, BLOCK_K)
-        total = (tl.cdiv(N, BLOCK_N) - tl.program_id(0) + grid - 1) // grid * k_tiles
-        tile = tl.program_id(0)
-        ki = 0
-        rn = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        rk = tl.arange(0, BLOCK_K)
-        # The first weights are loaded before waiting for the kernel before this one: weights
-        # never depend on it, so under PDL their reads overlap that kernel's tail.
+        rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = rn < N
+        # The first tile of weights is loaded before waiting for the kernel before this one:
+        # weights never depend on it, so under PDL their reads overlap that kernel's tail.
+        rk0 = tl.arange(0, BLOCK_K)
         w = tl.load(
-            w_ptr + rn[:, None] * K + rk[None, :],
-            mask=(rn < N)[:, None] & (rk < K)[None, :],
+            w_ptr + rn[:, None] * K + rk0[None, :],
+            mask=nmask[:, None] & (rk0 < K)[None, :],
             other=0.0,
             eviction_policy="evict_first",  # read once: keep L2 for x and the cache
         )
@@ -849,47 +824,41 @@ if triton is not None:
             s1 = tl.zeros([BLOCK_K], tl.float32)
             s2 = tl.zeros([BLOCK_K], tl.float32)
             for k0 in range(0, K, BLOCK_K):
-                rkk = k0 + tl.arange(0, BLOCK_K)
-                xk = tl.load(x_ptr + rkk, mask=rkk < K, other=0.0).to(tl.float32)
+                rk = k0 + tl.arange(0, BLOCK_K)
+                xk = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
                 s1 += xk
                 s2 += xk * xk
             mean = tl.sum(s1, 0) / K
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
-        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        for it in range(0, total):
-            last = ki == k_tiles - 1
-            ki_next = tl.where(last, 0, ki + 1)
-            tile_next = tl.where(last, tile + grid, tile)
-            rn_next = tile_next * BLOCK_N + tl.arange(0, BLOCK_N)
-            rk_next = ki_next * BLOCK_K + tl.arange(0, BLOCK_K)
-            w_next = tl.load(  # nothing past this program's last chunk
-                w_ptr + rn_next[:, None] * K + rk_next[None, :],
-                mask=(rn_next < tl.where(it + 1 < total, N, 0))[:, None] & (rk_next < K)[None, :],
+        acc = _gemv_tile(
+            tl.zeros([BLOCK_N, BLOCK_K], tl.float32), w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC
+        )
+        for k0 in range(BLOCK_K, K, BLOCK_K):
+            rk = k0 + tl.arange(0, BLOCK_K)
+            w = tl.load(
+                w_ptr + rn[:, None] * K + rk[None, :],
+                mask=nmask[:, None] & (rk < K)[None, :],
                 other=0.0,
                 eviction_policy="evict_first",
             )
             acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC)
-            if last:
-                nmask = rn < N
-                y = tl.sum(acc, 1)
-                if HAS_SCALE:
-                    y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
-                if GELU:  # exact (erf) GELU, as F.gelu
-                    y = 0.5 * y * (1.0 + tl.erf(y * 0.7071067811865476))
-                if RES:
-                    y = y + tl.load(r_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
-                tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
-                if ARGMAX:
-                    y = tl.where(nmask, y, float("-inf"))
-                    top = tl.max(y, 0)
-                    n = tile * BLOCK_N + tl.argmax(y, 0, tie_break_left=True)
-                    bits = top.to(tl.int32, bitcast=True)
-                    order = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # as signed: y's order
-                    key = (order.to(tl.int64) << 32) + (0x7FFFFFFF - n).to(tl.int64)
-                    if key > tl.load(best_ptr):  # a stale read only costs an atomic: most skip
-                        tl.atomic_max(best_ptr, key)
-                acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-            w, tile, ki, rn, rk = w_next, tile_next, ki_next, rn_next, rk_next
+        y = tl.sum(acc, 1)
+        if HAS_SCALE:
+            y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
+        if GELU:  # exact (erf) GELU, as F.gelu
+            y = 0.5 * y * (1.0 + tl.erf(y * 0.7071067811865476))
+        if RES:
+            y = y + tl.load(r_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
+        if ARGMAX:
+            y = tl.where(nmask, y, float("-inf"))
+            top = tl.max(y, 0)
+            n = tl.program_id(0) * BLOCK_N + tl.argmax(y, 0, tie_break_left=True)
+            bits = top.to(tl.int32, bitcast=True)
+            order = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # as a signed int: y's order
+            key = (order.to(tl.int64) << 32) + (0x7FFFFFFF - n).to(tl.int64)
+            if key > tl.load(best_ptr):  # a stale read only costs an atomic: most skip it
+                tl.atomic_max(best_ptr, key)
 
     @triton.jit
     def _attn_kernel(
@@ -1072,31 +1041,15 @@ def gemv(
     if x.device.type != "cuda":  # Triton's interpreter (tests): no autotuning there
         kernel, fixed = (
             _gemv_kernel.fn,
-            {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False, "PER_SM": 0},
+            {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False},
         )
-    sms = sm_count(x.device)
-
-    def grid(meta: dict) -> tuple[int]:
-        tiles = triton.cdiv(N, meta["BLOCK_N"])
-        return (min(tiles, sms * meta["PER_SM"]) if meta["PER_SM"] else tiles,)
-
-    kernel[grid](
+    kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, ln.weight if ln is not None else x,
         res.reshape(N) if res is not None else y, y, best if best is not None else y, N, K,
         ln.eps if ln is not None else 0.0, HAS_SCALE=scale is not None, LN=ln is not None,
         GELU=gelu, RES=res is not None, ARGMAX=best is not None, **fixed,
     )  # fmt: skip
     return y
-
-
-@functools.cache
-def sm_count(device: torch.device) -> int:
-    """The GPU's streaming multiprocessors (1 off the GPU: the interpreter's grid is given)."""
-    return (
-        torch.cuda.get_device_properties(device).multi_processor_count
-        if device.type == "cuda"
-        else 1
-    )
 
 
 def int32_indexable(*tensors: torch.Tensor) -> bool:

@@ -84,6 +84,8 @@ class Forced:
             sms = torch.cuda.get_device_properties(0).multi_processor_count if self.launch else 1
             grid = (min(tiles, sms * self.per_sm) if self.per_sm else tiles,)
             meta = {**self.meta, "MAGIC": args[1].dtype == torch.int8}
+            if "PER_SM" not in self.kernel.fn.arg_names:  # a template before PER_SM
+                del meta["PER_SM"]
             self.kernel.fn[grid](*args, **{**kw, **meta, **self.launch})
 
         return run
@@ -127,7 +129,10 @@ def sweep(g, step, first, name: str, n_mats: int, nbytes: int, a) -> None:
     results = []
     smoke = [(2, 16, 1, 1, 0), (4, 32, 1, 1, 0), (2, 16, 1, 2, 1), (4, 8, 1, 3, 2)]
     try:
+        per_sm = "PER_SM" in tuned.fn.arg_names
         for cfg in smoke if a.smoke else sweep_configs("int8" in name):
+            if cfg[4] and not per_sm:  # a template before PER_SM: one program a tile only
+                continue
             g._gemv_kernel = Forced(tuned, *cfg)
             try:
                 got = first()
@@ -153,7 +158,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=24, help="distinct matrices per shape")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, no timing")
-    ap.add_argument("--sweep", action="store_true", help="int8: time every tile in SWEEP")
+    ap.add_argument("--sweep", action="store_true", help="time every tile of sweep_configs")
+    ap.add_argument("--quant", choices=("both", "bf16", "int8"), default="both")
     a = ap.parse_args()
     g = load_template()
     dev = torch.device("cpu" if a.smoke else "cuda")
@@ -165,7 +171,8 @@ def main() -> None:
     print("| product | weights | N x K | MB each | us, no PDL | us, PDL | TB/s, no PDL |")
     print("|---|---|---|---|---|---|---|")
     rows: dict[tuple, list[tuple[float, float]]] = {}  # (weights, PDL) -> (bytes, s)
-    for quant in ("int8", "bf16") if a.sweep else ("bf16", "int8"):  # --sweep: int8 first
+    quants = ("int8", "bf16") if a.sweep else ("bf16", "int8")  # --sweep: int8 first
+    for quant in [q for q in quants if a.quant in ("both", q)]:
         for name, (N, K, work) in shapes.items():
             n_mats = max(2, layers // 3) if name == "head" else layers  # 206 MB each in bf16
             mats = []
