@@ -4,9 +4,9 @@
 # question behind int8's 1.93x); int8 with --prefill graph (the prompt pass's int8 products in
 # _int8_mm_kernel, built after round 8's device time was spent) against --prefill compile:
 # TTFT, cold start and the restart; the probe beside them as before.
-# Call 2: the products as persistent programs (PER_SM) beside the one-tile-a-program kernel
-# they replace (.gpuwork/generate_old.py: `git show d3bcfa7:templates/generate.py`), then the
-# tile sweep (gemv_cost --sweep) with what is left of the call.
+# Call 2 ran the products as streaming programs (c946a79, dropped: slower) beside the kernel
+# they replaced (old13: .gpuwork/generate_old.py, `git show d3bcfa7:templates/generate.py`),
+# then the tile sweep. Next (round 10): PARTS=sweep, the kept kernel's tiles in the graph.
 # Run with carry [".gpuwork"] (the probe, copied there from ../shared/baselines; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
