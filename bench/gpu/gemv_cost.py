@@ -64,12 +64,11 @@ def graph_seconds(step, reps: int) -> float:
 
 
 class Forced:
-    """Stands in for the template's autotuned _gemv_kernel: launches its kernel with one tile,
-    MAGIC for int8 weights."""
+    """Stands in for the template's autotuned _gemv_kernel: launches its kernel with one tile."""
 
-    def __init__(self, kernel, bn: int, bk: int, warps: int, stages: int) -> None:
+    def __init__(self, kernel, bn: int, bk: int, warps: int, stages: int, magic: bool) -> None:
         self.kernel, self.bn = kernel, bn
-        self.meta = {"BLOCK_N": bn, "BLOCK_K": bk}
+        self.meta = {"BLOCK_N": bn, "BLOCK_K": bk, "MAGIC": magic}
         self.launch = (
             {"num_warps": warps, "num_stages": stages} if torch.cuda.is_available() else {}
         )
@@ -80,21 +79,21 @@ class Forced:
 
     def __getitem__(self, grid):
         def run(*args, **kw):
-            meta = {**self.meta, "MAGIC": args[1].dtype == torch.int8}
-            self.kernel.fn[(-(-args[7] // self.bn),)](*args, **{**kw, **meta, **self.launch})
+            self.kernel.fn[(-(-args[7] // self.bn),)](*args, **{**kw, **self.meta, **self.launch})
 
         return run
 
 
-def sweep_configs() -> list[tuple[int, int, int, int]]:
-    """(BLOCK_N, BLOCK_K, warps, stages): every tile of 4-64 K weights and 16-64 accumulator
-    registers a thread (stages: Triton pipelines loads only into tl.dot, so one value)."""
+def sweep_configs(int8: bool) -> list[tuple[int, int, int, int, bool]]:
+    """(BLOCK_N, BLOCK_K, warps, stages, MAGIC): every tile of 4,096-65,536 weights and 16-64
+    accumulator registers a thread (stages: Triton pipelines loads only into tl.dot, so one
+    value); int8 with and without MAGIC."""
     out = []
     for bn in (2, 4, 8, 16, 32, 64):
         for bk in (256, 512, 1024, 2048):
             for warps in (4, 8, 16):
                 if 16 <= bn * bk / (32 * warps) <= 64 and 4096 <= bn * bk <= 65536:
-                    out.append((bn, bk, warps, 2))
+                    out += [(bn, bk, warps, 2, m) for m in ((True, False) if int8 else (False,))]
     return out
 
 
@@ -112,12 +111,13 @@ def sweep(g, step, first, name: str, n_mats: int, nbytes: int, a) -> None:
     each timed as step is (with PDL where it runs) after its product is checked against the
     autotuned one's."""
     tuned = g._gemv_kernel
-    wt = "int8" if "int8" in name else "bfloat16"
+    wt = "int8" if "int8" in name else "bfloat16"  # the autotuner's cache keys name the dtype
     picked = [str(v) for k, v in getattr(tuned, "cache", {}).items() if wt in str(k)]
     want = first()
     results = []
     try:
-        for cfg in [(2, 16, 1, 1), (4, 32, 1, 1)] if a.smoke else sweep_configs():
+        int8 = "int8" in name
+        for cfg in [(2, 16, 1, 1, int8), (4, 32, 1, 1, False)] if a.smoke else sweep_configs(int8):
             g._gemv_kernel = Forced(tuned, *cfg)
             try:
                 got = first()

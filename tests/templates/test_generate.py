@@ -415,6 +415,22 @@ print("compiled", n)
 """
 
 
+def test_gemv_cost_sweep_checks_every_forced_tile_against_the_autotuned_product() -> None:
+    """bench/gpu/gemv_cost.py --sweep launches the template's own kernel with each tile in
+    place of the autotuner and times it only if its product matches: under the interpreter
+    (--smoke) every block product, both weight types, runs and passes that check. It breaks
+    here, not on a device call, when the kernel's arguments change."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
+    proc = subprocess.run(
+        [sys.executable, "bench/gpu/gemv_cost.py", "--smoke", "--sweep"],
+        cwd=REPO, env=triton_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    checked = [line for line in proc.stdout.splitlines() if "tiles checked" in line]
+    assert len(checked) == 8 and all("; 2 tiles checked" in c for c in checked), proc.stdout
+    assert "WRONG" not in proc.stdout and "Error" not in proc.stdout, proc.stdout
+
+
 def test_triton_decode_kernels_compile_for_hopper(tmp_path: Path) -> None:
     """The interpreter runs a kernel as Python, so it accepts code Triton's compiler refuses
     (round 8's first int8 variant: an early return inside a constexpr if compiled to a shape
