@@ -1058,6 +1058,9 @@ def int32_indexable(*tensors: torch.Tensor) -> bool:
     return all(t.numel() < 2**31 for t in tensors)
 
 
+INT8_MM_DTYPES = (torch.bfloat16, torch.float16)  # _int8_mm_kernel's activations
+
+
 def int8_mm_usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Int8Linear's Triton product applies: a GPU, 16-bit activations (fp32 would go through
     tf32 on the tensor cores), not inside torch.compile (Inductor fuses the widening), and
@@ -1065,7 +1068,7 @@ def int8_mm_usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (
         triton is not None
         and x.is_cuda
-        and x.dtype in (torch.bfloat16, torch.float16)
+        and x.dtype in INT8_MM_DTYPES
         and not torch.compiler.is_compiling()
         and int32_indexable(x, weight)
         and x.numel() // weight.shape[1] * weight.shape[0] < 2**31
@@ -1122,6 +1125,17 @@ def sample(logits, temperature: float, top_k: int, top_p: float, gen):
 
 
 # --- ENGINE ---
+def pick_prefill(asked: str, graph_ok: bool, int8_widens: bool) -> str:
+    """--prefill's answer: as asked, or for auto the CUDA graph where the decode is Triton and
+    graphs run (graph_ok), else compile. int8 takes the graph too, measured at 1.3B (round 9):
+    its products in _int8_mm_kernel, TTFT 6.5 ms vs 4.4 compiled, but ready 42 s cold vs 69 s
+    and a restart 6.0 s vs 15.5 s; not when that kernel does not apply (a 32/64-bit model:
+    the graph would widen every matrix per prompt, round 7's 8.8 ms path)."""
+    if asked != "auto":
+        return asked
+    return "graph" if graph_ok and not int8_widens else "compile"
+
+
 class Engine:
     """Owns the model, its KV cache and the compiled / captured steps. Not thread-safe: one
     thread calls generate (the server's worker)."""
@@ -1166,13 +1180,11 @@ class Engine:
         # prompt bucket, tens of seconds cold), or its torch kernels as they are, captured in a
         # CUDA graph (cuBLAS and flash attention do the work; nothing to compile). auto: the
         # graph when the decode step is Triton, so nothing in the process compiles through torch.
-        prefill = cfg.prefill
-        if prefill == "graph" and not self.graphs:
+        if cfg.prefill == "graph" and not self.graphs:
             raise ValueError("--prefill graph captures a CUDA graph: it needs a GPU, no --eager")
-        if prefill == "auto":  # int8 too, measured at 1.3B (round 9): its products in
-            # _int8_mm_kernel, TTFT 6.5 ms vs 4.4 compiled, but ready 42 s cold vs 69 s and a
-            # restart 6.0 s vs 15.5 s (no Inductor compile to load)
-            prefill = "graph" if fast and self.graphs else "compile"
+        dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+        widens = cfg.quant == "int8" and dtype not in INT8_MM_DTYPES
+        prefill = pick_prefill(cfg.prefill, fast and self.graphs, widens)
         self.prefill_mode = "eager" if cfg.eager else prefill
         compile_prefill = not cfg.eager and prefill == "compile"
         compile_decode = not cfg.eager and not fast
