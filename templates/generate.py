@@ -39,10 +39,10 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
 
 Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 629-631
 and 2,040 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 9):
-    --size 1.3b   1,017-1,046 tokens/s decode (1.62-1.66x the probe, 56-57% of 4.8 TB/s), 3.5 ms
-                  to the first token; ready 24-38 s after the process starts on a cold cache,
-                  4.5-6 s on a warm --compile-cache; --quant int8 1,180-1,217 (1.87-1.93x),
-                  6.5 ms to the first token, ready 42-46 s cold, 6 s warm
+    --size 1.3b   1,017-1,046 tokens/s decode (1.62-1.66x the probe, 55-57% of 4.8 TB/s),
+                  3.5-3.7 ms to the first token; ready 24-38 s after the process starts on
+                  a cold cache, 4.5-6 s on a warm --compile-cache; --quant int8 1,180-1,217
+                  (1.87-1.93x), 6.5 ms to the first token, ready 42-46 s cold, 6 s warm
     --size 124m   4,213-4,331 tokens/s (2.06-2.12x), 0.9-1.2 ms to the first token
 Where the rest goes: the matrix-vector kernels read bf16 at ~3.4 TB/s and int8 at ~2 TB/s, and
 attention is ~8 us a layer whatever the length (latency, not bytes). On CPU it runs eager by
