@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -171,6 +173,7 @@ def link_packages(
         except BaseException as exc:  # pyo3's PanicException is a BaseException
             failure = exc
     if failure is not None:
+        _wait_for_rattler()
         disk = _disk_refusal(failure, captured.text)
         if disk is not None:  # not the package's fault, nor worth a retry: the room it needs
             from envtool.adapters.install.fetch import disk_full
@@ -190,6 +193,41 @@ def link_packages(
             "the environment is marked incomplete; run the same install again to finish it",
         ) from None
     return from_local
+
+
+def _wait_for_rattler(timeout: float = 2.0, quiet: float = 0.05) -> None:
+    """After a failed install, rattler's threads may still be at work; one that enters Python
+    while the interpreter exits aborts the process ("PyGILState_Release ... finalizing", exit
+    -6 instead of envtool's 1: 5 of 12 runs of the full-disk link test here). Wait, bounded,
+    until every other thread has been asleep for `quiet` seconds (Linux's /proc; elsewhere
+    `quiet` once). In that test no thread was seen busy and the quiet 50 ms alone ended the
+    aborts (0 of 28); the busy check is for larger installs whose other files are still
+    being written when one fails."""
+    tasks = Path("/proc/self/task")
+    me = str(threading.get_native_id())
+    deadline = time.monotonic() + timeout
+    still_since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.005)
+        try:
+            busy = any(_thread_state(t) in ("R", "D") for t in tasks.iterdir() if t.name != me)
+        except OSError:  # no /proc here (macOS): one quiet period is all we can give
+            time.sleep(quiet)
+            return
+        if busy:
+            still_since = time.monotonic()
+        elif time.monotonic() - still_since >= quiet:
+            return
+
+
+def _thread_state(task: Path) -> str:
+    """One thread's state letter from /proc/self/task/TID/stat (R running, D in a disk write,
+    S asleep ...); '' when it has just exited."""
+    try:
+        stat = (task / "stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2 :][:1]  # after "(comm)", which may hold spaces
 
 
 def _disk_refusal(failure: BaseException, stderr: str) -> OSError | None:
