@@ -16,11 +16,10 @@ GELU / residual / argmax fused as in the decode step). Round 9 measured t0 = 1.3
 """
 
 import argparse
-import importlib.util
 import statistics
-import sys
 
 import torch
+from template import load_template
 
 SHAPES = {  # name: (N, K, fused work), the 1.3B model's (d 2048)
     "qkv": (3 * 2048, 2048, "ln"),
@@ -29,14 +28,6 @@ SHAPES = {  # name: (N, K, fused work), the 1.3B model's (d 2048)
     "fc_proj": (2048, 4 * 2048, "res"),
     "head": (50304, 2048, "ln+argmax"),
 }
-
-
-def load_template():
-    sys.argv = ["gen"]
-    spec = importlib.util.spec_from_file_location("gen", "templates/generate.py")
-    g = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(g)
-    return g
 
 
 def graph_seconds(step, reps: int) -> float:

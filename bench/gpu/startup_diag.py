@@ -6,11 +6,11 @@ the meta device took 4.8-5.4 s there, torch._dynamo's import (fixed since: no in
     python bench/gpu/startup_diag.py   # from the repo root, on a CUDA machine
 """
 
-import importlib.util
 import sys
 import time
 
 import torch
+from template import load_template
 
 _last = [time.time()]
 
@@ -28,10 +28,7 @@ def main() -> None:
     mark("import torch")
     torch.zeros(1, device="cuda")
     mark("cuda context")
-    sys.argv = ["gen"]
-    spec = importlib.util.spec_from_file_location("gen", "templates/generate.py")
-    g = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(g)
+    g = load_template()
     mark("import template (triton)")
     s = g.ModelShape(12, 12, 768, 50304, 2048)
     with torch.device("meta"):
