@@ -15,7 +15,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+import zlib
 from pathlib import Path
 
 import channel_builder as cb
@@ -219,6 +221,39 @@ def test_a_full_disk_while_downloading_is_named_and_not_retried(
     assert "check the network" not in line and "tries" not in line
     assert list(_archives(server).values()) == [1]  # asked once: no retry
     assert not list(archives.glob(".*.part"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_a_failed_link_waits_for_threads_still_writing_before_envtool_exits() -> None:
+    """After a failed link, rattler's threads may still be writing other files; one entering
+    Python while the interpreter exits aborts envtool (exit -6, not 1). The wait lasts while
+    another thread works (here: zlib, which runs without the GIL, like rattler's Rust), not
+    just a fixed pause, and gives up at its bound when a thread never stops."""
+    from envtool.adapters.install.link import _wait_for_rattler
+
+    stop, done = threading.Event(), threading.Event()
+
+    def work(seconds: float) -> None:
+        data, end = os.urandom(1 << 20), time.monotonic() + seconds
+        while time.monotonic() < end and not stop.is_set():
+            zlib.compress(data, 9)
+        done.set()
+
+    worker = threading.Thread(target=work, args=(0.5,))
+    worker.start()
+    _wait_for_rattler(timeout=10)
+    assert done.is_set()  # it returned only once the worker had gone quiet
+    worker.join()
+    done.clear()
+    forever = threading.Thread(target=work, args=(60,))
+    forever.start()
+    t0 = time.monotonic()
+    try:
+        _wait_for_rattler(timeout=0.5)
+        assert not done.is_set() and time.monotonic() - t0 < 5  # bounded, not for ever
+    finally:
+        stop.set()
+        forever.join()
 
 
 def test_a_full_disk_while_linking_is_named_with_the_room_needed(
