@@ -71,6 +71,7 @@ import codecs
 import contextlib
 import dataclasses
 import datetime
+import functools
 import http
 import http.server
 import importlib
@@ -82,6 +83,8 @@ import random
 import select
 import signal
 import socket
+import stat
+import statistics
 import sys
 import threading
 import time
@@ -743,33 +746,37 @@ try:  # programmatic dependent launch (Hopper+): the next kernel starts while th
 except ImportError:  # an older Triton (or none): launched one after the other
     gdc_launch_dependents = gdc_wait = None
 
+# _gemv_kernel's tiles, (BLOCK_N, BLOCK_K, num_warps), for float and for int8 weights (int8
+# converts with MAGIC): the in-graph sweep's fastest at 1.3B on H200 (round 10,
+# bench/gpu/gemv_cost.py --sweep) and neighbours for other shapes and GPUs. Engine times each
+# product's candidates inside a CUDA graph over the model's own layers (tune_gemv): the
+# autotuner times a tile alone, and its picks ran up to 1.4x slower in the decode graph.
+GEMV_TILES = {
+    "float": (
+        (16, 512, 8), (16, 512, 4), (8, 512, 4), (8, 1024, 4), (4, 1024, 4), (4, 2048, 4),
+        (2, 2048, 4), (4, 2048, 8), (8, 2048, 8), (32, 256, 8), (64, 256, 8),
+    ),
+    "int8": (
+        (16, 512, 4), (32, 512, 8), (16, 512, 8), (8, 1024, 4), (8, 1024, 8), (4, 2048, 4),
+        (4, 2048, 8), (8, 2048, 8), (2, 2048, 4), (64, 512, 16),
+    ),
+}  # fmt: skip
+
 if triton is not None:
-    _GEMV_CONFIGS = [
-        triton.Config({"BLOCK_N": n, "BLOCK_K": k, "MAGIC": m}, num_warps=w, num_stages=st)
-        for m in (False, True)
-        for n, k, w, st in (  # small N tiles: the d_model-wide outputs still fill every SM
-            (4, 512, 4, 3),
-            (8, 256, 4, 3),
-            (8, 512, 4, 3),
-            (16, 256, 4, 3),
-            (16, 512, 8, 3),
-            (32, 256, 8, 3),
-            (8, 1024, 8, 2),
-            (4, 1024, 4, 2),
-            (2, 1024, 4, 3),
-            (4, 2048, 8, 2),  # int8 weights: 1-2 KB of a row per step
-            (8, 2048, 8, 2),
-            (16, 1024, 8, 2),
+    _GEMV_CONFIGS = [  # the autotuner's list, for a product Engine did not tune (scripts)
+        triton.Config(
+            {"BLOCK_N": n, "BLOCK_K": k, "MAGIC": kind == "int8"}, num_warps=w, num_stages=2
         )
-        if not m or k >= 1024  # MAGIC: int8 weights only, wide rows
+        for kind, tiles in GEMV_TILES.items()
+        for n, k, w in tiles
     ]
     _tune = (
         {"cache_results": True} if "cache_results" in triton.autotune.__code__.co_varnames else {}
     )
 
-    def _int8_only_magic(configs, nargs, **kwargs):
+    def _int8_only_magic(configs, nargs, **kwargs):  # each weight type its own tiles
         int8 = nargs["w_ptr"].dtype == torch.int8
-        return [c for c in configs if int8 or not c.kwargs["MAGIC"]]
+        return [c for c in configs if c.kwargs["MAGIC"] == int8]
 
     @triton.jit
     def _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr):
@@ -1025,20 +1032,47 @@ def triton_usable(device: torch.device) -> bool:
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
+GEMV_PICKS: dict[tuple, tuple[int, int, int]] = {}  # gemv_key -> tile (tune_gemv's choice)
+_GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
+
+
+def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, y) -> tuple:
+    """What a product's fastest tile may depend on: its shape, weight and output types, the
+    work fused into it and PDL."""
+    return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
+            best is not None, str(y.dtype), PDL["on"])  # fmt: skip
+
+
+def gemv_tiles(key: tuple) -> tuple:
+    return GEMV_TILES["int8" if key[2] == "torch.int8" else "float"]
+
+
 def gemv(
     x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None,
     best=None,
 ):  # fmt: skip
     """Batch-1 x (..., K) @ W.T for an nn.Linear or Int8Linear, with an optional LayerNorm on x
     before it, and GELU or a residual add after it, in one kernel -> (N,). best: an int64 (1,)
-    that also gets the argmax's key (the head, _advance_kernel reads it)."""
+    that also gets the argmax's key (the head, _advance_kernel reads it). Its tile: tune_gemv's
+    pick for this product, else the autotuner's (else a fixed one under the interpreter)."""
     w = layer.weight
     scale = getattr(layer, "scale", None)
     N, K = w.shape
     x = x.reshape(K)
     y = torch.empty(N, device=x.device, dtype=out_dtype or x.dtype)
+    key = gemv_key(N, K, w, scale, ln, gelu, res, best, y)
+    calls = _GEMV_RECORD["calls"]
+    if calls is not None:
+        calls.setdefault(key, []).append((x, layer, ln, gelu, res, out_dtype, best))
+    tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
     kernel, fixed = _gemv_kernel, pdl_args()
-    if x.device.type != "cuda":  # Triton's interpreter (tests): no autotuning there
+    if tile is not None:
+        n, k, warps = tile
+        kernel = _gemv_kernel.fn
+        fixed = {**fixed, "BLOCK_N": n, "BLOCK_K": k, "MAGIC": key[2] == "torch.int8"}
+        if x.device.type == "cuda":
+            fixed.update(num_warps=warps, num_stages=2)
+    elif x.device.type != "cuda":  # Triton's interpreter (tests): no autotuning there
         kernel, fixed = (
             _gemv_kernel.fn,
             {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False},
@@ -1050,6 +1084,117 @@ def gemv(
         GELU=gelu, RES=res is not None, ARGMAX=best is not None, **fixed,
     )  # fmt: skip
     return y
+
+
+def graph_seconds(step, reps: int) -> float:
+    """Median seconds of one replay of a CUDA graph of step() (run twice first, uncaptured:
+    compiles, autotuning)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def _run_calls(group: list) -> None:
+    for call in group:
+        gemv(*call)
+
+
+def tune_gemv(step, timer=None, known: dict | None = None) -> dict[tuple, tuple[int, int, int]]:
+    """Pick the tile of every product step() makes: step runs once with its products recorded
+    (each with its candidates' first tile); then per product, each tile of gemv_tiles runs it
+    over every layer's matrix in turn (the step's own order, more bytes than L2 holds), timed
+    by timer(fn, key, tile) (graph_seconds: in a CUDA graph, with PDL as the step has it). The fastest
+    goes into GEMV_PICKS. known: picks to take as they are (a restart's, from the cache);
+    a tile that fails to build (too many registers on this GPU) is skipped."""
+    timer = timer or (lambda fn, key, tile: graph_seconds(fn, 20))
+    calls: dict[tuple, list] = {}
+    _GEMV_RECORD["calls"] = calls
+    try:
+        step()
+    finally:
+        _GEMV_RECORD["calls"] = None
+    for key, group in calls.items():
+        tiles = gemv_tiles(key)
+        if known and known.get(key) in tiles:
+            GEMV_PICKS[key] = known[key]
+            continue
+        timed = []
+        for tile in tiles:
+            GEMV_PICKS[key] = tile
+            try:
+                run = functools.partial(_run_calls, group)
+                timed.append((timer(run, key, tile), tile))
+            except Exception:  # noqa: BLE001 - triton's out-of-resources and compile errors
+                continue
+        if timed:
+            GEMV_PICKS[key] = min(timed)[1]
+        else:
+            del GEMV_PICKS[key]
+    return {key: GEMV_PICKS[key] for key in calls if key in GEMV_PICKS}
+
+
+TILE_PICKS_FILE = "gemv-tiles.json"  # in --compile-cache: tune_gemv's picks for a restart
+
+
+def tile_picks_stamp(device: torch.device) -> dict:
+    """What picks were timed on: another GPU or Triton retunes."""
+    return {"gpu": torch.cuda.get_device_name(device), "triton": triton.__version__}
+
+
+def read_tile_picks(path: Path, stamp: dict) -> dict[tuple, tuple]:
+    """The picks a previous start saved under the same stamp, or {} (none, another GPU or
+    Triton, or a file that is not what write_tile_picks writes: nothing in it is trusted,
+    tune_gemv takes a pick only if it is one of its own candidates)."""
+    try:
+        # no link followed, no wait on a FIFO: a regular file or nothing
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return {}
+            raw = f.read(65537)
+        if len(raw) > 65536:  # far more than any model's picks: not ours
+            return {}
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("stamp") != stamp:
+            return {}
+        picks = {}
+        for entry in data.get("picks", [])[:1000]:
+            key, tile = entry
+            picks[tuple(key)] = tuple(tile)
+        return picks
+    except (OSError, ValueError, TypeError):  # missing, unreadable, not JSON, wrong shape
+        return {}
+
+
+def write_tile_picks(path: Path, picks: dict[tuple, tuple], stamp: dict) -> None:
+    """Whole or not at all (a temporary file renamed over the old one); a cache that cannot be
+    written only costs the next start its tuning."""
+    body = json.dumps({"stamp": stamp, "picks": [[list(k), list(t)] for k, t in picks.items()]})
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(body)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def int32_indexable(*tensors: torch.Tensor) -> bool:
@@ -1212,6 +1357,28 @@ class Engine:
             self.decode_fn = decode_step_fast
         self.prefill_graphs: dict[int, tuple] = {}
         self.decode_graphs: dict[int, tuple] = {}
+        self.tuned = not (fast and self.graphs and device.type == "cuda")
+        self.tiles: dict | None = None  # tune's picks and time
+
+    def tune(self) -> None:
+        """Once, before the decode step is captured: each product's tile, timed in a CUDA graph
+        over the model's layers (tune_gemv). With --compile-cache the picks are kept there, so
+        a restart times nothing."""
+        cache = self.cfg.compile_cache
+        path = Path(cache).resolve() / TILE_PICKS_FILE if cache else None
+        stamp = tile_picks_stamp(self.device)
+        known = read_tile_picks(path, stamp) if path else {}
+        t0 = time.perf_counter()
+        picks = tune_gemv(lambda: self.model.decode_fast(self.tok, self.pos), known=known)
+        self.model.work["best"].fill_(LOWEST_KEY)  # the timed heads' argmax keys
+        self.tuned = True
+        self.tiles = {  # for the benchmark's RESULT line
+            "seconds": time.perf_counter() - t0,
+            "from_cache": sum(known.get(k) == t for k, t in picks.items()),
+            "picks": [[list(k), list(t)] for k, t in picks.items()],
+        }
+        if path and picks != known:
+            write_tile_picks(path, picks, stamp)
 
     def prefill_bucket(self, n: int) -> int:
         return min(self.ctx, max(16, 1 << (n - 1).bit_length()))
@@ -1260,6 +1427,8 @@ class Engine:
             S = 0  # one graph for every length: the kernels read it from pos
         if not self.graphs:
             return self.decode_fn(self.model, self.tok, self.pos, self.out, S)
+        if not self.tuned:
+            self.tune()
         if S not in self.decode_graphs:
             # Warm-up runs the step for real: put back tok and pos (the cache and out writes
             # repeat the same values, harmless).
@@ -1425,6 +1594,7 @@ def run_benchmark(engine: Engine, cfg: Config, prompt: list[int], master: bool) 
         "ready_s": ready_s,
         "startup": startup,
         **steps_how,
+        "gemv_tiles": engine.tiles,
         "generations": repeat + warm,
         "tokens": mid["tokens"],
         "text": to_text(mid["tokens"], {"bytes": True, "ids": False}.get(cfg.vocab)),
