@@ -64,19 +64,25 @@ NGC="--dataset=synth --max_iters=12 --eval_iters=1 --eval_interval=100000 --log_
 T="--max-steps 12 --log-every 1 --warmup-steps 5 --ckpt-every -1 --resume never --out-dir /tmp/tout --vocab-size 50304"
 TP=$ROOT/templates/lm.py
 
-run nanogpt-1.3b 170 60  bash -c "cd $NG && $PY train.py $NGC $NGX $NS13"
-run lm-1.3b-bf16 170 230 $PY $TP $T $TX $SH13
-run lm-1.3b-fp8  170 400 $PY $TP $T $TX $SH13 --fp8
-# loss agreement: real text as bytes, 124M, eager, same seed -> same init and data order
 L="--size 124m --data $ROOT/.fp8bench/corpus.txt --vocab-size 256 --seq-len $LOSS_SEQ --batch-size 16 --max-steps $LOSS_STEPS --warmup-steps 30 --log-every 25 --ckpt-every -1 --resume never --out-dir /tmp/lout"
 [ -n "$CPU" ] && L="$L --cpu --size tiny"
-run loss-fp8  60 420 $PY $TP $L --fp8
-run loss-bf16 60 440 $PY $TP $L
+OLD=$ROOT/.fp8bench/lm_old.py  # optional: an earlier lm template, run beside this one
+# RUNS: which runs, in order (each: NAME TIMEOUT SKIP_AFTER); the default is rounds 1-2's
+for r in ${RUNS:-nanogpt-1.3b lm-1.3b-bf16 lm-1.3b-fp8 loss-fp8 loss-bf16 fsdp-tiny-fp8 lm-124m-fp8 nanogpt-124m lm-124m-bf16}; do
+case $r in
+nanogpt-1.3b) run $r 170 60  bash -c "cd $NG && $PY train.py $NGC $NGX $NS13" ;;
+lm-1.3b-bf16) run $r 170 400 $PY $TP $T $TX $SH13 ;;
+lm-1.3b-fp8) run $r 170 400 $PY $TP $T $TX $SH13 --fp8 ;;
+lm-1.3b-fp8-old) run $r 170 400 $PY $OLD $T $TX $SH13 --fp8 ;;
+# loss agreement: real text as bytes, 124M, eager, same seed -> same init and data order
+loss-fp8) run $r 60 480 $PY $TP $L --fp8 ;;
+loss-bf16) run $r 60 520 $PY $TP $L ;;
 # FSDP2 (one GPU) with per-block compile and --fp8, and a DCP checkpoint: does it compose?
-run fsdp-tiny-fp8 45 470 $PY $ROOT/templates/fsdp.py --size tiny --max-steps 6 --log-every 1 $TX --fp8 --ckpt-every 3 --out-dir /tmp/fout
-run lm-124m-fp8 60 490 $PY $TP $T $TX $SH124 --fp8
-run nanogpt-124m 80 500 bash -c "cd $NG && $PY train.py $NGC $NGX $NS124"
-run lm-124m-bf16 80 520 $PY $TP $T $TX $SH124
+fsdp-tiny-fp8) run $r 45 530 $PY $ROOT/templates/fsdp.py --size tiny --max-steps 6 --log-every 1 $TX --fp8 --ckpt-every 3 --out-dir /tmp/fout ;;
+lm-124m-fp8) run $r 60 490 $PY $TP $T $TX $SH124 --fp8 ;;
+nanogpt-124m) run $r 80 500 bash -c "cd $NG && $PY train.py $NGC $NGX $NS124" ;;
+lm-124m-bf16) run $r 80 520 $PY $TP $T $TX $SH124 ;;
+esac; done
 
 $PY "$ROOT/bench/gpu/fp8_table.py" "$EV" | tee "$OUT/summary.txt"
 cp "$OUT/summary.txt" "$EV/summary.txt"

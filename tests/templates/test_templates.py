@@ -185,8 +185,15 @@ def test_fp8_model_has_the_bf16_models_parameters_so_checkpoints_move_between_th
     plain, fp8 = (m.state_dict() for m in models)
     assert list(plain) == list(fp8)
     assert all(torch.equal(plain[k], fp8[k]) for k in plain)
-    assert sum(isinstance(m, mod.Linear) and m.fp8 for m in models[1].modules()) == 4 * 2
-    assert models[1].head.__class__ is not mod.Linear  # the tied head stays a bf16 matmul
+    assert sum(isinstance(m, mod.Linear) and m.fp8 for m in models[1].modules()) == 4 * 2 + 1
+    assert models[1].head.fp8 and models[1].head.weight is models[1].tok_emb.weight  # tied
+    # a vocabulary _scaled_mm cannot take (not a multiple of 16): the head stays bf16
+    cfg = mod.parse_config(["--size", "tiny", "--vocab-size", "250", "--seq-len", "64"])
+    cfg.fp8 = True
+    odd = mod.GPT(cfg)
+    assert not odd.head.fp8 and sum(isinstance(m, mod.Linear) and m.fp8 for m in odd.modules()) == 8
+    idx = torch.randint(0, 250, (2, 64), generator=torch.Generator().manual_seed(1))
+    odd(idx, idx.roll(-1, 1)).backward()  # and it trains
 
 
 @pytest.mark.parametrize("name", ["lm", "fsdp"])
