@@ -77,6 +77,8 @@ lm-1.3b-fp8-old) run $r 170 400 $PY $OLD $T $TX $SH13 --fp8 ;;
 # loss agreement: real text as bytes, 124M, eager, same seed -> same init and data order
 loss-fp8) run $r 60 480 $PY $TP $L --fp8 ;;
 loss-bf16) run $r 60 520 $PY $TP $L ;;
+loss-fp8-seed2) run $r 60 520 $PY $TP $L --fp8 --seed 2 ;;  # the gap for another init and order
+loss-bf16-seed2) run $r 60 540 $PY $TP $L --seed 2 ;;
 # FSDP2 (one GPU) with per-block compile and --fp8, and a DCP checkpoint: does it compose?
 fsdp-tiny-fp8) run $r 45 530 $PY $ROOT/templates/fsdp.py --size tiny --max-steps 6 --log-every 1 $TX --fp8 --ckpt-every 3 --out-dir /tmp/fout ;;
 lm-124m-fp8) run $r 60 490 $PY $TP $T $TX $SH124 --fp8 ;;

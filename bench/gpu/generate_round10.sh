@@ -20,5 +20,8 @@ newint8) step g13-int8-tuned-cold 100 $G --size 1.3b $BENCH --compile-cache /tmp
          step g13-int8-tuned-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8
          cat /tmp/ci/gemv-tiles.json >> $LOG; echo >> $LOG ;;
 oldint8) step g13-int8-old 100 $OLD --size 1.3b $BENCH --quant int8 ;;
+probe124) step probe-124m 50 python3 $P 124m ;;
+new124) step g124-tuned 50 $G --size 124m $BENCH --compile-cache /tmp/c124 ;;
+old124) step g124-old 50 $OLD --size 124m $BENCH ;;
 esac; done
 summarize "^=== |^prefill|^decode|TTFT|Error|error|gemv_tiles"
