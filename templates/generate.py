@@ -29,20 +29,24 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
     cache slots (one graph per --cache-bucket);
   - --quant int8: weight-only int8 with one scale per output row, made at load from the
     checkpoint: half the bytes of bf16 per token, held-out loss unchanged (docs/benchmarks-gpu.md);
+  - each product's tile (rows x columns a program, warps) is picked before the decode step is
+    captured, by timing the candidates over the model's own layers in a CUDA graph, with PDL,
+    as the step runs them (Triton's autotuner times a tile alone: up to 1.4x slower picks);
   - bf16 weights on GPU; a static KV cache allocated once; the prompt pass (one per
     power-of-two prompt bucket; right-padded, which causal attention never sees) captured in a
     CUDA graph as torch's kernels (--prefill graph, the default with the Triton decode: nothing
     is compiled through torch; int8's products are one Triton kernel that widens W tile by
     tile) or torch.compiled (--prefill compile);
-    --compile-cache DIR keeps Triton's (and Inductor's) kernels and tuning for a restart;
+    --compile-cache DIR keeps Triton's (and Inductor's) kernels and the tile picks for a
+    restart;
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
 Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 629-631
-and 2,040 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 9):
-    --size 1.3b   1,017-1,046 tokens/s decode (1.62-1.66x the probe, 55-57% of 4.8 TB/s),
-                  3.5-3.7 ms to the first token; ready 24-38 s after the process starts on
-                  a cold cache, 4.5-6 s on a warm --compile-cache; --quant int8 1,180-1,217
-                  (1.87-1.93x), 6.5 ms to the first token, ready 42-46 s cold, 6 s warm
+and 2,040 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 10):
+    --size 1.3b   1,073 tokens/s decode (1.70x the probe, 59% of 4.8 TB/s), 3.6 ms to the
+                  first token; ready 26 s after the process starts on a cold cache, 4.9 s on
+                  a warm --compile-cache; --quant int8 1,256 (1.99x), 6.5 ms to the first
+                  token, ready 27 s cold, 5.3 s warm
     --size 124m   4,213-4,331 tokens/s (2.06-2.12x), 0.9-1.2 ms to the first token
 Where the rest goes: the matrix-vector kernels read bf16 at ~3.4 TB/s and int8 at ~2 TB/s, and
 attention is ~8 us a layer whatever the length (latency, not bytes). On CPU it runs eager by

@@ -26,10 +26,10 @@ Measured with envtool launch on 2x H200 (torch 2.11, --compile, seq 1024; docs/b
     --size 124m --batch-size 16 --grad-accum 4   43.6% MFU on 1 GPU, 97.3% scaling to 2 GPUs
 Accumulation (no_sync) is what hides the gradient all-reduce; --grad-compress bf16 did not help
 on NVLink (measured -4.7%); it may across nodes.
-Issue 16, 1x H200 (torch 2.11), 1.3b 16 x 8 --compile, side by side with nanoGPT's train.py:
-    bf16 66.0k tokens/s (1.02x nanoGPT), --fp8 80.3k tokens/s (1.24x; 68.8% of the bf16 peak);
-    124m 16 x 4 bf16 1.03x, --fp8 no faster there (d 768 GEMMs are too small to gain).
-    --fp8 loss on byte-level text: +0.35 to +0.75% vs bf16 after 300 steps.
+Issues 16 and 25, 1x H200 (torch 2.11), 1.3b 16 x 8 --compile, beside nanoGPT's train.py:
+    bf16 66.0-66.9k tokens/s (1.02x nanoGPT), --fp8 84.3k tokens/s (1.28x; 72.2% of the bf16
+    peak); 124m 16 x 4 bf16 1.03x, --fp8 no faster there (d 768 GEMMs are too small to gain).
+    --fp8 loss on byte-level text: +0.35 to +0.78% vs bf16 after 300 steps.
 
 Checkpoints: --out-dir/ckpt.pt, written atomically by rank 0 every --ckpt-every steps, at the
 end and on SIGTERM (Slurm preemption) or a first SIGINT (Ctrl-C; a second one aborts at once,

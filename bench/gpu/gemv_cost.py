@@ -16,7 +16,6 @@ GELU / residual / argmax fused as in the decode step). Round 9 measured t0 = 1.3
 """
 
 import argparse
-import statistics
 
 import torch
 from template import load_template
@@ -28,30 +27,6 @@ SHAPES = {  # name: (N, K, fused work), the 1.3B model's (d 2048)
     "fc_proj": (2048, 4 * 2048, "res"),
     "head": (50304, 2048, "ln+argmax"),
 }
-
-
-def graph_seconds(step, reps: int) -> float:
-    """Median seconds of one replay of a CUDA graph of step() (warmed up: autotuned first)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
 
 
 class Forced:
@@ -115,7 +90,7 @@ def sweep(g, step, first, name: str, shape: tuple[int, int], n_mats: int, nbytes
             g._gemv_kernel = forced = Forced(tuned, *cfg)
             try:
                 got = first()
-                t = float("nan") if a.smoke else graph_seconds(step, a.reps) / n_mats
+                t = float("nan") if a.smoke else g.graph_seconds(step, a.reps) / n_mats
             except Exception as e:  # a tile the GPU has no room for (shared memory, registers)
                 print(f"  {name} {cfg}: {type(e).__name__} {str(e)[-300:]}", flush=True)
                 continue
@@ -191,7 +166,7 @@ def main() -> None:
                     step()
                     us[pdl] = float("nan")
                     continue
-                t = graph_seconds(step, a.reps) / n_mats
+                t = g.graph_seconds(step, a.reps) / n_mats
                 us[pdl] = t * 1e6
                 if name != "head":  # the fit: the block products (the head also argmaxes)
                     rows.setdefault((quant, pdl), []).append((nbytes, t))
