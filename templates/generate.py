@@ -43,11 +43,11 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
 
 Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 629-631
 and 2,040 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 10):
-    --size 1.3b   1,073 tokens/s decode (1.70x the probe, 59% of 4.8 TB/s), 3.6 ms to the
-                  first token; ready 26 s after the process starts on a cold cache, 4.9 s on
-                  a warm --compile-cache; --quant int8 1,256 (1.99x), 6.5 ms to the first
-                  token, ready 27 s cold, 5.3 s warm
-    --size 124m   4,213-4,331 tokens/s (2.06-2.12x), 0.9-1.2 ms to the first token
+    --size 1.3b   1,069-1,073 tokens/s decode (1.69-1.70x the probe, 58-59% of 4.8 TB/s),
+                  3.5 ms to the first token; ready 22-26 s after the process starts on a cold
+                  cache, 4.7-4.9 s on a warm --compile-cache; --quant int8 1,256 (1.99x),
+                  6.5 ms to the first token, ready 27 s cold, 5.3 s warm
+    --size 124m   4,631 tokens/s (2.27x), 1.1 ms to the first token
 Where the rest goes: the matrix-vector kernels read bf16 at ~3.4 TB/s and int8 at ~2 TB/s, and
 attention is ~8 us a layer whatever the length (latency, not bytes). On CPU it runs eager by
 default and starts at once; --compile there costs ~30 s (94 s for a 3M model on a laptop)
@@ -1124,9 +1124,9 @@ def tune_gemv(step, timer=None, known: dict | None = None) -> dict[tuple, tuple[
     """Pick the tile of every product step() makes: step runs once with its products recorded
     (each with its candidates' first tile); then per product, each tile of gemv_tiles runs it
     over every layer's matrix in turn (the step's own order, more bytes than L2 holds), timed
-    by timer(fn, key, tile) (graph_seconds: in a CUDA graph, with PDL as the step has it). The fastest
-    goes into GEMV_PICKS. known: picks to take as they are (a restart's, from the cache);
-    a tile that fails to build (too many registers on this GPU) is skipped."""
+    by timer(fn, key, tile) (graph_seconds: in a CUDA graph, with PDL as the step has it).
+    The fastest goes into GEMV_PICKS. known: picks to take as they are (a restart's, from the
+    cache). A tile that fails to build (too many registers on this GPU) is skipped."""
     timer = timer or (lambda fn, key, tile: graph_seconds(fn, 20))
     calls: dict[tuple, list] = {}
     _GEMV_RECORD["calls"] = calls
