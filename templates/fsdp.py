@@ -192,8 +192,9 @@ class ByteTokens(Dataset):
 # --- shared: gpt_model ---
 # FP8 (--fp8): the transformer blocks' four matmuls run on FP8 tensor cores through
 # torch._scaled_mm, and so does the tied head (a vocabulary that is a multiple of 16); the
-# embedding lookup, LayerNorm, attention and the loss stay bf16/fp32, as do the master weights. lm casts each weight once per optimizer step
-# (GPT.cache_fp8_weights: fp8 copy, its scale and its transpose, reused by every micro-step);
+# embedding lookup, LayerNorm, attention and the loss stay bf16/fp32, as do the master
+# weights. lm casts each weight once per optimizer step (GPT.cache_fp8_weights: fp8 copy, its
+# scale and its transpose, reused by every micro-step);
 # fsdp casts the gathered bf16 copy on every call, since caching would undo the sharding.
 # Each operand is cast with its own dynamic per-tensor scale (amax of this very tensor -> the
 # format's max): no state, no history, nothing in the checkpoint. e4m3 (3 mantissa bits) for
