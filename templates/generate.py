@@ -1040,11 +1040,11 @@ GEMV_PICKS: dict[tuple, tuple[int, int, int]] = {}  # gemv_key -> tile (tune_gem
 _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
 
 
-def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, y) -> tuple:
-    """What a product's fastest tile may depend on: its shape, weight and output types, the
-    work fused into it and PDL."""
+def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y) -> tuple:
+    """What a product's fastest tile may depend on: its shape, weight, output and input types,
+    the work fused into it and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
-            best is not None, str(y.dtype), PDL["on"])  # fmt: skip
+            best is not None, str(y.dtype), PDL["on"], str(x.dtype))  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
@@ -1064,7 +1064,7 @@ def gemv(
     N, K = w.shape
     x = x.reshape(K)
     y = torch.empty(N, device=x.device, dtype=out_dtype or x.dtype)
-    key = gemv_key(N, K, w, scale, ln, gelu, res, best, y)
+    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y)
     calls = _GEMV_RECORD["calls"]
     if calls is not None:
         calls.setdefault(key, []).append((x, layer, ln, gelu, res, out_dtype, best))
@@ -1183,7 +1183,7 @@ def read_tile_picks(path: Path, stamp: dict) -> dict[tuple, tuple]:
             key, tile = entry
             picks[tuple(key)] = tuple(tile)
         return picks
-    except (OSError, ValueError, TypeError):  # missing, unreadable, not JSON, wrong shape
+    except (OSError, ValueError, TypeError, RecursionError):  # missing, not JSON, too deep
         return {}
 
 

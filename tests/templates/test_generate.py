@@ -507,6 +507,7 @@ def test_saved_tile_picks_come_back_and_anything_else_in_their_place_is_ignored(
         json.dumps({"stamp": stamp, "picks": [[1]]}), json.dumps({"stamp": stamp, "picks": [7]}),
         json.dumps({"stamp": stamp, "picks": [[[[1]], [1]]]}),
         json.dumps({"stamp": stamp, "picks": []}) + " " * 70000,
+        "[" * 30000 + "]" * 30000,  # nested past the parser's recursion limit
     ):  # fmt: skip
         path.write_text(body)
         assert gen.read_tile_picks(path, stamp) == {}, body
