@@ -102,7 +102,7 @@ class Config:
     compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
     fp8: bool = field(
         default=False,
-        metadata={"help": "FP8 matmuls in the transformer blocks (GPUs sm_89+: H100, L40S..)"},
+        metadata={"help": "FP8 matmuls in the blocks and the head (GPUs sm_89+: H100, L40S..)"},
     )
     cpu: bool = field(default=False, metadata={"help": "force CPU + gloo (auto without CUDA)"})
     peak_tflops: float | None = field(

@@ -44,7 +44,7 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
 Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 629-631
 and 2,040 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 10):
     --size 1.3b   1,069-1,073 tokens/s decode (1.69-1.70x the probe, 58-59% of 4.8 TB/s),
-                  3.5 ms to the first token; ready 22-26 s after the process starts on a cold
+                  3.4-3.6 ms to the first token; ready 22-26 s after the process starts on a cold
                   cache, 4.7-4.9 s on a warm --compile-cache; --quant int8 1,256 (1.99x),
                   6.5 ms to the first token, ready 27 s cold, 5.3 s warm
     --size 124m   4,631 tokens/s (2.27x), 1.1 ms to the first token
@@ -767,7 +767,7 @@ GEMV_TILES = {
 }  # fmt: skip
 
 if triton is not None:
-    _GEMV_CONFIGS = [  # the autotuner's list, for a product Engine did not tune (scripts)
+    _GEMV_CONFIGS = [  # the autotuner's list: a product not tuned (no CUDA graphs, scripts)
         triton.Config(
             {"BLOCK_N": n, "BLOCK_K": k, "MAGIC": kind == "int8"}, num_warps=w, num_stages=2
         )
@@ -1036,6 +1036,14 @@ def triton_usable(device: torch.device) -> bool:
     return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
+# What a tile this GPU cannot take raises while it is built (before any graph is captured);
+# anything else (a CUDA error, a bug) is no reason to try the next tile.
+TILE_ERRORS = tuple(
+    getattr(importlib.import_module(m), name)
+    for m in ("triton.runtime.errors", "triton.compiler.errors")
+    for name in ("TritonError", "OutOfResources", "PTXASError", "CompilationError")
+    if triton is not None and hasattr(importlib.import_module(m), name)
+) or (RuntimeError,)
 GEMV_PICKS: dict[tuple, tuple[int, int, int]] = {}  # gemv_key -> tile (tune_gemv's choice)
 _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
 
@@ -1136,8 +1144,8 @@ def tune_gemv(step, timer=None, known: dict | None = None) -> dict[tuple, tuple[
         _GEMV_RECORD["calls"] = None
     for key, group in calls.items():
         tiles = gemv_tiles(key)
-        if known and known.get(key) in tiles:
-            GEMV_PICKS[key] = known[key]
+        if known and known.get(key) in tiles:  # the candidate itself, not the file's copy
+            GEMV_PICKS[key] = tiles[tiles.index(known[key])]  # (16.0 == 16, but not to Triton)
             continue
         timed = []
         for tile in tiles:
@@ -1145,7 +1153,7 @@ def tune_gemv(step, timer=None, known: dict | None = None) -> dict[tuple, tuple[
             try:
                 run = functools.partial(_run_calls, group)
                 timed.append((timer(run, key, tile), tile))
-            except Exception:  # noqa: BLE001 - triton's out-of-resources and compile errors
+            except TILE_ERRORS:  # this GPU cannot build or run it (registers, shared memory)
                 continue
         if timed:
             GEMV_PICKS[key] = min(timed)[1]
@@ -1194,7 +1202,9 @@ def write_tile_picks(path: Path, picks: dict[tuple, tuple], stamp: dict) -> None
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(body)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        with os.fdopen(os.open(tmp, flags, 0o644), "w") as f:  # never through a planted link
+            f.write(body)
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
@@ -1381,8 +1391,8 @@ class Engine:
             "from_cache": sum(known.get(k) == t for k, t in picks.items()),
             "picks": [[list(k), list(t)] for k, t in picks.items()],
         }
-        if path and picks != known:
-            write_tile_picks(path, picks, stamp)
+        if path and any(known.get(k) != t for k, t in picks.items()):
+            write_tile_picks(path, {**known, **picks}, stamp)  # other models' picks stay
 
     def prefill_bucket(self, n: int) -> int:
         return min(self.ctx, max(16, 1 << (n - 1).bit_length()))

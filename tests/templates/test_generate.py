@@ -417,6 +417,7 @@ print("compiled", n)
 
 TUNE_CHECK = """
 import importlib.util, sys, torch
+from triton.runtime.errors import OutOfResources
 spec = importlib.util.spec_from_file_location("gen", sys.argv[1])
 g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)
 torch.manual_seed(0)
@@ -438,7 +439,7 @@ for quant in ("none", "int8"):
     def timer(fn, key, tile):
         assert g.GEMV_PICKS[key] == tile  # the product runs with the tile being timed
         if tile in FAILS:
-            raise RuntimeError("out of resource: registers")
+            raise OutOfResources(300, 255, "registers")
         if quant == "int8":  # each tile really runs (the interpreter is slow: one weight type)
             fn()
         timed.setdefault(key, []).append(tile)
@@ -461,6 +462,16 @@ for quant in ("none", "int8"):
     timed.clear()
     assert g.tune_gemv(lambda: m.decode_fast(tok, pos), timer=timer, known=bad) == picks
     assert list(timed) == [odd]
+    floats = {k: tuple(float(v) for v in t) for k, t in picks.items()}  # JSON's 16.0 == 16
+    got = g.tune_gemv(lambda: m.decode_fast(tok, pos), timer=no_timer, known=floats)
+    assert all(type(v) is int for t in got.values() for v in t), got  # the candidates' own ints
+    def broken(fn, key, tile):  # not a tile the GPU refuses: a real error stops the tuning
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    try:
+        g.tune_gemv(lambda: m.decode_fast(tok, pos), timer=broken)
+        raise AssertionError("a CUDA error was taken for a refused tile")
+    except RuntimeError as e:
+        assert "illegal memory access" in str(e)
 print("tuned")
 """
 
@@ -511,6 +522,11 @@ def test_saved_tile_picks_come_back_and_anything_else_in_their_place_is_ignored(
     ):  # fmt: skip
         path.write_text(body)
         assert gen.read_tile_picks(path, stamp) == {}, body
+    victim = tmp_path / "victim.txt"  # a link planted where the temporary file goes
+    victim.write_text("keep")
+    (path.parent / f".{path.name}.{os.getpid()}.tmp").symlink_to(victim)
+    gen.write_tile_picks(path, {}, stamp)
+    assert victim.read_text() == "keep" and gen.read_tile_picks(path, stamp) == {}
     blocked = tmp_path / "a-file"  # a cache folder that cannot be made (root ignores modes)
     blocked.write_text("")
     gen.write_tile_picks(blocked / gen.TILE_PICKS_FILE, picks, stamp)  # no error: next start tunes
