@@ -750,60 +750,39 @@ try:  # programmatic dependent launch (Hopper+): the next kernel starts while th
 except ImportError:  # an older Triton (or none): launched one after the other
     gdc_launch_dependents = gdc_wait = None
 
-# _gemv_kernel's tiles, (BLOCK_N, BLOCK_K, num_warps, MMA), for float and for int8 weights
-# (int8 converts with MAGIC): the in-graph sweep's fastest at 1.3B on H200 (round 10,
-# bench/gpu/gemv_cost.py --sweep) and neighbours for other shapes and GPUs. MMA tiles multiply
-# on the tensor cores (round 11), offered where the input is bf16 or fp16 (mma_usable). Engine
-# times each product's candidates inside a CUDA graph over the model's own layers (tune_gemv):
-# the autotuner times a tile alone, and its picks ran up to 1.4x slower in the decode graph.
+# _gemv_kernel's tiles, (BLOCK_N, BLOCK_K, num_warps), for float and for int8 weights (int8
+# converts with MAGIC): the in-graph sweep's fastest at 1.3B on H200 (round 10,
+# bench/gpu/gemv_cost.py --sweep) and neighbours for other shapes and GPUs. Engine times each
+# product's candidates inside a CUDA graph over the model's own layers (tune_gemv): the
+# autotuner times a tile alone, and its picks ran up to 1.4x slower in the decode graph.
+# (Tensor-core tiles, tl.dot against x as a 16-column operand, lost to these on every product
+# in round 11's sweep.)
 GEMV_TILES = {
     "float": (
-        (16, 512, 8, False), (16, 512, 4, False), (8, 512, 4, False), (8, 1024, 4, False),
-        (4, 1024, 4, False), (4, 2048, 4, False), (2, 2048, 4, False), (4, 2048, 8, False),
-        (8, 2048, 8, False), (32, 256, 8, False), (64, 256, 8, False),
-        (16, 256, 4, True), (32, 256, 4, True), (64, 128, 4, True), (64, 256, 8, True),
+        (16, 512, 8), (16, 512, 4), (8, 512, 4), (8, 1024, 4), (4, 1024, 4), (4, 2048, 4),
+        (2, 2048, 4), (4, 2048, 8), (8, 2048, 8), (32, 256, 8), (64, 256, 8),
     ),
     "int8": (
-        (16, 512, 4, False), (32, 512, 8, False), (16, 512, 8, False), (8, 1024, 4, False),
-        (8, 1024, 8, False), (4, 2048, 4, False), (4, 2048, 8, False), (8, 2048, 8, False),
-        (2, 2048, 4, False), (64, 512, 16, False),
-        (16, 256, 4, True), (16, 512, 4, True), (32, 256, 4, True), (32, 512, 8, True),
-        (64, 256, 4, True), (64, 256, 8, True), (128, 128, 8, True), (64, 512, 8, True),
+        (16, 512, 4), (32, 512, 8), (16, 512, 8), (8, 1024, 4), (8, 1024, 8), (4, 2048, 4),
+        (4, 2048, 8), (8, 2048, 8), (2, 2048, 4), (64, 512, 16),
     ),
 }  # fmt: skip
-MMA_STAGES = 3  # an MMA tile's weights stream through shared memory, 3 tiles in flight
-
-
-def mma_usable(w_dtype: str, x_dtype: str) -> bool:
-    """The tensor cores multiply 16-bit inputs: x bf16 or fp16, W the same or int8 (made fp16,
-    exact, with x rounded to fp16, exact for a bf16 value in fp16's range). An fp32 x would
-    lose bits (TF32), so it keeps the FMA tiles."""
-    half = ("torch.bfloat16", "torch.float16")
-    return x_dtype in half and w_dtype in (x_dtype, "torch.int8")
-
 
 if triton is not None:
     _GEMV_CONFIGS = [  # the autotuner's list: a product not tuned (no CUDA graphs, scripts)
         triton.Config(
-            {"BLOCK_N": n, "BLOCK_K": k, "MAGIC": kind == "int8", "MMA": mma},
-            num_warps=w,
-            num_stages=MMA_STAGES if mma else 2,
+            {"BLOCK_N": n, "BLOCK_K": k, "MAGIC": kind == "int8"}, num_warps=w, num_stages=2
         )
         for kind, tiles in GEMV_TILES.items()
-        for n, k, w, mma in tiles
+        for n, k, w in tiles
     ]
     _tune = (
         {"cache_results": True} if "cache_results" in triton.autotune.__code__.co_varnames else {}
     )
 
-    def _tiles_for(configs, nargs, **kwargs):  # each weight type its own tiles
-        w, x = nargs["w_ptr"].dtype, nargs["x_ptr"].dtype
-        mma = mma_usable(str(w), str(x))
-        return [
-            c
-            for c in configs
-            if c.kwargs["MAGIC"] == (w == torch.int8) and (mma or not c.kwargs["MMA"])
-        ]
+    def _int8_only_magic(configs, nargs, **kwargs):  # each weight type its own tiles
+        int8 = nargs["w_ptr"].dtype == torch.int8
+        return [c for c in configs if c.kwargs["MAGIC"] == int8]
 
     # 4 int8 weights (one 32-bit word) -> 4 fp32 values 2**23 + 128 + w, exact: the bytes
     # offset to unsigned (one xor for four), then each byte put under the exponent of 2**23
@@ -815,17 +794,6 @@ if triton is not None:
         prmt.b32 $1, t, 0x4B000000, 0x7441;
         prmt.b32 $2, t, 0x4B000000, 0x7442;
         prmt.b32 $3, t, 0x4B000000, 0x7443;
-    }""")
-    # 4 int8 weights -> 4 fp16 values w, exact (two fp16 to a register): as above under the
-    # exponent of 1024 (fp16 0x6400), then one packed subtraction of 1024 + 128 per two.
-    _INT8X4_F16 = tl.constexpr("""{
-        .reg .b32 t, m;
-        xor.b32 t, $2, 0x80808080;
-        prmt.b32 $0, t, 0x64646464, 0x4140;
-        prmt.b32 $1, t, 0x64646464, 0x4342;
-        mov.b32 m, 0x64806480;
-        sub.f16x2 $0, $0, m;
-        sub.f16x2 $1, $1, m;
     }""")
 
     @triton.jit
@@ -840,52 +808,26 @@ if triton is not None:
             return (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
 
     @triton.jit
-    def _int8_to_f16(w, COMPILED: tl.constexpr):
-        if COMPILED:
-            return tl.inline_asm_elementwise(
-                _INT8X4_F16, "=r,=r,r", [w], dtype=tl.float16, is_pure=True, pack=4
-            )
-        else:
-            return w.to(tl.float16)
-
-    @triton.jit
     def _gemv_tile(
         acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
-        MMA: tl.constexpr, COMPILED: tl.constexpr,
+        COMPILED: tl.constexpr,
     ):  # fmt: skip
-        """acc + w * prologue(x)[rk] for one (BLOCK_N, BLOCK_K) tile of weights. MMA: acc is
-        (BLOCK_N, 16), the product of w and x as the first of 16 columns (the others zero: the
-        tensor cores' narrowest operand), summed over columns at the end as the FMA tiles'
-        BLOCK_K partial sums are."""
+        """acc + w * prologue(x)[rk] for one (BLOCK_N, BLOCK_K) tile of weights."""
         kmask = rk < K
         xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
         if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
             g = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
             xk = ((xk.to(tl.float32) - mean) * rstd * g).to(x_ptr.dtype.element_ty)
-        if MMA:
-            if MAGIC:  # fp16 x fp16: int8 and bf16 values are exact in fp16 (clamped: no inf)
-                wh = _int8_to_f16(w, COMPILED)
-                xk = tl.minimum(tl.maximum(xk.to(tl.float32), -65504.0), 65504.0)
-                xk = xk.to(tl.float16)
-            else:
-                wh = w
-                if not COMPILED:  # the interpreter multiplies bf16 as its uint16 storage
-                    wh = wh.to(tl.float32)
-                    xk = xk.to(tl.float32)
-            first = (tl.arange(0, 16) == 0)[None, :]
-            xm = tl.where(first, xk[:, None], tl.zeros_like(xk)[:, None])
-            return tl.dot(wh, xm, acc)
+        if MAGIC:
+            wf = _int8_to_f32(w, COMPILED)
         else:
-            if MAGIC:
-                wf = _int8_to_f32(w, COMPILED)
-            else:
-                wf = w.to(tl.float32)
-            return acc + wf * xk.to(tl.float32)[None, :]
+            wf = w.to(tl.float32)
+        return acc + wf * xk.to(tl.float32)[None, :]
 
     @triton.autotune(
         configs=_GEMV_CONFIGS,
         key=["N", "K"],
-        prune_configs_by={"early_config_prune": _tiles_for},
+        prune_configs_by={"early_config_prune": _int8_only_magic},
         **_tune,
     )
     @triton.jit
@@ -893,12 +835,12 @@ if triton is not None:
         x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
         ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr, MMA: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
         MAGIC: int8 weights, made floats by byte permutes (PTX, when COMPILED for the GPU, not
         run by Triton's interpreter) instead of the conversion instruction, which issues at a
-        quarter of the FMA rate. MMA: on the tensor cores.
+        quarter of the FMA rate.
         ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
         orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax."""
         if PDL:
@@ -928,11 +870,8 @@ if triton is not None:
                 s2 += xk * xk
             mean = tl.sum(s1, 0) / K
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
-        if MMA:
-            acc = tl.zeros([BLOCK_N, 16], tl.float32)
-        else:
-            acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC, MMA, COMPILED)
+        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC, COMPILED)
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             w = tl.load(
@@ -941,7 +880,7 @@ if triton is not None:
                 other=0.0,
                 eviction_policy="evict_first",
             )
-            acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC, MMA, COMPILED)
+            acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC, COMPILED)
         y = tl.sum(acc, 1)
         if HAS_SCALE:
             y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
@@ -1100,6 +1039,7 @@ if triton is not None:
 
 
 ATTN_CHUNK = 64  # cache slots per attention program
+ATTN_WARPS = 4  # warps per attention program
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
 
 
@@ -1133,7 +1073,7 @@ TILE_ERRORS = tuple(
     for name in ("TritonError", "OutOfResources", "PTXASError", "CompilationError")
     if triton is not None and hasattr(importlib.import_module(m), name)
 ) or (RuntimeError,)
-GEMV_PICKS: dict[tuple, tuple[int, int, int, bool]] = {}  # gemv_key -> tile (tune_gemv's choice)
+GEMV_PICKS: dict[tuple, tuple[int, int, int]] = {}  # gemv_key -> tile (tune_gemv's choice)
 _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
 
 
@@ -1145,10 +1085,7 @@ def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y) -> tuple
 
 
 def gemv_tiles(key: tuple) -> tuple:
-    """A product's candidate tiles: its weight type's, MMA ones where the tensor cores fit."""
-    mma = mma_usable(key[2], key[-1])
-    return tuple(t for t in GEMV_TILES["int8" if key[2] == "torch.int8" else "float"]
-                 if mma or not t[3])  # fmt: skip
+    return GEMV_TILES["int8" if key[2] == "torch.int8" else "float"]
 
 
 def gemv(
@@ -1172,15 +1109,14 @@ def gemv(
     int8 = w.dtype == torch.int8
     kernel, fixed = _gemv_kernel, {**pdl_args(), "COMPILED": x.device.type == "cuda"}
     if tile is not None:
-        n, k, warps, mma = tile
+        n, k, warps = tile
         kernel = _gemv_kernel.fn
-        fixed = {**fixed, "BLOCK_N": n, "BLOCK_K": k, "MAGIC": int8, "MMA": mma}
+        fixed = {**fixed, "BLOCK_N": n, "BLOCK_K": k, "MAGIC": int8}
         if x.device.type == "cuda":
-            fixed.update(num_warps=warps, num_stages=MMA_STAGES if mma else 2)
+            fixed.update(num_warps=warps, num_stages=2)
     elif x.device.type != "cuda":  # Triton's interpreter (tests): no autotuning there
         kernel = _gemv_kernel.fn
-        fixed = {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": int8, "MMA": False, "PDL": False,
-                 "COMPILED": False}  # fmt: skip
+        fixed = {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False, "COMPILED": False}
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, ln.weight if ln is not None else x,
         res.reshape(N) if res is not None else y, y, best if best is not None else y, N, K,
@@ -1220,7 +1156,7 @@ def _run_calls(group: list) -> None:
         gemv(*call)
 
 
-def tune_gemv(step, timer=None, known: dict | None = None) -> dict[tuple, tuple]:
+def tune_gemv(step, timer=None, known: dict | None = None) -> dict[tuple, tuple[int, int, int]]:
     """Pick the tile of every product step() makes: step runs once with its products recorded
     (each with its candidates' first tile); then per product, each tile of gemv_tiles runs it
     over every layer's matrix in turn (the step's own order, more bytes than L2 holds), timed
@@ -1350,6 +1286,7 @@ def decode_attention(qkv, attn: nn.Module, pos, work: dict):
     _attn_kernel[(H, triton.cdiv(T, ATTN_CHUNK))](
         qkv, attn.k_cache, attn.v_cache, pos, work["o"], work["m"], work["l"], work["count"], y,
         T, 1.0 / math.sqrt(HD), C=H * HD, HD=HD, CHUNK=ATTN_CHUNK, NSPLIT=nsplit, **pdl_args(),
+        **({"num_warps": ATTN_WARPS} if qkv.is_cuda else {}),
     )  # fmt: skip
     return y
 

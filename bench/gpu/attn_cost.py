@@ -1,0 +1,94 @@
+"""What generate's decode attention costs on a GPU, by cache chunk and warps.
+
+For the 1.3B shape (16 heads of 128, a 2048-slot cache), LAYERS distinct layers' caches (more
+bytes than L2 holds, as the 24 layers are) run templates/generate.py's own `decode_attention`
+one after another inside one CUDA graph, with PDL where the GPU has it, at cache positions
+across the benchmark's range (a 512-token prompt and 300 new tokens). Each (ATTN_CHUNK,
+ATTN_WARPS) is checked against torch's attention first. Round 7's profile put attention at
+~8 us a layer for ~5.4 MB of cache: latency, not bytes.
+
+    python bench/gpu/attn_cost.py             # from the repo root, on a CUDA machine
+    TRITON_INTERPRET=1 python bench/gpu/attn_cost.py --smoke   # CPU: tiny shapes, no timing
+"""
+
+import argparse
+import math
+from types import SimpleNamespace
+
+import torch
+from template import load_template
+
+
+def reference(qkv, k_cache, v_cache, pos: int, H: int, HD: int) -> torch.Tensor:
+    q, k, v = qkv.float().view(3, H, HD)
+    kc, vc = k_cache[0].float().clone(), v_cache[0].float().clone()
+    kc[:, pos], vc[:, pos] = k, v
+    att = (q[:, None, :] @ kc[:, : pos + 1].transpose(-1, -2)) / math.sqrt(HD)
+    return (att.softmax(-1) @ vc[:, : pos + 1]).reshape(-1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, no timing")
+    a = ap.parse_args()
+    g = load_template()
+    dev = torch.device("cpu" if a.smoke else "cuda")
+    dt = torch.float32 if a.smoke else torch.bfloat16
+    H, HD, T = (2, 16, 128) if a.smoke else (16, 128, 2048)
+    layers = 2 if a.smoke else a.layers
+    positions = (5, 70) if a.smoke else (512, 662, 811)
+    g.PDL["on"] = not a.smoke and g.pdl_usable(dev)
+    torch.manual_seed(0)
+    attns = [
+        SimpleNamespace(
+            n_head=H,
+            head_dim=HD,
+            k_cache=torch.randn(1, H, T, HD, device=dev, dtype=dt),
+            v_cache=torch.randn(1, H, T, HD, device=dev, dtype=dt),
+        )  # fmt: skip
+        for _ in range(layers)
+    ]
+    qkv = torch.randn(3 * H * HD, device=dev, dtype=dt)
+    pos = torch.zeros(1, device=dev, dtype=torch.int64)
+    chunks = (16, 32) if a.smoke else (16, 32, 64, 128, 256)
+    warps = (4,) if a.smoke else (1, 2, 4, 8)
+    print(f"PDL {g.PDL['on']}; us per layer at positions {positions}")
+    print("| chunk | warps | " + " | ".join(f"pos {p}" for p in positions) + " |")
+    print("|---|---|" + "---|" * len(positions))
+    for chunk in chunks:
+        nsplit = 1 << (-(-T // chunk) - 1).bit_length()
+        f32 = dict(device=dev, dtype=torch.float32)
+        work = {
+            "o": torch.empty(H, nsplit, HD, **f32),
+            "m": torch.empty(H, nsplit, **f32),
+            "l": torch.empty(H, nsplit, **f32),
+            "count": torch.zeros(H, device=dev, dtype=torch.int32),
+        }
+        for w in warps:
+            g.ATTN_CHUNK, g.ATTN_WARPS = chunk, w
+            cells = []
+            for p in positions:
+                pos.fill_(p)
+                want = reference(qkv, attns[0].k_cache, attns[0].v_cache, p, H, HD)
+                got = g.decode_attention(qkv, attns[0], pos, work).float()
+                err = float((got - want).norm() / want.norm())
+                if not err < 2e-2:
+                    cells.append(f"WRONG ({err:.2g})")
+                    continue
+
+                def step(work=work) -> None:
+                    for at in attns:
+                        g.decode_attention(qkv, at, pos, work)
+
+                if a.smoke:
+                    step()
+                    cells.append("ok")
+                    continue
+                cells.append(f"{g.graph_seconds(step, a.reps) / layers * 1e6:.2f}")
+            print(f"| {chunk} | {w} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
