@@ -1039,7 +1039,7 @@ if triton is not None:
 
 
 ATTN_CHUNK = 64  # cache slots per attention program
-ATTN_WARPS = 4  # warps per attention program
+ATTN_WARPS = 2  # warps per attention program (round 11: +2.3 % bf16, +3.9 % int8 over 4)
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
 
 
