@@ -584,15 +584,9 @@ class GPT(nn.Module):
             shape = (1, a.n_head, self.shape.seq_len, a.head_dim)
             a.k_cache = torch.zeros(shape, device=device, dtype=dtype)
             a.v_cache = torch.zeros(shape, device=device, dtype=dtype)
-        # decode_attention's partial results: (heads, cache chunks, head_dim), reused by layers
         a = self.blocks[0].attn
-        nsplit = 1 << (-(-self.shape.seq_len // ATTN_CHUNK) - 1).bit_length()
-        f32 = dict(device=device, dtype=torch.float32)
         self.work = {
-            "o": torch.empty(a.n_head, nsplit, a.head_dim, **f32),
-            "m": torch.empty(a.n_head, nsplit, **f32),
-            "l": torch.empty(a.n_head, nsplit, **f32),
-            "count": torch.zeros(a.n_head, device=device, dtype=torch.int32),  # merge tickets
+            **attention_work(a.n_head, a.head_dim, self.shape.seq_len, device),
             # the head's argmax as one key (_gemv_kernel's ARGMAX); _advance_kernel resets it
             "best": torch.full((1,), LOWEST_KEY, device=device, dtype=torch.int64),
         }
@@ -1274,6 +1268,18 @@ def int8_matmul(x, weight, scale):
         a, weight, scale, c, M, N, K, BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, **launch
     )
     return c.reshape(*x.shape[:-1], N)
+
+
+def attention_work(n_head: int, head_dim: int, seq_len: int, device: torch.device) -> dict:
+    """decode_attention's partial results: (heads, cache chunks, head_dim), reused by layers."""
+    nsplit = 1 << (-(-seq_len // ATTN_CHUNK) - 1).bit_length()
+    f32 = dict(device=device, dtype=torch.float32)
+    return {
+        "o": torch.empty(n_head, nsplit, head_dim, **f32),
+        "m": torch.empty(n_head, nsplit, **f32),
+        "l": torch.empty(n_head, nsplit, **f32),
+        "count": torch.zeros(n_head, device=device, dtype=torch.int32),  # merge tickets
+    }
 
 
 def decode_attention(qkv, attn: nn.Module, pos, work: dict):

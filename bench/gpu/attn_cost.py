@@ -58,16 +58,10 @@ def main() -> None:
     print("| chunk | warps | " + " | ".join(f"pos {p}" for p in positions) + " |")
     print("|---|---|" + "---|" * len(positions))
     for chunk in chunks:
-        nsplit = 1 << (-(-T // chunk) - 1).bit_length()
-        f32 = dict(device=dev, dtype=torch.float32)
-        work = {
-            "o": torch.empty(H, nsplit, HD, **f32),
-            "m": torch.empty(H, nsplit, **f32),
-            "l": torch.empty(H, nsplit, **f32),
-            "count": torch.zeros(H, device=dev, dtype=torch.int32),
-        }
+        g.ATTN_CHUNK = chunk
+        work = g.attention_work(H, HD, T, dev)
         for w in warps:
-            g.ATTN_CHUNK, g.ATTN_WARPS = chunk, w
+            g.ATTN_WARPS = w
             cells = []
             for p in positions:
                 pos.fill_(p)

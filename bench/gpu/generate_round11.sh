@@ -9,6 +9,7 @@
 # Call 2 (PARTS="attn base13 attn13 baseint8 attnint8"): decode attention's cost by cache chunk
 # and warps (attn_cost.py), then generate with the fastest (chunk, warps) patched into a copy of
 # the template beside the template as committed, both on one --compile-cache (the same tiles).
+# It ran with ATTN_WARPS = 4 in the template; since 0a9b1bc the template has 2, so the patch is a no-op.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
