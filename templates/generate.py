@@ -753,12 +753,12 @@ except ImportError:  # an older Triton (or none): launched one after the other
 # in round 11's sweep.)
 GEMV_TILES = {
     "float": (
-        (16, 512, 8), (16, 512, 4), (8, 512, 4), (8, 1024, 4), (4, 1024, 4), (4, 2048, 4),
-        (2, 2048, 4), (4, 2048, 8), (8, 2048, 8), (32, 256, 8), (64, 256, 8),
+        (8, 512, 4), (16, 512, 4), (32, 512, 4), (4, 1024, 4), (8, 1024, 4), (16, 1024, 4),
+        (16, 1024, 8), (4, 2048, 4), (2, 2048, 4), (16, 256, 4), (8, 2048, 4),
     ),
     "int8": (
-        (16, 512, 4), (32, 512, 8), (16, 512, 8), (8, 1024, 4), (8, 1024, 8), (4, 2048, 4),
-        (4, 2048, 8), (8, 2048, 8), (2, 2048, 4), (64, 512, 16),
+        (8, 512, 4), (16, 512, 4), (32, 512, 4), (4, 1024, 4), (8, 1024, 4), (16, 1024, 4),
+        (4, 2048, 4), (2, 2048, 4), (8, 2048, 8), (8, 2048, 4), (16, 2048, 8),
     ),
 }  # fmt: skip
 
@@ -802,21 +802,55 @@ if triton is not None:
             return (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
 
     @triton.jit
-    def _gemv_tile(
-        acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
-        COMPILED: tl.constexpr,
-    ):  # fmt: skip
-        """acc + w * prologue(x)[rk] for one (BLOCK_N, BLOCK_K) tile of weights."""
+    def _x_prologue(x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr):
+        """prologue(x)[rk] in fp32: x, or its LayerNorm rounded to x's dtype (as the module's)."""
         kmask = rk < K
         xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
-        if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
+        if LN:
             g = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
             xk = ((xk.to(tl.float32) - mean) * rstd * g).to(x_ptr.dtype.element_ty)
-        if MAGIC:
-            wf = _int8_to_f32(w, COMPILED)
-        else:
-            wf = w.to(tl.float32)
-        return acc + wf * xk.to(tl.float32)[None, :]
+        return xk.to(tl.float32)
+
+    @triton.jit
+    def _gemv_tile(
+        acc, w, x_ptr, g_ptr, rw, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
+        PACK: tl.constexpr, COMPILED: tl.constexpr,
+    ):  # fmt: skip
+        """acc + W * prologue(x) for one tile of weights: w (BLOCK_N, BLOCK_K // PACK) holds PACK
+        weights an element (32-bit words: bf16 pairs, int8 quads), rw its column numbers.
+        Words keep the fp32 accumulator PACK times smaller than one a weight: fewer registers a
+        program, so more programs an SM and more weight bytes in flight (round 12)."""
+        if PACK == 1:
+            if MAGIC:
+                wf = _int8_to_f32(w, COMPILED)
+            else:
+                wf = w.to(tl.float32)
+            acc += wf * _x_prologue(x_ptr, g_ptr, rw, K, mean, rstd, LN)[None, :]
+        elif PACK == 2:  # bf16 pairs, little-endian: the low half is the even weight
+            w0 = (w << 16).to(tl.float32, bitcast=True)
+            w1 = (w & -65536).to(tl.float32, bitcast=True)
+            acc += w0 * _x_prologue(x_ptr, g_ptr, 2 * rw, K, mean, rstd, LN)[None, :]
+            acc += w1 * _x_prologue(x_ptr, g_ptr, 2 * rw + 1, K, mean, rstd, LN)[None, :]
+        else:  # int8 quads, byte i the weight 4 * rw + i
+            if COMPILED:
+                f0, f1, f2, f3 = tl.inline_asm_elementwise(
+                    _INT8X4_F32, "=r,=r,=r,=r,r", [w], dtype=(tl.float32,) * 4, is_pure=True,
+                    pack=1,
+                )  # fmt: skip
+                f0 -= 8388736.0
+                f1 -= 8388736.0
+                f2 -= 8388736.0
+                f3 -= 8388736.0
+            else:  # the interpreter runs no PTX: each byte sign-extended by shifts
+                f0 = ((w << 24) >> 24).to(tl.float32)
+                f1 = ((w << 16) >> 24).to(tl.float32)
+                f2 = ((w << 8) >> 24).to(tl.float32)
+                f3 = (w >> 24).to(tl.float32)
+            acc += f0 * _x_prologue(x_ptr, g_ptr, 4 * rw, K, mean, rstd, LN)[None, :]
+            acc += f1 * _x_prologue(x_ptr, g_ptr, 4 * rw + 1, K, mean, rstd, LN)[None, :]
+            acc += f2 * _x_prologue(x_ptr, g_ptr, 4 * rw + 2, K, mean, rstd, LN)[None, :]
+            acc += f3 * _x_prologue(x_ptr, g_ptr, 4 * rw + 3, K, mean, rstd, LN)[None, :]
+        return acc
 
     @triton.autotune(
         configs=_GEMV_CONFIGS,
@@ -828,7 +862,7 @@ if triton is not None:
     def _gemv_kernel(
         x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
-        ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr,
+        ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr, PACK: tl.constexpr,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
@@ -841,13 +875,19 @@ if triton is not None:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
+        BLOCK_W: tl.constexpr = BLOCK_K // PACK  # a tile's columns: weights or words of PACK
+        if PACK == 1:
+            wq = w_ptr
+        else:  # gemv passes PACK > 1 only when K is a multiple and the rows are word-aligned
+            wq = w_ptr.to(tl.pointer_type(tl.int32))
+        KW = K // PACK
         # The first tile of weights is loaded before waiting for the kernel before this one:
         # weights never depend on it, so under PDL their reads overlap that kernel's tail.
-        rk0 = tl.arange(0, BLOCK_K)
+        rw0 = tl.arange(0, BLOCK_W)
         w = tl.load(
-            w_ptr + rn[:, None] * K + rk0[None, :],
-            mask=nmask[:, None] & (rk0 < K)[None, :],
-            other=0.0,
+            wq + rn[:, None] * KW + rw0[None, :],
+            mask=nmask[:, None] & (rw0 < KW)[None, :],
+            other=0,
             eviction_policy="evict_first",  # read once: keep L2 for x and the cache
         )
         if PDL:
@@ -864,17 +904,17 @@ if triton is not None:
                 s2 += xk * xk
             mean = tl.sum(s1, 0) / K
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
-        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC, COMPILED)
-        for k0 in range(BLOCK_K, K, BLOCK_K):
-            rk = k0 + tl.arange(0, BLOCK_K)
+        acc = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
+        acc = _gemv_tile(acc, w, x_ptr, g_ptr, rw0, K, mean, rstd, LN, MAGIC, PACK, COMPILED)
+        for w0 in range(BLOCK_W, KW, BLOCK_W):
+            rw = w0 + tl.arange(0, BLOCK_W)
             w = tl.load(
-                w_ptr + rn[:, None] * K + rk[None, :],
-                mask=nmask[:, None] & (rk < K)[None, :],
-                other=0.0,
+                wq + rn[:, None] * KW + rw[None, :],
+                mask=nmask[:, None] & (rw < KW)[None, :],
+                other=0,
                 eviction_policy="evict_first",
             )
-            acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC, COMPILED)
+            acc = _gemv_tile(acc, w, x_ptr, g_ptr, rw, K, mean, rstd, LN, MAGIC, PACK, COMPILED)
         y = tl.sum(acc, 1)
         if HAS_SCALE:
             y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
@@ -1073,9 +1113,20 @@ _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by 
 
 def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y) -> tuple:
     """What a product's fastest tile may depend on: its shape, weight, output and input types,
-    the work fused into it and PDL."""
+    the work fused into it, PDL and how the kernel loads the weights."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
-            best is not None, str(y.dtype), PDL["on"], str(x.dtype))  # fmt: skip
+            best is not None, str(y.dtype), PDL["on"], str(x.dtype), gemv_pack(w))  # fmt: skip
+
+
+WORD_PACK = {torch.int8: 4, torch.bfloat16: 2}  # weights a 32-bit word holds
+
+
+def gemv_pack(w: torch.Tensor) -> int:
+    """Weights _gemv_kernel loads as one 32-bit word: int8 quads, bf16 pairs, when every row
+    starts on a word (else 1: one weight at a time)."""
+    pack = WORD_PACK.get(w.dtype, 1)
+    aligned = w.shape[-1] % pack == 0 and w.data_ptr() % 4 == 0 and w.stride(-1) == 1
+    return pack if aligned else 1
 
 
 def gemv_tiles(key: tuple) -> tuple:
@@ -1102,6 +1153,7 @@ def gemv(
     tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
     int8 = w.dtype == torch.int8
     kernel, fixed = _gemv_kernel, {**pdl_args(), "COMPILED": x.device.type == "cuda"}
+    fixed["PACK"] = key[-1]
     if tile is not None:
         n, k, warps = tile
         kernel = _gemv_kernel.fn
@@ -1110,7 +1162,8 @@ def gemv(
             fixed.update(num_warps=warps, num_stages=2)
     elif x.device.type != "cuda":  # Triton's interpreter (tests): no autotuning there
         kernel = _gemv_kernel.fn
-        fixed = {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False, "COMPILED": False}
+        fixed = {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False, "COMPILED": False,
+                 "PACK": key[-1]}  # fmt: skip
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, ln.weight if ln is not None else x,
         res.reshape(N) if res is not None else y, y, best if best is not None else y, N, K,

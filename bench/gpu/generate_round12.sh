@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 25 round 12, nvidia-h200 calls: the decode products load their weights as 32-bit words
+# (int8 quads, bf16 pairs), one fp32 accumulator a word instead of one a weight. Compiled for
+# sm_90 here, that takes an int8 tile of 8 x 1024 from 202 registers a thread to 64 (2 programs
+# an SM to 8, 16 KB of weights in flight an SM to 64 KB); bf16's from ~32 KB in flight to 64-96.
+# generate (tuning over the new GEMV_TILES) runs beside the template before the change (af651cc,
+# carried as .gpuwork/generate_old.py) and the probe; the sweep times every word tile in the graph.
+# Run with carry [".gpuwork"] (the probe and the old template; gitignored).
+# TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
+set -u
+source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
+OLD="python3 .gpuwork/generate_old.py"
+for part in ${PARTS:-probe13 newint8 oldint8 new13 old13}; do case $part in
+sweep) step gemv-sweep ${SWEEP_S:-300} python3 bench/gpu/gemv_cost.py --sweep ;;
+probe13) step probe-1.3b 100 python3 $P 1.3b ;;
+new13) step g13-cold 90 $G --size 1.3b $BENCH --compile-cache /tmp/cb
+       step g13-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/cb ;;
+old13) step g13-old 80 $OLD --size 1.3b $BENCH ;;
+newint8) step g13-int8-cold 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8
+         step g13-int8-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
+oldint8) step g13-int8-old 100 $OLD --size 1.3b $BENCH --quant int8 ;;
+probe124) step probe-124m 50 python3 $P 124m ;;
+new124) step g124 50 $G --size 124m $BENCH --compile-cache /tmp/c124 ;;
+old124) step g124-old 50 $OLD --size 124m $BENCH ;;
+esac; done
+summarize "^=== |^prefill|^decode|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL"
