@@ -753,12 +753,12 @@ except ImportError:  # an older Triton (or none): launched one after the other
 # in round 11's sweep.)
 GEMV_TILES = {
     "float": (
-        (8, 512, 4), (16, 512, 4), (32, 512, 4), (4, 1024, 4), (8, 1024, 4), (16, 1024, 4),
-        (16, 1024, 8), (4, 2048, 4), (2, 2048, 4), (16, 256, 4), (8, 2048, 4),
+        (16, 512, 8), (16, 512, 4), (8, 512, 4), (8, 1024, 4), (4, 1024, 4), (4, 2048, 4),
+        (2, 2048, 4), (4, 2048, 8), (8, 2048, 8), (32, 256, 8), (64, 256, 8),
     ),
     "int8": (
-        (8, 512, 4), (16, 512, 4), (32, 512, 4), (4, 1024, 4), (8, 1024, 4), (16, 1024, 4),
-        (4, 2048, 4), (2, 2048, 4), (8, 2048, 8), (8, 2048, 4), (16, 2048, 8),
+        (16, 512, 4), (32, 512, 8), (16, 512, 8), (8, 1024, 4), (8, 1024, 8), (4, 2048, 4),
+        (4, 2048, 8), (8, 2048, 8), (2, 2048, 4), (64, 512, 16),
     ),
 }  # fmt: skip
 
@@ -802,55 +802,23 @@ if triton is not None:
             return (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
 
     @triton.jit
-    def _x_prologue(x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr):
-        """prologue(x)[rk] in fp32: x, or its LayerNorm rounded to x's dtype (as the module's)."""
-        kmask = rk < K
-        xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
-        if LN:
-            g = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
-            xk = ((xk.to(tl.float32) - mean) * rstd * g).to(x_ptr.dtype.element_ty)
-        return xk.to(tl.float32)
-
-    @triton.jit
     def _gemv_tile(
-        acc, w, x_ptr, g_ptr, rw, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
-        PACK: tl.constexpr, COMPILED: tl.constexpr,
+        acc, s1, s2, w, x_ptr, g_ptr, rk, K, LN: tl.constexpr, MAGIC: tl.constexpr,
+        COMPILED: tl.constexpr,
     ):  # fmt: skip
-        """acc + W * prologue(x) for one tile of weights: w (BLOCK_N, BLOCK_K // PACK) holds PACK
-        weights an element (32-bit words: bf16 pairs, int8 quads), rw its column numbers.
-        Words keep the fp32 accumulator PACK times smaller than one a weight: fewer registers a
-        program, so more programs an SM and more weight bytes in flight (round 12)."""
-        if PACK == 1:
-            if MAGIC:
-                wf = _int8_to_f32(w, COMPILED)
-            else:
-                wf = w.to(tl.float32)
-            acc += wf * _x_prologue(x_ptr, g_ptr, rw, K, mean, rstd, LN)[None, :]
-        elif PACK == 2:  # bf16 pairs, little-endian: the low half is the even weight
-            w0 = (w << 16).to(tl.float32, bitcast=True)
-            w1 = (w & -65536).to(tl.float32, bitcast=True)
-            acc += w0 * _x_prologue(x_ptr, g_ptr, 2 * rw, K, mean, rstd, LN)[None, :]
-            acc += w1 * _x_prologue(x_ptr, g_ptr, 2 * rw + 1, K, mean, rstd, LN)[None, :]
-        else:  # int8 quads, byte i the weight 4 * rw + i
-            if COMPILED:
-                f0, f1, f2, f3 = tl.inline_asm_elementwise(
-                    _INT8X4_F32, "=r,=r,=r,=r,r", [w], dtype=(tl.float32,) * 4, is_pure=True,
-                    pack=1,
-                )  # fmt: skip
-                f0 -= 8388736.0
-                f1 -= 8388736.0
-                f2 -= 8388736.0
-                f3 -= 8388736.0
-            else:  # the interpreter runs no PTX: each byte sign-extended by shifts
-                f0 = ((w << 24) >> 24).to(tl.float32)
-                f1 = ((w << 16) >> 24).to(tl.float32)
-                f2 = ((w << 8) >> 24).to(tl.float32)
-                f3 = (w >> 24).to(tl.float32)
-            acc += f0 * _x_prologue(x_ptr, g_ptr, 4 * rw, K, mean, rstd, LN)[None, :]
-            acc += f1 * _x_prologue(x_ptr, g_ptr, 4 * rw + 1, K, mean, rstd, LN)[None, :]
-            acc += f2 * _x_prologue(x_ptr, g_ptr, 4 * rw + 2, K, mean, rstd, LN)[None, :]
-            acc += f3 * _x_prologue(x_ptr, g_ptr, 4 * rw + 3, K, mean, rstd, LN)[None, :]
-        return acc
+        """acc + w * (g *) x[rk] for one (BLOCK_N, BLOCK_K) tile of weights; with LN also the
+        sums of x and x * x, for the LayerNorm the epilogue applies."""
+        kmask = rk < K
+        xk = tl.load(x_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
+        if LN:
+            s1 += xk
+            s2 += xk * xk
+            xk = xk * tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
+        if MAGIC:
+            wf = _int8_to_f32(w, COMPILED)
+        else:
+            wf = w.to(tl.float32)
+        return acc + wf * xk[None, :], s1, s2
 
     @triton.autotune(
         configs=_GEMV_CONFIGS,
@@ -860,12 +828,14 @@ if triton is not None:
     )
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
+        x_ptr, w_ptr, s_ptr, g_ptr, f_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
-        ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr, PACK: tl.constexpr,
+        ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
-        """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
+        """y[n] = epilogue(scale[n] * sum_k W[n, k] * LN(x)[k]); W bf16 or int8 (N, K). LN:
+        applied as rstd (W (g x) - mean f) with f = W g (gemv's ln_fold), not rounded to x's
+        dtype first as the module's output is (the sums differ by about that rounding).
         MAGIC: int8 weights, made floats by byte permutes (PTX, when COMPILED for the GPU, not
         run by Triton's interpreter) instead of the conversion instruction, which issues at a
         quarter of the FMA rate.
@@ -875,47 +845,36 @@ if triton is not None:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
-        BLOCK_W: tl.constexpr = BLOCK_K // PACK  # a tile's columns: weights or words of PACK
-        if PACK == 1:
-            wq = w_ptr
-        else:  # gemv passes PACK > 1 only when K is a multiple and the rows are word-aligned
-            wq = w_ptr.to(tl.pointer_type(tl.int32))
-        KW = K // PACK
         # The first tile of weights is loaded before waiting for the kernel before this one:
         # weights never depend on it, so under PDL their reads overlap that kernel's tail.
-        rw0 = tl.arange(0, BLOCK_W)
+        rk0 = tl.arange(0, BLOCK_K)
         w = tl.load(
-            wq + rn[:, None] * KW + rw0[None, :],
-            mask=nmask[:, None] & (rw0 < KW)[None, :],
-            other=0,
+            w_ptr + rn[:, None] * K + rk0[None, :],
+            mask=nmask[:, None] & (rk0 < K)[None, :],
+            other=0.0,
             eviction_policy="evict_first",  # read once: keep L2 for x and the cache
         )
         if PDL:
             gdc_wait()
-        mean = 0.0
-        rstd = 1.0
-        if LN:  # every program normalises x itself: K elements, read from L2
-            s1 = tl.zeros([BLOCK_K], tl.float32)
-            s2 = tl.zeros([BLOCK_K], tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                rk = k0 + tl.arange(0, BLOCK_K)
-                xk = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-                s1 += xk
-                s2 += xk * xk
-            mean = tl.sum(s1, 0) / K
-            rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
-        acc = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
-        acc = _gemv_tile(acc, w, x_ptr, g_ptr, rw0, K, mean, rstd, LN, MAGIC, PACK, COMPILED)
-        for w0 in range(BLOCK_W, KW, BLOCK_W):
-            rw = w0 + tl.arange(0, BLOCK_W)
+        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        s1 = tl.zeros([BLOCK_K], tl.float32)
+        s2 = tl.zeros([BLOCK_K], tl.float32)
+        acc, s1, s2 = _gemv_tile(acc, s1, s2, w, x_ptr, g_ptr, rk0, K, LN, MAGIC, COMPILED)
+        for k0 in range(BLOCK_K, K, BLOCK_K):
+            rk = k0 + tl.arange(0, BLOCK_K)
             w = tl.load(
-                wq + rn[:, None] * KW + rw[None, :],
-                mask=nmask[:, None] & (rw < KW)[None, :],
-                other=0,
+                w_ptr + rn[:, None] * K + rk[None, :],
+                mask=nmask[:, None] & (rk < K)[None, :],
+                other=0.0,
                 eviction_policy="evict_first",
             )
-            acc = _gemv_tile(acc, w, x_ptr, g_ptr, rw, K, mean, rstd, LN, MAGIC, PACK, COMPILED)
+            acc, s1, s2 = _gemv_tile(acc, s1, s2, w, x_ptr, g_ptr, rk, K, LN, MAGIC, COMPILED)
         y = tl.sum(acc, 1)
+        if LN:  # W (g (x - mean) rstd) = rstd (W (g x) - mean W g): the statistics come from
+            # the x the loop read anyway, no pass over x before it (round 12); W g is f_ptr's
+            mean = tl.sum(s1, 0) / K
+            rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
+            y = (y - mean * tl.load(f_ptr + rn, mask=nmask, other=0.0)) * rstd
         if HAS_SCALE:
             y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         if GELU:  # exact (erf) GELU, as F.gelu
@@ -1113,24 +1072,28 @@ _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by 
 
 def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y) -> tuple:
     """What a product's fastest tile may depend on: its shape, weight, output and input types,
-    the work fused into it, PDL and how the kernel loads the weights."""
+    the work fused into it and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
-            best is not None, str(y.dtype), PDL["on"], str(x.dtype), gemv_pack(w))  # fmt: skip
-
-
-WORD_PACK = {torch.int8: 4, torch.bfloat16: 2}  # weights a 32-bit word holds
-
-
-def gemv_pack(w: torch.Tensor) -> int:
-    """Weights _gemv_kernel loads as one 32-bit word: int8 quads, bf16 pairs, when every row
-    starts on a word (else 1: one weight at a time)."""
-    pack = WORD_PACK.get(w.dtype, 1)
-    aligned = w.shape[-1] % pack == 0 and w.data_ptr() % 4 == 0 and w.stride(-1) == 1
-    return pack if aligned else 1
+            best is not None, str(y.dtype), PDL["on"], str(x.dtype))  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
     return GEMV_TILES["int8" if key[2] == "torch.int8" else "float"]
+
+
+def ln_fold(layer: nn.Module, ln: nn.LayerNorm) -> torch.Tensor:
+    """W g in fp32 (N,), the term of a LayerNorm that _gemv_kernel applies after the product
+    (int8: the integers', the row scales follow). Made once per (layer, LayerNorm weight) and
+    kept on the layer; rows a block at a time, so the head's fp32 copy is never whole."""
+    w, g = layer.weight, ln.weight
+    made = getattr(layer, "_ln_fold", None)
+    if made is not None and made[0] is g and made[1] == (g._version, w._version, w.device):
+        return made[2]
+    f = torch.empty(w.shape[0], device=w.device, dtype=torch.float32)
+    for r in range(0, w.shape[0], 4096):
+        f[r : r + 4096] = w[r : r + 4096].float() @ g.float()
+    layer._ln_fold = (g, (g._version, w._version, w.device), f)
+    return f
 
 
 def gemv(
@@ -1153,7 +1116,6 @@ def gemv(
     tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
     int8 = w.dtype == torch.int8
     kernel, fixed = _gemv_kernel, {**pdl_args(), "COMPILED": x.device.type == "cuda"}
-    fixed["PACK"] = key[-1]
     if tile is not None:
         n, k, warps = tile
         kernel = _gemv_kernel.fn
@@ -1162,10 +1124,10 @@ def gemv(
             fixed.update(num_warps=warps, num_stages=2)
     elif x.device.type != "cuda":  # Triton's interpreter (tests): no autotuning there
         kernel = _gemv_kernel.fn
-        fixed = {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False, "COMPILED": False,
-                 "PACK": key[-1]}  # fmt: skip
+        fixed = {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False, "COMPILED": False}
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, ln.weight if ln is not None else x,
+        ln_fold(layer, ln) if ln is not None else x,
         res.reshape(N) if res is not None else y, y, best if best is not None else y, N, K,
         ln.eps if ln is not None else 0.0, HAS_SCALE=scale is not None, LN=ln is not None,
         GELU=gelu, RES=res is not None, ARGMAX=best is not None, **fixed,

@@ -53,18 +53,16 @@ class Forced:
 
 
 def sweep_configs(int8: bool) -> list[tuple[int, int, int, int, bool]]:
-    """(BLOCK_N, BLOCK_K, warps, stages, MAGIC): every tile of 2,048-65,536 weights and 8-64
-    accumulator registers a thread, the kernel loading 32-bit words of weights (int8 quads,
-    bf16 pairs: one accumulator a word; stages: Triton pipelines loads only into tl.dot, so
-    one value). (Round 11 also swept tensor-core tiles, in 3c05187's template: none beat
-    these; round 12 dropped int8 without MAGIC, which word loads no longer use.)"""
-    pack = 4 if int8 else 2
+    """(BLOCK_N, BLOCK_K, warps, stages, MAGIC): every tile of 4,096-65,536 weights and 16-64
+    accumulator registers a thread (stages: Triton pipelines loads only into tl.dot, so one
+    value); int8 with and without MAGIC. (Round 11 also swept tensor-core tiles, in 3c05187's
+    template: none beat these.)"""
     out = []
     for bn in (2, 4, 8, 16, 32, 64):
         for bk in (256, 512, 1024, 2048):
             for warps in (4, 8, 16):
-                if 8 <= bn * bk / (32 * warps * pack) <= 64 and 2048 <= bn * bk <= 65536:
-                    out.append((bn, bk, warps, 2, int8))
+                if 16 <= bn * bk / (32 * warps) <= 64 and 4096 <= bn * bk <= 65536:
+                    out += [(bn, bk, warps, 2, m) for m in ((True, False) if int8 else (False,))]
     return out
 
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Issue 25 round 12, nvidia-h200 calls: the decode products load their weights as 32-bit words
-# (int8 quads, bf16 pairs), one fp32 accumulator a word instead of one a weight. Compiled for
-# sm_90 here, that takes an int8 tile of 8 x 1024 from 202 registers a thread to 64 (2 programs
-# an SM to 8, 16 KB of weights in flight an SM to 64 KB); bf16's from ~32 KB in flight to 64-96.
-# generate (tuning over the new GEMV_TILES) runs beside the template before the change (af651cc,
-# carried as .gpuwork/generate_old.py) and the probe; the sweep times every word tile in the graph.
+# Issue 25 round 12, nvidia-h200 calls; generate runs beside the template before the round
+# (af651cc, carried as .gpuwork/generate_old.py) and the probe, all in one call.
+# Call 1 (template at ef2fb4b): the decode products loaded their weights as 32-bit words (int8
+# quads, bf16 pairs), one fp32 accumulator a word: 2-4x fewer registers a thread, so 2-4x the
+# weight bytes in flight an SM (compiled for sm_90 here). It lost (int8 -16 %, bf16 -3.5 %).
+# Call 2 (PARTS="probe13 newint8 oldint8 new13 old13 probe124 new124 old124"): the LayerNorm
+# before qkv, fc and the head applied after the product, rstd (W (g x) - mean W g), its
+# statistics summed from the x the product's loop reads: no pass over x before the weights.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u

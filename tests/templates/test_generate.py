@@ -254,31 +254,31 @@ def err(a, b, bf16=False):
     global worst, worst_bf16
     assert torch.isfinite(a).all()
     e = float((a - b).norm() / b.norm())
-    if bf16:  # the interpreter rounds the LayerNorm's bf16 output its own way (torch's: 4e-3)
+    if bf16:  # the module rounds its LayerNorm's output to bf16, the kernel does not
         worst_bf16 = max(worst_bf16, e)
     else:
         worst = max(worst, e)
-# weights a word: fp32 1; int8 4 (K 100: a part tile; K 102: rows off words, 1); bf16 2 (K 130)
-for N, K, kind, pack in ((96, 64, "fp32", 1), (100, 256, "int8", 4), (30, 100, "int8", 4),
-                         (30, 102, "int8", 1), (72, 130, "bf16", 2)):
+for N, K, kind in ((96, 64, "fp32"), (100, 256, "int8"), (30, 100, "int8"), (72, 130, "bf16")):
     lin = torch.nn.Linear(K, N, bias=False)
     layer = g.Int8Linear(lin.weight) if kind == "int8" else lin
     dt = torch.bfloat16 if kind == "bf16" else torch.float32
     layer.to(dt)
-    assert g.gemv_pack(layer.weight) == pack, (kind, K)
     ln = torch.nn.LayerNorm(K, bias=False, dtype=dt); ln.weight.data.uniform_(0.5, 1.5)
     x, r = (torch.randn(K) * 3 + 1).to(dt), torch.randn(N).to(dt)
     f32 = lambda v: layer.weight.float() @ v.float() if kind == "bf16" else layer(v[None])[0]
-    err(g.gemv(x, layer, ln=ln, gelu=True, out_dtype=torch.float32),
-        torch.nn.functional.gelu(f32(ln(x))), kind == "bf16")  # fp32 sums out: unrounded
+    for _ in range(2):  # the second call takes W g as the first made it
+        err(g.gemv(x, layer, ln=ln, gelu=True, out_dtype=torch.float32),
+            torch.nn.functional.gelu(f32(ln(x))), kind == "bf16")
     err(g.gemv(x, layer, res=r, out_dtype=torch.float32), f32(x) + r.float())
+    with torch.no_grad():  # new LayerNorm weights (as load_state_dict copies them): W g again
+        ln.weight.mul_(-1)
+    err(g.gemv(x, layer, ln=ln, out_dtype=torch.float32), f32(ln(x)), kind == "bf16")
 lin = torch.nn.Linear(256, 40, bias=False); layer = g.Int8Linear(lin.weight)
-for pack in (1, 4):  # int8 by the byte-offset sum, one weight or a word at a time
-    x, y = torch.randn(256), torch.full((40,), float("nan"))
-    g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, 40, 256, 0.0,
-        HAS_SCALE=True, LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False,
-        COMPILED=False, PACK=pack, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
-    err(y, layer(x[None])[0])
+x, y = torch.randn(256), torch.full((40,), float("nan"))
+g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, x, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
+    LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, COMPILED=False, BLOCK_N=8,
+    BLOCK_K=64, MAGIC=True)
+err(y, layer(x[None])[0])
 for M, N, K in ((1, 100, 256), (37, 130, 200), (70, 300, 64), (129, 40, 96), (1100, 130, 64)):
     # int8 prompt products: tile edges; 9 row blocks, so GROUP_M's last group is partial
     layer = g.Int8Linear(torch.nn.Linear(K, N, bias=False).weight)
@@ -322,7 +322,7 @@ for sign, tie in ((1, True), (-1, False), (1, False)):  # the head's argmax, the
     assert (tok.item(), out[p + 1].item()) == (want, want), (tok, out, want)
     assert best.item() == -(2**63)  # ready for the next step
 assert pos.item() == 6
-assert worst_bf16 < 2e-2, worst_bf16  # a weight paired with the wrong x would be ~1
+assert worst_bf16 < 1e-2, worst_bf16  # a LayerNorm term out of place would be ~1
 print("worst", worst)
 """
 
@@ -403,10 +403,10 @@ for wt in ("bf16", "i8"):
         if c.kwargs["MAGIC"] != (wt == "i8"):  # each weight type its own tiles
             continue
         types = {"x_ptr": "*bf16", "w_ptr": "*" + wt, "s_ptr": "*fp32", "g_ptr": "*bf16",
-                 "r_ptr": "*bf16", "y_ptr": "*bf16", "best_ptr": "*i64", "N": "i32", "K": "i32",
+                 "f_ptr": "*fp32", "r_ptr": "*bf16", "y_ptr": "*bf16", "best_ptr": "*i64", "N": "i32", "K": "i32",
                  "eps": "fp32"}
         const = dict(HAS_SCALE=wt == "i8", PDL=bool(i % 2), COMPILED=True, **uses[i % 4],
-                     PACK=(4 if wt == "i8" else 2) if i % 3 else 1, **c.kwargs)
+                     **c.kwargs)
         const = {k: const[k] for k in g._gemv_kernel.fn.arg_names if k in const}
         build(g._gemv_kernel, types, const, num_warps=c.num_warps, num_stages=c.num_stages)
         n += 1
@@ -438,7 +438,7 @@ g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)
 torch.manual_seed(0)
 s = g.ModelShape(1, 2, 64, 256, 64)
 cpu = torch.device("cpu")
-FAILS = (g.GEMV_TILES["float"][-1], g.GEMV_TILES["int8"][-1])  # as if out of registers
+FAILS = ((64, 256, 8), (64, 512, 16))  # as a GPU short of registers would refuse them
 def cost(key, tile):  # a made-up time per (product, tile), different winners per product
     return (g.gemv_tiles(key).index(tile) * 7 + key[0] + key[1]) % 11
 for quant in ("none", "int8"):
@@ -574,7 +574,7 @@ def test_triton_decode_kernels_compile_for_hopper(tmp_path: Path) -> None:
     env = {**child_env(), "TRITON_CACHE_DIR": str(tmp_path / "triton-cache")}
     proc = run_with_template(tmp_path, COMPILE_CHECK, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split()[-1] == str(11 + 11 + 6 + 3), proc.stdout  # GEMV_TILES + the rest
+    assert proc.stdout.split()[-1] == str(11 + 10 + 6 + 3), proc.stdout  # GEMV_TILES + the rest
 
 
 @pytest.mark.slow
