@@ -803,22 +803,20 @@ if triton is not None:
 
     @triton.jit
     def _gemv_tile(
-        acc, s1, s2, w, x_ptr, g_ptr, rk, K, LN: tl.constexpr, MAGIC: tl.constexpr,
+        acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
         COMPILED: tl.constexpr,
     ):  # fmt: skip
-        """acc + w * (g *) x[rk] for one (BLOCK_N, BLOCK_K) tile of weights; with LN also the
-        sums of x and x * x, for the LayerNorm the epilogue applies."""
+        """acc + w * prologue(x)[rk] for one (BLOCK_N, BLOCK_K) tile of weights."""
         kmask = rk < K
-        xk = tl.load(x_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
-        if LN:
-            s1 += xk
-            s2 += xk * xk
-            xk = xk * tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
+        xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
+        if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
+            g = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
+            xk = ((xk.to(tl.float32) - mean) * rstd * g).to(x_ptr.dtype.element_ty)
         if MAGIC:
             wf = _int8_to_f32(w, COMPILED)
         else:
             wf = w.to(tl.float32)
-        return acc + wf * xk[None, :], s1, s2
+        return acc + wf * xk.to(tl.float32)[None, :]
 
     @triton.autotune(
         configs=_GEMV_CONFIGS,
@@ -828,14 +826,12 @@ if triton is not None:
     )
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, f_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
+        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
         ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
-        """y[n] = epilogue(scale[n] * sum_k W[n, k] * LN(x)[k]); W bf16 or int8 (N, K). LN:
-        applied as rstd (W (g x) - mean f) with f = W g (gemv's ln_fold), not rounded to x's
-        dtype first as the module's output is (the sums differ by about that rounding).
+        """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
         MAGIC: int8 weights, made floats by byte permutes (PTX, when COMPILED for the GPU, not
         run by Triton's interpreter) instead of the conversion instruction, which issues at a
         quarter of the FMA rate.
@@ -856,10 +852,20 @@ if triton is not None:
         )
         if PDL:
             gdc_wait()
+        mean = 0.0
+        rstd = 1.0
+        if LN:  # every program normalises x itself: K elements, read from L2
+            s1 = tl.zeros([BLOCK_K], tl.float32)
+            s2 = tl.zeros([BLOCK_K], tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                rk = k0 + tl.arange(0, BLOCK_K)
+                xk = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+                s1 += xk
+                s2 += xk * xk
+            mean = tl.sum(s1, 0) / K
+            rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
         acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        s1 = tl.zeros([BLOCK_K], tl.float32)
-        s2 = tl.zeros([BLOCK_K], tl.float32)
-        acc, s1, s2 = _gemv_tile(acc, s1, s2, w, x_ptr, g_ptr, rk0, K, LN, MAGIC, COMPILED)
+        acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC, COMPILED)
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             w = tl.load(
@@ -868,13 +874,8 @@ if triton is not None:
                 other=0.0,
                 eviction_policy="evict_first",
             )
-            acc, s1, s2 = _gemv_tile(acc, s1, s2, w, x_ptr, g_ptr, rk, K, LN, MAGIC, COMPILED)
+            acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC, COMPILED)
         y = tl.sum(acc, 1)
-        if LN:  # W (g (x - mean) rstd) = rstd (W (g x) - mean W g): the statistics come from
-            # the x the loop read anyway, no pass over x before it (round 12); W g is f_ptr's
-            mean = tl.sum(s1, 0) / K
-            rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
-            y = (y - mean * tl.load(f_ptr + rn, mask=nmask, other=0.0)) * rstd
         if HAS_SCALE:
             y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         if GELU:  # exact (erf) GELU, as F.gelu
@@ -1081,21 +1082,6 @@ def gemv_tiles(key: tuple) -> tuple:
     return GEMV_TILES["int8" if key[2] == "torch.int8" else "float"]
 
 
-def ln_fold(layer: nn.Module, ln: nn.LayerNorm) -> torch.Tensor:
-    """W g in fp32 (N,), the term of a LayerNorm that _gemv_kernel applies after the product
-    (int8: the integers', the row scales follow). Made once per (layer, LayerNorm weight) and
-    kept on the layer; rows a block at a time, so the head's fp32 copy is never whole."""
-    w, g = layer.weight, ln.weight
-    made = getattr(layer, "_ln_fold", None)
-    if made is not None and made[0] is g and made[1] == (g._version, w._version, w.device):
-        return made[2]
-    f = torch.empty(w.shape[0], device=w.device, dtype=torch.float32)
-    for r in range(0, w.shape[0], 4096):
-        f[r : r + 4096] = w[r : r + 4096].float() @ g.float()
-    layer._ln_fold = (g, (g._version, w._version, w.device), f)
-    return f
-
-
 def gemv(
     x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None,
     best=None,
@@ -1127,7 +1113,6 @@ def gemv(
         fixed = {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False, "COMPILED": False}
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, ln.weight if ln is not None else x,
-        ln_fold(layer, ln) if ln is not None else x,
         res.reshape(N) if res is not None else y, y, best if best is not None else y, N, K,
         ln.eps if ln is not None else 0.0, HAS_SCALE=scale is not None, LN=ln is not None,
         GELU=gelu, RES=res is not None, ARGMAX=best is not None, **fixed,

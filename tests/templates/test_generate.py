@@ -254,28 +254,24 @@ def err(a, b, bf16=False):
     global worst, worst_bf16
     assert torch.isfinite(a).all()
     e = float((a - b).norm() / b.norm())
-    if bf16:  # the module rounds its LayerNorm's output to bf16, the kernel does not
+    if bf16:  # the interpreter rounds the LayerNorm's bf16 output its own way (4e-3 off torch)
         worst_bf16 = max(worst_bf16, e)
     else:
         worst = max(worst, e)
 for N, K, kind in ((96, 64, "fp32"), (100, 256, "int8"), (30, 100, "int8"), (72, 130, "bf16")):
-    lin = torch.nn.Linear(K, N, bias=False)
+    lin = torch.nn.Linear(K, N, bias=False)  # K 100, 130: the last tile of weights a part one
     layer = g.Int8Linear(lin.weight) if kind == "int8" else lin
     dt = torch.bfloat16 if kind == "bf16" else torch.float32
     layer.to(dt)
     ln = torch.nn.LayerNorm(K, bias=False, dtype=dt); ln.weight.data.uniform_(0.5, 1.5)
     x, r = (torch.randn(K) * 3 + 1).to(dt), torch.randn(N).to(dt)
     f32 = lambda v: layer.weight.float() @ v.float() if kind == "bf16" else layer(v[None])[0]
-    for _ in range(2):  # the second call takes W g as the first made it
-        err(g.gemv(x, layer, ln=ln, gelu=True, out_dtype=torch.float32),
-            torch.nn.functional.gelu(f32(ln(x))), kind == "bf16")
+    err(g.gemv(x, layer, ln=ln, gelu=True, out_dtype=torch.float32),
+        torch.nn.functional.gelu(f32(ln(x))), kind == "bf16")  # fp32 sums out: unrounded
     err(g.gemv(x, layer, res=r, out_dtype=torch.float32), f32(x) + r.float())
-    with torch.no_grad():  # new LayerNorm weights (as load_state_dict copies them): W g again
-        ln.weight.mul_(-1)
-    err(g.gemv(x, layer, ln=ln, out_dtype=torch.float32), f32(ln(x)), kind == "bf16")
 lin = torch.nn.Linear(256, 40, bias=False); layer = g.Int8Linear(lin.weight)
 x, y = torch.randn(256), torch.full((40,), float("nan"))
-g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, x, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
+g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
     LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, COMPILED=False, BLOCK_N=8,
     BLOCK_K=64, MAGIC=True)
 err(y, layer(x[None])[0])
@@ -322,7 +318,7 @@ for sign, tie in ((1, True), (-1, False), (1, False)):  # the head's argmax, the
     assert (tok.item(), out[p + 1].item()) == (want, want), (tok, out, want)
     assert best.item() == -(2**63)  # ready for the next step
 assert pos.item() == 6
-assert worst_bf16 < 1e-2, worst_bf16  # a LayerNorm term out of place would be ~1
+assert worst_bf16 < 1e-2, worst_bf16  # a weight against the wrong x would be ~1
 print("worst", worst)
 """
 
@@ -403,7 +399,7 @@ for wt in ("bf16", "i8"):
         if c.kwargs["MAGIC"] != (wt == "i8"):  # each weight type its own tiles
             continue
         types = {"x_ptr": "*bf16", "w_ptr": "*" + wt, "s_ptr": "*fp32", "g_ptr": "*bf16",
-                 "f_ptr": "*fp32", "r_ptr": "*bf16", "y_ptr": "*bf16", "best_ptr": "*i64", "N": "i32", "K": "i32",
+                 "r_ptr": "*bf16", "y_ptr": "*bf16", "best_ptr": "*i64", "N": "i32", "K": "i32",
                  "eps": "fp32"}
         const = dict(HAS_SCALE=wt == "i8", PDL=bool(i % 2), COMPILED=True, **uses[i % 4],
                      **c.kwargs)
