@@ -1184,6 +1184,16 @@ def tune_gemv(step, timer=None, known: dict | None = None) -> dict[tuple, tuple[
     return {key: GEMV_PICKS[key] for key in calls if key in GEMV_PICKS}
 
 
+def agree_tile_picks(picks: dict[tuple, tuple]) -> dict[tuple, tuple]:
+    """Tensor parallelism: every rank takes rank 0's tiles (the ranks' shards have the same
+    shapes, so the same products). Each rank computes the head whole and takes its own argmax:
+    with tiles of its own, a near tie could give ranks different tokens, and they would part."""
+    box = [picks]
+    dist.broadcast_object_list(box, src=0)
+    GEMV_PICKS.update(box[0])
+    return box[0]
+
+
 TILE_PICKS_FILE = "gemv-tiles.json"  # in --compile-cache: tune_gemv's picks for a restart
 
 
@@ -1419,6 +1429,8 @@ class Engine:
         known = read_tile_picks(path, stamp) if path else {}
         t0 = time.perf_counter()
         picks = tune_gemv(lambda: self.model.decode_fast(self.tok, self.pos), known=known)
+        if self.world > 1:
+            picks = agree_tile_picks(picks)
         self.model.work["best"].fill_(LOWEST_KEY)  # the timed heads' argmax keys
         self.tuned = True
         self.tiles = {  # for the benchmark's RESULT line
@@ -1426,7 +1438,7 @@ class Engine:
             "from_cache": sum(known.get(k) == t for k, t in picks.items()),
             "picks": [[list(k), list(t)] for k, t in picks.items()],
         }
-        if path and any(known.get(k) != t for k, t in picks.items()):
+        if path and self.rank == 0 and any(known.get(k) != t for k, t in picks.items()):
             write_tile_picks(path, {**known, **picks}, stamp)  # other models' picks stay
 
     def prefill_bucket(self, n: int) -> int:

@@ -633,6 +633,46 @@ def test_tensor_parallel_over_two_processes_gives_the_single_process_tokens(
     assert tp["weight_bytes_per_token"] < single["weight_bytes_per_token"]
 
 
+TP_TUNE_CHECK = """
+import importlib.util, os, sys, torch, torch.distributed as dist
+spec = importlib.util.spec_from_file_location("gen", sys.argv[1])
+g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+s, cpu = g.ModelShape(1, 2, 64, 256, 64), torch.device("cpu")
+m = g.GPT(s, world).eval().requires_grad_(False)
+m.load_state_dict(g.shard(g.random_state_dict(s, 0, cpu, torch.float32), s, rank, world))
+m.setup_cache(cpu, torch.float32)
+tok, pos = torch.tensor([[5]]), torch.tensor([3])
+def timer(fn, key, tile):  # each rank finds another tile fastest, as two GPUs may
+    return (g.gemv_tiles(key).index(tile) + 3 * rank) % 7
+own = g.tune_gemv(lambda: m.decode_fast(tok, pos), timer=timer)
+picks = g.agree_tile_picks(own)
+every = [None] * world
+dist.all_gather_object(every, (own, picks, dict(g.GEMV_PICKS)))
+if rank == 0:
+    assert every[0][0] != every[1][0]  # they did pick differently
+    assert all(p == every[0][0] and gp == p for _, p, gp in every), every  # rank 0's, everywhere
+    print("agreed", len(picks))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_tensor_parallel_ranks_take_rank_0s_tiles(tmp_path: Path) -> None:
+    """Each rank computes the head whole and takes its own argmax: with tiles of their own, a
+    near tie could give the ranks different tokens. After tuning, every rank runs rank 0's."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
+    (tmp_path / "check.py").write_text(TP_TUNE_CHECK)
+    proc = subprocess.run(
+        [*TORCHRUN, "2", "check.py", str(GENERATE)],
+        cwd=tmp_path, env=triton_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "agreed 5" in proc.stdout, proc.stdout[-2000:]
+
+
 # --- serving ---
 
 
