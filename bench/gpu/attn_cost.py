@@ -8,15 +8,42 @@ ATTN_WARPS) is checked against torch's attention first. Round 7's profile put at
 ~8 us a layer for ~5.4 MB of cache: latency, not bytes.
 
     python bench/gpu/attn_cost.py             # from the repo root, on a CUDA machine
+    python bench/gpu/attn_cost.py --parts     # the kept (chunk, warps) with parts taken out
     TRITON_INTERPRET=1 python bench/gpu/attn_cost.py --smoke   # CPU: tiny shapes, no timing
+
+--parts splits a layer's time: the kernel as it is, without the merge (no ticket, no last
+program), without the cache's loads (masked off: no bytes), and without both. Those variants
+compute wrong values on purpose, so they are timed, not checked.
 """
 
 import argparse
 import math
+import tempfile
 from types import SimpleNamespace
 
 import torch
 from template import load_template
+
+TICKET = """ticket = tl.atomic_add(cnt_ptr + h, 1, sem="acq_rel")
+            if ticket == used - 1:"""
+CACHE_LOAD = "mask=old, other=0.0)"
+PARTS = {  # name: the kernel's text replaced, as (old, new) pairs
+    "as it is": [],
+    "no merge": [(TICKET, "if pos < 0:")],
+    "no cache loads": [(CACHE_LOAD, "mask=old & (idx < 0)[:, None], other=0.0)")],
+    "neither": [(TICKET, "if pos < 0:"), (CACHE_LOAD, "mask=old & (idx < 0)[:, None], other=0.0)")],
+}
+
+
+def variant(text: str, swaps: list[tuple[str, str]], folder: str, name: str):
+    """The template with its attention kernel's text changed (each old text must be there)."""
+    for old, new in swaps:
+        assert old in text, f"attn_cost --parts: {old!r} is no longer in the template"
+        text = text.replace(old, new)
+    path = f"{folder}/{name.replace(' ', '_')}.py"
+    with open(path, "w") as f:
+        f.write(text)
+    return load_template(path)
 
 
 def reference(qkv, k_cache, v_cache, pos: int, H: int, HD: int) -> torch.Tensor:
@@ -32,8 +59,11 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, no timing")
+    ap.add_argument("--parts", action="store_true", help="the kept tile, parts taken out")
     a = ap.parse_args()
     g = load_template()
+    if a.parts:
+        return time_parts(a)
     dev = torch.device("cpu" if a.smoke else "cuda")
     dt = torch.float32 if a.smoke else torch.bfloat16
     H, HD, T = (2, 16, 128) if a.smoke else (16, 128, 2048)
@@ -82,6 +112,53 @@ def main() -> None:
                     continue
                 cells.append(f"{g.graph_seconds(step, a.reps) / layers * 1e6:.2f}")
             print(f"| {chunk} | {w} | " + " | ".join(cells) + " |", flush=True)
+
+
+def time_parts(a) -> None:
+    """The template's (ATTN_CHUNK, ATTN_WARPS) as it is and with parts taken out (PARTS)."""
+    dev = torch.device("cpu" if a.smoke else "cuda")
+    dt = torch.float32 if a.smoke else torch.bfloat16
+    H, HD, T = (2, 16, 128) if a.smoke else (16, 128, 2048)
+    layers = 2 if a.smoke else a.layers
+    positions = (5, 70) if a.smoke else (512, 662, 811)
+    text = open("templates/generate.py").read()
+    torch.manual_seed(0)
+    caches = [
+        (torch.randn(1, H, T, HD, device=dev, dtype=dt), torch.randn(1, H, T, HD, device=dev, dtype=dt))
+        for _ in range(layers)
+    ]  # fmt: skip
+    qkv = torch.randn(3 * H * HD, device=dev, dtype=dt)
+    pos = torch.zeros(1, device=dev, dtype=torch.int64)
+    print(f"us per layer at positions {positions}")
+    print("| part | " + " | ".join(f"pos {p}" for p in positions) + " |")
+    print("|---|" + "---|" * len(positions))
+    with tempfile.TemporaryDirectory() as folder:
+        for name, swaps in PARTS.items():
+            g = variant(text, swaps, folder, name)
+            g.PDL["on"] = not a.smoke and g.pdl_usable(dev)
+            attns = [
+                SimpleNamespace(n_head=H, head_dim=HD, k_cache=k, v_cache=v) for k, v in caches
+            ]
+            work = g.attention_work(H, HD, T, dev)
+            cells = []
+            for p in positions:
+                pos.fill_(p)
+
+                def step(g=g, attns=attns, work=work) -> None:
+                    for at in attns:
+                        g.decode_attention(qkv, at, pos, work)
+
+                if a.smoke:
+                    step()
+                    cells.append("ran")
+                    continue
+                cells.append(f"{g.graph_seconds(step, a.reps) / layers * 1e6:.2f}")
+            print(
+                f"| {name} (chunk {g.ATTN_CHUNK}, {g.ATTN_WARPS} warps) | "
+                + " | ".join(cells)
+                + " |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

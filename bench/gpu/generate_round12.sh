@@ -7,6 +7,9 @@
 # Call 2 (PARTS="probe13 newint8 oldint8 new13 old13 probe124 new124 old124"): the LayerNorm
 # before qkv, fc and the head applied after the product, rstd (W (g x) - mean W g), its
 # statistics summed from the x the product's loop reads: no pass over x before the weights.
+# Call 3 (PARTS="attnparts gemv"): af651cc's attention timed with its merge and its cache
+# loads taken out (attn_cost.py --parts), and each product's cost (gemv_cost.py): a token's
+# time split into products, attention and the rest.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -21,6 +24,8 @@ old13) step g13-old 80 $OLD --size 1.3b $BENCH ;;
 newint8) step g13-int8-cold 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8
          step g13-int8-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
 oldint8) step g13-int8-old 100 $OLD --size 1.3b $BENCH --quant int8 ;;
+attnparts) step attn-parts 150 python3 bench/gpu/attn_cost.py --parts ;;
+gemv) step gemv-cost 200 python3 bench/gpu/gemv_cost.py ;;
 probe124) step probe-124m 50 python3 $P 124m ;;
 new124) step g124 50 $G --size 124m $BENCH --compile-cache /tmp/c124 ;;
 old124) step g124-old 50 $OLD --size 124m $BENCH ;;

@@ -6,10 +6,10 @@ import sys
 from types import ModuleType
 
 
-def load_template() -> ModuleType:
+def load_template(path: str = "templates/generate.py") -> ModuleType:
     """The generate template, imported without running its main (its argv set aside)."""
     sys.argv = ["gen"]
-    spec = importlib.util.spec_from_file_location("gen", "templates/generate.py")
+    spec = importlib.util.spec_from_file_location("gen", path)
     g = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(g)
     return g
