@@ -29,6 +29,9 @@ TICKET = """ticket = tl.atomic_add(cnt_ptr + h, 1, sem="acq_rel")
 CACHE_LOAD = "mask=old, other=0.0)"
 PARTS = {  # name: the kernel's text replaced, as (old, new) pairs
     "as it is": [],
+    "reset by atomic_xchg (af651cc)": [
+        ("tl.store(cnt_ptr + h, 0)", "tl.atomic_xchg(cnt_ptr + h, 0)")
+    ],
     "no merge": [(TICKET, "if pos < 0:")],
     "no cache loads": [(CACHE_LOAD, "mask=old & (idx < 0)[:, None], other=0.0)")],
     "neither": [(TICKET, "if pos < 0:"), (CACHE_LOAD, "mask=old & (idx < 0)[:, None], other=0.0)")],

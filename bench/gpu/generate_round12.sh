@@ -10,6 +10,9 @@
 # Call 3 (PARTS="attnparts gemv"): af651cc's attention timed with its merge and its cache
 # loads taken out (attn_cost.py --parts), and each product's cost (gemv_cost.py): a token's
 # time split into products, attention and the rest.
+# Call 4 (PARTS="attnparts newint8 oldint8c new13 old13c"): the merge's counter put back by a
+# plain store, not atomic_xchg; the old template runs on the new one's --compile-cache (the
+# same tiles), so the greedy tokens must be the same.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -21,9 +24,11 @@ probe13) step probe-1.3b 100 python3 $P 1.3b ;;
 new13) step g13-cold 90 $G --size 1.3b $BENCH --compile-cache /tmp/cb
        step g13-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/cb ;;
 old13) step g13-old 80 $OLD --size 1.3b $BENCH ;;
+old13c) step g13-old-samecache 60 $OLD --size 1.3b $BENCH --compile-cache /tmp/cb ;;
 newint8) step g13-int8-cold 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8
          step g13-int8-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
 oldint8) step g13-int8-old 100 $OLD --size 1.3b $BENCH --quant int8 ;;
+oldint8c) step g13-int8-old-samecache 60 $OLD --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
 attnparts) step attn-parts 150 python3 bench/gpu/attn_cost.py --parts ;;
 gemv) step gemv-cost 200 python3 bench/gpu/gemv_cost.py ;;
 probe124) step probe-124m 50 python3 $P 124m ;;

@@ -634,7 +634,7 @@ def test_tensor_parallel_over_two_processes_gives_the_single_process_tokens(
 
 
 TP_TUNE_CHECK = """
-import importlib.util, os, sys, torch, torch.distributed as dist
+import importlib.util, sys, torch, torch.distributed as dist
 spec = importlib.util.spec_from_file_location("gen", sys.argv[1])
 g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)
 dist.init_process_group("gloo")
