@@ -13,6 +13,7 @@
 # Call 4 (PARTS="attnparts newint8 oldint8c new13 old13c"): the merge's counter put back by a
 # plain store, not atomic_xchg; the old template runs on the new one's --compile-cache (the
 # same tiles), so the greedy tokens must be the same.
+# Call 5 (PARTS="new124 old124c probe124 probe13"): the same at 124M, and both probes.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -34,5 +35,6 @@ gemv) step gemv-cost 200 python3 bench/gpu/gemv_cost.py ;;
 probe124) step probe-124m 50 python3 $P 124m ;;
 new124) step g124 50 $G --size 124m $BENCH --compile-cache /tmp/c124 ;;
 old124) step g124-old 50 $OLD --size 124m $BENCH ;;
+old124c) step g124-old-samecache 40 $OLD --size 124m $BENCH --compile-cache /tmp/c124 ;;
 esac; done
 summarize "^=== |^prefill|^decode|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL"
