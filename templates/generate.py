@@ -41,15 +41,16 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
     restart;
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
-Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 629-631
-and 2,040 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 10):
-    --size 1.3b   1,069-1,073 tokens/s decode (1.69-1.70x the probe, 58-59% of 4.8 TB/s),
-                  3.4-3.6 ms to the first token; ready 22-26 s after the process starts on a cold
-                  cache, 4.7-4.9 s on a warm --compile-cache; --quant int8 1,256 (1.99x),
-                  6.5 ms to the first token, ready 27 s cold, 5.3 s warm
-    --size 124m   4,631 tokens/s (2.27x), 1.1 ms to the first token
-Where the rest goes: the matrix-vector kernels read bf16 at ~3.4 TB/s and int8 at ~2 TB/s, and
-attention is ~8 us a layer whatever the length (latency, not bytes). On CPU it runs eager by
+Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 628-641
+and 2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 12):
+    --size 1.3b   1,110 tokens/s decode (1.73-1.77x the probe, 61% of 4.8 TB/s), 3.7 ms to
+                  the first token; ready 31 s after the process starts on a cold cache, 6.7 s
+                  on a warm --compile-cache; --quant int8 1,382 (2.16-2.20x), 6.6 ms to the
+                  first token, ready 32 s cold, 6.0 s warm
+    --size 124m   4,916 tokens/s (2.40x), 1.1 ms to the first token
+Where the rest goes: each kernel has a fixed cost of ~2 us (~123 kernels a token); the
+matrix-vector kernels read bf16 at ~4.5 TB/s and int8 at ~3.1 TB/s beyond it; attention is
+~6.5 us a layer, ~2.5 of it the merge of its partial results. On CPU it runs eager by
 default and starts at once; --compile there costs ~30 s (94 s for a 3M model on a laptop)
 before the first token.
 
@@ -903,7 +904,8 @@ if triton is not None:
         over slots <= pos. The new key/value (this step's) come from qkv, and the program whose
         chunk holds pos writes them to the cache: no other program reads that slot. The last of
         a head's programs to finish (a ticket from an atomic counter) merges its partials, so
-        attention is one launch; it puts the counter back to 0 for the next step."""
+        attention is one launch; it puts the counter back to 0 for the next step. (The merge is
+        ~2.5 us of the ~6.5 a layer takes: attn_cost.py --parts.)"""
         if PDL:
             gdc_launch_dependents()
         h = tl.program_id(0)
