@@ -5,7 +5,8 @@ bytes than L2 holds, as the 24 layers are) run templates/generate.py's own `deco
 one after another inside one CUDA graph, with PDL where the GPU has it, at cache positions
 across the benchmark's range (a 512-token prompt and 300 new tokens). Each (ATTN_CHUNK,
 ATTN_WARPS) is checked against torch's attention first. Round 7's profile put attention at
-~8 us a layer for ~5.4 MB of cache: latency, not bytes.
+~8 us a layer for ~5.4 MB of cache: latency, not bytes. Round 12's --parts put ~3 us of it in
+the merge (the ticket, the last program's loads) and ~0 in the cache's loads.
 
     python bench/gpu/attn_cost.py             # from the repo root, on a CUDA machine
     python bench/gpu/attn_cost.py --parts     # the kept (chunk, warps) with parts taken out
