@@ -561,6 +561,27 @@ def test_gemv_cost_sweep_checks_every_forced_tile_against_the_autotuned_product(
     assert "WRONG" not in proc.stdout and "Error" not in proc.stdout, proc.stdout
 
 
+@pytest.mark.parametrize("mode", [[], ["--parts"]])
+def test_attn_cost_runs_the_templates_attention_and_finds_the_text_its_parts_replace(
+    mode: list[str],
+) -> None:
+    """bench/gpu/attn_cost.py checks each (chunk, warps) against torch's attention, and
+    --parts patches the template's kernel text (the ticket, the cache loads, the counter's
+    reset): under the interpreter every chunk passes, and every part still finds its text, so
+    an edit to the kernel breaks the script here, not on a device call."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
+    proc = subprocess.run(
+        [sys.executable, "bench/gpu/attn_cost.py", "--smoke", *mode],
+        cwd=REPO, env=triton_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [
+        line for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line
+    ]
+    want = ("ran" if mode else "ok", 6 if mode else 3)  # the header row, then 5 parts or 2 chunks
+    assert len(rows) == want[1] and all(r.count(want[0]) == 2 for r in rows[1:]), proc.stdout
+
+
 def test_triton_decode_kernels_compile_for_hopper(tmp_path: Path) -> None:
     """The interpreter runs a kernel as Python, so it accepts code Triton's compiler refuses
     (round 8's first int8 variant: an early return inside a constexpr if compiled to a shape
