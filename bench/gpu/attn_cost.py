@@ -58,22 +58,12 @@ def reference(qkv, k_cache, v_cache, pos: int, H: int, HD: int) -> torch.Tensor:
     return (att.softmax(-1) @ vc[:, : pos + 1]).reshape(-1)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--layers", type=int, default=24)
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, no timing")
-    ap.add_argument("--parts", action="store_true", help="the kept tile, parts taken out")
-    a = ap.parse_args()
-    g = load_template()
-    if a.parts:
-        return time_parts(a)
+def setup(a) -> SimpleNamespace:
+    """The shapes, the device, LAYERS layers' caches, this step's qkv and its position: what
+    both modes time attention over."""
     dev = torch.device("cpu" if a.smoke else "cuda")
     dt = torch.float32 if a.smoke else torch.bfloat16
     H, HD, T = (2, 16, 128) if a.smoke else (16, 128, 2048)
-    layers = 2 if a.smoke else a.layers
-    positions = (5, 70) if a.smoke else (512, 662, 811)
-    g.PDL["on"] = not a.smoke and g.pdl_usable(dev)
     torch.manual_seed(0)
     attns = [
         SimpleNamespace(
@@ -82,81 +72,79 @@ def main() -> None:
             k_cache=torch.randn(1, H, T, HD, device=dev, dtype=dt),
             v_cache=torch.randn(1, H, T, HD, device=dev, dtype=dt),
         )  # fmt: skip
-        for _ in range(layers)
+        for _ in range(2 if a.smoke else a.layers)
     ]
     qkv = torch.randn(3 * H * HD, device=dev, dtype=dt)
     pos = torch.zeros(1, device=dev, dtype=torch.int64)
+    positions = (5, 70) if a.smoke else (512, 662, 811)
+    return SimpleNamespace(
+        dev=dev, H=H, HD=HD, T=T, attns=attns, qkv=qkv, pos=pos, positions=positions
+    )
+
+
+def layer_cell(g, b: SimpleNamespace, work: dict, a, smoke_mark: str) -> str:
+    """Every layer's attention at b.pos, one after another: µs a layer, timed in a CUDA graph
+    (--smoke: run once, smoke_mark)."""
+
+    def step() -> None:
+        for at in b.attns:
+            g.decode_attention(b.qkv, at, b.pos, work)
+
+    if a.smoke:
+        step()
+        return smoke_mark
+    return f"{g.graph_seconds(step, a.reps) / len(b.attns) * 1e6:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, no timing")
+    ap.add_argument("--parts", action="store_true", help="the kept tile, parts taken out")
+    a = ap.parse_args()
+    b = setup(a)
+    if a.parts:
+        return time_parts(a, b)
+    g = load_template()
+    g.PDL["on"] = not a.smoke and g.pdl_usable(b.dev)
     chunks = (16, 32) if a.smoke else (16, 32, 64, 128, 256)
     warps = (4,) if a.smoke else (1, 2, 4, 8)
-    print(f"PDL {g.PDL['on']}; us per layer at positions {positions}")
-    print("| chunk | warps | " + " | ".join(f"pos {p}" for p in positions) + " |")
-    print("|---|---|" + "---|" * len(positions))
+    print(f"PDL {g.PDL['on']}; us per layer at positions {b.positions}")
+    print("| chunk | warps | " + " | ".join(f"pos {p}" for p in b.positions) + " |")
+    print("|---|---|" + "---|" * len(b.positions))
+    at = b.attns[0]
     for chunk in chunks:
         g.ATTN_CHUNK = chunk
-        work = g.attention_work(H, HD, T, dev)
+        work = g.attention_work(b.H, b.HD, b.T, b.dev)
         for w in warps:
             g.ATTN_WARPS = w
             cells = []
-            for p in positions:
-                pos.fill_(p)
-                want = reference(qkv, attns[0].k_cache, attns[0].v_cache, p, H, HD)
-                got = g.decode_attention(qkv, attns[0], pos, work).float()
+            for p in b.positions:
+                b.pos.fill_(p)
+                want = reference(b.qkv, at.k_cache, at.v_cache, p, b.H, b.HD)
+                got = g.decode_attention(b.qkv, at, b.pos, work).float()
                 err = float((got - want).norm() / want.norm())
-                if not err < 2e-2:
-                    cells.append(f"WRONG ({err:.2g})")
-                    continue
-
-                def step(work=work) -> None:
-                    for at in attns:
-                        g.decode_attention(qkv, at, pos, work)
-
-                if a.smoke:
-                    step()
-                    cells.append("ok")
-                    continue
-                cells.append(f"{g.graph_seconds(step, a.reps) / layers * 1e6:.2f}")
+                ok = err < 2e-2
+                cells.append(layer_cell(g, b, work, a, "ok") if ok else f"WRONG ({err:.2g})")
             print(f"| {chunk} | {w} | " + " | ".join(cells) + " |", flush=True)
 
 
-def time_parts(a) -> None:
+def time_parts(a, b: SimpleNamespace) -> None:
     """The template's (ATTN_CHUNK, ATTN_WARPS) as it is and with parts taken out (PARTS)."""
-    dev = torch.device("cpu" if a.smoke else "cuda")
-    dt = torch.float32 if a.smoke else torch.bfloat16
-    H, HD, T = (2, 16, 128) if a.smoke else (16, 128, 2048)
-    layers = 2 if a.smoke else a.layers
-    positions = (5, 70) if a.smoke else (512, 662, 811)
     text = open("templates/generate.py").read()
-    torch.manual_seed(0)
-    caches = [
-        (torch.randn(1, H, T, HD, device=dev, dtype=dt), torch.randn(1, H, T, HD, device=dev, dtype=dt))
-        for _ in range(layers)
-    ]  # fmt: skip
-    qkv = torch.randn(3 * H * HD, device=dev, dtype=dt)
-    pos = torch.zeros(1, device=dev, dtype=torch.int64)
-    print(f"us per layer at positions {positions}")
-    print("| part | " + " | ".join(f"pos {p}" for p in positions) + " |")
-    print("|---|" + "---|" * len(positions))
+    print(f"us per layer at positions {b.positions}")
+    print("| part | " + " | ".join(f"pos {p}" for p in b.positions) + " |")
+    print("|---|" + "---|" * len(b.positions))
     with tempfile.TemporaryDirectory() as folder:
         for name, swaps in PARTS.items():
             g = variant(text, swaps, folder, name)
-            g.PDL["on"] = not a.smoke and g.pdl_usable(dev)
-            attns = [
-                SimpleNamespace(n_head=H, head_dim=HD, k_cache=k, v_cache=v) for k, v in caches
-            ]
-            work = g.attention_work(H, HD, T, dev)
+            g.PDL["on"] = not a.smoke and g.pdl_usable(b.dev)
+            work = g.attention_work(b.H, b.HD, b.T, b.dev)
             cells = []
-            for p in positions:
-                pos.fill_(p)
-
-                def step(g=g, attns=attns, work=work) -> None:
-                    for at in attns:
-                        g.decode_attention(qkv, at, pos, work)
-
-                if a.smoke:
-                    step()
-                    cells.append("ran")
-                    continue
-                cells.append(f"{g.graph_seconds(step, a.reps) / layers * 1e6:.2f}")
+            for p in b.positions:
+                b.pos.fill_(p)
+                cells.append(layer_cell(g, b, work, a, "ran"))
             print(
                 f"| {name} (chunk {g.ATTN_CHUNK}, {g.ATTN_WARPS} warps) | "
                 + " | ".join(cells)
