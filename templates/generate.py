@@ -210,13 +210,6 @@ class Config:
             "ends (None: on where it runs, Hopper and newer)"
         },
     )
-    fused_attention: bool = field(
-        default=True,
-        metadata={
-            "help": "Triton decode: qkv's product and attention in one launch, each head's "
-            "attention starting when its rows are done (--no-fused-attention: two launches)"
-        },
-    )
     quant: str = field(
         default="none", metadata={"help": "none|int8: weight-only int8 matrices, made at load"}
     )
@@ -559,11 +552,7 @@ class Block(nn.Module):
     def decode_fast(self, x, pos, work: dict):
         """forward for one decode token x (C,) in six Triton launches (Engine picks it on a GPU)."""
         a = self.attn
-        kind = "int8" if a.qkv.weight.dtype == torch.int8 else "float"
-        if FUSED_ATTENTION["on"] and head_tiles(GEMV_TILES[kind], a.head_dim):
-            y = gemv(x, a.qkv, ln=self.ln1, attn=(a, pos, work))
-        else:
-            y = decode_attention(gemv(x, a.qkv, ln=self.ln1), a, pos, work)
+        y = decode_attention(gemv(x, a.qkv, ln=self.ln1), a, pos, work)
         if self.world == 1:  # residual adds fused into the row-parallel products
             x = gemv(y, a.proj, res=x)
             return gemv(gemv(x, self.fc, ln=self.ln2, gelu=True), self.fc_proj, res=x)
@@ -830,16 +819,28 @@ if triton is not None:
             wf = w.to(tl.float32)
         return acc + wf * xk.to(tl.float32)[None, :]
 
+    @triton.autotune(
+        configs=_GEMV_CONFIGS,
+        key=["N", "K"],
+        prune_configs_by={"early_config_prune": _int8_only_magic},
+        **_tune,
+    )
     @triton.jit
-    def _gemv_rows(
-        row0, x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
+    def _gemv_kernel(
+        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
         ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
-        """Rows row0 .. row0 + BLOCK_N of the product: a program of _gemv_kernel (or of
-        _qkv_attn_kernel's qkv)."""
-        rn = row0 + tl.arange(0, BLOCK_N)
+        """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
+        MAGIC: int8 weights, made floats by byte permutes (PTX, when COMPILED for the GPU, not
+        run by Triton's interpreter) instead of the conversion instruction, which issues at a
+        quarter of the FMA rate.
+        ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
+        orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax."""
+        if PDL:
+            gdc_launch_dependents()
+        rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
         # The first tile of weights is loaded before waiting for the kernel before this one:
         # weights never depend on it, so under PDL their reads overlap that kernel's tail.
@@ -886,57 +887,32 @@ if triton is not None:
         if ARGMAX:
             y = tl.where(nmask, y, float("-inf"))
             top = tl.max(y, 0)
-            n = row0 + tl.argmax(y, 0, tie_break_left=True)
+            n = tl.program_id(0) * BLOCK_N + tl.argmax(y, 0, tie_break_left=True)
             bits = top.to(tl.int32, bitcast=True)
             order = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # as a signed int: y's order
             key = (order.to(tl.int64) << 32) + (0x7FFFFFFF - n).to(tl.int64)
             if key > tl.load(best_ptr):  # a stale read only costs an atomic: most skip it
                 tl.atomic_max(best_ptr, key)
 
-    @triton.autotune(
-        configs=_GEMV_CONFIGS,
-        key=["N", "K"],
-        prune_configs_by={"early_config_prune": _int8_only_magic},
-        **_tune,
-    )
     @triton.jit
-    def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
-        HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
-        ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
+    def _attn_kernel(
+        qkv_ptr, kc_ptr, vc_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, cnt_ptr, y_ptr, T, scale,
+        C: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr, NSPLIT: tl.constexpr,
+        PDL: tl.constexpr,
     ):  # fmt: skip
-        """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
-        MAGIC: int8 weights, made floats by byte permutes (PTX, when COMPILED for the GPU, not
-        run by Triton's interpreter) instead of the conversion instruction, which issues at a
-        quarter of the FMA rate.
-        ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
-        orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax."""
+        """Flash-decoding, one (head, chunk of CHUNK cache slots) per program: a partial softmax
+        over slots <= pos. The new key/value (this step's) come from qkv, and the program whose
+        chunk holds pos writes them to the cache: no other program reads that slot. The last of
+        a head's programs to finish (a ticket from an atomic counter) merges its partials, so
+        attention is one launch; it puts the counter back to 0 for the next step. (The merge is
+        ~2.5 us of the ~6.5 a layer takes: attn_cost.py --parts.)"""
         if PDL:
             gdc_launch_dependents()
-        _gemv_rows(
-            tl.program_id(0) * BLOCK_N, x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K,
-            eps, HAS_SCALE, LN, GELU, RES, ARGMAX, PDL, COMPILED, BLOCK_N, BLOCK_K, MAGIC,
-        )  # fmt: skip
-
-    @triton.jit
-    def _attn_program(
-        h, sp, qkv_ptr, kc_ptr, vc_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, cnt_ptr, ready_ptr, y_ptr,
-        T, scale, READY: tl.constexpr, C: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr,
-        NSPLIT: tl.constexpr, PDL: tl.constexpr,
-    ):  # fmt: skip
-        """Flash-decoding, one (head h, chunk sp of CHUNK cache slots) per program: a partial
-        softmax over slots <= pos. The new key/value (this step's) come from qkv, and the
-        program whose chunk holds pos writes them to the cache: no other program reads that
-        slot. The last of a head's programs to finish (a ticket from an atomic counter) merges
-        its partials, so attention is one launch; it puts the counter back to 0 for the next
-        step. (The merge is ~2.5 us of the ~6.5 a layer takes: attn_cost.py --parts.)
-        READY > 0 (_qkv_attn_kernel): qkv is computed by this launch's first programs; wait
-        until READY of them have raised ready[h] (this head's rows), not for the whole launch."""
+        h = tl.program_id(0)
+        sp = tl.program_id(1)
         # pos and the cache's older slots may be read before the wait: the step's last kernel
         # (_advance_kernel) wrote pos and lets nothing after it launch early, and older slots
-        # were written by earlier steps. Only qkv comes from the kernel just before. Nothing is
-        # written before the wait: until it, kernels before this one may still be running.
+        # were written by earlier steps. Only qkv comes from the kernel just before.
         pos = tl.load(pos_ptr)
         start = sp * CHUNK
         if start <= pos:
@@ -947,16 +923,11 @@ if triton is not None:
             off = h * T * HD + idx[:, None] * HD + d[None, :]
             k = tl.load(kc_ptr + off, mask=old, other=0.0)
             v = tl.load(vc_ptr + off, mask=old, other=0.0)
-            if READY > 0:  # acquire: the rows' stores are visible after it
-                n = tl.atomic_add(ready_ptr + h, 0, sem="acquire")
-                while n < READY:
-                    n = tl.atomic_add(ready_ptr + h, 0, sem="acquire")
-            elif PDL:
+            if PDL:
                 gdc_wait()
-            # from L2 (.cg): under READY another SM of this launch wrote them
-            q = tl.load(qkv_ptr + h * HD + d, cache_modifier=".cg").to(tl.float32)
-            kn = tl.load(qkv_ptr + C + h * HD + d, cache_modifier=".cg")
-            vn = tl.load(qkv_ptr + 2 * C + h * HD + d, cache_modifier=".cg")
+            q = tl.load(qkv_ptr + h * HD + d).to(tl.float32)
+            kn = tl.load(qkv_ptr + C + h * HD + d)
+            vn = tl.load(qkv_ptr + 2 * C + h * HD + d)
             k = tl.where(new, kn[None, :], k).to(tl.float32)
             s = tl.sum(k * q[None, :], 1) * scale
             s = tl.where(idx <= pos, s, float("-inf"))
@@ -991,59 +962,6 @@ if triton is not None:
                 out = tl.sum(wgt[:, None] * po, 0) / tl.sum(wgt * pl, 0)
                 tl.store(y_ptr + h * HD + d, out.to(y_ptr.dtype.element_ty))
                 tl.store(cnt_ptr + h, 0)  # a store: nothing waits for an atomic's reply
-                if READY > 0:  # every program of the head is past its wait
-                    tl.store(ready_ptr + h, 0)
-
-    @triton.jit
-    def _attn_kernel(
-        qkv_ptr, kc_ptr, vc_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, cnt_ptr, y_ptr, T, scale,
-        C: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr, NSPLIT: tl.constexpr,
-        PDL: tl.constexpr,
-    ):  # fmt: skip
-        """Attention after qkv's own launch: program (h, sp) is _attn_program's."""
-        if PDL:
-            gdc_launch_dependents()
-        _attn_program(
-            tl.program_id(0), tl.program_id(1), qkv_ptr, kc_ptr, vc_ptr, pos_ptr, o_ptr, m_ptr,
-            l_ptr, cnt_ptr, cnt_ptr, y_ptr, T, scale, 0, C, HD, CHUNK, NSPLIT, PDL,
-        )  # fmt: skip
-
-    @triton.jit
-    def _qkv_attn_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, qkv_ptr, K, eps, kc_ptr, vc_ptr, pos_ptr, o_ptr, m_ptr,
-        l_ptr, cnt_ptr, ready_ptr, y_ptr, T, chunks, scale,
-        HAS_SCALE: tl.constexpr, C: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr,
-        NSPLIT: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
-    ):  # fmt: skip
-        """qkv = W LayerNorm(x), then attention, in one launch: no kernel boundary between
-        them, and a head's attention starts once its own rows are done. The first 3C / BLOCK_N
-        programs are qkv's, a head at a time (its q, k and v rows in turn), each raising
-        ready[head] when its rows are stored; the rest are _attn_program's, head by head, each
-        waiting for its head's 3 HD / BLOCK_N. The waiters come after the programs they wait
-        for, and blocks are dispatched in order, so those are running or done (the forward-
-        progress assumption of a decoupled look-back scan). BLOCK_N divides HD."""
-        if PDL:
-            gdc_launch_dependents()
-        pid = tl.program_id(0)
-        PER_PART: tl.constexpr = HD // BLOCK_N  # programs for a head's q (or k, or v)
-        QKV: tl.constexpr = 3 * C // BLOCK_N
-        if pid < QKV:
-            h = pid // (3 * PER_PART)
-            j = pid % (3 * PER_PART)
-            row0 = (j // PER_PART) * C + h * HD + (j % PER_PART) * BLOCK_N
-            _gemv_rows(
-                row0, x_ptr, w_ptr, s_ptr, g_ptr, qkv_ptr, qkv_ptr, cnt_ptr, 3 * C, K, eps,
-                HAS_SCALE, True, False, False, False, PDL, COMPILED, BLOCK_N, BLOCK_K, MAGIC,
-            )  # fmt: skip
-            tl.debug_barrier()  # every thread's rows are stored before the count is raised
-            tl.atomic_add(ready_ptr + h, 1, sem="release")
-        else:
-            a = pid - QKV
-            _attn_program(
-                a // chunks, a % chunks, qkv_ptr, kc_ptr, vc_ptr, pos_ptr, o_ptr, m_ptr, l_ptr,
-                cnt_ptr, ready_ptr, y_ptr, T, scale, 3 * PER_PART, C, HD, CHUNK, NSPLIT, PDL,
-            )  # fmt: skip
 
     @triton.jit
     def _embed_kernel(
@@ -1119,7 +1037,6 @@ if triton is not None:
 ATTN_CHUNK = 64  # cache slots per attention program
 ATTN_WARPS = 2  # warps per attention program (round 11: +2.3 % bf16, +3.9 % int8 over 4)
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
-FUSED_ATTENTION = {"on": True}  # set by Engine (--fused-attention / --no-fused-attention)
 
 
 def pdl_args() -> dict:
@@ -1164,43 +1081,28 @@ def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y) -> tuple
 
 
 def gemv_tiles(key: tuple) -> tuple:
-    tiles = GEMV_TILES["int8" if key[2] == "torch.int8" else "float"]
-    if key[11:12] == ("attention",):  # gemv(attn=...): _qkv_attn_kernel's
-        return head_tiles(tiles, key[12])
-    return tiles
-
-
-def head_tiles(tiles: tuple, head_dim: int) -> tuple:
-    """The tiles _qkv_attn_kernel can take: each program's rows within one head."""
-    return tuple(t for t in tiles if head_dim % t[0] == 0)
+    return GEMV_TILES["int8" if key[2] == "torch.int8" else "float"]
 
 
 def gemv(
     x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None,
-    best=None, attn: tuple | None = None,
+    best=None,
 ):  # fmt: skip
     """Batch-1 x (..., K) @ W.T for an nn.Linear or Int8Linear, with an optional LayerNorm on x
     before it, and GELU or a residual add after it, in one kernel -> (N,). best: an int64 (1,)
-    that also gets the argmax's key (the head, _advance_kernel reads it). attn: (the attention
-    module, pos, work) when layer is its qkv: attention runs in the same launch and its output
-    (C,) is returned (_qkv_attn_kernel). Its tile: tune_gemv's pick for this product, else the
-    autotuner's (else a fixed one under the interpreter; the first candidate with attn)."""
+    that also gets the argmax's key (the head, _advance_kernel reads it). Its tile: tune_gemv's
+    pick for this product, else the autotuner's (else a fixed one under the interpreter)."""
     w = layer.weight
     scale = getattr(layer, "scale", None)
     N, K = w.shape
     x = x.reshape(K)
     y = torch.empty(N, device=x.device, dtype=out_dtype or x.dtype)
     key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y)
-    if attn is not None:
-        key += ("attention", attn[0].head_dim)
     calls = _GEMV_RECORD["calls"]
     if calls is not None:
-        calls.setdefault(key, []).append((x, layer, ln, gelu, res, out_dtype, best, attn))
-    first = calls is not None or attn is not None
-    tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if first else None)
+        calls.setdefault(key, []).append((x, layer, ln, gelu, res, out_dtype, best))
+    tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
     int8 = w.dtype == torch.int8
-    if attn is not None:
-        return qkv_attention(x, w, scale, ln, y, tile, *attn)
     kernel, fixed = _gemv_kernel, {**pdl_args(), "COMPILED": x.device.type == "cuda"}
     if tile is not None:
         n, k, warps = tile
@@ -1389,7 +1291,6 @@ def attention_work(n_head: int, head_dim: int, seq_len: int, device: torch.devic
         "m": torch.empty(n_head, nsplit, **f32),
         "l": torch.empty(n_head, nsplit, **f32),
         "count": torch.zeros(n_head, device=device, dtype=torch.int32),  # merge tickets
-        "ready": torch.zeros(n_head, device=device, dtype=torch.int32),  # _qkv_attn_kernel's
     }
 
 
@@ -1404,25 +1305,6 @@ def decode_attention(qkv, attn: nn.Module, pos, work: dict):
         qkv, attn.k_cache, attn.v_cache, pos, work["o"], work["m"], work["l"], work["count"], y,
         T, 1.0 / math.sqrt(HD), C=H * HD, HD=HD, CHUNK=ATTN_CHUNK, NSPLIT=nsplit, **pdl_args(),
         **({"num_warps": ATTN_WARPS} if qkv.is_cuda else {}),
-    )  # fmt: skip
-    return y
-
-
-def qkv_attention(x, w, scale, ln: nn.LayerNorm, qkv, tile: tuple, attn: nn.Module, pos, work):
-    """gemv's qkv product with attention in the same launch (_qkv_attn_kernel) -> (C,); qkv
-    (3C,) is its buffer for the product's rows."""
-    H, HD = attn.n_head, attn.head_dim
-    T = attn.k_cache.shape[2]
-    n, k, warps = tile
-    chunks = triton.cdiv(T, ATTN_CHUNK)
-    y = torch.empty(H * HD, device=x.device, dtype=x.dtype)
-    launch = {"num_warps": warps, "num_stages": 2} if x.is_cuda else {}
-    _qkv_attn_kernel[(qkv.numel() // n + H * chunks,)](
-        x, w, scale if scale is not None else w, ln.weight, qkv, x.numel(), ln.eps,
-        attn.k_cache, attn.v_cache, pos, work["o"], work["m"], work["l"], work["count"],
-        work["ready"], y, T, chunks, 1.0 / math.sqrt(HD), HAS_SCALE=scale is not None,
-        C=H * HD, HD=HD, CHUNK=ATTN_CHUNK, NSPLIT=work["o"].shape[1], COMPILED=x.is_cuda,
-        BLOCK_N=n, BLOCK_K=k, MAGIC=w.dtype == torch.int8, **pdl_args(), **launch,
     )  # fmt: skip
     return y
 
@@ -1500,7 +1382,6 @@ class Engine:
             raise ValueError("--pdl needs the Triton decode kernels on a Hopper or newer GPU")
         # measured on H200 (round 7, same call): +17 % decode at 1.3B, +11 % at 124M; int8 +9 %
         PDL["on"] = (fast and pdl_usable(device)) if cfg.pdl is None else cfg.pdl
-        FUSED_ATTENTION["on"] = cfg.fused_attention
         # The prompt pass: torch.compile (Inductor fuses its elementwise work; a compile per
         # prompt bucket, tens of seconds cold), or its torch kernels as they are, captured in a
         # CUDA graph (cuBLAS and flash attention do the work; nothing to compile). auto: the
