@@ -725,6 +725,7 @@ def peak_bandwidth(device: torch.device, override_tb: float | None) -> tuple[flo
 
 
 LOWEST_KEY = -(2**63)  # below every argmax key (_gemv_kernel's ARGMAX): "no maximum yet"
+INT8_BIAS = 2**15 + 128  # _int8_biased: int8 w -> fp32 w + INT8_BIAS, one byte permute
 
 
 # --- GPU DECODE KERNELS (Triton) ---
@@ -779,45 +780,50 @@ if triton is not None:
         int8 = nargs["w_ptr"].dtype == torch.int8
         return [c for c in configs if c.kwargs["MAGIC"] == int8]
 
-    # 4 int8 weights (one 32-bit word) -> 4 fp32 values 2**23 + 128 + w, exact: the bytes
-    # offset to unsigned (one xor for four), then each byte put under the exponent of 2**23
-    # by one byte permute. The subtraction of 2**23 + 128 follows.
+    # 4 int8 weights (one 32-bit word) -> 4 fp32 values 2**15 + 128 + w, exact: the bytes
+    # offset to unsigned (one xor for four), then each byte put in the second byte of 2**15's
+    # bits (its mantissa's unit is 1 there) by one byte permute. The bias is not subtracted
+    # weight by weight: the product takes INT8_BIAS * sum(x) off once (_gemv_rows).
     _INT8X4_F32 = tl.constexpr("""{
         .reg .b32 t;
         xor.b32 t, $4, 0x80808080;
-        prmt.b32 $0, t, 0x4B000000, 0x7440;
-        prmt.b32 $1, t, 0x4B000000, 0x7441;
-        prmt.b32 $2, t, 0x4B000000, 0x7442;
-        prmt.b32 $3, t, 0x4B000000, 0x7443;
+        prmt.b32 $0, t, 0x47000000, 0x7404;
+        prmt.b32 $1, t, 0x47000000, 0x7414;
+        prmt.b32 $2, t, 0x47000000, 0x7424;
+        prmt.b32 $3, t, 0x47000000, 0x7434;
     }""")
+    _INT8_BIAS = tl.constexpr(INT8_BIAS)
 
     @triton.jit
-    def _int8_to_f32(w, COMPILED: tl.constexpr):
-        """int8 -> fp32 without the conversion instruction (a quarter of the FMA rate)."""
+    def _int8_biased(w, COMPILED: tl.constexpr):
+        """int8 w -> fp32 w + INT8_BIAS without the conversion instruction (a quarter of the
+        FMA rate) or a subtraction: a byte permute a weight."""
         if COMPILED:
-            f = tl.inline_asm_elementwise(
+            return tl.inline_asm_elementwise(
                 _INT8X4_F32, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4
             )
-            return f - 8388736.0
-        else:  # Triton's interpreter runs no PTX: the same value by integer add
-            return (w.to(tl.int32) + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+        else:  # Triton's interpreter runs no PTX: the same value
+            return (w.to(tl.int32) + _INT8_BIAS).to(tl.float32)
 
     @triton.jit
     def _gemv_tile(
-        acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
+        acc, xs, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
         COMPILED: tl.constexpr,
     ):  # fmt: skip
-        """acc + w * prologue(x)[rk] for one (BLOCK_N, BLOCK_K) tile of weights."""
+        """(acc + w * prologue(x)[rk], xs + prologue(x)[rk]) for one (BLOCK_N, BLOCK_K) tile of
+        weights; MAGIC: w + INT8_BIAS in place of w (xs lets the bias be taken off once)."""
         kmask = rk < K
         xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
         if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
             g = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
             xk = ((xk.to(tl.float32) - mean) * rstd * g).to(x_ptr.dtype.element_ty)
+        xf = xk.to(tl.float32)
         if MAGIC:
-            wf = _int8_to_f32(w, COMPILED)
+            wf = _int8_biased(w, COMPILED)
+            xs += xf
         else:
             wf = w.to(tl.float32)
-        return acc + wf * xk.to(tl.float32)[None, :]
+        return acc + wf * xf[None, :], xs
 
     @triton.autotune(
         configs=_GEMV_CONFIGS,
@@ -866,7 +872,8 @@ if triton is not None:
             mean = tl.sum(s1, 0) / K
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
         acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC, COMPILED)
+        xs = tl.zeros([BLOCK_K], tl.float32)
+        acc, xs = _gemv_tile(acc, xs, w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC, COMPILED)
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             w = tl.load(
@@ -875,7 +882,10 @@ if triton is not None:
                 other=0.0,
                 eviction_policy="evict_first",
             )
-            acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC, COMPILED)
+            acc, xs = _gemv_tile(acc, xs, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC, COMPILED)
+        if MAGIC:  # the bias off each lane's K / BLOCK_K products before the sum over lanes,
+            # while they are small: (w + bias) x is exact for bf16 x (16 + 8 significant bits)
+            acc -= _INT8_BIAS * xs[None, :]
         y = tl.sum(acc, 1)
         if HAS_SCALE:
             y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
