@@ -12,6 +12,8 @@ GELU / residual / argmax fused as in the decode step). Round 9 measured t0 = 1.3
     python bench/gpu/gemv_cost.py              # from the repo root, on a CUDA machine
     python bench/gpu/gemv_cost.py --sweep      # + each block product with every tile of
                                                #   sweep_configs(), checked, then timed the same way
+    python bench/gpu/gemv_cost.py --sweep --tiles 16x512x4,32x512x4 --template OLD.py
+                                               # those tiles (MAGIC for int8) of another template
     TRITON_INTERPRET=1 python bench/gpu/gemv_cost.py --smoke   # CPU: runs each product once
 """
 
@@ -52,11 +54,13 @@ class Forced:
         return run
 
 
-def sweep_configs(int8: bool) -> list[tuple[int, int, int, int, bool]]:
+def sweep_configs(int8: bool, tiles: str = "") -> list[tuple[int, int, int, int, bool]]:
     """(BLOCK_N, BLOCK_K, warps, stages, MAGIC): every tile of 4,096-65,536 weights and 16-64
     accumulator registers a thread (stages: Triton pipelines loads only into tl.dot, so one
     value); int8 with and without MAGIC. (Round 11 also swept tensor-core tiles, in 3c05187's
-    template: none beat these.)"""
+    template: none beat these.) tiles: "NxKxWARPS,..." instead, int8 with MAGIC only."""
+    if tiles:
+        return [(*map(int, t.split("x")), 2, int8) for t in tiles.split(",")]  # type: ignore[misc]
     out = []
     for bn in (2, 4, 8, 16, 32, 64):
         for bk in (256, 512, 1024, 2048):
@@ -104,7 +108,7 @@ def sweep(
     results, launches = [], 0
     try:
         smoke = [(2, 16, 1, 1, int8), (4, 32, 1, 1, False)]
-        for cfg in smoke if a.smoke else sweep_configs(int8):
+        for cfg in smoke if a.smoke else sweep_configs(int8, a.tiles):
             g._gemv_kernel = forced = Forced(tuned, *cfg)
             try:
                 got = first()
@@ -135,8 +139,10 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, no timing")
     ap.add_argument("--sweep", action="store_true", help="time every tile of sweep_configs")
     ap.add_argument("--quant", choices=("both", "bf16", "int8"), default="both")
+    ap.add_argument("--tiles", default="", help="--sweep these NxKxWARPS tiles only")
+    ap.add_argument("--template", default="templates/generate.py", help="whose gemv to time")
     a = ap.parse_args()
-    g = load_template()
+    g = load_template(a.template)
     dev = torch.device("cpu" if a.smoke else "cuda")
     dt = torch.float32 if a.smoke else torch.bfloat16
     shapes = {k: (n // 64, kk // 64, e) for k, (n, kk, e) in SHAPES.items()} if a.smoke else SHAPES

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 25 round 14, nvidia-h200 calls; the template before the round (ecbbb4c, carried as
+# .gpuwork/generate_old.py) runs beside the changed one, each on its own --compile-cache (the
+# kernels differ, so do their best tiles), and the probe.
+# Call 1 (default PARTS): one fp32 accumulator per 16-byte run of weights (a thread's load),
+# summed by a chain of multiply-adds, instead of one per weight: int8 16 x 512 tiles go from
+# 128 registers a thread to 56 (compiled for sm_90 here), so more programs fit an SM. End to
+# end (1.3B int8 and bf16), then each int8 block product's tiles timed in the graph for both
+# kernels (gemv_cost.py --sweep --tiles).
+# Run with carry [".gpuwork"] (the probe and the old template; gitignored).
+# TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
+set -u
+source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
+OLD="python3 .gpuwork/generate_old.py"
+T8=16x512x4,32x512x4,64x256x4,32x256x4,16x1024x8,32x512x8,8x1024x4,8x2048x4,4x2048x4,16x512x8,8x1024x8,64x512x16
+SW="python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8"
+for part in ${PARTS:-newint8 oldint8 probe13 newbf16 oldbf16 sweepnew sweepold}; do case $part in
+newint8) step g14-int8 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
+oldint8) step g14-int8-old 80 $OLD --size 1.3b $BENCH --compile-cache /tmp/cio --quant int8 ;;
+newbf16) step g14-bf16 80 $G --size 1.3b $BENCH --compile-cache /tmp/cb ;;
+oldbf16) step g14-bf16-old 70 $OLD --size 1.3b $BENCH --compile-cache /tmp/cbo ;;
+sweepnew) step sweep-new 120 $SW ;;
+sweepold) step sweep-old 120 $SW --template .gpuwork/generate_old.py ;;
+probe13) step probe-1.3b 90 python3 $P 1.3b ;;
+esac; done
+summarize "^=== |^prefill|^decode|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
