@@ -756,11 +756,11 @@ except ImportError:  # an older Triton (or none): launched one after the other
 GEMV_TILES = {
     "float": (
         (16, 512, 8), (16, 512, 4), (8, 512, 4), (8, 1024, 4), (4, 1024, 4), (4, 2048, 4),
-        (2, 2048, 4), (4, 2048, 8), (8, 2048, 8), (32, 256, 8), (64, 256, 8), (32, 256, 4),
+        (2, 2048, 4), (4, 2048, 8), (8, 2048, 8), (32, 256, 8), (64, 256, 8),
     ),
     "int8": (
-        (16, 512, 4), (32, 512, 4), (64, 256, 4), (32, 256, 4), (16, 1024, 8), (32, 512, 8),
-        (8, 1024, 4), (8, 2048, 4), (4, 2048, 4), (64, 512, 8),
+        (16, 512, 4), (32, 512, 8), (16, 512, 8), (8, 1024, 4), (8, 1024, 8), (4, 2048, 4),
+        (4, 2048, 8), (8, 2048, 8), (2, 2048, 4), (64, 512, 16),
     ),
 }  # fmt: skip
 
@@ -806,41 +806,24 @@ if triton is not None:
             return (w.to(tl.int32) + _INT8_BIAS).to(tl.float32)
 
     @triton.jit
-    def _fma_chain(acc, w, x, LEVELS: tl.constexpr):
-        """acc + sum over the last LEVELS axes (each of size 2) of w * x, as one chain of
-        multiply-adds: tl.sum's tree would take a multiply and an add a weight."""
-        if LEVELS == 0:
-            return acc + w * x
-        else:
-            w0, w1 = tl.split(w)
-            x0, x1 = tl.split(x)
-            return _fma_chain(_fma_chain(acc, w0, x0, LEVELS - 1), w1, x1, LEVELS - 1)
-
-    @triton.jit
     def _gemv_tile(
-        acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
-        COMPILED: tl.constexpr, LANE: tl.constexpr,
+        acc, xs, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
+        COMPILED: tl.constexpr,
     ):  # fmt: skip
-        """acc (BLOCK_N, BLOCK_K // 2**LANE) + the sums of w * prologue(x)[rk] over each run of
-        2**LANE neighbouring weights (a thread's one 16-byte load), for one (BLOCK_N, BLOCK_K)
-        tile; MAGIC: w + INT8_BIAS in place of w, the bias taken off each run's sum."""
+        """(acc + w * prologue(x)[rk], xs + prologue(x)[rk]) for one (BLOCK_N, BLOCK_K) tile of
+        weights; MAGIC: w + INT8_BIAS in place of w (xs lets the bias be taken off once)."""
         kmask = rk < K
         xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
         if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
             g = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
             xk = ((xk.to(tl.float32) - mean) * rstd * g).to(x_ptr.dtype.element_ty)
         xf = xk.to(tl.float32)
-        BLOCK_N: tl.constexpr = w.shape[0]
-        RUNS: tl.constexpr = w.shape[1] >> LANE
-        shape: tl.constexpr = [BLOCK_N, RUNS] + [2] * LANE
-        wf = _int8_biased(w, COMPILED) if MAGIC else w.to(tl.float32)
-        xr = tl.reshape(xf, [1, RUNS] + [2] * LANE)
-        part = _fma_chain(tl.zeros([BLOCK_N, RUNS], tl.float32), tl.reshape(wf, shape), xr, LANE)
-        if MAGIC:  # (w + bias) x is exact for bf16 x (16 + 8 significant bits); the bias comes
-            # off a run of 16 products, while the sum is small
-            ones = tl.full(xr.shape, 1.0, tl.float32)
-            part -= _INT8_BIAS * _fma_chain(tl.zeros([1, RUNS], tl.float32), xr, ones, LANE)
-        return acc + part
+        if MAGIC:
+            wf = _int8_biased(w, COMPILED)
+            xs += xf
+        else:
+            wf = w.to(tl.float32)
+        return acc + wf * xf[None, :], xs
 
     @triton.autotune(
         configs=_GEMV_CONFIGS,
@@ -889,11 +872,9 @@ if triton is not None:
                 s2 += xk * xk
             mean = tl.sum(s1, 0) / K
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
-        # one accumulator per 16-byte run of weights, not one per weight: a quarter (bf16) or
-        # an eighth (int8) of the registers, so more programs fit an SM, more bytes in flight
-        LANE: tl.constexpr = 4 if MAGIC else 3
-        acc = tl.zeros([BLOCK_N, BLOCK_K >> LANE], tl.float32)
-        acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC, COMPILED, LANE)
+        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        xs = tl.zeros([BLOCK_K], tl.float32)
+        acc, xs = _gemv_tile(acc, xs, w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC, COMPILED)
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             w = tl.load(
@@ -902,7 +883,10 @@ if triton is not None:
                 other=0.0,
                 eviction_policy="evict_first",
             )
-            acc = _gemv_tile(acc, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC, COMPILED, LANE)
+            acc, xs = _gemv_tile(acc, xs, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC, COMPILED)
+        if MAGIC:  # the bias off each lane's K / BLOCK_K products before the sum over lanes,
+            # while they are small: (w + bias) x is exact for bf16 x (16 + 8 significant bits)
+            acc -= _INT8_BIAS * xs[None, :]
         y = tl.sum(acc, 1)
         if HAS_SCALE:
             y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
