@@ -807,16 +807,14 @@ if triton is not None:
 
     @triton.jit
     def _gemv_tile(
-        acc, xs, w, x_ptr, g_ptr, rk, K, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
+        acc, xs, w, xk, gk, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
         COMPILED: tl.constexpr,
     ):  # fmt: skip
-        """(acc + w * prologue(x)[rk], xs + prologue(x)[rk]) for one (BLOCK_N, BLOCK_K) tile of
-        weights; MAGIC: w + INT8_BIAS in place of w (xs lets the bias be taken off once)."""
-        kmask = rk < K
-        xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
+        """(acc + w * prologue(x), xs + prologue(x)) for one (BLOCK_N, BLOCK_K) tile of weights,
+        x's chunk xk and the LayerNorm's gains gk; MAGIC: w + INT8_BIAS in place of w (xs lets
+        the bias be taken off once)."""
         if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
-            g = tl.load(g_ptr + rk, mask=kmask, other=0.0).to(tl.float32)
-            xk = ((xk.to(tl.float32) - mean) * rstd * g).to(x_ptr.dtype.element_ty)
+            xk = ((xk.to(tl.float32) - mean) * rstd * gk.to(tl.float32)).to(xk.dtype)
         xf = xk.to(tl.float32)
         if MAGIC:
             wf = _int8_biased(w, COMPILED)
@@ -835,7 +833,7 @@ if triton is not None:
     def _gemv_kernel(
         x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
-        ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr,
+        ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
@@ -844,56 +842,66 @@ if triton is not None:
         issues at a quarter of the FMA rate; the bias comes off once, INT8_BIAS * sum(x) a lane
         (round 13: +2.3 % int8 tokens/s against a subtraction a weight, same tiles).
         ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
-        orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax."""
+        orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax.
+        K_LN: the power of 2 at or above K where LN (x's statistics in one load), else 1."""
         if PDL:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
-        # The first tile of weights is loaded before waiting for the kernel before this one:
-        # weights never depend on it, so under PDL their reads overlap that kernel's tail.
+        # What never depends on the kernel before this one is loaded before waiting for it
+        # (under PDL these reads overlap its tail): the first tile of weights, the row scales,
+        # the LayerNorm's first gains.
         rk0 = tl.arange(0, BLOCK_K)
+        k0mask = rk0 < K
         w = tl.load(
             w_ptr + rn[:, None] * K + rk0[None, :],
-            mask=nmask[:, None] & (rk0 < K)[None, :],
+            mask=nmask[:, None] & k0mask[None, :],
             other=0.0,
             eviction_policy="evict_first",  # read once: keep L2 for x and the cache
         )
+        if HAS_SCALE:
+            scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
+        g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if LN else w
         if PDL:
             gdc_wait()
+        # Then everything that does, asked for at once: x's first chunk, all of x for the
+        # LayerNorm's sums, the residual. Loaded where they are used, each would be one more
+        # round trip to L2 on the way to this kernel's end.
+        x0 = tl.load(x_ptr + rk0, mask=k0mask, other=0.0)
+        if RES:
+            r = tl.load(r_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         mean = 0.0
         rstd = 1.0
-        if LN:  # every program normalises x itself: K elements, read from L2
-            s1 = tl.zeros([BLOCK_K], tl.float32)
-            s2 = tl.zeros([BLOCK_K], tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                rk = k0 + tl.arange(0, BLOCK_K)
-                xk = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-                s1 += xk
-                s2 += xk * xk
-            mean = tl.sum(s1, 0) / K
-            rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(s2, 0) / K - mean * mean, 0.0) + eps)
+        if LN:  # every program normalises x itself: all K elements in one load
+            rx = tl.arange(0, K_LN)
+            xa = tl.load(x_ptr + rx, mask=rx < K, other=0.0).to(tl.float32)
+            mean = tl.sum(xa, 0) / K  # both sums at once: one reduction's latency, not two
+            rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(xa * xa, 0) / K - mean * mean, 0.0) + eps)
         acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
         xs = tl.zeros([BLOCK_K], tl.float32)
-        acc, xs = _gemv_tile(acc, xs, w, x_ptr, g_ptr, rk0, K, mean, rstd, LN, MAGIC, COMPILED)
+        acc, xs = _gemv_tile(acc, xs, w, x0, g0, mean, rstd, LN, MAGIC, COMPILED)
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
+            kmask = rk < K
             w = tl.load(
                 w_ptr + rn[:, None] * K + rk[None, :],
-                mask=nmask[:, None] & (rk < K)[None, :],
+                mask=nmask[:, None] & kmask[None, :],
                 other=0.0,
                 eviction_policy="evict_first",
             )
-            acc, xs = _gemv_tile(acc, xs, w, x_ptr, g_ptr, rk, K, mean, rstd, LN, MAGIC, COMPILED)
+            xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
+            gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN else w
+            acc, xs = _gemv_tile(acc, xs, w, xk, gk, mean, rstd, LN, MAGIC, COMPILED)
         if MAGIC:  # the bias off each lane's K / BLOCK_K products before the sum over lanes,
             # while they are small: (w + bias) x is exact for bf16 x (16 + 8 significant bits)
             acc -= _INT8_BIAS * xs[None, :]
         y = tl.sum(acc, 1)
         if HAS_SCALE:
-            y = y * tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
+            y = y * scale
         if GELU:  # exact (erf) GELU, as F.gelu
             y = 0.5 * y * (1.0 + tl.erf(y * 0.7071067811865476))
         if RES:
-            y = y + tl.load(r_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
+            y = y + r
         tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
         if ARGMAX:
             y = tl.where(nmask, y, float("-inf"))
@@ -1128,7 +1136,8 @@ def gemv(
         x, w, scale if scale is not None else w, ln.weight if ln is not None else x,
         res.reshape(N) if res is not None else y, y, best if best is not None else y, N, K,
         ln.eps if ln is not None else 0.0, HAS_SCALE=scale is not None, LN=ln is not None,
-        GELU=gelu, RES=res is not None, ARGMAX=best is not None, **fixed,
+        GELU=gelu, RES=res is not None, ARGMAX=best is not None,
+        K_LN=triton.next_power_of_2(K) if ln is not None else 1, **fixed,
     )  # fmt: skip
     return y
 

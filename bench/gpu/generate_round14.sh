@@ -6,7 +6,11 @@
 # summed by a chain of multiply-adds, instead of one per weight: int8 16 x 512 tiles go from
 # 128 registers a thread to 56 (compiled for sm_90 here), so more programs fit an SM. End to
 # end (1.3B int8 and bf16), then each int8 block product's tiles timed in the graph for both
-# kernels (gemv_cost.py --sweep --tiles).
+# kernels (gemv_cost.py --sweep --tiles). It lost (int8 -7.7 %, bf16 -4.5 %); reverted in b2aca70.
+# Call 2 (PARTS="newint8 oldint8 newbf16 oldbf16 new124 old124 probe13 sweepnew sweepold"):
+# each product asks for what does not depend on the kernel before it (row scales, the
+# LayerNorm's first gains) before gdc_wait, and for everything that does (x's first chunk, all
+# of x for the LayerNorm's sums, the residual) at once right after it.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -19,6 +23,8 @@ newint8) step g14-int8 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant
 oldint8) step g14-int8-old 80 $OLD --size 1.3b $BENCH --compile-cache /tmp/cio --quant int8 ;;
 newbf16) step g14-bf16 80 $G --size 1.3b $BENCH --compile-cache /tmp/cb ;;
 oldbf16) step g14-bf16-old 70 $OLD --size 1.3b $BENCH --compile-cache /tmp/cbo ;;
+new124) step g14-124m 50 $G --size 124m $BENCH --compile-cache /tmp/c124 ;;
+old124) step g14-124m-old 50 $OLD --size 124m $BENCH --compile-cache /tmp/c124o ;;
 sweepnew) step sweep-new 120 $SW ;;
 sweepold) step sweep-old 120 $SW --template .gpuwork/generate_old.py ;;
 probe13) step probe-1.3b 90 python3 $P 1.3b ;;

@@ -274,12 +274,12 @@ for N, K, kind in ((96, 64, "fp32"), (100, 256, "int8"), (30, 100, "int8"), (72,
 lin = torch.nn.Linear(256, 40, bias=False); layer = g.Int8Linear(lin.weight)
 x, y = torch.randn(256) * 3 + 1, torch.full((40,), float("nan"))  # sum(x) far from 0
 g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
-    LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, COMPILED=False, BLOCK_N=8,
+    LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, COMPILED=False, K_LN=1, BLOCK_N=8,
     BLOCK_K=64, MAGIC=True)
 err(y, layer(x[None])[0], magic=True)
 xb, y = x.bfloat16(), torch.full((40,), float("nan"))  # bf16 x, as on the GPU
 g._gemv_kernel.fn[(5,)](xb, layer.weight, layer.scale, xb, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
-    LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, COMPILED=False, BLOCK_N=8,
+    LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, COMPILED=False, K_LN=1, BLOCK_N=8,
     BLOCK_K=64, MAGIC=True)
 err(y, (layer.weight.float() @ xb.float()) * layer.scale, magic=True)
 for M, N, K in ((1, 100, 256), (37, 130, 200), (70, 300, 64), (129, 40, 96), (1100, 130, 64)):
@@ -411,7 +411,7 @@ for wt in ("bf16", "i8"):
                  "r_ptr": "*bf16", "y_ptr": "*bf16", "best_ptr": "*i64", "N": "i32", "K": "i32",
                  "eps": "fp32"}
         const = dict(HAS_SCALE=wt == "i8", PDL=bool(i % 2), COMPILED=True, **uses[i % 4],
-                     **c.kwargs)
+                     K_LN=2048 if uses[i % 4]["LN"] else 1, **c.kwargs)
         const = {k: const[k] for k in g._gemv_kernel.fn.arg_names if k in const}
         build(g._gemv_kernel, types, const, num_warps=c.num_warps, num_stages=c.num_stages)
         n += 1
