@@ -457,28 +457,38 @@ def linear(layer: nn.Linear, x, reduce: bool):
     place of a cuBLAS call; fp32 accumulation either way."""
     if not reduce:
         return layer(x)
-    y = (x.unsqueeze(-2).float() * layer.weight.float()).sum(-1)
     scale = getattr(layer, "scale", None)  # Int8Linear
+    w = layer.weight.float() if scale is None else layer.values(torch.float32)
+    y = (x.unsqueeze(-2).float() * w).sum(-1)
     return (y if scale is None else y * scale).to(x.dtype)
+
+
+INT8_OFFSET = 128  # Int8Linear keeps w + 128 as uint8: the decode kernel's byte permute takes it
+# as it is (a signed byte needed an xor first, a quarter of an instruction a weight)
 
 
 class Int8Linear(nn.Module):
     """--quant int8: weight-only int8, one scale per output row (absmax / 127), made at load from
-    the checkpoint's weights. A decode step reads half the bytes of bf16; activations, the
-    accumulation and the output stay in the model's dtype / fp32."""
+    the checkpoint's weights and kept offset, w + INT8_OFFSET as uint8. A decode step reads half
+    the bytes of bf16; activations, the accumulation and the output stay in the model's dtype /
+    fp32."""
 
     def __init__(self, weight: torch.Tensor):
         super().__init__()
         w = weight.detach().float()
         scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
-        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
-        self.register_buffer("weight", q)
+        q = torch.round(w / scale[:, None]).clamp(-127, 127) + INT8_OFFSET
+        self.register_buffer("weight", q.to(torch.uint8))
         self.register_buffer("scale", scale)
+
+    def values(self, dtype: torch.dtype) -> torch.Tensor:
+        """The int8 values w (-127..127), in dtype (exact in bf16 and wider)."""
+        return self.weight.to(dtype) - INT8_OFFSET
 
     def forward(self, x):
         if int8_mm_usable(x, self.weight):  # the prompt pass outside torch.compile (graph, eager)
             return int8_matmul(x, self.weight, self.scale)
-        return (F.linear(x, self.weight.to(x.dtype)).float() * self.scale).to(x.dtype)
+        return (F.linear(x, self.values(x.dtype)).float() * self.scale).to(x.dtype)
 
 
 def quantize_int8(model: nn.Module) -> None:
@@ -725,7 +735,7 @@ def peak_bandwidth(device: torch.device, override_tb: float | None) -> tuple[flo
 
 
 LOWEST_KEY = -(2**63)  # below every argmax key (_gemv_kernel's ARGMAX): "no maximum yet"
-INT8_BIAS = 2**15 + 128  # _int8_biased: int8 w -> fp32 w + INT8_BIAS, one byte permute
+INT8_BIAS = 2**15 + INT8_OFFSET  # _int8_biased: stored w + 128 -> fp32 w + INT8_BIAS, a permute
 
 
 # --- GPU DECODE KERNELS (Triton) ---
@@ -777,33 +787,32 @@ if triton is not None:
     )
 
     def _int8_only_magic(configs, nargs, **kwargs):  # each weight type its own tiles
-        int8 = nargs["w_ptr"].dtype == torch.int8
+        int8 = nargs["w_ptr"].dtype == torch.uint8
         return [c for c in configs if c.kwargs["MAGIC"] == int8]
 
-    # 4 int8 weights (one 32-bit word) -> 4 fp32 values 2**15 + 128 + w, exact: the bytes
-    # offset to unsigned (one xor for four), then each byte put in the second byte of 2**15's
-    # bits (its mantissa's unit is 1 there) by one byte permute. The bias is not subtracted
-    # weight by weight: the product takes INT8_BIAS * sum(x) off once (_gemv_rows).
+    # 4 stored weights (one 32-bit word of w + 128) -> 4 fp32 values 2**15 + 128 + w, exact:
+    # each byte put in the second byte of 2**15's bits (its mantissa's unit is 1 there) by one
+    # byte permute. The bias is not subtracted weight by weight: the product takes
+    # INT8_BIAS * sum(x) off once (_gemv_kernel).
     _INT8X4_F32 = tl.constexpr("""{
-        .reg .b32 t;
-        xor.b32 t, $4, 0x80808080;
-        prmt.b32 $0, t, 0x47000000, 0x7404;
-        prmt.b32 $1, t, 0x47000000, 0x7414;
-        prmt.b32 $2, t, 0x47000000, 0x7424;
-        prmt.b32 $3, t, 0x47000000, 0x7434;
+        prmt.b32 $0, $4, 0x47000000, 0x7404;
+        prmt.b32 $1, $4, 0x47000000, 0x7414;
+        prmt.b32 $2, $4, 0x47000000, 0x7424;
+        prmt.b32 $3, $4, 0x47000000, 0x7434;
     }""")
     _INT8_BIAS = tl.constexpr(INT8_BIAS)
+    _INT8_OFFSET = tl.constexpr(INT8_OFFSET)
 
     @triton.jit
     def _int8_biased(w, COMPILED: tl.constexpr):
-        """int8 w -> fp32 w + INT8_BIAS without the conversion instruction (a quarter of the
-        FMA rate) or a subtraction: a byte permute a weight."""
+        """Stored w + INT8_OFFSET -> fp32 w + INT8_BIAS without the conversion instruction (a
+        quarter of the FMA rate) or a subtraction: a byte permute a weight."""
         if COMPILED:
             return tl.inline_asm_elementwise(
                 _INT8X4_F32, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4
             )
         else:  # Triton's interpreter runs no PTX: the same value
-            return (w.to(tl.int32) + _INT8_BIAS).to(tl.float32)
+            return (w.to(tl.int32) + (_INT8_BIAS - _INT8_OFFSET)).to(tl.float32)
 
     @triton.jit
     def _gemv_tile(
@@ -819,6 +828,8 @@ if triton is not None:
         if MAGIC:
             wf = _int8_biased(w, COMPILED)
             xs += xf
+        elif w.dtype == tl.uint8:  # Int8Linear's offset weights, converted as numbers
+            wf = w.to(tl.float32) - _INT8_OFFSET
         else:
             wf = w.to(tl.float32)
         return acc + wf * xf[None, :], xs
@@ -836,11 +847,12 @@ if triton is not None:
         ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
-        """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W bf16 or int8 (N, K).
-        MAGIC: int8 weights, made floats w + INT8_BIAS by byte permutes (PTX, when COMPILED for
-        the GPU, not run by Triton's interpreter) instead of the conversion instruction, which
-        issues at a quarter of the FMA rate; the bias comes off once, INT8_BIAS * sum(x) a lane
-        (round 13: +2.3 % int8 tokens/s against a subtraction a weight, same tiles).
+        """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
+        stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
+        permutes (PTX, when COMPILED for the GPU, not run by Triton's interpreter) instead of the
+        conversion instruction, which issues at a quarter of the FMA rate; the bias comes off
+        once, INT8_BIAS * sum(x) a lane (round 13: +2.3 % int8 tokens/s against a subtraction a
+        weight, same tiles).
         ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
         orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax.
         K_LN: the power of 2 at or above K where LN (x's statistics in one load), else 1."""
@@ -1019,8 +1031,8 @@ if triton is not None:
         a_ptr, w_ptr, s_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     ):  # fmt: skip
-        """C (M, N) = (A (M, K) @ W (N, K).T) * scale[n] with W int8, widened to A's dtype a
-        tile at a time in registers: a prompt pass never writes a bf16 copy of the matrix."""
+        """C (M, N) = (A (M, K) @ W (N, K).T) * scale[n] with W int8 (stored w + 128), widened to
+        A's dtype a tile at a time in registers: a prompt pass never writes a bf16 copy of W."""
         pid = tl.program_id(0)
         grid_m = tl.cdiv(M, BLOCK_M)
         width = GROUP_M * tl.cdiv(N, BLOCK_N)
@@ -1044,7 +1056,7 @@ if triton is not None:
                 mask=(rn < N)[None, :] & (rk < K)[:, None],
                 other=0,
             )
-            acc = tl.dot(a, w.to(a.dtype), acc)
+            acc = tl.dot(a, (w.to(tl.int16) - _INT8_OFFSET).to(a.dtype), acc)
         acc *= tl.load(s_ptr + rn, mask=rn < N, other=0.0)[None, :]
         tl.store(
             c_ptr + rm[:, None] * N + rn[None, :],
@@ -1100,7 +1112,7 @@ def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y) -> tuple
 
 
 def gemv_tiles(key: tuple) -> tuple:
-    return GEMV_TILES["int8" if key[2] == "torch.int8" else "float"]
+    return GEMV_TILES["int8" if key[2] == "torch.uint8" else "float"]
 
 
 def gemv(
@@ -1121,7 +1133,7 @@ def gemv(
     if calls is not None:
         calls.setdefault(key, []).append((x, layer, ln, gelu, res, out_dtype, best))
     tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
-    int8 = w.dtype == torch.int8
+    int8 = w.dtype == torch.uint8
     kernel, fixed = _gemv_kernel, {**pdl_args(), "COMPILED": x.device.type == "cuda"}
     if tile is not None:
         n, k, warps = tile
@@ -1289,7 +1301,8 @@ def int8_mm_usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def int8_matmul(x, weight, scale):
-    """x (..., K) @ weight.T * scale -> (..., N) in x's dtype; weight int8 (N, K), scale (N,)."""
+    """x (..., K) @ weight.T * scale -> (..., N) in x's dtype; weight Int8Linear's (N, K) uint8
+    (w + INT8_OFFSET), scale (N,)."""
     N, K = weight.shape
     a = x.reshape(-1, K).contiguous()
     M = a.shape[0]

@@ -73,9 +73,8 @@ def sweep_configs(int8: bool, tiles: str = "") -> list[tuple[int, int, int, int,
 def reference(x, m, ln=None, gelu=False, res=None, out_dtype=None, best=None) -> torch.Tensor:
     """gemv's product by torch, in fp32: the check a tile must pass before it is timed."""
     xf = (ln(x) if ln is not None else x).float()
-    w = m.weight.float()
-    if getattr(m, "scale", None) is not None:
-        w = w * m.scale.float()[:, None]
+    scale = getattr(m, "scale", None)  # Int8Linear: its int8 values, scaled
+    w = m.weight.float() if scale is None else m.values(torch.float32) * scale.float()[:, None]
     y = w @ xf
     if gelu:
         y = torch.nn.functional.gelu(y)

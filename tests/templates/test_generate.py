@@ -281,7 +281,7 @@ xb, y = x.bfloat16(), torch.full((40,), float("nan"))  # bf16 x, as on the GPU
 g._gemv_kernel.fn[(5,)](xb, layer.weight, layer.scale, xb, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
     LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, COMPILED=False, K_LN=1, BLOCK_N=8,
     BLOCK_K=64, MAGIC=True)
-err(y, (layer.weight.float() @ xb.float()) * layer.scale, magic=True)
+err(y, (layer.values(torch.float32) @ xb.float()) * layer.scale, magic=True)
 for M, N, K in ((1, 100, 256), (37, 130, 200), (70, 300, 64), (129, 40, 96), (1100, 130, 64)):
     # int8 prompt products: tile edges; 9 row blocks, so GROUP_M's last group is partial
     layer = g.Int8Linear(torch.nn.Linear(K, N, bias=False).weight)
@@ -403,14 +403,14 @@ uses = (  # the products a decode step makes: qkv, proj / fc_proj, fc, the head
     dict(LN=True, GELU=False, RES=False, ARGMAX=True),
 )
 n = 0
-for wt in ("bf16", "i8"):
+for wt in ("bf16", "u8"):  # Int8Linear keeps w + 128 as uint8
     for i, c in enumerate(g._GEMV_CONFIGS):
-        if c.kwargs["MAGIC"] != (wt == "i8"):  # each weight type its own tiles
+        if c.kwargs["MAGIC"] != (wt == "u8"):  # each weight type its own tiles
             continue
         types = {"x_ptr": "*bf16", "w_ptr": "*" + wt, "s_ptr": "*fp32", "g_ptr": "*bf16",
                  "r_ptr": "*bf16", "y_ptr": "*bf16", "best_ptr": "*i64", "N": "i32", "K": "i32",
                  "eps": "fp32"}
-        const = dict(HAS_SCALE=wt == "i8", PDL=bool(i % 2), COMPILED=True, **uses[i % 4],
+        const = dict(HAS_SCALE=wt == "u8", PDL=bool(i % 2), COMPILED=True, **uses[i % 4],
                      K_LN=2048 if uses[i % 4]["LN"] else 1, **c.kwargs)
         const = {k: const[k] for k in g._gemv_kernel.fn.arg_names if k in const}
         build(g._gemv_kernel, types, const, num_warps=c.num_warps, num_stages=c.num_stages)
@@ -426,7 +426,7 @@ for pdl in (False, True):
           "out_ptr": "*i64"}, dict(PDL=pdl))
     n += 3
 for bm in (16, 64, 128):  # int8_matmul's tiles
-    build(g._int8_mm_kernel, {"a_ptr": "*bf16", "w_ptr": "*i8", "s_ptr": "*fp32",
+    build(g._int8_mm_kernel, {"a_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*fp32",
           "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32"},
           dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_M=8), num_warps=8 if bm == 128 else 4,
           num_stages=3)
@@ -466,7 +466,7 @@ for quant in ("none", "int8"):
         return cost(key, tile)
     picks = g.tune_gemv(lambda: m.decode_fast(tok, pos), timer=timer)
     assert len(picks) == 5, picks  # qkv, proj, fc, fc_proj, the head
-    assert {k[2] for k in picks} == {"torch.int8" if quant == "int8" else "torch.float32"}
+    assert {k[2] for k in picks} == {"torch.uint8" if quant == "int8" else "torch.float32"}
     for key, tile in picks.items():
         ok = [t for t in g.gemv_tiles(key) if t not in FAILS]
         assert timed[key] == ok and tile == min(ok, key=lambda t: cost(key, t)), (key, tile)
@@ -520,7 +520,7 @@ def test_saved_tile_picks_come_back_and_anything_else_in_their_place_is_ignored(
     was written, for the same GPU and Triton; another stamp, a link, a FIFO (no hang), an
     oversized or malformed file gives nothing (the restart tunes again), never an error."""
     stamp = {"gpu": "NVIDIA H200", "triton": "3.9.0"}
-    picks = {(6144, 2048, "torch.int8", True, True, False, False, False, "torch.bfloat16", True):
+    picks = {(6144, 2048, "torch.uint8", True, True, False, False, False, "torch.bfloat16", True):
              (16, 512, 4)}  # fmt: skip
     path = tmp_path / "cache" / gen.TILE_PICKS_FILE
     gen.write_tile_picks(path, picks, stamp)
