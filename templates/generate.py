@@ -1056,7 +1056,10 @@ if triton is not None:
                 mask=(rn < N)[None, :] & (rk < K)[:, None],
                 other=0,
             )
-            acc = tl.dot(a, (w.to(tl.int16) - _INT8_OFFSET).to(a.dtype), acc)
+            # w + 128 back to w by flipping its top bit: then the widening is the compiler's
+            # packed int8 one (a subtraction after an int -> float conversion was ~20 % more
+            # instructions a loop, TTFT 6.5 -> 7.4 ms at 1.3B)
+            acc = tl.dot(a, (w ^ 0x80).to(tl.int8, bitcast=True).to(a.dtype), acc)
         acc *= tl.load(s_ptr + rn, mask=rn < N, other=0.0)[None, :]
         tl.store(
             c_ptr + rm[:, None] * N + rn[None, :],

@@ -15,6 +15,9 @@
 # Int8Linear keeps w + 128 as uint8, so the decode kernel's byte permute needs no xor;
 # generate_old.py is 62a6d3d's template. Then round 8's trained-checkpoint check: a 124M byte-level model trained
 # on the standard library's sources, held-out loss and 300 sampled tokens, int8 and bf16.
+# Call 4 (PARTS="newint8 oldint8"): int8's prompt products (_int8_mm_kernel) take w + 128 back
+# to w by flipping the top bit, not by a subtraction after an int -> float conversion (call 3's
+# TTFT 7.36 ms against 6.46); generate_old.py is still 62a6d3d's template.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
