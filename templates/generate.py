@@ -42,15 +42,16 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
 Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 628-641
-and 2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 12):
-    --size 1.3b   1,110 tokens/s decode (1.73-1.77x the probe, 61% of 4.8 TB/s), 3.7 ms to
-                  the first token; ready 31 s after the process starts on a cold cache, 6.7 s
-                  on a warm --compile-cache; --quant int8 1,382 (2.16-2.20x), 6.6 ms to the
-                  first token, ready 32 s cold, 6.0 s warm
-    --size 124m   4,916 tokens/s (2.40x), 1.1 ms to the first token
-Where the rest goes: each kernel has a fixed cost of ~2 us (~123 kernels a token); the
-matrix-vector kernels read bf16 at ~4.5 TB/s and int8 at ~3.1 TB/s beyond it; attention is
-~6.5 us a layer, ~2.5 of it the merge of its partial results. On CPU it runs eager by
+and 2,031-2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 14):
+    --size 1.3b   1,100-1,110 tokens/s decode (1.73-1.77x the probe, 61% of 4.8 TB/s), 3.7 ms
+                  to the first token; ready 25-31 s after the process starts on a cold cache,
+                  6.7 s on a warm --compile-cache; --quant int8 1,413-1,453 (2.24-2.31x),
+                  6.6 ms to the first token, ready 22-28 s cold, 6.0 s warm
+    --size 124m   5,188-5,263 tokens/s (2.55-2.59x), 1.0-1.1 ms to the first token
+Where the rest goes: each kernel has a fixed cost of ~2 us (~123 kernels a token): its last
+programs' round trips to memory after the kernel before ends; the matrix-vector kernels read
+bf16 at ~4.5 TB/s and int8 at ~3.4 TB/s beyond it; attention is ~6.5 us a layer, ~2.5 of it
+the merge of its partial results. On CPU it runs eager by
 default and starts at once; --compile there costs ~30 s (94 s for a 3M model on a laptop)
 before the first token.
 
