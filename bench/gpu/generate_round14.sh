@@ -18,6 +18,7 @@
 # Call 4 (PARTS="newint8 oldint8"): int8's prompt products (_int8_mm_kernel) take w + 128 back
 # to w by flipping the top bit, not by a subtraction after an int -> float conversion (call 3's
 # TTFT 7.36 ms against 6.46); generate_old.py is still 62a6d3d's template.
+# Call 5 (PARTS="newint8 newint8w"): the final template, int8 cold and restarted on its cache.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -29,6 +30,7 @@ T8=16x512x4,32x512x4,64x256x4,32x256x4,16x1024x8,32x512x8,8x1024x4,8x2048x4,4x20
 SW="python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8"
 for part in ${PARTS:-newint8 oldint8 probe13 newbf16 oldbf16 sweepnew sweepold}; do case $part in
 newint8) step g14-int8 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
+newint8w) step g14-int8-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
 oldint8) step g14-int8-old 80 $OLD --size 1.3b $BENCH --compile-cache /tmp/cio --quant int8 ;;
 newbf16) step g14-bf16 80 $G --size 1.3b $BENCH --compile-cache /tmp/cb ;;
 oldbf16) step g14-bf16-old 70 $OLD --size 1.3b $BENCH --compile-cache /tmp/cbo ;;
