@@ -19,6 +19,7 @@
 # to w by flipping the top bit, not by a subtraction after an int -> float conversion (call 3's
 # TTFT 7.36 ms against 6.46); generate_old.py is still 62a6d3d's template.
 # Call 5 (PARTS="newint8 newint8w"): the final template, int8 cold and restarted on its cache.
+# Not run in round 14: 267 s of device time were left, too little to start a machine.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u

@@ -272,6 +272,12 @@ for N, K, kind in ((96, 64, "fp32"), (100, 256, "int8"), (30, 100, "int8"), (72,
         torch.nn.functional.gelu(f32(ln(x))), kind == "bf16")  # fp32 sums out: unrounded
     err(g.gemv(x, layer, res=r, out_dtype=torch.float32), f32(x) + r.float())
 lin = torch.nn.Linear(256, 40, bias=False); layer = g.Int8Linear(lin.weight)
+# stored w + 128: what values() gives back is the weight to within half a step of its row
+assert layer.weight.dtype == torch.uint8
+step = layer.scale[:, None]
+assert ((layer.values(torch.float32) * step - lin.weight).abs() <= step / 2 + 1e-7).all()
+x = torch.randn(3, 256)
+err(g.linear(layer, x, reduce=True), layer(x))  # the compiled decode's spelling of the product
 x, y = torch.randn(256) * 3 + 1, torch.full((40,), float("nan"))  # sum(x) far from 0
 g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
     LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, COMPILED=False, K_LN=1, BLOCK_N=8,
