@@ -54,13 +54,24 @@ class Forced:
         return run
 
 
-def sweep_configs(int8: bool, tiles: str = "") -> list[tuple[int, int, int, int, bool]]:
+def parse_tiles(text: str) -> list[tuple[int, int, int]]:
+    """--tiles "NxKxWARPS,...": each a power of 2 (Triton's block shapes), else a usage error."""
+    try:
+        tiles = [tuple(int(v) for v in t.split("x")) for t in text.split(",")]
+    except ValueError:
+        tiles = []
+    if not tiles or any(len(t) != 3 or min(t) < 1 or any(v & (v - 1) for v in t) for t in tiles):
+        raise argparse.ArgumentTypeError(f"{text!r}: want NxKxWARPS,... in powers of 2")
+    return tiles  # type: ignore[return-value]
+
+
+def sweep_configs(int8: bool, tiles=()) -> list[tuple[int, int, int, int, bool]]:
     """(BLOCK_N, BLOCK_K, warps, stages, MAGIC): every tile of 4,096-65,536 weights and 16-64
     accumulator registers a thread (stages: Triton pipelines loads only into tl.dot, so one
     value); int8 with and without MAGIC. (Round 11 also swept tensor-core tiles, in 3c05187's
-    template: none beat these.) tiles: "NxKxWARPS,..." instead, int8 with MAGIC only."""
+    template: none beat these.) tiles: (N, K, WARPS) instead, int8 with MAGIC only."""
     if tiles:
-        return [(*map(int, t.split("x")), 2, int8) for t in tiles.split(",")]  # type: ignore[misc]
+        return [(n, k, warps, 2, int8) for n, k, warps in tiles]
     out = []
     for bn in (2, 4, 8, 16, 32, 64):
         for bk in (256, 512, 1024, 2048):
@@ -138,7 +149,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, no timing")
     ap.add_argument("--sweep", action="store_true", help="time every tile of sweep_configs")
     ap.add_argument("--quant", choices=("both", "bf16", "int8"), default="both")
-    ap.add_argument("--tiles", default="", help="--sweep these NxKxWARPS tiles only")
+    ap.add_argument("--tiles", type=parse_tiles, default=(), help="--sweep these NxKxWARPS only")
     ap.add_argument("--template", default="templates/generate.py", help="whose gemv to time")
     a = ap.parse_args()
     g = load_template(a.template)

@@ -577,6 +577,18 @@ def test_gemv_cost_sweep_checks_every_forced_tile_against_the_autotuned_product(
     assert "WRONG" not in proc.stdout and "Error" not in proc.stdout, proc.stdout
 
 
+@pytest.mark.parametrize("tiles", ["16x512", "8x3x4", "16x512x4,x", "0x512x4"])
+def test_gemv_cost_refuses_a_malformed_tile_list_in_one_line(tiles: str) -> None:
+    """--tiles is parsed before any GPU work: a tile Triton cannot build (not three powers of
+    2) is a usage error naming the value, not a traceback after the model is made."""
+    proc = subprocess.run(
+        [sys.executable, "bench/gpu/gemv_cost.py", "--smoke", "--tiles", tiles],
+        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert repr(tiles) in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("mode", [[], ["--parts"]])
 def test_attn_cost_runs_the_templates_attention_and_finds_the_text_its_parts_replace(
     mode: list[str],
