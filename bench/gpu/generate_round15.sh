@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Issue 25 round 15, nvidia-h200 calls; the template before the round (60c758c, carried as
+# .gpuwork/generate_old.py) runs beside the changed one, each on its own --compile-cache (the
+# kernels differ, so do their best tiles), and the probe.
+# Call 1 (default PARTS): each product's program asks the copy engine, before gdc_wait, to bring
+# its whole slice of W into L2 (sm_90's bulk prefetch, one instruction from one thread, no
+# registers): its loop then reads at L2's latency, and HBM is busy while the kernel before
+# ends. End to end (1.3B int8 and bf16, 124M), the 1.3B probe, then the int8 block products'
+# tiles timed in the graph for both templates (gemv_cost.py --sweep --tiles).
+# Run with carry [".gpuwork"] (the probe and the old template; gitignored).
+# TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
+set -u
+source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
+OLD="python3 .gpuwork/generate_old.py"
+T8=16x512x4,32x512x4,64x256x4,32x256x4,16x1024x8,32x512x8,8x1024x4,8x2048x4,4x2048x4,16x512x8,8x1024x8,64x512x16
+SW="python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8"
+for part in ${PARTS:-newint8 oldint8 newbf16 oldbf16 new124 old124 probe13 sweepnew sweepold}; do case $part in
+newint8) step g15-int8 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
+newint8w) step g15-int8-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
+oldint8) step g15-int8-old 80 $OLD --size 1.3b $BENCH --compile-cache /tmp/cio --quant int8 ;;
+newbf16) step g15-bf16 80 $G --size 1.3b $BENCH --compile-cache /tmp/cb ;;
+oldbf16) step g15-bf16-old 70 $OLD --size 1.3b $BENCH --compile-cache /tmp/cbo ;;
+new124) step g15-124m 50 $G --size 124m $BENCH --compile-cache /tmp/c124 ;;
+old124) step g15-124m-old 50 $OLD --size 124m $BENCH --compile-cache /tmp/c124o ;;
+sweepnew) step sweep-new 120 $SW ;;
+sweepold) step sweep-old 120 $SW --template .gpuwork/generate_old.py ;;
+probe13) step probe-1.3b 90 python3 $P 1.3b ;;
+probe124) step probe-124m 50 python3 $P 124m ;;
+esac; done
+summarize "^=== |^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
