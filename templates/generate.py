@@ -801,16 +801,6 @@ if triton is not None:
         prmt.b32 $2, $4, 0x47000000, 0x7424;
         prmt.b32 $3, $4, 0x47000000, 0x7434;
     }""")
-    # One thread asks the copy engine to bring nbytes from ptr into L2 (sm_90's bulk prefetch):
-    # no registers held, no reply waited for.
-    _PREFETCH_L2 = tl.constexpr("""{
-        .reg .pred first;
-        .reg .b32 tid;
-        mov.u32 tid, %tid.x;
-        setp.eq.u32 first, tid, 0;
-        @first cp.async.bulk.prefetch.L2.global [$1], $2;
-        mov.u32 $0, 0;
-    }""")
     _INT8_BIAS = tl.constexpr(INT8_BIAS)
     _INT8_OFFSET = tl.constexpr(INT8_OFFSET)
 
@@ -824,16 +814,6 @@ if triton is not None:
             )
         else:  # Triton's interpreter runs no PTX: the same value
             return (w.to(tl.int32) + (_INT8_BIAS - _INT8_OFFSET)).to(tl.float32)
-
-    @triton.jit
-    def _prefetch_l2(ptr, nbytes):
-        """ptr's next nbytes (16-byte aligned, a multiple of 16) on their way into L2, 512 KiB a
-        request (sm_90 takes a size below 1 MiB)."""
-        for off in range(0, nbytes, 1 << 19):
-            tl.inline_asm_elementwise(
-                _PREFETCH_L2, "=r,l,r", [ptr + off, tl.minimum(nbytes - off, 1 << 19)],
-                dtype=tl.int32, is_pure=False, pack=1,
-            )  # fmt: skip
 
     @triton.jit
     def _gemv_tile(
@@ -892,12 +872,6 @@ if triton is not None:
             other=0.0,
             eviction_policy="evict_first",  # read once: keep L2 for x and the cache
         )
-        if COMPILED:  # this program's whole slice of W (its rows are contiguous) into L2: its
-            # loop then reads at L2's latency, and the reads start while the kernel before runs
-            row0 = tl.program_id(0) * BLOCK_N
-            nbytes = tl.minimum(N - row0, BLOCK_N) * K * (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
-            if nbytes % 16 == 0:
-                _prefetch_l2(w_ptr + row0 * K, nbytes)
         if HAS_SCALE:
             scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if LN else w
