@@ -7,12 +7,16 @@
 # registers): its loop then reads at L2's latency, and HBM is busy while the kernel before
 # ends. End to end (1.3B int8 and bf16, 124M), the 1.3B probe, then the int8 block products'
 # tiles timed in the graph for both templates (gemv_cost.py --sweep --tiles).
+# Call 2 (PARTS="newint8 newint8w oldint8 sweepnew sweepold"): W's loads are told runs of 8
+# bytes (tl.max_contiguous), so an int8 tile's layout along K is x's and x's chunk no longer
+# goes through shared memory (2-8 barriers an iteration, compiled here) every iteration; two
+# int8 tiles more, 16 x 1024 and 4 x 1024 with 4 warps. int8 cold, restarted, beside the old.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 OLD="python3 .gpuwork/generate_old.py"
-T8=16x512x4,32x512x4,64x256x4,32x256x4,16x1024x8,32x512x8,8x1024x4,8x2048x4,4x2048x4,16x512x8,8x1024x8,64x512x16
+T8=16x512x4,32x512x8,16x512x8,8x1024x4,8x1024x8,4x2048x4,8x2048x4,8x2048x8,2x2048x4,4x1024x4,16x1024x4,16x2048x8
 SW="python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8"
 for part in ${PARTS:-newint8 oldint8 newbf16 oldbf16 new124 old124 probe13 sweepnew sweepold}; do case $part in
 newint8) step g15-int8 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
