@@ -771,7 +771,7 @@ GEMV_TILES = {
     ),
     "int8": (
         (16, 512, 4), (32, 512, 8), (16, 512, 8), (8, 1024, 4), (8, 1024, 8), (4, 2048, 4),
-        (4, 2048, 8), (8, 2048, 8), (2, 2048, 4), (64, 512, 16), (16, 1024, 4), (4, 1024, 4),
+        (4, 2048, 8), (8, 2048, 8), (2, 2048, 4), (64, 512, 16),
     ),
 }  # fmt: skip
 
@@ -866,11 +866,8 @@ if triton is not None:
         # the LayerNorm's first gains.
         rk0 = tl.arange(0, BLOCK_K)
         k0mask = rk0 < K
-        # W's loads are told runs of 8: then an int8 tile's layout along K is x's (8 bf16 a
-        # thread), and x's chunk needs no trip through shared memory (and its barriers) every
-        # iteration, as it does with 16 bytes a thread (bf16 tiles: 8 already)
         w = tl.load(
-            w_ptr + rn[:, None] * K + tl.max_contiguous(rk0, 8)[None, :],
+            w_ptr + rn[:, None] * K + rk0[None, :],
             mask=nmask[:, None] & k0mask[None, :],
             other=0.0,
             eviction_policy="evict_first",  # read once: keep L2 for x and the cache
@@ -900,7 +897,7 @@ if triton is not None:
             rk = k0 + tl.arange(0, BLOCK_K)
             kmask = rk < K
             w = tl.load(
-                w_ptr + rn[:, None] * K + tl.max_contiguous(rk, 8)[None, :],
+                w_ptr + rn[:, None] * K + rk[None, :],
                 mask=nmask[:, None] & kmask[None, :],
                 other=0.0,
                 eviction_policy="evict_first",
