@@ -513,6 +513,7 @@ class CausalSelfAttention(nn.Module):
         # Non-persistent buffers (not in the state dict), set by GPT.setup_cache.
         self.register_buffer("k_cache", None, persistent=False)
         self.register_buffer("v_cache", None, persistent=False)
+        self.register_buffer("sums", None, persistent=False)  # decode_attention's, fp64
 
     def forward(self, x, pos, mask):
         """x (1, T, C). Prefill (mask None): positions 0..T-1, causal. Decode (T=1): position
@@ -560,14 +561,15 @@ class Block(nn.Module):
             dist.all_reduce(h)
         return x + h
 
-    def decode_fast(self, x, pos, work: dict):
-        """forward for one decode token x (C,) in six Triton launches (Engine picks it on a GPU)."""
+    def decode_fast(self, x, pos):
+        """forward for one decode token x (C,) in five Triton launches (Engine picks it on a
+        GPU)."""
         a = self.attn
-        y = decode_attention(gemv(x, a.qkv, ln=self.ln1), a, pos, work)
+        sums = decode_attention(gemv(x, a.qkv, ln=self.ln1, zero=a.sums), a, pos)
         if self.world == 1:  # residual adds fused into the row-parallel products
-            x = gemv(y, a.proj, res=x)
+            x = gemv(sums, a.proj, res=x, heads=a.n_head, out_dtype=x.dtype)
             return gemv(gemv(x, self.fc, ln=self.ln2, gelu=True), self.fc_proj, res=x)
-        y = gemv(y, a.proj)
+        y = gemv(sums, a.proj, heads=a.n_head, out_dtype=x.dtype)
         dist.all_reduce(y)
         x = x + y
         h = gemv(gemv(x, self.fc, ln=self.ln2, gelu=True), self.fc_proj)
@@ -596,9 +598,8 @@ class GPT(nn.Module):
             shape = (1, a.n_head, self.shape.seq_len, a.head_dim)
             a.k_cache = torch.zeros(shape, device=device, dtype=dtype)
             a.v_cache = torch.zeros(shape, device=device, dtype=dtype)
-        a = self.blocks[0].attn
+            a.sums = attention_sums(a.n_head, a.head_dim, device)
         self.work = {
-            **attention_work(a.n_head, a.head_dim, self.shape.seq_len, device),
             # the head's argmax as one key (_gemv_kernel's ARGMAX); _advance_kernel resets it
             "best": torch.full((1,), LOWEST_KEY, device=device, dtype=torch.int64),
         }
@@ -640,7 +641,7 @@ class GPT(nn.Module):
             tok, pos, te, pe, x, x.numel(), BLOCK=256, **pdl_args()
         )
         for b in self.blocks:
-            x = b.decode_fast(x, pos, self.work)
+            x = b.decode_fast(x, pos)
         head = gemv(x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"])
         return head.view(1, -1)
 
@@ -816,6 +817,26 @@ if triton is not None:
             return (w.to(tl.int32) + (_INT8_BIAS - _INT8_OFFSET)).to(tl.float32)
 
     @triton.jit
+    def _x_chunk(x_ptr, l_ptr, rk, kmask, ATTN_HD: tl.constexpr, DT: tl.constexpr):
+        """x[rk]; ATTN_HD: attention's output there, each head's sum of values over its sum of
+        weights (fp64, _attn_kernel), rounded as torch's attention output would be."""
+        if ATTN_HD > 0:
+            o = tl.load(x_ptr + rk, mask=kmask, other=0.0)
+            wsum = tl.load(l_ptr + rk // ATTN_HD, mask=kmask, other=1.0)
+            return (o / wsum).to(tl.float32).to(DT)
+        else:
+            return tl.load(x_ptr + rk, mask=kmask, other=0.0)
+
+    @triton.jit
+    def _exp_f64(t):
+        """e^t in fp64 for fp32 t, which fp32 overflows past 88: 2^n made from its bits, the
+        fraction's 2^r in fp32 (t below -708 gives 0)."""
+        u = t * 1.4426950408889634
+        n = tl.minimum(tl.maximum(tl.floor(u), -1022.0), 1023.0)
+        two_n = ((n.to(tl.int64) + 1023) << 52).to(tl.float64, bitcast=True)
+        return tl.exp2(u - n).to(tl.float64) * two_n
+
+    @triton.jit
     def _gemv_tile(
         acc, xs, w, xk, gk, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
         COMPILED: tl.constexpr,
@@ -843,10 +864,11 @@ if triton is not None:
     )
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, N, K, eps,
+        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, N, K, Z, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
-        ARGMAX: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
+        ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr, PDL: tl.constexpr,
+        COMPILED: tl.constexpr, K_LN: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
         stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
@@ -856,6 +878,9 @@ if triton is not None:
         weight, same tiles).
         ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
         orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax.
+        ZERO: also z[:Z] <- 0 (qkv's product clears its layer's attention sums, which the
+        attention after it adds into). ATTN_HD: x is attention's sums (_attn_kernel), o (K,)
+        then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype.
         K_LN: the power of 2 at or above K where LN (x's statistics in one load), else 1."""
         if PDL:
             gdc_launch_dependents()
@@ -880,7 +905,9 @@ if triton is not None:
         # Then everything that does, asked for at once: x's first chunk, all of x for the
         # LayerNorm's sums, the residual. Loaded where they are used, each would be one more
         # round trip to L2 on the way to this kernel's end.
-        x0 = tl.load(x_ptr + rk0, mask=k0mask, other=0.0)
+        x0 = _x_chunk(x_ptr, g_ptr, rk0, k0mask, ATTN_HD, y_ptr.dtype.element_ty)
+        if ZERO:  # after the wait: the product that read the sums last step has ended
+            tl.store(z_ptr + rn, tl.zeros([BLOCK_N], tl.float64), mask=rn < Z)
         if RES:
             r = tl.load(r_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         mean = 0.0
@@ -902,7 +929,7 @@ if triton is not None:
                 other=0.0,
                 eviction_policy="evict_first",
             )
-            xk = tl.load(x_ptr + rk, mask=kmask, other=0.0)
+            xk = _x_chunk(x_ptr, g_ptr, rk, kmask, ATTN_HD, y_ptr.dtype.element_ty)
             gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN else w
             acc, xs = _gemv_tile(acc, xs, w, xk, gk, mean, rstd, LN, MAGIC, COMPILED)
         if MAGIC:  # the bias off each lane's K / BLOCK_K products before the sum over lanes,
@@ -928,16 +955,18 @@ if triton is not None:
 
     @triton.jit
     def _attn_kernel(
-        qkv_ptr, kc_ptr, vc_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, cnt_ptr, y_ptr, T, scale,
-        C: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr, NSPLIT: tl.constexpr,
-        PDL: tl.constexpr,
+        qkv_ptr, kc_ptr, vc_ptr, pos_ptr, acc_ptr, T, scale, C: tl.constexpr, HD: tl.constexpr,
+        CHUNK: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
-        """Flash-decoding, one (head, chunk of CHUNK cache slots) per program: a partial softmax
-        over slots <= pos. The new key/value (this step's) come from qkv, and the program whose
-        chunk holds pos writes them to the cache: no other program reads that slot. The last of
-        a head's programs to finish (a ticket from an atomic counter) merges its partials, so
-        attention is one launch; it puts the counter back to 0 for the next step. (The merge is
-        ~2.5 us of the ~6.5 a layer takes: attn_cost.py --parts.)"""
+        """Flash-decoding, one (head, chunk of CHUNK cache slots) per program: softmax weights
+        over slots <= pos and their values summed, then added into acc (fp64): o (C,) and the
+        weights' sums l (heads,); the product after (proj, _x_chunk) reads o / l. Every
+        program weighs its slots against the same score, the new key's, so the sums add up
+        as they arrive: no merge pass, no ticket, no last program to wait for (round 12:
+        ~2.5 us of the ~6.5 a layer took). fp64 sums keep the result independent of the
+        order the programs add in, to far below bf16's rounding. The new key/value (this
+        step's) come from qkv, and the program whose chunk holds pos writes them to the
+        cache: no other program reads that slot. qkv's product cleared acc (ZERO)."""
         if PDL:
             gdc_launch_dependents()
         h = tl.program_id(0)
@@ -967,33 +996,14 @@ if triton is not None:
             p = tl.exp(s - m)
             v = tl.where(new, vn[None, :], v).to(tl.float32)
             o = tl.sum(p[:, None] * v, 0)
-            part = h * NSPLIT + sp
-            tl.store(o_ptr + part * HD + d, o)
-            tl.store(m_ptr + part, m)
-            tl.store(l_ptr + part, tl.sum(p, 0))
+            # the shared reference: the new key's score, computed alike by every program
+            ref = tl.sum(kn.to(tl.float32) * q, 0) * scale
+            f = _exp_f64(m - ref)
+            tl.atomic_add(acc_ptr + h * HD + d, o.to(tl.float64) * f, sem="relaxed")
+            tl.atomic_add(acc_ptr + C + h, tl.sum(p, 0).to(tl.float64) * f, sem="relaxed")
             if pos < start + CHUNK:
                 tl.store(kc_ptr + h * T * HD + pos * HD + d, kn)
                 tl.store(vc_ptr + h * T * HD + pos * HD + d, vn)
-            used = pos // CHUNK + 1
-            tl.debug_barrier()  # every thread's partial is stored before the ticket is taken
-            ticket = tl.atomic_add(cnt_ptr + h, 1, sem="acq_rel")
-            if ticket == used - 1:  # the others' partials are visible (acquire): merge
-                sps = tl.arange(0, NSPLIT)
-                ok = sps < used
-                pm = tl.load(
-                    m_ptr + h * NSPLIT + sps, mask=ok, other=float("-inf"), cache_modifier=".cg"
-                )
-                wgt = tl.where(ok, tl.exp(pm - tl.max(pm, 0)), 0.0)
-                pl = tl.load(l_ptr + h * NSPLIT + sps, mask=ok, other=0.0, cache_modifier=".cg")
-                po = tl.load(
-                    o_ptr + (h * NSPLIT + sps)[:, None] * HD + d[None, :],
-                    mask=ok[:, None],
-                    other=0.0,
-                    cache_modifier=".cg",
-                )
-                out = tl.sum(wgt[:, None] * po, 0) / tl.sum(wgt * pl, 0)
-                tl.store(y_ptr + h * HD + d, out.to(y_ptr.dtype.element_ty))
-                tl.store(cnt_ptr + h, 0)  # a store: nothing waits for an atomic's reply
 
     @triton.jit
     def _embed_kernel(
@@ -1108,11 +1118,12 @@ GEMV_PICKS: dict[tuple, tuple[int, int, int]] = {}  # gemv_key -> tile (tune_gem
 _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
 
 
-def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y) -> tuple:
+def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads) -> tuple:
     """What a product's fastest tile may depend on: its shape, weight, output and input types,
     the work fused into it and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
-            best is not None, str(y.dtype), PDL["on"], str(x.dtype))  # fmt: skip
+            best is not None, str(y.dtype), PDL["on"], str(x.dtype), zero is not None,
+            heads)  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
@@ -1121,21 +1132,27 @@ def gemv_tiles(key: tuple) -> tuple:
 
 def gemv(
     x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None,
-    best=None,
+    best=None, zero=None, heads: int = 0,
 ):  # fmt: skip
     """Batch-1 x (..., K) @ W.T for an nn.Linear or Int8Linear, with an optional LayerNorm on x
     before it, and GELU or a residual add after it, in one kernel -> (N,). best: an int64 (1,)
-    that also gets the argmax's key (the head, _advance_kernel reads it). Its tile: tune_gemv's
-    pick for this product, else the autotuner's (else a fixed one under the interpreter)."""
+    that also gets the argmax's key (the head, _advance_kernel reads it). zero: a tensor the
+    kernel also fills with 0 (attention's sums, by qkv). heads: x is decode_attention's sums
+    of that many heads, (K + heads,) fp64, and the product takes their output (out_dtype's).
+    Its tile: tune_gemv's pick for this product, else the autotuner's (else a fixed one under
+    the interpreter)."""
     w = layer.weight
     scale = getattr(layer, "scale", None)
     N, K = w.shape
-    x = x.reshape(K)
+    given = x
+    x, wsum = (x[:K], x[K:]) if heads else (x.reshape(K), None)
     y = torch.empty(N, device=x.device, dtype=out_dtype or x.dtype)
-    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y)
+    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y, zero, heads)
     calls = _GEMV_RECORD["calls"]
     if calls is not None:
-        calls.setdefault(key, []).append((x, layer, ln, gelu, res, out_dtype, best))
+        calls.setdefault(key, []).append(
+            (given, layer, ln, gelu, res, out_dtype, best, zero, heads)
+        )
     tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
     int8 = w.dtype == torch.uint8
     kernel, fixed = _gemv_kernel, {**pdl_args(), "COMPILED": x.device.type == "cuda"}
@@ -1148,11 +1165,13 @@ def gemv(
     elif x.device.type != "cuda":  # Triton's interpreter (tests): no autotuning there
         kernel = _gemv_kernel.fn
         fixed = {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False, "COMPILED": False}
+    g = ln.weight if ln is not None else wsum if wsum is not None else x
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
-        x, w, scale if scale is not None else w, ln.weight if ln is not None else x,
-        res.reshape(N) if res is not None else y, y, best if best is not None else y, N, K,
-        ln.eps if ln is not None else 0.0, HAS_SCALE=scale is not None, LN=ln is not None,
-        GELU=gelu, RES=res is not None, ARGMAX=best is not None,
+        x, w, scale if scale is not None else w, g, res.reshape(N) if res is not None else y, y,
+        best if best is not None else y, zero if zero is not None else y, N, K,
+        zero.numel() if zero is not None else 0, ln.eps if ln is not None else 0.0,
+        HAS_SCALE=scale is not None, LN=ln is not None, GELU=gelu, RES=res is not None,
+        ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
         K_LN=triton.next_power_of_2(K) if ln is not None else 1, **fixed,
     )  # fmt: skip
     return y
@@ -1319,31 +1338,29 @@ def int8_matmul(x, weight, scale):
     return c.reshape(*x.shape[:-1], N)
 
 
-def attention_work(n_head: int, head_dim: int, seq_len: int, device: torch.device) -> dict:
-    """decode_attention's partial results: (heads, cache chunks, head_dim), reused by layers."""
-    nsplit = 1 << (-(-seq_len // ATTN_CHUNK) - 1).bit_length()
-    f32 = dict(device=device, dtype=torch.float32)
-    return {
-        "o": torch.empty(n_head, nsplit, head_dim, **f32),
-        "m": torch.empty(n_head, nsplit, **f32),
-        "l": torch.empty(n_head, nsplit, **f32),
-        "count": torch.zeros(n_head, device=device, dtype=torch.int32),  # merge tickets
-    }
+def attention_sums(n_head: int, head_dim: int, device: torch.device) -> torch.Tensor:
+    """A layer's decode_attention output as sums: values weighted (n_head * head_dim,), then
+    the weights (n_head,), fp64 (_attn_kernel)."""
+    return torch.zeros(n_head * (head_dim + 1), device=device, dtype=torch.float64)
 
 
-def decode_attention(qkv, attn: nn.Module, pos, work: dict):
-    """One decode step's attention for all heads: qkv (3C,) of the token at pos -> (C,); writes
-    this step's key and value into the cache."""
+def attention_output(sums: torch.Tensor, n_head: int, dtype: torch.dtype) -> torch.Tensor:
+    """(C,) attention output from a layer's sums, as the product after it reads them."""
+    o, wsum = sums[:-n_head].view(n_head, -1), sums[-n_head:, None]
+    return (o / wsum).float().to(dtype).reshape(-1)
+
+
+def decode_attention(qkv, attn: nn.Module, pos):
+    """One decode step's attention for all heads: qkv (3C,) of the token at pos; adds its
+    output into attn.sums as sums (cleared before: gemv's zero) and returns them; writes this
+    step's key and value into the cache."""
     H, HD = attn.n_head, attn.head_dim
     T = attn.k_cache.shape[2]
-    nsplit = work["o"].shape[1]
-    y = torch.empty(H * HD, device=qkv.device, dtype=qkv.dtype)
     _attn_kernel[(H, triton.cdiv(T, ATTN_CHUNK))](
-        qkv, attn.k_cache, attn.v_cache, pos, work["o"], work["m"], work["l"], work["count"], y,
-        T, 1.0 / math.sqrt(HD), C=H * HD, HD=HD, CHUNK=ATTN_CHUNK, NSPLIT=nsplit, **pdl_args(),
-        **({"num_warps": ATTN_WARPS} if qkv.is_cuda else {}),
+        qkv, attn.k_cache, attn.v_cache, pos, attn.sums, T, 1.0 / math.sqrt(HD), C=H * HD, HD=HD,
+        CHUNK=ATTN_CHUNK, **pdl_args(), **({"num_warps": ATTN_WARPS} if qkv.is_cuda else {}),
     )  # fmt: skip
-    return y
+    return attn.sums
 
 
 # --- SAMPLING ---

@@ -6,15 +6,17 @@ one after another inside one CUDA graph, with PDL where the GPU has it, at cache
 across the benchmark's range (a 512-token prompt and 300 new tokens). Each (ATTN_CHUNK,
 ATTN_WARPS) is checked against torch's attention first. Round 7's profile put attention at
 ~8 us a layer for ~5.4 MB of cache: latency, not bytes. Round 12's --parts put ~3 us of it in
-the merge (the ticket, the last program's loads) and ~0 in the cache's loads.
+the merge (the ticket, the last program's loads) and ~0 in the cache's loads; round 15 replaced
+the merge by fp64 sums every program adds into (atomics, no reply waited for).
 
     python bench/gpu/attn_cost.py             # from the repo root, on a CUDA machine
     python bench/gpu/attn_cost.py --parts     # the kept (chunk, warps) with parts taken out
     TRITON_INTERPRET=1 python bench/gpu/attn_cost.py --smoke   # CPU: tiny shapes, no timing
 
---parts splits a layer's time: the kernel as it is, without the merge (no ticket, no last
-program), without the cache's loads (masked off: no bytes), and without both. Those variants
-compute wrong values on purpose, so they are timed, not checked.
+--parts splits a layer's time: the kernel as it is, with its sums stored instead of added
+(no atomics), without the cache's loads (masked off: no bytes), and without both. Those
+variants compute wrong values on purpose, so they are timed, not checked. Timing runs never
+clear the sums (qkv's product does that in the decode step): they grow, harmlessly, in fp64.
 """
 
 import argparse
@@ -25,17 +27,22 @@ from types import SimpleNamespace
 import torch
 from template import load_template
 
-TICKET = """ticket = tl.atomic_add(cnt_ptr + h, 1, sem="acq_rel")
-            if ticket == used - 1:"""
-CACHE_LOAD = "mask=old, other=0.0)"
+ADDS = [  # the sums added (atomics) -> stored
+    (
+        'tl.atomic_add(acc_ptr + h * HD + d, o.to(tl.float64) * f, sem="relaxed")',
+        "tl.store(acc_ptr + h * HD + d, o.to(tl.float64) * f)",
+    ),
+    (
+        'tl.atomic_add(acc_ptr + C + h, tl.sum(p, 0).to(tl.float64) * f, sem="relaxed")',
+        "tl.store(acc_ptr + C + h, tl.sum(p, 0).to(tl.float64) * f)",
+    ),
+]
+NO_CACHE = [("mask=old, other=0.0)", "mask=old & (idx < 0)[:, None], other=0.0)")]
 PARTS = {  # name: the kernel's text replaced, as (old, new) pairs
     "as it is": [],
-    "reset by atomic_xchg (af651cc)": [
-        ("tl.store(cnt_ptr + h, 0)", "tl.atomic_xchg(cnt_ptr + h, 0)")
-    ],
-    "no merge": [(TICKET, "if pos < 0:")],
-    "no cache loads": [(CACHE_LOAD, "mask=old & (idx < 0)[:, None], other=0.0)")],
-    "neither": [(TICKET, "if pos < 0:"), (CACHE_LOAD, "mask=old & (idx < 0)[:, None], other=0.0)")],
+    "sums stored, not added": ADDS,
+    "no cache loads": NO_CACHE,
+    "neither": ADDS + NO_CACHE,
 }
 
 
@@ -71,6 +78,7 @@ def setup(a) -> SimpleNamespace:
             head_dim=HD,
             k_cache=torch.randn(1, H, T, HD, device=dev, dtype=dt),
             v_cache=torch.randn(1, H, T, HD, device=dev, dtype=dt),
+            sums=torch.zeros(H * (HD + 1), device=dev, dtype=torch.float64),
         )  # fmt: skip
         for _ in range(2 if a.smoke else a.layers)
     ]
@@ -82,13 +90,13 @@ def setup(a) -> SimpleNamespace:
     )
 
 
-def layer_cell(g, b: SimpleNamespace, work: dict, a, smoke_mark: str) -> str:
+def layer_cell(g, b: SimpleNamespace, a, smoke_mark: str) -> str:
     """Every layer's attention at b.pos, one after another: µs a layer, timed in a CUDA graph
     (--smoke: run once, smoke_mark)."""
 
     def step() -> None:
         for at in b.attns:
-            g.decode_attention(b.qkv, at, b.pos, work)
+            g.decode_attention(b.qkv, at, b.pos)
 
     if a.smoke:
         step()
@@ -116,17 +124,18 @@ def main() -> None:
     at = b.attns[0]
     for chunk in chunks:
         g.ATTN_CHUNK = chunk
-        work = g.attention_work(b.H, b.HD, b.T, b.dev)
         for w in warps:
             g.ATTN_WARPS = w
             cells = []
             for p in b.positions:
                 b.pos.fill_(p)
                 want = reference(b.qkv, at.k_cache, at.v_cache, p, b.H, b.HD)
-                got = g.decode_attention(b.qkv, at, b.pos, work).float()
+                at.sums.zero_()  # as qkv's product does
+                sums = g.decode_attention(b.qkv, at, b.pos)
+                got = g.attention_output(sums, b.H, torch.float32)
                 err = float((got - want).norm() / want.norm())
                 ok = err < 2e-2
-                cells.append(layer_cell(g, b, work, a, "ok") if ok else f"WRONG ({err:.2g})")
+                cells.append(layer_cell(g, b, a, "ok") if ok else f"WRONG ({err:.2g})")
             print(f"| {chunk} | {w} | " + " | ".join(cells) + " |", flush=True)
 
 
@@ -140,11 +149,10 @@ def time_parts(a, b: SimpleNamespace) -> None:
         for name, swaps in PARTS.items():
             g = variant(text, swaps, folder, name)
             g.PDL["on"] = not a.smoke and g.pdl_usable(b.dev)
-            work = g.attention_work(b.H, b.HD, b.T, b.dev)
             cells = []
             for p in b.positions:
                 b.pos.fill_(p)
-                cells.append(layer_cell(g, b, work, a, "ran"))
+                cells.append(layer_cell(g, b, a, "ran"))
             print(
                 f"| {name} (chunk {g.ATTN_CHUNK}, {g.ATTN_WARPS} warps) | "
                 + " | ".join(cells)

@@ -11,6 +11,10 @@
 # bytes (tl.max_contiguous), so an int8 tile's layout along K is x's and x's chunk no longer
 # goes through shared memory (2-8 barriers an iteration, compiled here) every iteration; two
 # int8 tiles more, 16 x 1024 and 4 x 1024 with 4 warps. int8 cold, restarted, beside the old.
+# Call 3 (PARTS="newint8 oldint8 newbf16 oldbf16 new124 old124 probe13 attnparts"): attention
+# without its merge: every program weighs its slots against the new key's score and adds its
+# sums into fp64 sums (REDs, no reply waited for); qkv's product clears them, proj's reads
+# o / l. No ticket, no fence, no last program. Then attn_cost.py --parts on the new kernel.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -30,5 +34,6 @@ sweepnew) step sweep-new 120 $SW ;;
 sweepold) step sweep-old 120 $SW --template .gpuwork/generate_old.py ;;
 probe13) step probe-1.3b 90 python3 $P 1.3b ;;
 probe124) step probe-124m 50 python3 $P 124m ;;
+attnparts) step attn-parts 90 python3 bench/gpu/attn_cost.py --parts ;;
 esac; done
 summarize "^=== |^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"

@@ -249,12 +249,14 @@ import importlib.util, math, sys, torch
 spec = importlib.util.spec_from_file_location("gen", sys.argv[1])
 g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)
 torch.manual_seed(0)
-worst, worst_bf16, worst_magic = 0.0, 0.0, 0.0
-def err(a, b, bf16=False, magic=False):
-    global worst, worst_bf16, worst_magic
+worst, worst_bf16, worst_magic, worst_wide = 0.0, 0.0, 0.0, 0.0
+def err(a, b, bf16=False, magic=False, wide=False):
+    global worst, worst_bf16, worst_magic, worst_wide
     assert torch.isfinite(a).all()
     e = float((a - b).norm() / b.norm())
-    if bf16:  # the interpreter rounds the LayerNorm's bf16 output its own way (4e-3 off torch)
+    if wide:  # scores near 200: fp32 holds them to ~1e-5, on both sides
+        worst_wide = max(worst_wide, e)
+    elif bf16:  # the interpreter rounds the LayerNorm's bf16 output its own way (4e-3 off torch)
         worst_bf16 = max(worst_bf16, e)
     elif magic:  # int8 + bias, the bias taken off each lane's sum: ~2e-5 of rounding
         worst_magic = max(worst_magic, e)
@@ -279,14 +281,14 @@ assert ((layer.values(torch.float32) * step - lin.weight).abs() <= step / 2 + 1e
 x = torch.randn(3, 256)
 err(g.linear(layer, x, reduce=True), layer(x))  # the compiled decode's spelling of the product
 x, y = torch.randn(256) * 3 + 1, torch.full((40,), float("nan"))  # sum(x) far from 0
-g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
-    LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, COMPILED=False, K_LN=1, BLOCK_N=8,
-    BLOCK_K=64, MAGIC=True)
+g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, y, 40, 256, 0, 0.0,
+    HAS_SCALE=True, LN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False, ATTN_HD=0, PDL=False,
+    COMPILED=False, K_LN=1, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
 err(y, layer(x[None])[0], magic=True)
 xb, y = x.bfloat16(), torch.full((40,), float("nan"))  # bf16 x, as on the GPU
-g._gemv_kernel.fn[(5,)](xb, layer.weight, layer.scale, xb, y, y, y, 40, 256, 0.0, HAS_SCALE=True,
-    LN=False, GELU=False, RES=False, ARGMAX=False, PDL=False, COMPILED=False, K_LN=1, BLOCK_N=8,
-    BLOCK_K=64, MAGIC=True)
+g._gemv_kernel.fn[(5,)](xb, layer.weight, layer.scale, xb, y, y, y, y, 40, 256, 0, 0.0,
+    HAS_SCALE=True, LN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False, ATTN_HD=0, PDL=False,
+    COMPILED=False, K_LN=1, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
 err(y, (layer.values(torch.float32) @ xb.float()) * layer.scale, magic=True)
 for M, N, K in ((1, 100, 256), (37, 130, 200), (70, 300, 64), (129, 40, 96), (1100, 130, 64)):
     # int8 prompt products: tile edges; 9 row blocks, so GROUP_M's last group is partial
@@ -300,15 +302,25 @@ m = g.GPT(g.ModelShape(2, 2, 64, 256, 200)).eval(); m.setup_cache(torch.device("
 a = m.blocks[0].attn
 a.k_cache.normal_(); a.v_cache.normal_()
 kc0, vc0 = a.k_cache.clone(), a.v_cache.clone()
-for P in (0, 5, 63, 64, 130, 199):  # chunk edges (64 slots a chunk) and the last slot
+proj, r = torch.nn.Linear(64, 48, bias=False), torch.randn(48)
+for P, big in ((0, 0), (5, 0), (63, 0), (64, 0), (130, 0), (199, 0), (150, 200), (150, -200)):
+    # chunk edges (64 slots a chunk), the last slot; the first chunk's keys scoring 200 above
+    # / below the new one (fp32's exp overflows past 88: the programs' sums are weighed in fp64)
     a.k_cache.copy_(kc0); a.v_cache.copy_(vc0)
     qkv = torch.randn(3 * 64)
-    y = g.decode_attention(qkv, a, torch.tensor([P]), m.work)
     q, k, v = qkv.view(3, 2, 32)
-    kc, vc = kc0.clone(), vc0.clone()
+    a.k_cache[0, :, :64] += (big * math.sqrt(32) * q / q.norm(dim=-1, keepdim=True) ** 2)[:, None]
+    kc, vc = a.k_cache.clone(), vc0.clone()
+    a.sums.fill_(float("nan"))
+    g.gemv(torch.randn(64), torch.nn.Linear(64, 192, bias=False), zero=a.sums)
+    assert torch.equal(a.sums, torch.zeros_like(a.sums))  # qkv's product clears the sums
+    sums = g.decode_attention(qkv, a, torch.tensor([P]))
     kc[0, :, P], vc[0, :, P] = k, v
     att = (q[:, None, :] @ kc[0, :, : P + 1].transpose(-1, -2)) / math.sqrt(32)
-    err(y, (att.softmax(-1) @ vc[0, :, : P + 1]).reshape(-1))
+    want = (att.softmax(-1) @ vc[0, :, : P + 1]).reshape(-1)
+    err(g.attention_output(sums, 2, torch.float32), want, wide=big != 0)
+    # the product after attention reads the sums as that output
+    err(g.gemv(sums, proj, res=r, heads=2, out_dtype=torch.float32), proj(want) + r, wide=big != 0)
     assert torch.equal(a.k_cache, kc) and torch.equal(a.v_cache, vc)  # only slot P written
 te, pe, x = torch.randn(50, 24), torch.randn(30, 24), torch.full((24,), float("nan"))
 g._embed_kernel[(2,)](torch.tensor([[7]]), torch.tensor([11]), te, pe, x, 24, BLOCK=16, PDL=False)
@@ -333,6 +345,7 @@ for sign, tie in ((1, True), (-1, False), (1, False)):  # the head's argmax, the
 assert pos.item() == 6
 assert worst_bf16 < 1e-2, worst_bf16  # a weight against the wrong x would be ~1
 assert worst_magic < 1e-4, worst_magic  # a bias left in would be ~1e3
+assert worst_wide < 1e-4, worst_wide  # a chunk weighed wrong would be ~1
 print("magic", worst_magic)
 print("worst", worst)
 """
@@ -380,9 +393,10 @@ def test_a_run_that_compiles_nothing_never_imports_the_compiler(tmp_path: Path) 
 def test_triton_decode_kernels_compute_what_the_torch_modules_do(tmp_path: Path) -> None:
     """The GPU decode kernels, run by Triton's interpreter on the CPU against the torch code:
     the matrix-vector product with LayerNorm / GELU / residual fused (bf16-style and int8
-    weights, both int8 conversions), split attention over the cache at chunk edges, merged by
-    the last chunk's program (and that it writes only this step's slot, several steps over the
-    same merge counters), the embedding lookup and the greedy argmax-and-advance kernel."""
+    weights, both int8 conversions), split attention over the cache at chunk edges, its
+    programs' sums added up in fp64 (also with scores e^200 apart) and read by the product
+    after it, that qkv's product clears them, that it writes only this step's slot, the
+    embedding lookup and the greedy argmax-and-advance kernel."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
     proc = run_with_template(tmp_path, TRITON_CHECK, triton_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -413,19 +427,21 @@ for wt in ("bf16", "u8"):  # Int8Linear keeps w + 128 as uint8
     for i, c in enumerate(g._GEMV_CONFIGS):
         if c.kwargs["MAGIC"] != (wt == "u8"):  # each weight type its own tiles
             continue
-        types = {"x_ptr": "*bf16", "w_ptr": "*" + wt, "s_ptr": "*fp32", "g_ptr": "*bf16",
-                 "r_ptr": "*bf16", "y_ptr": "*bf16", "best_ptr": "*i64", "N": "i32", "K": "i32",
+        attn = not uses[i % 4]["LN"] and i % 3 == 0  # proj: x from attention's sums
+        types = {"x_ptr": "*fp64" if attn else "*bf16", "w_ptr": "*" + wt, "s_ptr": "*fp32",
+                 "g_ptr": "*fp64" if attn else "*bf16", "r_ptr": "*bf16", "y_ptr": "*bf16",
+                 "best_ptr": "*i64", "z_ptr": "*fp64", "N": "i32", "K": "i32", "Z": "i32",
                  "eps": "fp32"}
         const = dict(HAS_SCALE=wt == "u8", PDL=bool(i % 2), COMPILED=True, **uses[i % 4],
+                     ZERO=uses[i % 4]["LN"] and not uses[i % 4]["GELU"], ATTN_HD=128 if attn else 0,
                      K_LN=2048 if uses[i % 4]["LN"] else 1, **c.kwargs)
         const = {k: const[k] for k in g._gemv_kernel.fn.arg_names if k in const}
         build(g._gemv_kernel, types, const, num_warps=c.num_warps, num_stages=c.num_stages)
         n += 1
 for pdl in (False, True):
     build(g._attn_kernel, {"qkv_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16",
-          "pos_ptr": "*i64", "o_ptr": "*fp32", "m_ptr": "*fp32", "l_ptr": "*fp32",
-          "cnt_ptr": "*i32", "y_ptr": "*bf16", "T": "i32", "scale": "fp32"},
-          dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, NSPLIT=32, PDL=pdl))
+          "pos_ptr": "*i64", "acc_ptr": "*fp64", "T": "i32", "scale": "fp32"},
+          dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, PDL=pdl))
     build(g._embed_kernel, {"tok_ptr": "*i64", "pos_ptr": "*i64", "te_ptr": "*bf16",
           "pe_ptr": "*bf16", "x_ptr": "*bf16", "C": "i32"}, dict(BLOCK=1024, PDL=pdl))
     build(g._advance_kernel, {"best_ptr": "*i64", "tok_ptr": "*i64", "pos_ptr": "*i64",
@@ -606,7 +622,7 @@ def test_attn_cost_runs_the_templates_attention_and_finds_the_text_its_parts_rep
     rows = [
         line for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line
     ]
-    mark, n_rows = ("ran", 6) if mode else ("ok", 3)  # a header row, then 5 parts or 2 chunks
+    mark, n_rows = ("ran", 5) if mode else ("ok", 3)  # a header row, then 4 parts or 2 chunks
     assert len(rows) == n_rows and all(r.count(mark) == 2 for r in rows[1:]), proc.stdout
 
 
