@@ -15,6 +15,9 @@
 # without its merge: every program weighs its slots against the new key's score and adds its
 # sums into fp64 sums (REDs, no reply waited for); qkv's product clears them, proj's reads
 # o / l. No ticket, no fence, no last program. Then attn_cost.py --parts on the new kernel.
+# Call 4 (PARTS="newint8 oldint8 newbf16 oldbf16 new124 old124 newint8w"): call 3's change with
+# proj's prologue dividing in fp32 (the sums first scaled by the weights' power of 2) instead of
+# an fp64 division; int8 restarted on its cache last (ready time, same tokens cold and warm).
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
