@@ -18,12 +18,17 @@
 # Call 4 (PARTS="newint8 oldint8 newbf16 oldbf16 new124 old124 newint8w"): call 3's change with
 # proj's prologue dividing in fp32 (the sums first scaled by the weights' power of 2) instead of
 # an fp64 division; int8 restarted on its cache last (ready time, same tokens cold and warm).
+# Call 5 (PARTS="train sampleint8 samplebf16"): round 8's trained-checkpoint check on the final
+# template: a 124M byte-level model trained on the standard library's sources, held-out loss
+# and 300 sampled tokens, int8 and bf16.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 OLD="python3 .gpuwork/generate_old.py"
 T8=16x512x4,32x512x8,16x512x8,8x1024x4,8x1024x8,4x2048x4,8x2048x4,8x2048x8,2x2048x4,4x1024x4,16x1024x4,16x2048x8
+L="--size 124m --data /tmp/train.txt --vocab-size 256 --seq-len 1024 --batch-size 16 --max-steps 1000 --warmup-steps 30 --log-every 100 --resume never --out-dir /tmp/lout"
+E="--ckpt /tmp/lout --eval-data /tmp/heldout.txt --eval-windows 128 --max-new-tokens 300 --repeat 1 --temperature 0.8 --compile-cache /tmp/cl"
 SW="python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8"
 for part in ${PARTS:-newint8 oldint8 newbf16 oldbf16 new124 old124 probe13 sweepnew sweepold}; do case $part in
 newint8) step g15-int8 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
@@ -37,6 +42,9 @@ sweepnew) step sweep-new 120 $SW ;;
 sweepold) step sweep-old 120 $SW --template .gpuwork/generate_old.py ;;
 probe13) step probe-1.3b 90 python3 $P 1.3b ;;
 probe124) step probe-124m 50 python3 $P 124m ;;
+train) stdlib_corpus; step train-124m 120 python3 templates/lm.py $L ;;
+sampleint8) step sample-int8 90 $G $E --prompt "$(head -c 256 /tmp/heldout.txt | tr -cd '[:print:]\n')" --quant int8 ;;
+samplebf16) step sample-bf16 60 $G $E --prompt "$(head -c 256 /tmp/heldout.txt | tr -cd '[:print:]\n')" ;;
 attnparts) step attn-parts 90 python3 bench/gpu/attn_cost.py --parts ;;
 esac; done
 summarize "^=== |^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
