@@ -42,16 +42,16 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
 Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 628-641
-and 2,031-2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 14):
-    --size 1.3b   1,100-1,110 tokens/s decode (1.73-1.77x the probe, 61% of 4.8 TB/s), 3.7 ms
-                  to the first token; ready 25-31 s after the process starts on a cold cache,
-                  6.7 s on a warm --compile-cache; --quant int8 1,413-1,453 (2.24-2.31x),
-                  6.6 ms to the first token, ready 22-28 s cold, 6.0 s warm
-    --size 124m   5,188-5,263 tokens/s (2.55-2.59x), 1.0-1.1 ms to the first token
+and 2,031-2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 15):
+    --size 1.3b   1,131 tokens/s decode (1.80x the probe, 62% of 4.8 TB/s), 3.6 ms to the
+                  first token; ready 30 s after the process starts on a cold cache, 6.7 s on a
+                  warm --compile-cache; --quant int8 1,499-1,501 (2.38x), 6.7 ms to the first
+                  token, ready 36 s cold, 6.6 s warm
+    --size 124m   5,500 tokens/s (2.70x), 1.2 ms to the first token
 Where the rest goes: each kernel has a fixed cost of ~2 us (~123 kernels a token): its last
 programs' round trips to memory after the kernel before ends; the matrix-vector kernels read
-bf16 at ~4.5 TB/s and int8 at ~3.4 TB/s beyond it; attention is ~6.5 us a layer, ~2.5 of it
-the merge of its partial results. On CPU it runs eager by
+bf16 at ~4.5 TB/s and int8 at ~3.4 TB/s beyond it; attention is ~4.1-4.5 us a layer (round
+15: 6.2-6.8 with a merge pass). On CPU it runs eager by
 default and starts at once; --compile there costs ~30 s (94 s for a 3M model on a laptop)
 before the first token.
 
@@ -744,8 +744,9 @@ INT8_BIAS = 2**15 + INT8_OFFSET  # _int8_biased: stored w + 128 -> fp32 w + INT8
 # Batch-1 decode reads every weight once per token: what counts is bytes at full bandwidth and
 # few kernels, each overlapping the one before. Five launches a layer (LayerNorm fused into
 # the next matrix-vector product, GELU and the residual add into its epilogue; attention split
-# over the cache and merged in the same launch, reading the length from device memory, so one
-# CUDA graph serves every length); under programmatic dependent launch (PDL) every kernel loads
+# over the cache, its programs' sums added up in fp64 and divided by the product after it,
+# reading the length from device memory, so one CUDA graph serves every length); under
+# programmatic dependent launch (PDL) every kernel loads
 # what does not depend on the kernel before it (weights, older cache slots) before it waits on
 # it. Triton ships with torch's CUDA builds; without it (or a GPU) the torch code runs.
 try:
