@@ -835,7 +835,7 @@ if triton is not None:
     @triton.jit
     def _exp_f64(t):
         """e^t in fp64 for fp32 t, which fp32 overflows past 88: 2^n made from its bits, the
-        fraction's 2^r in fp32 (t below -708 gives 0)."""
+        fraction's 2^r in fp32 (t far below -708 underflows to 0)."""
         u = t * 1.4426950408889634
         n = tl.minimum(tl.maximum(tl.floor(u), -1022.0), 1023.0)
         two_n = ((n.to(tl.int64) + 1023) << 52).to(tl.float64, bitcast=True)
@@ -1350,7 +1350,8 @@ def attention_sums(n_head: int, head_dim: int, device: torch.device) -> torch.Te
 
 
 def attention_output(sums: torch.Tensor, n_head: int, dtype: torch.dtype) -> torch.Tensor:
-    """(C,) attention output from a layer's sums, as the product after it reads them."""
+    """(C,) attention output from a layer's sums: what the product after it reads (that one
+    divides in fp32, _x_chunk)."""
     o, wsum = sums[:-n_head].view(n_head, -1), sums[-n_head:, None]
     return (o / wsum).float().to(dtype).reshape(-1)
 
