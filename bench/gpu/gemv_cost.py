@@ -6,7 +6,8 @@ layers do) inside one CUDA graph, with and without programmatic dependent launch
 microseconds per product. A least-squares line t = t0 + bytes / BW per weight type (over the
 four block products) then splits a product into a fixed cost (launch, ramp, the prologue, the
 last wave) and its bytes. The products are templates/generate.py's own `gemv` (LayerNorm /
-GELU / residual / argmax fused as in the decode step). Round 9 measured t0 = 1.3 us (bf16) and
+GELU / residual / argmax fused as in the decode step; since round 15 qkv also clears
+attention's sums and proj reads its x from them). Round 9 measured t0 = 1.3 us (bf16) and
 1.8 us (int8) under PDL, int8 at 2.66 TB/s against bf16's 3.93 (docs/benchmarks-gpu.md).
 
     python bench/gpu/gemv_cost.py              # from the repo root, on a CUDA machine
@@ -22,9 +23,10 @@ import argparse
 import torch
 from template import load_template
 
-SHAPES = {  # name: (N, K, fused work), the 1.3B model's (d 2048)
-    "qkv": (3 * 2048, 2048, "ln"),
-    "proj": (2048, 2048, "res"),
+SHAPES = {  # name: (N, K, fused work), the 1.3B model's (d 2048), as the decode step makes them:
+    # qkv also clears attention's sums (zero), proj reads them (attn: 16 heads' fp64 sums)
+    "qkv": (3 * 2048, 2048, "ln+zero"),
+    "proj": (2048, 2048, "res+attn"),
     "fc": (4 * 2048, 2048, "ln+gelu"),
     "fc_proj": (2048, 4 * 2048, "res"),
     "head": (50304, 2048, "ln+argmax"),
@@ -81,8 +83,12 @@ def sweep_configs(int8: bool, tiles=()) -> list[tuple[int, int, int, int, bool]]
     return out
 
 
-def reference(x, m, ln=None, gelu=False, res=None, out_dtype=None, best=None) -> torch.Tensor:
+def reference(
+    g, x, m, ln=None, gelu=False, res=None, out_dtype=None, best=None, zero=None, heads=0
+) -> torch.Tensor:
     """gemv's product by torch, in fp32: the check a tile must pass before it is timed."""
+    if heads:  # attention's sums: the output they stand for, rounded to the model's dtype
+        x = g.attention_output(x, heads, out_dtype)
     xf = (ln(x) if ln is not None else x).float()
     scale = getattr(m, "scale", None)  # Int8Linear: its int8 values, scaled
     w = m.weight.float() if scale is None else m.values(torch.float32) * scale.float()[:, None]
@@ -173,6 +179,10 @@ def main() -> None:
                 mats.append(g.Int8Linear(lin.weight) if quant == "int8" else lin)
             ln = torch.nn.LayerNorm(K, bias=False, device=dev, dtype=dt)
             x = torch.randn(K, device=dev, dtype=dt)
+            heads = max(1, K // 128) if "attn" in work else 0
+            if heads:  # sums of values weighted, then of the weights (positive)
+                x = torch.cat([torch.randn(K, device=dev), torch.rand(heads, device=dev) + 0.5])
+                x = x.double()
             res = torch.randn(N, device=dev, dtype=dt) if "res" in work else None
             # never reset between products (the decode step's end does): with the same x every
             # time, every program then skips its atomic, where a step does a handful
@@ -183,7 +193,13 @@ def main() -> None:
                 "res": res,
                 "out_dtype": torch.float32 if "argmax" in work else None,
                 "best": best if "argmax" in work else None,
+                "zero": torch.empty(K + max(1, K // 128), device=dev, dtype=torch.float64)
+                if "zero" in work
+                else None,
+                "heads": heads,
             }
+            if heads:
+                kw["out_dtype"] = dt
 
             def step(mats=mats, kw=kw, x=x) -> None:
                 for m in mats:
@@ -192,7 +208,7 @@ def main() -> None:
             def first(mats=mats, kw=kw, x=x) -> torch.Tensor:
                 return g.gemv(x, mats[0], **kw)
 
-            want = reference(x, mats[0], **kw)
+            want = reference(g, x, mats[0], **kw)
 
             nbytes = mats[0].weight.numel() * mats[0].weight.element_size()
             us = {}
