@@ -24,25 +24,8 @@
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
-OLD="python3 .gpuwork/generate_old.py"
-L="--size 124m --data /tmp/train.txt --vocab-size 256 --seq-len 1024 --batch-size 16 --max-steps 1000 --warmup-steps 30 --log-every 100 --resume never --out-dir /tmp/lout"
-E="--ckpt /tmp/lout --eval-data /tmp/heldout.txt --eval-windows 128 --max-new-tokens 300 --repeat 1 --temperature 0.8 --compile-cache /tmp/cl"
 T8=16x512x4,32x512x4,64x256x4,32x256x4,16x1024x8,32x512x8,8x1024x4,8x2048x4,4x2048x4,16x512x8,8x1024x8,64x512x16
-SW="python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8"
-for part in ${PARTS:-newint8 oldint8 probe13 newbf16 oldbf16 sweepnew sweepold}; do case $part in
-newint8) step g14-int8 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
-newint8w) step g14-int8-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
-oldint8) step g14-int8-old 80 $OLD --size 1.3b $BENCH --compile-cache /tmp/cio --quant int8 ;;
-newbf16) step g14-bf16 80 $G --size 1.3b $BENCH --compile-cache /tmp/cb ;;
-oldbf16) step g14-bf16-old 70 $OLD --size 1.3b $BENCH --compile-cache /tmp/cbo ;;
-new124) step g14-124m 50 $G --size 124m $BENCH --compile-cache /tmp/c124 ;;
-old124) step g14-124m-old 50 $OLD --size 124m $BENCH --compile-cache /tmp/c124o ;;
-sweepnew) step sweep-new 120 $SW ;;
-sweepold) step sweep-old 120 $SW --template .gpuwork/generate_old.py ;;
-probe13) step probe-1.3b 90 python3 $P 1.3b ;;
-probe124) step probe-124m 50 python3 $P 124m ;;
-train) stdlib_corpus; step train-124m 120 python3 templates/lm.py $L ;;
-sampleint8) step sample-int8 90 $G $E --prompt "$(head -c 256 /tmp/heldout.txt | tr -cd '[:print:]\n')" --quant int8 ;;
-samplebf16) step sample-bf16 60 $G $E --prompt "$(head -c 256 /tmp/heldout.txt | tr -cd '[:print:]\n')" ;;
-esac; done
-summarize "^=== |^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
+for part in ${PARTS:-newint8 oldint8 probe13 newbf16 oldbf16 sweepnew sweepold}; do
+  generate_part g14 $part || echo "unknown part: $part"
+done
+summarize "$GENERATE_SUMMARY"

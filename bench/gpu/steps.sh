@@ -28,6 +28,33 @@ generate_setup() {  # W, G: the template copied as `envtool init --template gene
   BENCH="--seq-len 2048 --prompt-len 512 --max-new-tokens 300 --temperature 0 --repeat ${REPEAT:-3}"
   G="python3 $W/gen.py"
 }
+generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share, its log names
+  # prefixed by TAG (g14, g15). The new template is $G, the old one .gpuwork/generate_old.py;
+  # T8 (the int8 tiles the sweeps time) comes from the round's script. Returns 1 for a PART
+  # it does not know, so the script can try its own.
+  local t=$1 old="python3 .gpuwork/generate_old.py"
+  local sw="python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles ${T8:-}"
+  local lm="--size 124m --data /tmp/train.txt --vocab-size 256 --seq-len 1024 --batch-size 16 --max-steps 1000 --warmup-steps 30 --log-every 100 --resume never --out-dir /tmp/lout"
+  local ev="--ckpt /tmp/lout --eval-data /tmp/heldout.txt --eval-windows 128 --max-new-tokens 300 --repeat 1 --temperature 0.8 --compile-cache /tmp/cl"
+  case $2 in
+  newint8) step $t-int8 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
+  newint8w) step $t-int8-warm 40 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
+  oldint8) step $t-int8-old 80 $old --size 1.3b $BENCH --compile-cache /tmp/cio --quant int8 ;;
+  newbf16) step $t-bf16 80 $G --size 1.3b $BENCH --compile-cache /tmp/cb ;;
+  oldbf16) step $t-bf16-old 70 $old --size 1.3b $BENCH --compile-cache /tmp/cbo ;;
+  new124) step $t-124m 50 $G --size 124m $BENCH --compile-cache /tmp/c124 ;;
+  old124) step $t-124m-old 50 $old --size 124m $BENCH --compile-cache /tmp/c124o ;;
+  sweepnew) step sweep-new 120 $sw ;;
+  sweepold) step sweep-old 120 $sw --template .gpuwork/generate_old.py ;;
+  probe13) step probe-1.3b 90 python3 $P 1.3b ;;
+  probe124) step probe-124m 50 python3 $P 124m ;;
+  train) stdlib_corpus; step train-124m 120 python3 templates/lm.py $lm ;;
+  sampleint8) step sample-int8 90 $G $ev --prompt "$(head -c 256 /tmp/heldout.txt | tr -cd '[:print:]\n')" --quant int8 ;;
+  samplebf16) step sample-bf16 60 $G $ev --prompt "$(head -c 256 /tmp/heldout.txt | tr -cd '[:print:]\n')" ;;
+  *) return 1 ;;
+  esac
+}
+GENERATE_SUMMARY="^=== |^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
 stdlib_corpus() {  # /tmp/train.txt, /tmp/heldout.txt: the Python standard library's sources as
   # text, the last 400,000 bytes held out (the trained-checkpoint checks)
   local std; std=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
