@@ -46,7 +46,15 @@ def main(log_dir: str) -> None:
     for size, shape in SHAPES.items():
         n_layer, n_head, d, vocab, seq, tokens = shape
         fpt = flops_per_token(n_layer, n_head, d, vocab, seq)
-        for who in ("nanogpt", "lm-bf16", "lm-bf16-cdt", "lm-fp8", "lm-fp8-old"):
+        for who in (
+            "nanogpt",
+            "lm-bf16",
+            "lm-bf16-old",
+            "lm-bf16-ca",
+            "lm-bf16-cdt",
+            "lm-fp8",
+            "lm-fp8-old",
+        ):
             name = f"nanogpt-{size}" if who == "nanogpt" else f"lm-{size}-{who[3:]}"
             path = logs / f"{name}.txt"
             if not path.is_file():
