@@ -78,6 +78,10 @@ lm-1.3b-bf16-old) run $r 170 400 $PY $OLD $T $TX $SH13 ;;
 # bench-only switches through bench/gpu/lm_run.py: compiled autograd; a longer profile table
 lm-1.3b-bf16-ca) COMPILED_AUTOGRAD=1 run $r 200 400 $PY $ROOT/bench/gpu/lm_run.py $TP $T $TX $SH13 ;;
 lm-1.3b-bf16-prof) PROFILE_ROWS=60 run $r 170 450 $PY $ROOT/bench/gpu/lm_run.py $TP $T $TX $SH13 --profile-steps 1 ;;
+bf16-check) run $r 150 300 $PY $ROOT/bench/gpu/bf16_check.py ;;
+lm-1.3b-bf16-rounded) WGRAD=rounded run $r 170 450 $PY $ROOT/bench/gpu/lm_run.py $TP $T $TX $SH13 ;;
+lm-1.3b-bf16-upcast) WGRAD=upcast run $r 170 450 $PY $ROOT/bench/gpu/lm_run.py $TP $T $TX $SH13 ;;
+lm-1.3b-bf16-res) WGRAD=${WGRAD:-rounded} RESIDUAL=bf16 run $r 170 500 $PY $ROOT/bench/gpu/lm_run.py $TP $T $TX $SH13 ;;
 lm-1.3b-bf16-old-prof) PROFILE_ROWS=60 run $r 170 450 $PY $ROOT/bench/gpu/lm_run.py $OLD $T $TX $SH13 --profile-steps 1 ;;
 # loss agreement: real text as bytes, 124M, eager, same seed -> same init and data order
 loss-fp8) run $r 60 480 $PY $TP $L --fp8 ;;
