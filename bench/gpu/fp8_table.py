@@ -87,18 +87,21 @@ def main(log_dir: str) -> None:
     print("\n".join(rows))
 
     losses = {}
-    for kind in ("bf16", "fp8"):
+    for kind in ("bf16", "fp8", "bf16-old"):
         path = logs / f"loss-{kind}.txt"
         if path.is_file():
             text = path.read_text()
             losses[kind] = {
                 int(s): float(v) for s, v in re.findall(r"^step (\d+) loss (\S+)", text, re.M)
             }
-    if len(losses) == 2 and losses["bf16"] and losses["fp8"]:
-        print("\n| step | bf16 loss | fp8 loss | fp8 / bf16 - 1 |")
+    # fp8 against bf16; this template's bf16 against the earlier one (.fp8bench/lm_old.py)
+    for base, other in (("bf16", "fp8"), ("bf16-old", "bf16")):
+        if not (losses.get(base) and losses.get(other)):
+            continue
+        print(f"\n| step | {base} loss | {other} loss | {other} / {base} - 1 |")
         print("|---|---|---|---|")
-        for step in sorted(set(losses["bf16"]) & set(losses["fp8"])):
-            a, b = losses["bf16"][step], losses["fp8"][step]
+        for step in sorted(set(losses[base]) & set(losses[other])):
+            a, b = losses[base][step], losses[other][step]
             print(f"| {step} | {a:.4f} | {b:.4f} | {b / a - 1:+.2%} |")
     for path in sorted(logs.glob("*.txt")):
         results = [line for line in path.read_text().splitlines() if line.startswith("RESULT ")]
