@@ -27,9 +27,11 @@ Measured with envtool launch on 2x H200 (torch 2.11, --compile, seq 1024; docs/b
 Accumulation (no_sync) is what hides the gradient all-reduce; --grad-compress bf16 did not help
 on NVLink (measured -4.7%); it may across nodes.
 Issues 16 and 25, 1x H200 (torch 2.11), 1.3b 16 x 8 --compile, beside nanoGPT's train.py:
-    bf16 66.0-66.9k tokens/s (1.02x nanoGPT), --fp8 84.3k tokens/s (1.28x; 72.2% of the bf16
-    peak); 124m 16 x 4 bf16 1.03x, --fp8 no faster there (d 768 GEMMs are too small to gain).
-    --fp8 loss on byte-level text: +0.35 to +0.78% vs bf16 after 300 steps.
+    bf16 68.1k tokens/s (1.06x nanoGPT; 1.02x before the bf16 residual stream), --fp8 84.3k
+    tokens/s (1.28x; 72.2% of the bf16 peak); 124m 16 x 4 bf16 1.03x (before the bf16 stream),
+    --fp8 no faster there (d 768 GEMMs are too small to gain).
+    --fp8 loss on byte-level text: +0.35 to +0.78% vs bf16 after 300 steps; the bf16 stream's
+    loss: +0.03% vs the fp32 stream after 300 steps.
 
 Checkpoints: --out-dir/ckpt.pt, written atomically by rank 0 every --ckpt-every steps, at the
 end and on SIGTERM (Slurm preemption) or a first SIGINT (Ctrl-C; a second one aborts at once,
@@ -373,8 +375,8 @@ class GPT(nn.Module):
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         # Under autocast the residual stream is cast to bf16 once, here; the fp32 embedding tables
         # would keep it fp32, and every residual add and LayerNorm, forward and backward, would
-        # move twice the bytes: +3.6 % at 1.3B on H200, same loss curve. FSDP's bf16 param policy
-        # and Megatron's default train this way too. --fp8 keeps fp32, the way it was measured.
+        # move twice the bytes: +3.3 % at 1.3B on H200, the same loss curve. FSDP's bf16 param
+        # policy and Megatron's default train this way too. --fp8 keeps fp32, as it was measured.
         if not self.fp8 and torch.is_autocast_enabled(x.device.type):
             x = x.to(torch.get_autocast_dtype(x.device.type))
         for block in self.blocks:
