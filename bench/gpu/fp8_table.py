@@ -52,7 +52,6 @@ def main(log_dir: str) -> None:
             "lm-bf16-old",
             "lm-bf16-ca",
             "lm-bf16-rounded",
-            "lm-bf16-upcast",
             "lm-bf16-res",
             "lm-bf16-cdt",
             "lm-fp8",
