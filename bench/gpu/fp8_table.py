@@ -56,6 +56,7 @@ def main(log_dir: str) -> None:
             "lm-bf16-cdt",
             "lm-fp8",
             "lm-fp8-old",
+            "lm-fp8-res",
         ):
             name = f"nanogpt-{size}" if who == "nanogpt" else f"lm-{size}-{who[3:]}"
             path = logs / f"{name}.txt"
@@ -86,7 +87,7 @@ def main(log_dir: str) -> None:
     print("\n".join(rows))
 
     losses = {}
-    for kind in ("bf16", "fp8", "bf16-old"):
+    for kind in ("bf16", "fp8", "bf16-old", "fp8-res"):
         path = logs / f"loss-{kind}.txt"
         if path.is_file():
             text = path.read_text()
@@ -94,7 +95,7 @@ def main(log_dir: str) -> None:
                 int(s): float(v) for s, v in re.findall(r"^step (\d+) loss (\S+)", text, re.M)
             }
     # fp8 against bf16; this template's bf16 against the earlier one (.fp8bench/lm_old.py)
-    for base, other in (("bf16", "fp8"), ("bf16-old", "bf16")):
+    for base, other in (("bf16", "fp8"), ("bf16-old", "bf16"), ("bf16", "fp8-res")):
         if not (losses.get(base) and losses.get(other)):
             continue
         print(f"\n| step | {base} loss | {other} loss | {other} / {base} - 1 |")

@@ -3,7 +3,9 @@ try them side by side without editing the template:
 
 - COMPILED_AUTOGRAD=1: every backward runs under compiled autograd (torch.compile traces the
   whole backward, the gradient accumulation into .grad included, and Inductor fuses it);
-- PROFILE_ROWS=N: --profile-steps prints N rows of its kernel table instead of 15.
+- PROFILE_ROWS=N: --profile-steps prints N rows of its kernel table instead of 15;
+- FP8_RESIDUAL=bf16: --fp8 runs with the bf16 residual stream too (the template keeps fp32
+  under --fp8, the way its figures were measured; GPT.fp8 is what decides).
 
 Usage: python bench/gpu/lm_run.py templates/lm.py ARGS...
 """
@@ -40,4 +42,16 @@ if rows:
     profiler_util.EventList.table = long_table
 
 sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
+if os.environ.get("FP8_RESIDUAL") == "bf16":  # import the template to patch it, then run it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+    template = __import__(os.path.splitext(os.path.basename(sys.argv[0]))[0])
+    init = template.GPT.__init__
+
+    def bf16_stream_init(self, cfg):
+        init(self, cfg)
+        self.fp8 = False  # only the residual stream reads it; the linears keep their own flag
+
+    template.GPT.__init__ = bf16_stream_init
+    template.main()
+else:
+    runpy.run_path(sys.argv[0], run_name="__main__")
