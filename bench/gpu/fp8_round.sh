@@ -79,7 +79,6 @@ lm-1.3b-fp8-res) FP8_RESIDUAL=bf16 run $r 170 400 $PY $ROOT/bench/gpu/lm_run.py 
 # bench-only switches through bench/gpu/lm_run.py: compiled autograd; a longer profile table
 lm-1.3b-bf16-ca) COMPILED_AUTOGRAD=1 run $r 200 400 $PY $ROOT/bench/gpu/lm_run.py $TP $T $TX $SH13 ;;
 lm-1.3b-bf16-prof) PROFILE_ROWS=60 run $r 170 450 $PY $ROOT/bench/gpu/lm_run.py $TP $T $TX $SH13 --profile-steps 1 ;;
-lm-1.3b-bf16-old-prof) PROFILE_ROWS=60 run $r 170 450 $PY $ROOT/bench/gpu/lm_run.py $OLD $T $TX $SH13 --profile-steps 1 ;;
 # loss agreement: real text as bytes, 124M, eager, same seed -> same init and data order
 loss-fp8) run $r 60 480 $PY $TP $L --fp8 ;;
 loss-fp8-res) FP8_RESIDUAL=bf16 run $r 60 520 $PY $ROOT/bench/gpu/lm_run.py $TP $L --fp8 ;;

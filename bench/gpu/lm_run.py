@@ -13,7 +13,6 @@ Usage: python bench/gpu/lm_run.py templates/lm.py ARGS...
 from __future__ import annotations
 
 import os
-import runpy
 import sys
 
 import torch
@@ -41,10 +40,11 @@ if rows:
 
     profiler_util.EventList.table = long_table
 
+# the template imported by its name (Dynamo traces a module it can import), patched, then run
 sys.argv = sys.argv[1:]
-if os.environ.get("FP8_RESIDUAL") == "bf16":  # import the template to patch it, then run it
-    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
-    template = __import__(os.path.splitext(os.path.basename(sys.argv[0]))[0])
+sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+template = __import__(os.path.splitext(os.path.basename(sys.argv[0]))[0])
+if os.environ.get("FP8_RESIDUAL") == "bf16":
     init = template.GPT.__init__
 
     def bf16_stream_init(self, cfg):
@@ -52,6 +52,4 @@ if os.environ.get("FP8_RESIDUAL") == "bf16":  # import the template to patch it,
         self.fp8 = False  # only the residual stream reads it; the linears keep their own flag
 
     template.GPT.__init__ = bf16_stream_init
-    template.main()
-else:
-    runpy.run_path(sys.argv[0], run_name="__main__")
+template.main()
