@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Issue 25 round 16, nvidia-h200 calls; the template before the round (fc5b876, carried as
+# .gpuwork/generate_old.py) runs beside the changed one, each on its own --compile-cache, and
+# the probe.
+# Call 1 (default PARTS): a block's MLP in one kernel. Each program of _mlp_kernel computes
+# BLOCK_N of fc's hidden units (LayerNorm, GELU, as fc's product did) and then their share of
+# fc_proj (BLOCK_N columns of its weight, stored transposed), added into the block's fp64 sums,
+# which proj's product set to the residual: one kernel boundary a layer less. The RESULT
+# line's tiles.us has every candidate's time in the graph (the MLP against fc + fc_proj).
+# Run with carry [".gpuwork"] (the probe and the old template; gitignored).
+# TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
+set -u
+source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
+for part in ${PARTS:-newint8 oldint8 newbf16 oldbf16 probe13}; do case $part in
+*) generate_part g16 $part || echo "unknown part: $part" ;;
+esac; done
+summarize "$GENERATE_SUMMARY"
