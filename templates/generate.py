@@ -552,7 +552,6 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(s.d_model, bias=False)
         self.fc = nn.Linear(s.d_model, 4 * s.d_model // world, bias=False)
         self.fc_proj = nn.Linear(4 * s.d_model // world, s.d_model, bias=False)
-        self.register_buffer("mlp_sums", None, persistent=False)  # set by GPT.setup_cache
 
     def forward(self, x, pos, mask):
         x = x + self.attn(self.ln1(x), pos, mask)
@@ -563,19 +562,12 @@ class Block(nn.Module):
         return x + h
 
     def decode_fast(self, x, pos):
-        """forward for one decode token x (C,) in four Triton launches (Engine picks it on a
-        GPU): qkv, attention, proj, the MLP (five with fc_proj not stored transposed, or
-        tensor-parallel). x and the result may be a block's output as fp64 sums
-        (self.mlp_sums, _mlp_kernel's), standing for the model's dtype, the LayerNorms'."""
-        a, dt = self.attn, self.ln1.weight.dtype
-        sums = decode_attention(gemv(x, a.qkv, ln=self.ln1, zero=a.sums, x_dtype=dt), a, pos)
-        if self.world == 1 and fused_mlp_ready(self.fc_proj):
-            # proj's product sets the MLP's sums to its output, the residual that the MLP's
-            # programs then add their shares of fc_proj into
-            x = gemv(sums, a.proj, res=x, heads=a.n_head, out_dtype=dt, also=self.mlp_sums)
-            return gemv(x, self.fc, ln=self.ln2, gelu=True, then=self.fc_proj, also=self.mlp_sums)
+        """forward for one decode token x (C,) in five Triton launches (Engine picks it on a
+        GPU)."""
+        a = self.attn
+        sums = decode_attention(gemv(x, a.qkv, ln=self.ln1, zero=a.sums), a, pos)
         if self.world == 1:  # residual adds fused into the row-parallel products
-            x = gemv(sums, a.proj, res=x, heads=a.n_head, out_dtype=dt)
+            x = gemv(sums, a.proj, res=x, heads=a.n_head, out_dtype=x.dtype)
             return gemv(gemv(x, self.fc, ln=self.ln2, gelu=True), self.fc_proj, res=x)
         y = gemv(sums, a.proj, heads=a.n_head, out_dtype=x.dtype)
         dist.all_reduce(y)
@@ -607,7 +599,6 @@ class GPT(nn.Module):
             a.k_cache = torch.zeros(shape, device=device, dtype=dtype)
             a.v_cache = torch.zeros(shape, device=device, dtype=dtype)
             a.sums = attention_sums(a.n_head, a.head_dim, device)
-            b.mlp_sums = torch.zeros(self.shape.d_model, device=device, dtype=torch.float64)
         self.work = {
             # the head's argmax as one key (_gemv_kernel's ARGMAX); _advance_kernel resets it
             "best": torch.full((1,), LOWEST_KEY, device=device, dtype=torch.int64),
@@ -651,10 +642,7 @@ class GPT(nn.Module):
         )
         for b in self.blocks:
             x = b.decode_fast(x, pos)
-        head = gemv(
-            x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"],
-            x_dtype=te.dtype,
-        )  # fmt: skip
+        head = gemv(x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"])
         return head.view(1, -1)
 
 
@@ -720,9 +708,6 @@ def advance(logits, tok, pos, out):
     return logits
 
 
-STATE_BUFFERS = ("k_cache", "v_cache", "sums", "mlp_sums")  # a step's state, not weights
-
-
 def weight_bytes_per_token(model: GPT) -> int:
     """Bytes of weights one decode step reads on this rank: every matrix once with its scales
     (a tied head counts once), the norms; of the embeddings one row each (left out)."""
@@ -730,7 +715,7 @@ def weight_bytes_per_token(model: GPT) -> int:
     for m in model.modules():
         if isinstance(m, nn.Embedding) and m.weight is not model.head.weight:
             continue
-        kept = [b for n, b in m.named_buffers(recurse=False) if n not in STATE_BUFFERS]
+        kept = [b for n, b in m.named_buffers(recurse=False) if n not in ("k_cache", "v_cache")]
         for t in (*m.parameters(recurse=False), *kept):
             if id(t) in seen:
                 continue
@@ -791,15 +776,6 @@ GEMV_TILES = {
         (4, 2048, 8), (8, 2048, 8), (2, 2048, 4), (64, 512, 16),
     ),
 }  # fmt: skip
-# _mlp_kernel's (BLOCK_N hidden units a program, BLOCK_K, num_warps): fewer, larger programs
-# than a product's (each adds K outputs into the sums), timed in the graph the same way.
-MLP_TILES = {
-    "float": ((32, 256, 8), (16, 512, 8), (64, 128, 8), (32, 512, 8), (16, 256, 4), (64, 256, 8)),
-    "int8": (
-        (32, 512, 8), (64, 256, 8), (16, 512, 4), (32, 256, 4), (64, 512, 16), (128, 128, 8),
-        (16, 1024, 8),
-    ),
-}  # fmt: skip
 
 if triton is not None:
     _GEMV_CONFIGS = [  # the autotuner's list: a product not tuned (no CUDA graphs, scripts)
@@ -829,10 +805,6 @@ if triton is not None:
     }""")
     _INT8_BIAS = tl.constexpr(INT8_BIAS)
     _INT8_OFFSET = tl.constexpr(INT8_OFFSET)
-    _TL_DTYPES = {  # X_DT: the dtype a product's x stands for
-        torch.float64: tl.float64, torch.float32: tl.float32, torch.bfloat16: tl.bfloat16,
-        torch.float16: tl.float16,
-    }  # fmt: skip
 
     @triton.jit
     def _int8_biased(w, COMPILED: tl.constexpr):
@@ -846,13 +818,8 @@ if triton is not None:
             return (w.to(tl.int32) + (_INT8_BIAS - _INT8_OFFSET)).to(tl.float32)
 
     @triton.jit
-    def _rounded(v, DT: tl.constexpr):
-        """v (fp64 sums, or already DT) as DT, through fp32 as torch's fp64 -> bf16 goes."""
-        return v.to(tl.float32).to(DT)
-
-    @triton.jit
     def _x_chunk(x_ptr, l_ptr, rk, kmask, ATTN_HD: tl.constexpr, DT: tl.constexpr):
-        """x[rk] rounded to DT; ATTN_HD: attention's output there, each head's sum of values over its sum of
+        """x[rk]; ATTN_HD: attention's output there, each head's sum of values over its sum of
         weights (fp64, _attn_kernel), rounded as torch's attention output would be. Both sums
         are first scaled by the weights' power of 2 (exact; their ratio is a mean of values),
         then divided in fp32: an fp64 division is a dozen dependent instructions."""
@@ -863,7 +830,7 @@ if triton is not None:
             down = ((2046 - e) << 52).to(tl.float64, bitcast=True)  # 2^-(e - 1023)
             return ((o * down).to(tl.float32) / (wsum * down).to(tl.float32)).to(DT)
         else:
-            return _rounded(tl.load(x_ptr + rk, mask=kmask, other=0.0), DT)
+            return tl.load(x_ptr + rk, mask=kmask, other=0.0)
 
     @triton.jit
     def _exp_f64(t):
@@ -894,16 +861,36 @@ if triton is not None:
             wf = w.to(tl.float32)
         return acc + wf * xf[None, :], xs
 
+    @triton.autotune(
+        configs=_GEMV_CONFIGS,
+        key=["N", "K"],
+        prune_configs_by={"early_config_prune": _int8_only_magic},
+        **_tune,
+    )
     @triton.jit
-    def _product(
-        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, z_ptr, rn, nmask, K, Z, eps, HAS_SCALE: tl.constexpr,
-        LN: tl.constexpr, RES: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr,
-        PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr, MAGIC: tl.constexpr, X_DT: tl.constexpr,
+    def _gemv_kernel(
+        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, N, K, Z, eps,
+        HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
+        ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr, PDL: tl.constexpr,
+        COMPILED: tl.constexpr, K_LN: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
-        """(scale[n] * sum_k W[n, k] * prologue(x)[k], the residual r[n] or 0) for rows rn: the
-        product _gemv_kernel and _mlp_kernel share, up to the wait for the kernel before.
-        X_DT: the dtype x stands for (x may be fp64 sums of it: read rounded to it)."""
+        """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
+        stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
+        permutes (PTX, when COMPILED for the GPU, not run by Triton's interpreter) instead of the
+        conversion instruction, which issues at a quarter of the FMA rate; the bias comes off
+        once, INT8_BIAS * sum(x) a lane (round 13: +2.3 % int8 tokens/s against a subtraction a
+        weight, same tiles).
+        ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
+        orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax.
+        ZERO: also z[:Z] <- 0 (qkv's product clears its layer's attention sums, which the
+        attention after it adds into). ATTN_HD: x is attention's sums (_attn_kernel), o (K,)
+        then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype.
+        K_LN: the power of 2 at or above K where LN (x's statistics in one load), else 1."""
+        if PDL:
+            gdc_launch_dependents()
+        rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = rn < N
         # What never depends on the kernel before this one is loaded before waiting for it
         # (under PDL these reads overlap its tail): the first tile of weights, the row scales,
         # the LayerNorm's first gains.
@@ -923,17 +910,16 @@ if triton is not None:
         # Then everything that does, asked for at once: x's first chunk, all of x for the
         # LayerNorm's sums, the residual. Loaded where they are used, each would be one more
         # round trip to L2 on the way to this kernel's end.
-        x0 = _x_chunk(x_ptr, g_ptr, rk0, k0mask, ATTN_HD, X_DT)
+        x0 = _x_chunk(x_ptr, g_ptr, rk0, k0mask, ATTN_HD, y_ptr.dtype.element_ty)
         if ZERO:  # after the wait: the product that read the sums last step has ended
             tl.store(z_ptr + rn, tl.zeros([BLOCK_N], tl.float64), mask=rn < Z)
-        r = 0.0
         if RES:
-            r = _rounded(tl.load(r_ptr + rn, mask=nmask, other=0.0), X_DT).to(tl.float32)
+            r = tl.load(r_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         mean = 0.0
         rstd = 1.0
         if LN:  # every program normalises x itself: all K elements in one load
             rx = tl.arange(0, K_LN)
-            xa = _rounded(tl.load(x_ptr + rx, mask=rx < K, other=0.0), X_DT).to(tl.float32)
+            xa = tl.load(x_ptr + rx, mask=rx < K, other=0.0).to(tl.float32)
             mean = tl.sum(xa, 0) / K  # both sums at once: one reduction's latency, not two
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(xa * xa, 0) / K - mean * mean, 0.0) + eps)
         acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
@@ -948,7 +934,7 @@ if triton is not None:
                 other=0.0,
                 eviction_policy="evict_first",
             )
-            xk = _x_chunk(x_ptr, g_ptr, rk, kmask, ATTN_HD, X_DT)
+            xk = _x_chunk(x_ptr, g_ptr, rk, kmask, ATTN_HD, y_ptr.dtype.element_ty)
             gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN else w
             acc, xs = _gemv_tile(acc, xs, w, xk, gk, mean, rstd, LN, MAGIC, COMPILED)
         if MAGIC:  # the bias off each lane's K / BLOCK_K products before the sum over lanes,
@@ -957,55 +943,11 @@ if triton is not None:
         y = tl.sum(acc, 1)
         if HAS_SCALE:
             y = y * scale
-        return y, r
-
-    @triton.jit
-    def _gelu(y):  # exact (erf) GELU, as F.gelu
-        return 0.5 * y * (1.0 + tl.erf(y * 0.7071067811865476))
-
-    @triton.autotune(
-        configs=_GEMV_CONFIGS,
-        key=["N", "K"],
-        prune_configs_by={"early_config_prune": _int8_only_magic},
-        **_tune,
-    )
-    @triton.jit
-    def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, a_ptr, N, K, Z, eps,
-        HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
-        ARGMAX: tl.constexpr, ZERO: tl.constexpr, ALSO: tl.constexpr, ATTN_HD: tl.constexpr,
-        PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr, X_DT: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
-    ):  # fmt: skip
-        """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
-        stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
-        permutes (PTX, when COMPILED for the GPU, not run by Triton's interpreter) instead of the
-        conversion instruction, which issues at a quarter of the FMA rate; the bias comes off
-        once, INT8_BIAS * sum(x) a lane (round 13: +2.3 % int8 tokens/s against a subtraction a
-        weight, same tiles).
-        ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
-        orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax.
-        ZERO: also z[:Z] <- 0 (qkv's product clears its layer's attention sums, which the
-        attention after it adds into). ALSO: also a <- y as y is stored, in a's dtype (proj's
-        product sets the MLP's sums to the residual, _mlp_kernel). ATTN_HD: x is attention's
-        sums (_attn_kernel), o (K,) then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to
-        X_DT. K_LN: the power of 2 at or above K where LN (x's statistics in one load), else 1."""
-        if PDL:
-            gdc_launch_dependents()
-        rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        nmask = rn < N
-        y, r = _product(
-            x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, z_ptr, rn, nmask, K, Z, eps, HAS_SCALE, LN, RES,
-            ZERO, ATTN_HD, PDL, COMPILED, K_LN, BLOCK_N, BLOCK_K, MAGIC, X_DT,
-        )  # fmt: skip
-        if GELU:
-            y = _gelu(y)
+        if GELU:  # exact (erf) GELU, as F.gelu
+            y = 0.5 * y * (1.0 + tl.erf(y * 0.7071067811865476))
         if RES:
             y = y + r
-        out = y.to(y_ptr.dtype.element_ty)
-        tl.store(y_ptr + rn, out, mask=nmask)
-        if ALSO:
-            tl.store(a_ptr + rn, out.to(a_ptr.dtype.element_ty), mask=nmask)
+        tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
         if ARGMAX:
             y = tl.where(nmask, y, float("-inf"))
             top = tl.max(y, 0)
@@ -1015,50 +957,6 @@ if triton is not None:
             key = (order.to(tl.int64) << 32) + (0x7FFFFFFF - n).to(tl.int64)
             if key > tl.load(best_ptr):  # a stale read only costs an atomic: most skip it
                 tl.atomic_max(best_ptr, key)
-
-    @triton.jit
-    def _mlp_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, v_ptr, t_ptr, o_ptr, N, K, eps, HAS_SCALE: tl.constexpr,
-        PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr, X_DT: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
-    ):  # fmt: skip
-        """A block's MLP in one kernel: o (K,) += V @ gelu(W @ LN(x)), W fc's (N, K), V fc_proj's
-        (K, N) stored transposed (v_ptr: its N rows of K, contiguous), t its row scales. Each
-        program takes BLOCK_N of the N hidden units: their values as _gemv_kernel's fc product
-        computes them (rounded to X_DT as fc's output is), then their share of fc_proj's
-        product, BLOCK_N columns of V, added into o as each chunk of outputs is done (fp64
-        atomics: no reply waited for; the sum does not depend on the programs' order to far
-        below bf16's rounding). proj's product set o to the residual (ALSO), so o ends as the
-        block's output: one kernel boundary a layer less than fc, then fc_proj."""
-        if PDL:
-            gdc_launch_dependents()
-        rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        nmask = rn < N
-        y, _ = _product(
-            x_ptr, w_ptr, s_ptr, g_ptr, x_ptr, x_ptr, rn, nmask, K, 0, eps, HAS_SCALE, True,
-            False, False, 0, PDL, COMPILED, K_LN, BLOCK_N, BLOCK_K, MAGIC, X_DT,
-        )  # fmt: skip
-        h = tl.where(nmask, _gelu(y).to(X_DT).to(tl.float32), 0.0)
-        for c0 in range(0, K, BLOCK_K):
-            rc = c0 + tl.arange(0, BLOCK_K)
-            cmask = rc < K
-            v = tl.load(
-                v_ptr + rn[:, None] * K + rc[None, :],
-                mask=nmask[:, None] & cmask[None, :],
-                other=0.0,
-                eviction_policy="evict_first",
-            )
-            if MAGIC:  # exact; the bias comes off each weight here: a sum over BLOCK_N rows
-                # of w + bias would round far more than fc's few terms a lane
-                vf = _int8_biased(v, COMPILED) - _INT8_BIAS
-            elif v.dtype == tl.uint8:
-                vf = v.to(tl.float32) - _INT8_OFFSET
-            else:
-                vf = v.to(tl.float32)
-            part = tl.sum(vf * h[:, None], 0)
-            if HAS_SCALE:
-                part = part * tl.load(t_ptr + rc, mask=cmask, other=0.0)
-            tl.atomic_add(o_ptr + rc, part.to(o_ptr.dtype.element_ty), mask=cmask, sem="relaxed")
 
     @triton.jit
     def _attn_kernel(
@@ -1146,12 +1044,11 @@ if triton is not None:
 
     @triton.jit
     def _int8_mm_kernel(
-        a_ptr, w_ptr, s_ptr, c_ptr, M, N, K, stride_wn, stride_wk, BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+        a_ptr, w_ptr, s_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     ):  # fmt: skip
         """C (M, N) = (A (M, K) @ W (N, K).T) * scale[n] with W int8 (stored w + 128), widened to
-        A's dtype a tile at a time in registers: a prompt pass never writes a bf16 copy of W.
-        W by its strides: fc_proj's is stored transposed (store_transposed)."""
+        A's dtype a tile at a time in registers: a prompt pass never writes a bf16 copy of W."""
         pid = tl.program_id(0)
         grid_m = tl.cdiv(M, BLOCK_M)
         width = GROUP_M * tl.cdiv(N, BLOCK_N)
@@ -1171,7 +1068,7 @@ if triton is not None:
                 other=0.0,
             )
             w = tl.load(
-                w_ptr + rn[None, :] * stride_wn + rk[:, None] * stride_wk,
+                w_ptr + rn[None, :] * K + rk[:, None],
                 mask=(rn < N)[None, :] & (rk < K)[:, None],
                 other=0,
             )
@@ -1226,51 +1123,27 @@ GEMV_PICKS: dict[tuple, tuple[int, int, int]] = {}  # gemv_key -> tile (tune_gem
 _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
 
 
-def gemv_key(
-    N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads, also, then
-) -> tuple:
+def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads) -> tuple:
     """What a product's fastest tile may depend on: its shape, weight, output and input types,
     the work fused into it and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
             best is not None, str(y.dtype), PDL["on"], str(x.dtype), zero is not None,
-            heads, also is not None, then is not None)  # fmt: skip
+            heads)  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
-    return (MLP_TILES if key[14] else GEMV_TILES)["int8" if key[2] == "torch.uint8" else "float"]
-
-
-def fused_mlp_ready(fc_proj: nn.Module) -> bool:
-    """_mlp_kernel reads fc_proj's weight by its rows of the hidden dimension: stored
-    transposed (store_transposed), which the decode step then takes as its cue."""
-    return fc_proj.weight.t().is_contiguous()
-
-
-def store_transposed(layer: nn.Module) -> None:
-    """Keep a Linear's or Int8Linear's (N, K) weight as the transpose of a contiguous (K, N):
-    the same values (the torch paths and int8_matmul read it by its strides), laid out for
-    _mlp_kernel."""
-    w = layer.weight.detach().t().contiguous().t()
-    if isinstance(layer, Int8Linear):
-        layer.weight = w
-    else:
-        layer.weight = nn.Parameter(w, requires_grad=False)
+    return GEMV_TILES["int8" if key[2] == "torch.uint8" else "float"]
 
 
 def gemv(
     x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None,
-    best=None, zero=None, heads: int = 0, also=None, then=None, x_dtype=None,
+    best=None, zero=None, heads: int = 0,
 ):  # fmt: skip
     """Batch-1 x (..., K) @ W.T for an nn.Linear or Int8Linear, with an optional LayerNorm on x
     before it, and GELU or a residual add after it, in one kernel -> (N,). best: an int64 (1,)
     that also gets the argmax's key (the head, _advance_kernel reads it). zero: a tensor the
-    kernel also fills with 0 (attention's sums, by qkv). also: a tensor that also gets y (in
-    its dtype). heads: x is decode_attention's sums of that many heads, (K + heads,) fp64, and
-    the product takes their output (out_dtype's). x_dtype: x (and res) hold sums standing for
-    this dtype (a block's output, _mlp_kernel's): read rounded to it.
-    then: fc_proj after this fc (ln and GELU given), stored transposed (store_transposed), in
-    one _mlp_kernel; it adds its result into also (set to the residual by proj's product's
-    also) and returns it.
+    kernel also fills with 0 (attention's sums, by qkv). heads: x is decode_attention's sums
+    of that many heads, (K + heads,) fp64, and the product takes their output (out_dtype's).
     Its tile: tune_gemv's pick for this product, else the autotuner's (else a fixed one under
     the interpreter)."""
     w = layer.weight
@@ -1278,22 +1151,16 @@ def gemv(
     N, K = w.shape
     given = x
     x, wsum = (x[:K], x[K:]) if heads else (x.reshape(K), None)
-    xdt = x_dtype or (out_dtype if heads else x.dtype)
-    y = also if then is not None else torch.empty(N, device=x.device, dtype=out_dtype or xdt)
-    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y, zero, heads, also, then)
+    y = torch.empty(N, device=x.device, dtype=out_dtype or x.dtype)
+    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y, zero, heads)
     calls = _GEMV_RECORD["calls"]
     if calls is not None:
         calls.setdefault(key, []).append(
-            (given, layer, ln, gelu, res, out_dtype, best, zero, heads, also, then, x_dtype)
+            (given, layer, ln, gelu, res, out_dtype, best, zero, heads)
         )
     tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
     int8 = w.dtype == torch.uint8
-    cuda = x.device.type == "cuda"
-    if then is not None:
-        return _launch_mlp(x, layer, ln, then, also, tile or gemv_tiles(key)[0], xdt, cuda)
-    if not w.is_contiguous():  # store_transposed's layout is _mlp_kernel's, not this one's
-        raise ValueError("gemv needs a contiguous weight; fc_proj's is stored for _mlp_kernel")
-    kernel, fixed = _gemv_kernel, {**pdl_args(), "COMPILED": cuda}
+    kernel, fixed = _gemv_kernel, {**pdl_args(), "COMPILED": x.device.type == "cuda"}
     if tile is not None:
         n, k, warps = tile
         kernel = _gemv_kernel.fn
@@ -1306,32 +1173,13 @@ def gemv(
     g = ln.weight if ln is not None else wsum if wsum is not None else x
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, g, res.reshape(N) if res is not None else y, y,
-        best if best is not None else y, zero if zero is not None else y,
-        also if also is not None else y, N, K, zero.numel() if zero is not None else 0,
-        ln.eps if ln is not None else 0.0, HAS_SCALE=scale is not None, LN=ln is not None,
-        GELU=gelu, RES=res is not None, ARGMAX=best is not None, ZERO=zero is not None,
-        ALSO=also is not None, ATTN_HD=K // heads if heads else 0,
-        K_LN=triton.next_power_of_2(K) if ln is not None else 1, X_DT=_TL_DTYPES[xdt], **fixed,
+        best if best is not None else y, zero if zero is not None else y, N, K,
+        zero.numel() if zero is not None else 0, ln.eps if ln is not None else 0.0,
+        HAS_SCALE=scale is not None, LN=ln is not None, GELU=gelu, RES=res is not None,
+        ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
+        K_LN=triton.next_power_of_2(K) if ln is not None else 1, **fixed,
     )  # fmt: skip
     return y
-
-
-def _launch_mlp(x, fc: nn.Module, ln: nn.LayerNorm, fc_proj: nn.Module, sums, tile, xdt, cuda):
-    """gemv's then: fc, GELU and fc_proj in one _mlp_kernel, added into sums."""
-    w, v = fc.weight, fc_proj.weight.t()
-    N, K = w.shape
-    if not (fused_mlp_ready(fc_proj) and w.is_contiguous() and v.shape == (N, K)):
-        raise ValueError("the fused MLP needs fc's weight as it is and fc_proj's transposed")
-    scale, vscale = getattr(fc, "scale", None), getattr(fc_proj, "scale", None)
-    n, k, warps = tile
-    launch = {"num_warps": warps, "num_stages": 2} if cuda else {}
-    _mlp_kernel[(triton.cdiv(N, n),)](
-        x, w, scale if scale is not None else w, ln.weight, v,
-        vscale if vscale is not None else v, sums, N, K, ln.eps, HAS_SCALE=scale is not None,
-        COMPILED=cuda, K_LN=triton.next_power_of_2(K), X_DT=_TL_DTYPES[xdt], BLOCK_N=n,
-        BLOCK_K=k, MAGIC=w.dtype == torch.uint8, **pdl_args(), **launch,
-    )  # fmt: skip
-    return sums
 
 
 def graph_seconds(step, reps: int) -> float:
@@ -1402,9 +1250,9 @@ def tune_gemv(
                 times[key] = sorted((t / len(group), tile) for t, tile in timed)
         else:
             del GEMV_PICKS[key]
-        # Timing a product alone leaves state no step would (qkv's cleared attention sums,
-        # the MLP's sums added into again and again): one real step puts it back, so the
-        # next product is timed on what a step gives it.
+        # Timed alone, a product leaves state no step would (qkv's product clears attention's
+        # sums, which proj's then reads as 0 / 0): one real step puts it back, so the next
+        # product is timed on what a step gives it.
         step()
     return {key: GEMV_PICKS[key] for key in calls if key in GEMV_PICKS}
 
@@ -1501,9 +1349,8 @@ def int8_matmul(x, weight, scale):
     bm = 16 if M <= 16 else 64 if M <= 64 else 128  # tensor cores need 16 rows
     launch = {"num_warps": 8 if bm == 128 else 4, "num_stages": 3} if x.is_cuda else {}
     _int8_mm_kernel[(triton.cdiv(M, bm) * triton.cdiv(N, 128),)](
-        a, weight, scale, c, M, N, K, *weight.stride(), BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64,
-        GROUP_M=8, **launch,
-    )  # fmt: skip
+        a, weight, scale, c, M, N, K, BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, **launch
+    )
     return c.reshape(*x.shape[:-1], N)
 
 
@@ -1602,9 +1449,6 @@ class Engine:
         if cfg.decode_kernels == "triton" and missing:
             raise ValueError(f"--decode-kernels triton needs {missing}: use --decode-kernels torch")
         self.fast = fast
-        if fast and world == 1:  # laid out for _mlp_kernel: the MLP in one launch
-            for b in model.blocks:
-                store_transposed(b.fc_proj)
         if cfg.pdl and not (fast and pdl_usable(device)):
             raise ValueError("--pdl needs the Triton decode kernels on a Hopper or newer GPU")
         # measured on H200 (round 7, same call): +17 % decode at 1.3B, +11 % at 124M; int8 +9 %
@@ -1669,7 +1513,7 @@ class Engine:
             "seconds": time.perf_counter() - t0,
             "from_cache": sum(known.get(k) == t for k, t in picks.items()),
             "picks": [[list(k), list(t)] for k, t in picks.items()],
-            # what each candidate took in the graph, us a call (products tuned this start)
+            # each candidate's time in the graph, us a call (the products tuned this start)
             "us": [
                 [list(k), [[list(t), round(s * 1e6, 2)] for s, t in v]] for k, v in times.items()
             ],
