@@ -15,6 +15,7 @@ attention's sums and proj reads its x from them). Round 9 measured t0 = 1.3 us (
                                                #   sweep_configs(), checked, then timed the same way
     python bench/gpu/gemv_cost.py --sweep --tiles 16x512x4,32x512x4 --template OLD.py
                                                # those tiles (MAGIC for int8) of another template
+    python bench/gpu/gemv_cost.py --no-ln ...      # the same products without their LayerNorm
     TRITON_INTERPRET=1 python bench/gpu/gemv_cost.py --smoke   # CPU: runs each product once
 """
 
@@ -157,11 +158,14 @@ def main() -> None:
     ap.add_argument("--quant", choices=("both", "bf16", "int8"), default="both")
     ap.add_argument("--tiles", type=parse_tiles, default=(), help="--sweep these NxKxWARPS only")
     ap.add_argument("--template", default="templates/generate.py", help="whose gemv to time")
+    ap.add_argument("--no-ln", action="store_true", help="the products without their LayerNorm")
     a = ap.parse_args()
     g = load_template(a.template)
     dev = torch.device("cpu" if a.smoke else "cuda")
     dt = torch.float32 if a.smoke else torch.bfloat16
     shapes = {k: (n // 64, kk // 64, e) for k, (n, kk, e) in SHAPES.items()} if a.smoke else SHAPES
+    if a.no_ln:  # what a LayerNorm prologue costs: the same products, x taken as it is
+        shapes = {k: (n, kk, e.replace("ln+", "")) for k, (n, kk, e) in shapes.items()}
     layers = 2 if a.smoke else a.layers
     pdl_modes = (False, True) if not a.smoke and g.pdl_usable(dev) else (False,)
     torch.manual_seed(0)

@@ -7,11 +7,19 @@
 # fc_proj (BLOCK_N columns of its weight, stored transposed), added into the block's fp64 sums,
 # which proj's product set to the residual: one kernel boundary a layer less. The RESULT
 # line's tiles.us has every candidate's time in the graph (the MLP against fc + fc_proj).
+# Call 2 (PARTS="newint8 gap lncost nolncost"): where the rest of a token goes. The template
+# (the tuner now reports each candidate's time) at 1.3B int8; graph_gap.py: K decode steps a
+# CUDA graph, K = 1, 2, 4, 8 (what a graph boundary costs a token); gemv_cost.py's int8 products
+# with and without their LayerNorm prologue, the same tiles (what the prologue costs).
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
+T8=16x512x4,16x512x8,32x512x8,8x1024x8,8x2048x8
 for part in ${PARTS:-newint8 oldint8 newbf16 oldbf16 probe13}; do case $part in
+gap) step graph-gap 120 python3 bench/gpu/graph_gap.py --quant int8 ;;
+lncost) step ln-cost 120 python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8 ;;
+nolncost) step no-ln-cost 120 python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8 --no-ln ;;
 *) generate_part g16 $part || echo "unknown part: $part" ;;
 esac; done
 summarize "$GENERATE_SUMMARY"
