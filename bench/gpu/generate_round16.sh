@@ -11,6 +11,10 @@
 # (the tuner now reports each candidate's time) at 1.3B int8; graph_gap.py: K decode steps a
 # CUDA graph, K = 1, 2, 4, 8 (what a graph boundary costs a token); gemv_cost.py's int8 products
 # with and without their LayerNorm prologue, the same tiles (what the prologue costs).
+# Call 3 (PARTS="newint8 ncint8 oldint8 newbf16 oldbf16 new124 old124 probe13 lncost"): the
+# LayerNorm applied at a product's end: rstd * (sum W g (x - c) - (mean - c) * sum W g), x's
+# sums from the chunks the loop loads, c the first chunk's mean; ncint8 is the same template
+# with c = 0 (LN_CENTER off: no reduction before the loop, x's offset not taken off first).
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -18,8 +22,12 @@ source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 T8=16x512x4,16x512x8,32x512x8,8x1024x8,8x2048x8
 for part in ${PARTS:-newint8 oldint8 newbf16 oldbf16 probe13}; do case $part in
 gap) step graph-gap 120 python3 bench/gpu/graph_gap.py --quant int8 ;;
+ncint8) sed 's/^LN_CENTER = True/LN_CENTER = False/' $W/gen.py > $W/gen_nc.py
+  step g16-int8-nocentre 100 python3 $W/gen_nc.py --size 1.3b $BENCH --compile-cache /tmp/cinc --quant int8 ;;
 lncost) step ln-cost 120 python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8 ;;
-nolncost) step no-ln-cost 120 python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8 --no-ln ;;
+noncint8) sed 's/^LN_CENTER = True/LN_CENTER = False/' $W/gen.py > $W/gen_nc.py
+  step g16-int8-nocentre 100 python3 $W/gen_nc.py --size 1.3b $BENCH --compile-cache /tmp/cinc --quant int8 ;;
+lncost) step no-ln-cost 120 python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8 --no-ln ;;
 *) generate_part g16 $part || echo "unknown part: $part" ;;
 esac; done
 summarize "$GENERATE_SUMMARY"
