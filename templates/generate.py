@@ -843,33 +843,23 @@ if triton is not None:
 
     @triton.jit
     def _gemv_tile(
-        acc, xs, x1, x2, w, xk, gk, kmask, c, LN: tl.constexpr, MAGIC: tl.constexpr,
+        acc, xs, w, xk, gk, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
         COMPILED: tl.constexpr,
     ):  # fmt: skip
-        """(acc + w * u, xs + u, x1 + d, x2 + d * d) for one (BLOCK_N, BLOCK_K) tile of weights,
-        x's chunk xk and the LayerNorm's gains gk: u = x, or with LN u = g * d, d = x - c (c:
-        the first chunk's mean; the normalisation comes at the end, _gemv_kernel), x1 and x2
-        d's sums. MAGIC: w + INT8_BIAS in place of w (xs lets the bias be taken off once); its
-        products are exact when u has x's 8 significant bits, so u is rounded to x's dtype
-        there (as the LayerNorm module rounds its output; fp32 products of bf16 weights need
-        no rounding). Centred, u's rounding is relative to x's spread, not to its offset."""
+        """(acc + w * prologue(x), xs + prologue(x)) for one (BLOCK_N, BLOCK_K) tile of weights,
+        x's chunk xk and the LayerNorm's gains gk; MAGIC: w + INT8_BIAS in place of w (xs lets
+        the bias be taken off once)."""
+        if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
+            xk = ((xk.to(tl.float32) - mean) * rstd * gk.to(tl.float32)).to(xk.dtype)
         xf = xk.to(tl.float32)
-        u = xf
-        if LN:
-            d = tl.where(kmask, xf - c, 0.0)
-            x1 += d
-            x2 += d * d
-            u = d * gk.to(tl.float32)
-            if MAGIC:
-                u = u.to(xk.dtype).to(tl.float32)
         if MAGIC:
             wf = _int8_biased(w, COMPILED)
-            xs += u
+            xs += xf
         elif w.dtype == tl.uint8:  # Int8Linear's offset weights, converted as numbers
             wf = w.to(tl.float32) - _INT8_OFFSET
         else:
             wf = w.to(tl.float32)
-        return acc + wf * u[None, :], xs, x1, x2
+        return acc + wf * xf[None, :], xs
 
     @triton.autotune(
         configs=_GEMV_CONFIGS,
@@ -879,11 +869,11 @@ if triton is not None:
     )
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, b_ptr, r_ptr, y_ptr, best_ptr, z_ptr, N, K, Z, eps,
+        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, N, K, Z, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
         ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr, PDL: tl.constexpr,
-        COMPILED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        MAGIC: tl.constexpr, CENTER: tl.constexpr,
+        COMPILED: tl.constexpr, K_LN: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
         stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
@@ -891,24 +881,19 @@ if triton is not None:
         conversion instruction, which issues at a quarter of the FMA rate; the bias comes off
         once, INT8_BIAS * sum(x) a lane (round 13: +2.3 % int8 tokens/s against a subtraction a
         weight, same tiles).
-        LN: a LayerNorm (gains g, no bias) on x first, applied at the end: sum_k W g (x - mean)
-        rstd = rstd * (sum_k W g (x - c) - (mean - c) * b[n]), b = sum_k W[n, k] g[k]
-        (gain_sums), with x's sums gathered from the chunks the loop loads anyway. c: the
-        first chunk's mean (LN_CENTER), so that x's offset cancels before anything is rounded.
-        No program waits for all of x and two reductions before its loop (round 16: that
-        prologue was 0.65 us of qkv's product, 0.88 of fc's, 2.9 of the head's).
         ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
         orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax.
         ZERO: also z[:Z] <- 0 (qkv's product clears its layer's attention sums, which the
         attention after it adds into). ATTN_HD: x is attention's sums (_attn_kernel), o (K,)
-        then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype."""
+        then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype.
+        K_LN: the power of 2 at or above K where LN (x's statistics in one load), else 1."""
         if PDL:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
         # What never depends on the kernel before this one is loaded before waiting for it
         # (under PDL these reads overlap its tail): the first tile of weights, the row scales,
-        # the LayerNorm's first gains and its row sums.
+        # the LayerNorm's first gains.
         rk0 = tl.arange(0, BLOCK_K)
         k0mask = rk0 < K
         w = tl.load(
@@ -920,28 +905,26 @@ if triton is not None:
         if HAS_SCALE:
             scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if LN else w
-        if LN:
-            b = tl.load(b_ptr + rn, mask=nmask, other=0.0)
         if PDL:
             gdc_wait()
-        # Then everything that does, asked for at once: x's first chunk and the residual.
-        # Loaded where they are used, each would be one more round trip to L2 on the way to
-        # this kernel's end.
+        # Then everything that does, asked for at once: x's first chunk, all of x for the
+        # LayerNorm's sums, the residual. Loaded where they are used, each would be one more
+        # round trip to L2 on the way to this kernel's end.
         x0 = _x_chunk(x_ptr, g_ptr, rk0, k0mask, ATTN_HD, y_ptr.dtype.element_ty)
         if ZERO:  # after the wait: the product that read the sums last step has ended
             tl.store(z_ptr + rn, tl.zeros([BLOCK_N], tl.float64), mask=rn < Z)
         if RES:
             r = tl.load(r_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
+        mean = 0.0
+        rstd = 1.0
+        if LN:  # every program normalises x itself: all K elements in one load
+            rx = tl.arange(0, K_LN)
+            xa = tl.load(x_ptr + rx, mask=rx < K, other=0.0).to(tl.float32)
+            mean = tl.sum(xa, 0) / K  # both sums at once: one reduction's latency, not two
+            rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(xa * xa, 0) / K - mean * mean, 0.0) + eps)
         acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
         xs = tl.zeros([BLOCK_K], tl.float32)
-        x1 = tl.zeros([BLOCK_K], tl.float32)
-        x2 = tl.zeros([BLOCK_K], tl.float32)
-        c = 0.0
-        if LN and CENTER:
-            c = tl.sum(x0.to(tl.float32), 0) / tl.minimum(K, BLOCK_K)
-        acc, xs, x1, x2 = _gemv_tile(
-            acc, xs, x1, x2, w, x0, g0, k0mask, c, LN, MAGIC, COMPILED
-        )  # fmt: skip
+        acc, xs = _gemv_tile(acc, xs, w, x0, g0, mean, rstd, LN, MAGIC, COMPILED)
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             kmask = rk < K
@@ -953,17 +936,11 @@ if triton is not None:
             )
             xk = _x_chunk(x_ptr, g_ptr, rk, kmask, ATTN_HD, y_ptr.dtype.element_ty)
             gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN else w
-            acc, xs, x1, x2 = _gemv_tile(
-                acc, xs, x1, x2, w, xk, gk, kmask, c, LN, MAGIC, COMPILED
-            )  # fmt: skip
+            acc, xs = _gemv_tile(acc, xs, w, xk, gk, mean, rstd, LN, MAGIC, COMPILED)
         if MAGIC:  # the bias off each lane's K / BLOCK_K products before the sum over lanes,
             # while they are small: (w + bias) x is exact for bf16 x (16 + 8 significant bits)
             acc -= _INT8_BIAS * xs[None, :]
         y = tl.sum(acc, 1)
-        if LN:  # x's statistics from the sums of d = x - c (fp32)
-            dm = tl.sum(x1, 0) / K  # mean - c
-            rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(x2, 0) / K - dm * dm, 0.0) + eps)
-            y = (y - dm * b) * rstd
         if HAS_SCALE:
             y = y * scale
         if GELU:  # exact (erf) GELU, as F.gelu
@@ -1195,35 +1172,14 @@ def gemv(
         fixed = {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False, "COMPILED": False}
     g = ln.weight if ln is not None else wsum if wsum is not None else x
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
-        x, w, scale if scale is not None else w, g, gain_sums(layer, ln) if ln is not None else y,
-        res.reshape(N) if res is not None else y, y, best if best is not None else y,
-        zero if zero is not None else y, N, K, zero.numel() if zero is not None else 0,
-        ln.eps if ln is not None else 0.0, HAS_SCALE=scale is not None, LN=ln is not None,
-        GELU=gelu, RES=res is not None, ARGMAX=best is not None, ZERO=zero is not None,
-        ATTN_HD=K // heads if heads else 0, CENTER=LN_CENTER, **fixed,
+        x, w, scale if scale is not None else w, g, res.reshape(N) if res is not None else y, y,
+        best if best is not None else y, zero if zero is not None else y, N, K,
+        zero.numel() if zero is not None else 0, ln.eps if ln is not None else 0.0,
+        HAS_SCALE=scale is not None, LN=ln is not None, GELU=gelu, RES=res is not None,
+        ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
+        K_LN=triton.next_power_of_2(K) if ln is not None else 1, **fixed,
     )  # fmt: skip
     return y
-
-
-LN_CENTER = True  # _gemv_kernel's LN centres x on its first chunk's mean (off: round 16's test)
-
-
-def gain_sums(layer: nn.Module, ln: nn.LayerNorm) -> torch.Tensor:
-    """b[n] = sum_k W[n, k] g[k] (fp32, summed in fp64; Int8Linear: its int8 values, the scale
-    comes after), which _gemv_kernel's LN takes mean times off: made once per (product,
-    LayerNorm), at the first call (tune_gemv's recording step or an eager step, never inside
-    a graph capture) and kept on the layer."""
-    kept = getattr(layer, "_gain_sums", None)
-    if kept is not None and kept[0] is ln.weight:
-        return kept[1]
-    if layer.weight.is_cuda and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError("gain_sums: first made inside a CUDA graph capture")
-    w, g = layer.weight.detach(), ln.weight.detach().double()
-    off = INT8_OFFSET if isinstance(layer, Int8Linear) else 0  # its stored w + 128
-    # by 4,096 rows: the head's whole matrix in fp64 would be 0.8 GB at 1.3B
-    b = torch.cat([(w[i : i + 4096].double() - off) @ g for i in range(0, w.shape[0], 4096)])
-    layer._gain_sums = (ln.weight, b.float())
-    return layer._gain_sums[1]
 
 
 def graph_seconds(step, reps: int) -> float:
