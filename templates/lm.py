@@ -28,8 +28,8 @@ Accumulation (no_sync) is what hides the gradient all-reduce; --grad-compress bf
 on NVLink (measured -4.7%); it may across nodes.
 Issues 16 and 25, 1x H200 (torch 2.11), 1.3b 16 x 8 --compile, beside nanoGPT's train.py:
     bf16 68.1k tokens/s (1.06x nanoGPT; 1.02x before the bf16 residual stream), --fp8 84.3k
-    tokens/s (1.28x; 72.2% of the bf16 peak); 124m 16 x 4 bf16 1.03x (before the bf16 stream),
-    --fp8 no faster there (d 768 GEMMs are too small to gain).
+    tokens/s (1.28x; 72.2% of the bf16 peak); 124m 16 x 4 bf16 1.07x, --fp8 no faster there
+    (d 768 GEMMs are too small to gain).
     --fp8 loss on byte-level text: +0.35 to +0.78% vs bf16 after 300 steps; the bf16 stream's
     loss: +0.03% vs the fp32 stream after 300 steps.
 
