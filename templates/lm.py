@@ -223,6 +223,23 @@ class ByteTokens(Dataset):
 FP8_FORWARD, FP8_GRAD = torch.float8_e4m3fn, torch.float8_e5m2
 
 
+AUTOCAST_BY_DEVICE = hasattr(torch, "get_autocast_dtype")  # torch 2.4+
+
+
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast computes in on this device type, None when it is off. torch 2.4+
+    asks by device type; 2.1-2.3 (still what some CUDA 11.8 clusters run) have a call per
+    device, and the 2.4 form raises a TypeError there."""
+    if AUTOCAST_BY_DEVICE:
+        on = torch.is_autocast_enabled(device_type)
+        return torch.get_autocast_dtype(device_type) if on else None
+    if device_type == "cuda":
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+    if device_type == "cpu":
+        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+    return None
+
+
 def fp8_unsupported(device: torch.device) -> str | None:
     """Why --fp8 cannot run here (None: it can): it needs FP8 tensor cores, sm_89 or newer."""
     if device.type != "cuda":
@@ -377,8 +394,9 @@ class GPT(nn.Module):
         # would keep it fp32, and every residual add and LayerNorm, forward and backward, would
         # move twice the bytes: +3.3 % at 1.3B on H200, the same loss curve. FSDP's bf16 param
         # policy and Megatron's default train this way too. --fp8 keeps fp32, as it was measured.
-        if not self.fp8 and torch.is_autocast_enabled(x.device.type):
-            x = x.to(torch.get_autocast_dtype(x.device.type))
+        cast = None if self.fp8 else autocast_dtype(x.device.type)
+        if cast is not None:
+            x = x.to(cast)
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))

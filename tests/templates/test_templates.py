@@ -239,17 +239,33 @@ def test_fp8_weights_cast_once_per_step_give_the_same_loss_and_gradients_as_cast
     assert not torch.equal(model.blocks[0].fc.fp8_w.float(), stale)  # the refresh reaches them
 
 
+@pytest.mark.parametrize("api", ["torch 2.4+", "torch 2.1-2.3"])
 @pytest.mark.parametrize("name", ["lm", "fsdp"])
 def test_autocast_keeps_the_residual_stream_in_bf16_with_the_loss_of_an_fp32_stream(
-    name: str,
+    name: str, api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under autocast (bf16, as on a GPU) the blocks pass bf16 hidden states along: half the
     bytes for every residual add and LayerNorm. Without autocast (CPU training) and with --fp8
     the stream stays fp32. The loss and the gradients stay those of an fp32 stream within
-    bf16's rounding, and the fp32 master weights get fp32 gradients."""
+    bf16's rounding, and the fp32 master weights get fp32 gradients. The same with torch
+    2.1-2.3's autocast calls (one per device; the 2.4 form was a TypeError there)."""
     import torch
 
+    if api == "torch 2.1-2.3":  # their signatures, answered by this torch's calls
+        enabled, dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
+
+        def is_autocast_enabled(*device_type: str) -> bool:  # torch's own code still asks
+            # with a device type (this torch's autocast): only the template gets 2.3's error
+            if device_type and sys._getframe(1).f_code.co_filename.endswith(f"{name}.py"):
+                raise TypeError("is_autocast_enabled() takes 0 positional arguments")
+            return enabled(*device_type) if device_type else enabled("cuda")
+
+        monkeypatch.setattr(torch, "is_autocast_enabled", is_autocast_enabled)
+        monkeypatch.setattr(torch, "is_autocast_cpu_enabled", lambda: enabled("cpu"))
+        monkeypatch.setattr(torch, "get_autocast_cpu_dtype", lambda: dtype("cpu"))
     mod = load_template(name)
+    if api == "torch 2.1-2.3":  # what the template sees at import there
+        monkeypatch.setattr(mod, "AUTOCAST_BY_DEVICE", False)
     cfg = mod.parse_config(["--size", "tiny", "--vocab-size", "256", "--seq-len", "64"])
     torch.manual_seed(0)
     model = mod.GPT(cfg)
