@@ -1500,6 +1500,12 @@ class Engine:
         path = Path(cache).resolve() / TILE_PICKS_FILE if cache else None
         stamp = tile_picks_stamp(self.device)
         known = read_tile_picks(path, stamp) if path else {}
+        if self.world > 1:  # rank 0's file for all: every rank then times the same products,
+            # and each timing ends in a step, with its all-reduces (a file read between two
+            # ranks' reads could otherwise leave them waiting on each other)
+            box = [known]
+            dist.broadcast_object_list(box, src=0)
+            known = box[0]
         t0 = time.perf_counter()
         times: dict = {}
         picks = tune_gemv(
