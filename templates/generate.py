@@ -494,11 +494,25 @@ class Int8Linear(nn.Module):
 
 def quantize_int8(model: nn.Module) -> None:
     """Every block matrix and the head become Int8Linear; the head gets its own int8 copy of
-    the tied embedding (the embedding lookup keeps the full-precision table)."""
+    the tied embedding (the embedding lookup keeps the full-precision table). Each LayerNorm's
+    gains are folded into the one matrix it feeds first, W diag(g) quantized (the same product:
+    qkv after ln1, fc after ln2, the head after ln_f), and the LayerNorm keeps none: the decode
+    kernel then normalises x without loading gains (round 16)."""
     for b in model.blocks:
-        for parent, name in ((b.attn, "qkv"), (b.attn, "proj"), (b, "fc"), (b, "fc_proj")):
-            setattr(parent, name, Int8Linear(getattr(parent, name).weight))
-    model.head = Int8Linear(model.tok_emb.weight)
+        for ln, parent, name in ((b.ln1, b.attn, "qkv"), (None, b.attn, "proj"),
+                                 (b.ln2, b, "fc"), (None, b, "fc_proj")):  # fmt: skip
+            setattr(parent, name, Int8Linear(fold_gains(getattr(parent, name).weight, ln)))
+    model.head = Int8Linear(fold_gains(model.tok_emb.weight, model.ln_f))
+
+
+def fold_gains(weight: torch.Tensor, ln: nn.LayerNorm | None) -> torch.Tensor:
+    """weight (N, K) times the gains of the LayerNorm before it, along K (fp32), and the
+    LayerNorm left without gains; weight as it is without one (or one already folded)."""
+    if ln is None or ln.weight is None:
+        return weight
+    folded = weight.detach().float() * ln.weight.detach().float()
+    ln.weight = None  # F.layer_norm without gains: the torch paths compute the same
+    return folded
 
 
 class CausalSelfAttention(nn.Module):
@@ -843,14 +857,20 @@ if triton is not None:
 
     @triton.jit
     def _gemv_tile(
-        acc, xs, w, xk, gk, mean, rstd, LN: tl.constexpr, MAGIC: tl.constexpr,
-        COMPILED: tl.constexpr,
+        acc, xs, w, xk, gk, kmask, mean, rstd, LN: tl.constexpr, GAIN: tl.constexpr,
+        MAGIC: tl.constexpr, COMPILED: tl.constexpr,
     ):  # fmt: skip
         """(acc + w * prologue(x), xs + prologue(x)) for one (BLOCK_N, BLOCK_K) tile of weights,
-        x's chunk xk and the LayerNorm's gains gk; MAGIC: w + INT8_BIAS in place of w (xs lets
-        the bias be taken off once)."""
+        x's chunk xk (kmask: its elements within K) and the LayerNorm's gains gk (GAIN; int8
+        folds them into W); MAGIC: w + INT8_BIAS in place of w (xs lets the bias be taken off
+        once)."""
         if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
-            xk = ((xk.to(tl.float32) - mean) * rstd * gk.to(tl.float32)).to(xk.dtype)
+            xn = (xk.to(tl.float32) - mean) * rstd
+            if GAIN:  # 0 past K (masked gains), as x is
+                xn = xn * gk.to(tl.float32)
+            else:
+                xn = tl.where(kmask, xn, 0.0)
+            xk = xn.to(xk.dtype)
         xf = xk.to(tl.float32)
         if MAGIC:
             wf = _int8_biased(w, COMPILED)
@@ -870,9 +890,9 @@ if triton is not None:
     @triton.jit
     def _gemv_kernel(
         x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, N, K, Z, eps,
-        HAS_SCALE: tl.constexpr, LN: tl.constexpr, GELU: tl.constexpr, RES: tl.constexpr,
-        ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr, PDL: tl.constexpr,
-        COMPILED: tl.constexpr, K_LN: tl.constexpr, BLOCK_N: tl.constexpr,
+        HAS_SCALE: tl.constexpr, LN: tl.constexpr, GAIN: tl.constexpr, GELU: tl.constexpr,
+        RES: tl.constexpr, ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr,
+        PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
@@ -904,7 +924,7 @@ if triton is not None:
         )
         if HAS_SCALE:
             scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
-        g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if LN else w
+        g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if LN and GAIN else w
         if PDL:
             gdc_wait()
         # Then everything that does, asked for at once: x's first chunk, all of x for the
@@ -924,7 +944,7 @@ if triton is not None:
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(xa * xa, 0) / K - mean * mean, 0.0) + eps)
         acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
         xs = tl.zeros([BLOCK_K], tl.float32)
-        acc, xs = _gemv_tile(acc, xs, w, x0, g0, mean, rstd, LN, MAGIC, COMPILED)
+        acc, xs = _gemv_tile(acc, xs, w, x0, g0, k0mask, mean, rstd, LN, GAIN, MAGIC, COMPILED)
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             kmask = rk < K
@@ -935,8 +955,10 @@ if triton is not None:
                 eviction_policy="evict_first",
             )
             xk = _x_chunk(x_ptr, g_ptr, rk, kmask, ATTN_HD, y_ptr.dtype.element_ty)
-            gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN else w
-            acc, xs = _gemv_tile(acc, xs, w, xk, gk, mean, rstd, LN, MAGIC, COMPILED)
+            gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN and GAIN else w
+            acc, xs = _gemv_tile(
+                acc, xs, w, xk, gk, kmask, mean, rstd, LN, GAIN, MAGIC, COMPILED
+            )  # fmt: skip
         if MAGIC:  # the bias off each lane's K / BLOCK_K products before the sum over lanes,
             # while they are small: (w + bias) x is exact for bf16 x (16 + 8 significant bits)
             acc -= _INT8_BIAS * xs[None, :]
@@ -1128,7 +1150,7 @@ def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, he
     the work fused into it and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
             best is not None, str(y.dtype), PDL["on"], str(x.dtype), zero is not None,
-            heads)  # fmt: skip
+            heads, ln is not None and ln.weight is None)  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
@@ -1170,12 +1192,13 @@ def gemv(
     elif x.device.type != "cuda":  # Triton's interpreter (tests): no autotuning there
         kernel = _gemv_kernel.fn
         fixed = {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False, "COMPILED": False}
-    g = ln.weight if ln is not None else wsum if wsum is not None else x
+    gain = ln is not None and ln.weight is not None  # int8 folds it into W (fold_gains)
+    g = ln.weight if gain else wsum if wsum is not None else x
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, g, res.reshape(N) if res is not None else y, y,
         best if best is not None else y, zero if zero is not None else y, N, K,
         zero.numel() if zero is not None else 0, ln.eps if ln is not None else 0.0,
-        HAS_SCALE=scale is not None, LN=ln is not None, GELU=gelu, RES=res is not None,
+        HAS_SCALE=scale is not None, LN=ln is not None, GAIN=gain, GELU=gelu, RES=res is not None,
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
         K_LN=triton.next_power_of_2(K) if ln is not None else 1, **fixed,
     )  # fmt: skip

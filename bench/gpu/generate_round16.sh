@@ -15,6 +15,9 @@
 # LayerNorm applied at a product's end: rstd * (sum W g (x - c) - (mean - c) * sum W g), x's
 # sums from the chunks the loop loads, c the first chunk's mean; ncint8 is the same template
 # with c = 0 (LN_CENTER off: no reduction before the loop, x's offset not taken off first).
+# Call 4 (PARTS="newint8 oldint8 train sampleint8 samplebf16"): --quant int8 folds each
+# LayerNorm's gains into the matrix after it (W diag(g) quantized), so the int8 products'
+# loops load no gains; then round 8's trained-checkpoint check (held-out loss, 300 samples).
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u

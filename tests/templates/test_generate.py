@@ -273,6 +273,21 @@ for N, K, kind in ((96, 64, "fp32"), (100, 256, "int8"), (30, 100, "int8"), (72,
     err(g.gemv(x, layer, ln=ln, gelu=True, out_dtype=torch.float32),
         torch.nn.functional.gelu(f32(ln(x))), kind == "bf16")  # fp32 sums out: unrounded
     err(g.gemv(x, layer, res=r, out_dtype=torch.float32), f32(x) + r.float())
+    plain = torch.nn.LayerNorm(K, bias=False, elementwise_affine=False)  # int8's, gains folded
+    err(g.gemv(x, layer, ln=plain, out_dtype=torch.float32), f32(plain(x)), kind == "bf16")
+# --quant int8 folds each LayerNorm's gains into the matrix after it: the same products
+s = g.ModelShape(2, 2, 64, 256, 32)
+m = g.GPT(s).eval().requires_grad_(False)
+m.load_state_dict(g.shard(g.random_state_dict(s, 0, torch.device("cpu"), torch.float32), s, 0, 1))
+m.setup_cache(torch.device("cpu"), torch.float32)
+for ln in (m.ln_f, *(l for b in m.blocks for l in (b.ln1, b.ln2))):
+    ln.weight.uniform_(0.2, 3.0)
+idx = torch.randint(0, 256, (1, 32))
+want = m.logits(idx)
+g.quantize_int8(m)
+assert m.ln_f.weight is None and all(b.ln1.weight is None and b.ln2.weight is None for b in m.blocks)
+got = m.logits(idx)
+assert float((got - want).norm() / want.norm()) < 0.02, float((got - want).norm() / want.norm())
 lin = torch.nn.Linear(256, 40, bias=False); layer = g.Int8Linear(lin.weight)
 # stored w + 128: what values() gives back is the weight to within half a step of its row
 assert layer.weight.dtype == torch.uint8
@@ -282,12 +297,14 @@ x = torch.randn(3, 256)
 err(g.linear(layer, x, reduce=True), layer(x))  # the compiled decode's spelling of the product
 x, y = torch.randn(256) * 3 + 1, torch.full((40,), float("nan"))  # sum(x) far from 0
 g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, y, 40, 256, 0, 0.0,
-    HAS_SCALE=True, LN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False, ATTN_HD=0, PDL=False,
+    HAS_SCALE=True, LN=False, GAIN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False, ATTN_HD=0,
+    PDL=False,
     COMPILED=False, K_LN=1, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
 err(y, layer(x[None])[0], magic=True)
 xb, y = x.bfloat16(), torch.full((40,), float("nan"))  # bf16 x, as on the GPU
 g._gemv_kernel.fn[(5,)](xb, layer.weight, layer.scale, xb, y, y, y, y, 40, 256, 0, 0.0,
-    HAS_SCALE=True, LN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False, ATTN_HD=0, PDL=False,
+    HAS_SCALE=True, LN=False, GAIN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False, ATTN_HD=0,
+    PDL=False,
     COMPILED=False, K_LN=1, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
 err(y, (layer.values(torch.float32) @ xb.float()) * layer.scale, magic=True)
 for M, N, K in ((1, 100, 256), (37, 130, 200), (70, 300, 64), (129, 40, 96), (1100, 130, 64)):
@@ -433,6 +450,7 @@ for wt in ("bf16", "u8"):  # Int8Linear keeps w + 128 as uint8
                  "best_ptr": "*i64", "z_ptr": "*fp64", "N": "i32", "K": "i32", "Z": "i32",
                  "eps": "fp32"}
         const = dict(HAS_SCALE=wt == "u8", PDL=bool(i % 2), COMPILED=True, **uses[i % 4],
+                     GAIN=wt != "u8",  # int8 folds the gains into W
                      ZERO=uses[i % 4]["LN"] and not uses[i % 4]["GELU"], ATTN_HD=128 if attn else 0,
                      K_LN=2048 if uses[i % 4]["LN"] else 1, **c.kwargs)
         const = {k: const[k] for k in g._gemv_kernel.fn.arg_names if k in const}
