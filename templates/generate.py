@@ -28,7 +28,8 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
     CPU) use the torch modules instead: torch.compile of the step, attending over the first S
     cache slots (one graph per --cache-bucket);
   - --quant int8: weight-only int8 with one scale per output row, made at load from the
-    checkpoint: half the bytes of bf16 per token, held-out loss unchanged (docs/benchmarks-gpu.md);
+    checkpoint (each LayerNorm's gains folded into the matrix after it first): half the bytes of
+    bf16 per token, held-out loss unchanged (docs/benchmarks-gpu.md);
   - each product's tile (rows x columns a program, warps) is picked before the decode step is
     captured, by timing the candidates over the model's own layers in a CUDA graph, with PDL,
     as the step runs them (Triton's autotuner times a tile alone: up to 1.4x slower picks);
