@@ -181,7 +181,9 @@ def main() -> None:
                 lin = torch.nn.Linear(K, N, bias=False, device=dev, dtype=dt)
                 torch.nn.init.normal_(lin.weight, std=0.02)
                 mats.append(g.Int8Linear(lin.weight) if quant == "int8" else lin)
-            ln = torch.nn.LayerNorm(K, bias=False, device=dev, dtype=dt)
+            # int8 folds the LayerNorm's gains into W (the template's quantize_int8)
+            gains = quant != "int8"
+            ln = torch.nn.LayerNorm(K, bias=False, elementwise_affine=gains, device=dev, dtype=dt)
             x = torch.randn(K, device=dev, dtype=dt)
             heads = max(1, K // 128) if "attn" in work else 0
             if heads:  # sums of values weighted, then of the weights (positive)
