@@ -25,12 +25,11 @@ source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 T8=16x512x4,16x512x8,32x512x8,8x1024x8,8x2048x8
 for part in ${PARTS:-newint8 oldint8 newbf16 oldbf16 probe13}; do case $part in
 gap) step graph-gap 120 python3 bench/gpu/graph_gap.py --quant int8 ;;
-ncint8) sed 's/^LN_CENTER = True/LN_CENTER = False/' $W/gen.py > $W/gen_nc.py
+ncint8) # d45abb7's template only (LN_CENTER is gone since 8f0cd80)
+  sed 's/^LN_CENTER = True/LN_CENTER = False/' $W/gen.py > $W/gen_nc.py
   step g16-int8-nocentre 100 python3 $W/gen_nc.py --size 1.3b $BENCH --compile-cache /tmp/cinc --quant int8 ;;
 lncost) step ln-cost 120 python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8 ;;
-noncint8) sed 's/^LN_CENTER = True/LN_CENTER = False/' $W/gen.py > $W/gen_nc.py
-  step g16-int8-nocentre 100 python3 $W/gen_nc.py --size 1.3b $BENCH --compile-cache /tmp/cinc --quant int8 ;;
-lncost) step no-ln-cost 120 python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8 --no-ln ;;
+nolncost) step no-ln-cost 120 python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles $T8 --no-ln ;;
 *) generate_part g16 $part || echo "unknown part: $part" ;;
 esac; done
 summarize "$GENERATE_SUMMARY"
