@@ -529,6 +529,7 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("k_cache", None, persistent=False)
         self.register_buffer("v_cache", None, persistent=False)
         self.register_buffer("sums", None, persistent=False)  # decode_attention's, fp64
+        self.register_buffer("sums_base", None, persistent=False)  # sums, then Block.ln_sums
 
     def forward(self, x, pos, mask):
         """x (1, T, C). Prefill (mask None): positions 0..T-1, causal. Decode (T=1): position
@@ -567,6 +568,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(s.d_model, bias=False)
         self.fc = nn.Linear(s.d_model, 4 * s.d_model // world, bias=False)
         self.fc_proj = nn.Linear(4 * s.d_model // world, s.d_model, bias=False)
+        # decode_fast's LayerNorm statistics (set by GPT.setup_cache): the sum and sum of
+        # squares of x after attention (ln2's), then of the block's output (the next ln1's)
+        self.register_buffer("ln_sums", None, persistent=False)
 
     def forward(self, x, pos, mask):
         x = x + self.attn(self.ln1(x), pos, mask)
@@ -576,20 +580,27 @@ class Block(nn.Module):
             dist.all_reduce(h)
         return x + h
 
-    def decode_fast(self, x, pos):
+    def decode_fast(self, x, pos, x_sums=None):
         """forward for one decode token x (C,) in five Triton launches (Engine picks it on a
-        GPU)."""
+        GPU) -> (output, its sum and sum of squares or None). x_sums: x's, from the kernel
+        before (None: ln1's product takes them itself)."""
         a = self.attn
-        sums = decode_attention(gemv(x, a.qkv, ln=self.ln1, zero=a.sums), a, pos)
-        if self.world == 1:  # residual adds fused into the row-parallel products
-            x = gemv(sums, a.proj, res=x, heads=a.n_head, out_dtype=x.dtype)
-            return gemv(gemv(x, self.fc, ln=self.ln2, gelu=True), self.fc_proj, res=x)
+        # qkv's product clears attention's sums and the LayerNorms' (one buffer): both are
+        # added into only by kernels after it, and read last step by kernels that have ended
+        qkv = gemv(x, a.qkv, ln=self.ln1, zero=a.sums_base, x_sums=x_sums)
+        sums = decode_attention(qkv, a, pos)
+        if self.world == 1:  # residual adds fused into the row-parallel products, each
+            # adding up its output's statistics for the LayerNorm after it
+            mid, out = self.ln_sums[:2], self.ln_sums[2:]
+            x = gemv(sums, a.proj, res=x, heads=a.n_head, out_dtype=x.dtype, y_sums=mid)
+            h = gemv(x, self.fc, ln=self.ln2, gelu=True, x_sums=mid)
+            return gemv(h, self.fc_proj, res=x, y_sums=out), out
         y = gemv(sums, a.proj, heads=a.n_head, out_dtype=x.dtype)
-        dist.all_reduce(y)
+        dist.all_reduce(y)  # tensor parallel: a product sees part of y, so no statistics
         x = x + y
         h = gemv(gemv(x, self.fc, ln=self.ln2, gelu=True), self.fc_proj)
         dist.all_reduce(h)
-        return x + h
+        return x + h, None
 
 
 class GPT(nn.Module):
@@ -613,8 +624,11 @@ class GPT(nn.Module):
             shape = (1, a.n_head, self.shape.seq_len, a.head_dim)
             a.k_cache = torch.zeros(shape, device=device, dtype=dtype)
             a.v_cache = torch.zeros(shape, device=device, dtype=dtype)
-            a.sums = attention_sums(a.n_head, a.head_dim, device)
+            base = attention_sums(a.n_head, a.head_dim, device, extra=4)
+            a.sums_base, a.sums, b.ln_sums = base, base[:-4], base[-4:]
         self.work = {
+            # x's sum and sum of squares after the embedding (_embed_kernel, ln1 of block 0)
+            "x_sums": torch.zeros(2, device=device, dtype=torch.float64),
             # the head's argmax as one key (_gemv_kernel's ARGMAX); _advance_kernel resets it
             "best": torch.full((1,), LOWEST_KEY, device=device, dtype=torch.int64),
         }
@@ -652,12 +666,17 @@ class GPT(nn.Module):
         CUDA graph serves every length (S unused)."""
         te, pe = self.tok_emb.weight, self.pos_emb.weight
         x = torch.empty(te.shape[1], device=te.device, dtype=te.dtype)
-        _embed_kernel[(triton.cdiv(x.numel(), 256),)](
-            tok, pos, te, pe, x, x.numel(), BLOCK=256, **pdl_args()
-        )
+        x_sums = self.work["x_sums"]
+        _embed_kernel[(1,)](
+            tok, pos, te, pe, x, x_sums, x.numel(), BLOCK=triton.next_power_of_2(x.numel()),
+            **pdl_args(),
+        )  # fmt: skip
         for b in self.blocks:
-            x = b.decode_fast(x, pos)
-        head = gemv(x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"])
+            x, x_sums = b.decode_fast(x, pos, x_sums)
+        head = gemv(
+            x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"],
+            x_sums=x_sums,
+        )  # fmt: skip
         return head.view(1, -1)
 
 
@@ -890,11 +909,11 @@ if triton is not None:
     )
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, N, K, Z, eps,
+        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, xs_ptr, ys_ptr, N, K, Z, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GAIN: tl.constexpr, GELU: tl.constexpr,
         RES: tl.constexpr, ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr,
-        PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
+        X_SUMS: tl.constexpr, Y_SUMS: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr,
+        K_LN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
         stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
@@ -907,7 +926,11 @@ if triton is not None:
         ZERO: also z[:Z] <- 0 (qkv's product clears its layer's attention sums, which the
         attention after it adds into). ATTN_HD: x is attention's sums (_attn_kernel), o (K,)
         then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype.
-        K_LN: the power of 2 at or above K where LN (x's statistics in one load), else 1."""
+        X_SUMS (with LN): x's sum and sum of squares (fp64, at xs_ptr) were added up by the
+        kernel before (Y_SUMS, _embed_kernel): two loads for the statistics, no reduction.
+        Y_SUMS: adds the stored y's sum and sum of squares into ys_ptr (cleared before: ZERO).
+        K_LN: the power of 2 at or above K where LN takes x's statistics itself (one load),
+        else 1."""
         if PDL:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -926,6 +949,10 @@ if triton is not None:
         if HAS_SCALE:
             scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if LN and GAIN else w
+        if ARGMAX:  # the best key so far, read now and not at the end (a round trip there):
+            # stale, it only lets more programs try their atomic. _advance_kernel, which reset
+            # it, launches nothing early, so it has ended before this step's kernels start.
+            seen = tl.load(best_ptr)
         if PDL:
             gdc_wait()
         # Then everything that does, asked for at once: x's first chunk, all of x for the
@@ -938,7 +965,12 @@ if triton is not None:
             r = tl.load(r_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         mean = 0.0
         rstd = 1.0
-        if LN:  # every program normalises x itself: all K elements in one load
+        if LN and X_SUMS:  # fp64: E[x^2] - mean^2 loses nothing that matters to bf16's x
+            mean64 = tl.load(xs_ptr) / K
+            var = (tl.load(xs_ptr + 1) / K - mean64 * mean64).to(tl.float32)
+            mean = mean64.to(tl.float32)
+            rstd = 1.0 / tl.sqrt(tl.maximum(var, 0.0) + eps)
+        elif LN:  # every program normalises x itself: all K elements in one load
             rx = tl.arange(0, K_LN)
             xa = tl.load(x_ptr + rx, mask=rx < K, other=0.0).to(tl.float32)
             mean = tl.sum(xa, 0) / K  # both sums at once: one reduction's latency, not two
@@ -971,6 +1003,10 @@ if triton is not None:
         if RES:
             y = y + r
         tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
+        if Y_SUMS:  # of y as stored, as the next product's LayerNorm would load it
+            yr = tl.where(nmask, y.to(y_ptr.dtype.element_ty).to(tl.float64), 0.0)
+            tl.atomic_add(ys_ptr, tl.sum(yr, 0), sem="relaxed")
+            tl.atomic_add(ys_ptr + 1, tl.sum(yr * yr, 0), sem="relaxed")
         if ARGMAX:
             y = tl.where(nmask, y, float("-inf"))
             top = tl.max(y, 0)
@@ -978,7 +1014,7 @@ if triton is not None:
             bits = top.to(tl.int32, bitcast=True)
             order = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # as a signed int: y's order
             key = (order.to(tl.int64) << 32) + (0x7FFFFFFF - n).to(tl.int64)
-            if key > tl.load(best_ptr):  # a stale read only costs an atomic: most skip it
+            if key > seen:  # most programs skip the atomic
                 tl.atomic_max(best_ptr, key)
 
     @triton.jit
@@ -1035,19 +1071,24 @@ if triton is not None:
 
     @triton.jit
     def _embed_kernel(
-        tok_ptr, pos_ptr, te_ptr, pe_ptr, x_ptr, C, BLOCK: tl.constexpr, PDL: tl.constexpr
+        tok_ptr, pos_ptr, te_ptr, pe_ptr, x_ptr, s_ptr, C, BLOCK: tl.constexpr, PDL: tl.constexpr
     ):
-        """x <- tok_emb[tok] + pos_emb[pos], reading both from device memory (one launch)."""
+        """x <- tok_emb[tok] + pos_emb[pos], reading both from device memory, and x's sum and
+        sum of squares (fp64, as stored) into s_ptr for the first LayerNorm: one program."""
         if PDL:
             gdc_launch_dependents()
             gdc_wait()
         tok = tl.load(tok_ptr)
         pos = tl.load(pos_ptr)
-        rc = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        rc = tl.arange(0, BLOCK)
         cm = rc < C
         e = tl.load(te_ptr + tok * C + rc, mask=cm, other=0.0).to(tl.float32)
         e += tl.load(pe_ptr + pos * C + rc, mask=cm, other=0.0).to(tl.float32)
-        tl.store(x_ptr + rc, e.to(x_ptr.dtype.element_ty), mask=cm)
+        x = e.to(x_ptr.dtype.element_ty)
+        tl.store(x_ptr + rc, x, mask=cm)
+        xr = tl.where(cm, x.to(tl.float64), 0.0)
+        tl.store(s_ptr, tl.sum(xr, 0))
+        tl.store(s_ptr + 1, tl.sum(xr * xr, 0))
 
     _LOWEST_KEY = tl.constexpr(LOWEST_KEY)  # a jit function reads constexpr globals only
 
@@ -1146,12 +1187,15 @@ GEMV_PICKS: dict[tuple, tuple[int, int, int]] = {}  # gemv_key -> tile (tune_gem
 _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
 
 
-def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads) -> tuple:
+def gemv_key(
+    N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads, x_sums, y_sums
+) -> tuple:
     """What a product's fastest tile may depend on: its shape, weight, output and input types,
     the work fused into it and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
             best is not None, str(y.dtype), PDL["on"], str(x.dtype), zero is not None,
-            heads, ln is not None and ln.weight is None)  # fmt: skip
+            heads, ln is not None and ln.weight is None, x_sums is not None,
+            y_sums is not None)  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
@@ -1160,26 +1204,30 @@ def gemv_tiles(key: tuple) -> tuple:
 
 def gemv(
     x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None,
-    best=None, zero=None, heads: int = 0,
+    best=None, zero=None, heads: int = 0, x_sums=None, y_sums=None,
 ):  # fmt: skip
     """Batch-1 x (..., K) @ W.T for an nn.Linear or Int8Linear, with an optional LayerNorm on x
     before it, and GELU or a residual add after it, in one kernel -> (N,). best: an int64 (1,)
     that also gets the argmax's key (the head, _advance_kernel reads it). zero: a tensor the
-    kernel also fills with 0 (attention's sums, by qkv). heads: x is decode_attention's sums
-    of that many heads, (K + heads,) fp64, and the product takes their output (out_dtype's).
+    kernel also fills with 0 (attention's and the LayerNorms' sums, by qkv). heads: x is
+    decode_attention's sums of that many heads, (K + heads,) fp64, and the product takes their
+    output (out_dtype's). x_sums: (2,) fp64, x's sum and sum of squares, which the kernel
+    before added up (y_sums) for the LayerNorm; y_sums: (2,) fp64 that y's are added into.
     Its tile: tune_gemv's pick for this product, else the autotuner's (else a fixed one under
     the interpreter)."""
     w = layer.weight
     scale = getattr(layer, "scale", None)
     N, K = w.shape
+    if zero is not None and zero.numel() > N:  # each program clears its rows' share
+        raise ValueError(f"gemv: zero has {zero.numel()} elements, more than the {N} outputs")
     given = x
     x, wsum = (x[:K], x[K:]) if heads else (x.reshape(K), None)
     y = torch.empty(N, device=x.device, dtype=out_dtype or x.dtype)
-    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y, zero, heads)
+    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y, zero, heads, x_sums, y_sums)
     calls = _GEMV_RECORD["calls"]
     if calls is not None:
         calls.setdefault(key, []).append(
-            (given, layer, ln, gelu, res, out_dtype, best, zero, heads)
+            (given, layer, ln, gelu, res, out_dtype, best, zero, heads, x_sums, y_sums)
         )
     tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
     int8 = w.dtype == torch.uint8
@@ -1197,11 +1245,13 @@ def gemv(
     g = ln.weight if gain else wsum if wsum is not None else x
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, g, res.reshape(N) if res is not None else y, y,
-        best if best is not None else y, zero if zero is not None else y, N, K,
+        best if best is not None else y, zero if zero is not None else y,
+        x_sums if x_sums is not None else y, y_sums if y_sums is not None else y, N, K,
         zero.numel() if zero is not None else 0, ln.eps if ln is not None else 0.0,
         HAS_SCALE=scale is not None, LN=ln is not None, GAIN=gain, GELU=gelu, RES=res is not None,
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
-        K_LN=triton.next_power_of_2(K) if ln is not None else 1, **fixed,
+        X_SUMS=ln is not None and x_sums is not None, Y_SUMS=y_sums is not None,
+        K_LN=triton.next_power_of_2(K) if ln is not None and x_sums is None else 1, **fixed,
     )  # fmt: skip
     return y
 
@@ -1378,10 +1428,12 @@ def int8_matmul(x, weight, scale):
     return c.reshape(*x.shape[:-1], N)
 
 
-def attention_sums(n_head: int, head_dim: int, device: torch.device) -> torch.Tensor:
+def attention_sums(
+    n_head: int, head_dim: int, device: torch.device, extra: int = 0
+) -> torch.Tensor:
     """A layer's decode_attention output as sums: values weighted (n_head * head_dim,), then
-    the weights (n_head,), fp64 (_attn_kernel)."""
-    return torch.zeros(n_head * (head_dim + 1), device=device, dtype=torch.float64)
+    the weights (n_head,), fp64 (_attn_kernel); extra: that many more fp64 after them."""
+    return torch.zeros(n_head * (head_dim + 1) + extra, device=device, dtype=torch.float64)
 
 
 def attention_output(sums: torch.Tensor, n_head: int, dtype: torch.dtype) -> torch.Tensor:

@@ -275,6 +275,18 @@ for N, K, kind in ((96, 64, "fp32"), (100, 256, "int8"), (30, 100, "int8"), (72,
     err(g.gemv(x, layer, res=r, out_dtype=torch.float32), f32(x) + r.float())
     plain = torch.nn.LayerNorm(K, bias=False, elementwise_affine=False)  # int8's, gains folded
     err(g.gemv(x, layer, ln=plain, out_dtype=torch.float32), f32(plain(x)), kind == "bf16")
+    # a product adds up its output's statistics (each program its rows) for the LayerNorm of
+    # the product after, which then takes them as they are (here y's mean is 40 times its
+    # spread: E[y^2] - mean^2 in fp64)
+    y_sums = torch.full((2,), 0.0, dtype=torch.float64)
+    y = g.gemv(x, layer, res=(r.float() * 0.02 + 40).to(dt), y_sums=y_sums)
+    yd = y.double()
+    assert torch.allclose(y_sums, torch.stack([yd.sum(), (yd * yd).sum()]), rtol=1e-12), y_sums
+    nxt, ln_n = torch.nn.Linear(N, 24, bias=False).to(dt), torch.nn.LayerNorm(N, bias=False, dtype=dt)
+    ln_n.weight.data.uniform_(0.5, 1.5)
+    f32n = lambda v: nxt.weight.float() @ v.float()
+    err(g.gemv(y, nxt, ln=ln_n, x_sums=y_sums, out_dtype=torch.float32), f32n(ln_n(y)),
+        kind == "bf16")
 # --quant int8 folds each LayerNorm's gains into the matrix after it: the same products
 s = g.ModelShape(2, 2, 64, 256, 32)
 m = g.GPT(s).eval().requires_grad_(False)
@@ -296,15 +308,15 @@ assert ((layer.values(torch.float32) * step - lin.weight).abs() <= step / 2 + 1e
 x = torch.randn(3, 256)
 err(g.linear(layer, x, reduce=True), layer(x))  # the compiled decode's spelling of the product
 x, y = torch.randn(256) * 3 + 1, torch.full((40,), float("nan"))  # sum(x) far from 0
-g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, y, 40, 256, 0, 0.0,
+g._gemv_kernel.fn[(5,)](x, layer.weight, layer.scale, x, y, y, y, y, y, y, 40, 256, 0, 0.0,
     HAS_SCALE=True, LN=False, GAIN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False, ATTN_HD=0,
-    PDL=False,
+    X_SUMS=False, Y_SUMS=False, PDL=False,
     COMPILED=False, K_LN=1, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
 err(y, layer(x[None])[0], magic=True)
 xb, y = x.bfloat16(), torch.full((40,), float("nan"))  # bf16 x, as on the GPU
-g._gemv_kernel.fn[(5,)](xb, layer.weight, layer.scale, xb, y, y, y, y, 40, 256, 0, 0.0,
+g._gemv_kernel.fn[(5,)](xb, layer.weight, layer.scale, xb, y, y, y, y, y, y, 40, 256, 0, 0.0,
     HAS_SCALE=True, LN=False, GAIN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False, ATTN_HD=0,
-    PDL=False,
+    X_SUMS=False, Y_SUMS=False, PDL=False,
     COMPILED=False, K_LN=1, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
 err(y, (layer.values(torch.float32) @ xb.float()) * layer.scale, magic=True)
 for M, N, K in ((1, 100, 256), (37, 130, 200), (70, 300, 64), (129, 40, 96), (1100, 130, 64)):
@@ -340,8 +352,12 @@ for P, big in ((0, 0), (5, 0), (63, 0), (64, 0), (130, 0), (199, 0), (150, 200),
     err(g.gemv(sums, proj, res=r, heads=2, out_dtype=torch.float32), proj(want) + r, wide=big != 0)
     assert torch.equal(a.k_cache, kc) and torch.equal(a.v_cache, vc)  # only slot P written
 te, pe, x = torch.randn(50, 24), torch.randn(30, 24), torch.full((24,), float("nan"))
-g._embed_kernel[(2,)](torch.tensor([[7]]), torch.tensor([11]), te, pe, x, 24, BLOCK=16, PDL=False)
+x_sums = torch.full((2,), float("nan"), dtype=torch.float64)
+g._embed_kernel[(1,)](torch.tensor([[7]]), torch.tensor([11]), te, pe, x, x_sums, 24, BLOCK=32,
+                      PDL=False)
 assert torch.equal(x, te[7] + pe[11]), x
+xd = x.double()  # and its statistics for block 0's ln1, stored (not added: nothing clears them)
+assert torch.allclose(x_sums, torch.stack([xd.sum(), (xd * xd).sum()]), rtol=1e-12), x_sums
 best = torch.full((1,), -(2**63), dtype=torch.long)
 tok, pos, out = torch.zeros(1, 1, dtype=torch.long), torch.tensor([3]), torch.zeros(10, dtype=torch.long)
 for sign, tie in ((1, True), (-1, False), (1, False)):  # the head's argmax, then the step's end
@@ -360,6 +376,26 @@ for sign, tie in ((1, True), (-1, False), (1, False)):  # the head's argmax, the
     assert (tok.item(), out[p + 1].item()) == (want, want), (tok, out, want)
     assert best.item() == -(2**63)  # ready for the next step
 assert pos.item() == 6
+# whole decode steps in the kernels against the torch modules' steps, three tokens in a row:
+# the LayerNorms' statistics pass from kernel to kernel, and each step finds the sums the one
+# before left (qkv's product must clear them, or the second step is off)
+s = g.ModelShape(2, 2, 64, 256, 32)
+m = g.GPT(s).eval().requires_grad_(False)
+m.load_state_dict(g.shard(g.random_state_dict(s, 3, torch.device("cpu"), torch.float32), s, 0, 1))
+for ln in (m.ln_f, *(l for b in m.blocks for l in (b.ln1, b.ln2))):
+    ln.weight.uniform_(0.5, 1.5)
+m.setup_cache(torch.device("cpu"), torch.float32)
+m.prefill(torch.randint(0, 256, (1, 5)), torch.tensor([4]))
+caches = [t.clone() for b in m.blocks for t in (b.attn.k_cache, b.attn.v_cache)]
+for P, t in ((5, 17), (6, 200), (7, 3)):
+    tok, pos = torch.tensor([[t]]), torch.tensor([P])
+    got = m.decode_fast(tok, pos).clone()
+    fast = [t.clone() for b in m.blocks for t in (b.attn.k_cache, b.attn.v_cache)]
+    for c, old in zip((t for b in m.blocks for t in (b.attn.k_cache, b.attn.v_cache)), caches):
+        c.copy_(old)
+    err(got, m.decode(tok, pos, 32))
+    caches = [t.clone() for b in m.blocks for t in (b.attn.k_cache, b.attn.v_cache)]
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(fast, caches))
 assert worst_bf16 < 1e-2, worst_bf16  # a weight against the wrong x would be ~1
 assert worst_magic < 1e-4, worst_magic  # a bias left in would be ~1e3
 assert worst_wide < 1e-4, worst_wide  # a chunk weighed wrong would be ~1
@@ -447,12 +483,14 @@ for wt in ("bf16", "u8"):  # Int8Linear keeps w + 128 as uint8
         attn = not uses[i % 4]["LN"] and i % 3 == 0  # proj: x from attention's sums
         types = {"x_ptr": "*fp64" if attn else "*bf16", "w_ptr": "*" + wt, "s_ptr": "*fp32",
                  "g_ptr": "*fp64" if attn else "*bf16", "r_ptr": "*bf16", "y_ptr": "*bf16",
-                 "best_ptr": "*i64", "z_ptr": "*fp64", "N": "i32", "K": "i32", "Z": "i32",
-                 "eps": "fp32"}
+                 "best_ptr": "*i64", "z_ptr": "*fp64", "xs_ptr": "*fp64", "ys_ptr": "*fp64",
+                 "N": "i32", "K": "i32", "Z": "i32", "eps": "fp32"}
         const = dict(HAS_SCALE=wt == "u8", PDL=bool(i % 2), COMPILED=True, **uses[i % 4],
                      GAIN=wt != "u8",  # int8 folds the gains into W
                      ZERO=uses[i % 4]["LN"] and not uses[i % 4]["GELU"], ATTN_HD=128 if attn else 0,
-                     K_LN=2048 if uses[i % 4]["LN"] else 1, **c.kwargs)
+                     X_SUMS=uses[i % 4]["LN"] and i % 5 > 0,  # K_LN: the multi-GPU step's
+                     Y_SUMS=uses[i % 4]["RES"] and i % 5 > 0,
+                     K_LN=2048 if uses[i % 4]["LN"] and i % 5 == 0 else 1, **c.kwargs)
         const = {k: const[k] for k in g._gemv_kernel.fn.arg_names if k in const}
         build(g._gemv_kernel, types, const, num_warps=c.num_warps, num_stages=c.num_stages)
         n += 1
@@ -461,7 +499,8 @@ for pdl in (False, True):
           "pos_ptr": "*i64", "acc_ptr": "*fp64", "T": "i32", "scale": "fp32"},
           dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, PDL=pdl))
     build(g._embed_kernel, {"tok_ptr": "*i64", "pos_ptr": "*i64", "te_ptr": "*bf16",
-          "pe_ptr": "*bf16", "x_ptr": "*bf16", "C": "i32"}, dict(BLOCK=1024, PDL=pdl))
+          "pe_ptr": "*bf16", "x_ptr": "*bf16", "s_ptr": "*fp64", "C": "i32"},
+          dict(BLOCK=2048, PDL=pdl))
     build(g._advance_kernel, {"best_ptr": "*i64", "tok_ptr": "*i64", "pos_ptr": "*i64",
           "out_ptr": "*i64"}, dict(PDL=pdl))
     n += 3
