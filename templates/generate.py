@@ -568,9 +568,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(s.d_model, bias=False)
         self.fc = nn.Linear(s.d_model, 4 * s.d_model // world, bias=False)
         self.fc_proj = nn.Linear(4 * s.d_model // world, s.d_model, bias=False)
-        # decode_fast's LayerNorm statistics (set by GPT.setup_cache): the sum and sum of
-        # squares of x after attention (ln2's), then of the block's output (the next ln1's)
-        self.register_buffer("ln_sums", None, persistent=False)
+        # the sum and sum of squares of the block's output, fp64 (set by GPT.setup_cache): the
+        # last block's fc_proj adds them up for the head's LayerNorm (decode_fast)
+        self.register_buffer("out_sums", None, persistent=False)
 
     def forward(self, x, pos, mask):
         x = x + self.attn(self.ln1(x), pos, mask)
@@ -580,27 +580,25 @@ class Block(nn.Module):
             dist.all_reduce(h)
         return x + h
 
-    def decode_fast(self, x, pos, x_sums=None):
+    def decode_fast(self, x, pos, out_sums: bool = False):
         """forward for one decode token x (C,) in five Triton launches (Engine picks it on a
-        GPU) -> (output, its sum and sum of squares or None). x_sums: x's, from the kernel
-        before (None: ln1's product takes them itself)."""
+        GPU). out_sums: fc_proj's product also adds up the output's sum and sum of squares
+        into self.out_sums (the last block: the head's LayerNorm takes them)."""
         a = self.attn
-        # qkv's product clears attention's sums and the LayerNorms' (one buffer): both are
-        # added into only by kernels after it, and read last step by kernels that have ended
-        qkv = gemv(x, a.qkv, ln=self.ln1, zero=a.sums_base, x_sums=x_sums)
-        sums = decode_attention(qkv, a, pos)
-        if self.world == 1:  # residual adds fused into the row-parallel products, each
-            # adding up its output's statistics for the LayerNorm after it
-            mid, out = self.ln_sums[:2], self.ln_sums[2:]
-            x = gemv(sums, a.proj, res=x, heads=a.n_head, out_dtype=x.dtype, y_sums=mid)
-            h = gemv(x, self.fc, ln=self.ln2, gelu=True, x_sums=mid)
-            return gemv(h, self.fc_proj, res=x, y_sums=out), out
+        # qkv's product clears attention's sums and out_sums (one buffer): both are added into
+        # only by kernels after it, and were read last step by kernels that have ended
+        sums = decode_attention(gemv(x, a.qkv, ln=self.ln1, zero=a.sums_base), a, pos)
+        if self.world == 1:  # residual adds fused into the row-parallel products
+            x = gemv(sums, a.proj, res=x, heads=a.n_head, out_dtype=x.dtype)
+            y_sums = self.out_sums if out_sums else None
+            h = gemv(x, self.fc, ln=self.ln2, gelu=True)
+            return gemv(h, self.fc_proj, res=x, y_sums=y_sums)
         y = gemv(sums, a.proj, heads=a.n_head, out_dtype=x.dtype)
-        dist.all_reduce(y)  # tensor parallel: a product sees part of y, so no statistics
+        dist.all_reduce(y)
         x = x + y
         h = gemv(gemv(x, self.fc, ln=self.ln2, gelu=True), self.fc_proj)
         dist.all_reduce(h)
-        return x + h, None
+        return x + h
 
 
 class GPT(nn.Module):
@@ -624,11 +622,9 @@ class GPT(nn.Module):
             shape = (1, a.n_head, self.shape.seq_len, a.head_dim)
             a.k_cache = torch.zeros(shape, device=device, dtype=dtype)
             a.v_cache = torch.zeros(shape, device=device, dtype=dtype)
-            base = attention_sums(a.n_head, a.head_dim, device, extra=4)
-            a.sums_base, a.sums, b.ln_sums = base, base[:-4], base[-4:]
+            base = attention_sums(a.n_head, a.head_dim, device, extra=2)
+            a.sums_base, a.sums, b.out_sums = base, base[:-2], base[-2:]
         self.work = {
-            # x's sum and sum of squares after the embedding (_embed_kernel, ln1 of block 0)
-            "x_sums": torch.zeros(2, device=device, dtype=torch.float64),
             # the head's argmax as one key (_gemv_kernel's ARGMAX); _advance_kernel resets it
             "best": torch.full((1,), LOWEST_KEY, device=device, dtype=torch.int64),
         }
@@ -666,16 +662,20 @@ class GPT(nn.Module):
         CUDA graph serves every length (S unused)."""
         te, pe = self.tok_emb.weight, self.pos_emb.weight
         x = torch.empty(te.shape[1], device=te.device, dtype=te.dtype)
-        x_sums = self.work["x_sums"]
-        _embed_kernel[(1,)](
-            tok, pos, te, pe, x, x_sums, x.numel(), BLOCK=triton.next_power_of_2(x.numel()),
-            **pdl_args(),
-        )  # fmt: skip
+        _embed_kernel[(triton.cdiv(x.numel(), 256),)](
+            tok, pos, te, pe, x, x.numel(), BLOCK=256, **pdl_args()
+        )
+        # The head's LayerNorm statistics come from the last block's fc_proj (two atomics a
+        # program): each of the head's thousands of programs would take them itself. Not so
+        # in the blocks (round 17): there the product adding them up paid more than the one
+        # after saved.
+        last = self.blocks[-1]
+        sums = HEAD_SUMS and last.world == 1
         for b in self.blocks:
-            x, x_sums = b.decode_fast(x, pos, x_sums)
+            x = b.decode_fast(x, pos, out_sums=sums and b is last)
         head = gemv(
             x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"],
-            x_sums=x_sums,
+            x_sums=last.out_sums if sums else None,
         )  # fmt: skip
         return head.view(1, -1)
 
@@ -876,14 +876,28 @@ if triton is not None:
         return tl.exp2(u - n).to(tl.float64) * two_n
 
     @triton.jit
+    def _fma_chain(acc, w, x, LEVELS: tl.constexpr):
+        """acc + the sum over the last LEVELS axes (each of size 2) of w * x, as one chain of
+        multiply-adds (tl.sum's tree would take a multiply and an add a weight)."""
+        if LEVELS == 0:
+            return acc + w * x
+        else:
+            w0, w1 = tl.split(w)
+            x0, x1 = tl.split(x)
+            return _fma_chain(_fma_chain(acc, w0, x0, LEVELS - 1), w1, x1, LEVELS - 1)
+
+    @triton.jit
     def _gemv_tile(
         acc, xs, w, xk, gk, kmask, mean, rstd, LN: tl.constexpr, GAIN: tl.constexpr,
-        MAGIC: tl.constexpr, COMPILED: tl.constexpr,
+        MAGIC: tl.constexpr, COMPILED: tl.constexpr, LANE: tl.constexpr,
     ):  # fmt: skip
         """(acc + w * prologue(x), xs + prologue(x)) for one (BLOCK_N, BLOCK_K) tile of weights,
         x's chunk xk (kmask: its elements within K) and the LayerNorm's gains gk (GAIN; int8
         folds them into W); MAGIC: w + INT8_BIAS in place of w (xs lets the bias be taken off
-        once)."""
+        once). LANE > 0: acc (BLOCK_N, BLOCK_K >> LANE) gets each run of 2**LANE neighbouring
+        weights' products (a thread's one 16-byte load) summed, the bias taken off each run's
+        sum (xs unused): an accumulator a run, not a weight (round 14: 128 -> 56 registers a
+        thread for int8's 16 x 512 tile)."""
         if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
             xn = (xk.to(tl.float32) - mean) * rstd
             if GAIN:  # 0 past K (masked gains), as x is
@@ -894,12 +908,26 @@ if triton is not None:
         xf = xk.to(tl.float32)
         if MAGIC:
             wf = _int8_biased(w, COMPILED)
-            xs += xf
         elif w.dtype == tl.uint8:  # Int8Linear's offset weights, converted as numbers
             wf = w.to(tl.float32) - _INT8_OFFSET
         else:
             wf = w.to(tl.float32)
-        return acc + wf * xf[None, :], xs
+        if LANE == 0:
+            if MAGIC:
+                xs += xf
+            return acc + wf * xf[None, :], xs
+        else:
+            BLOCK_N: tl.constexpr = w.shape[0]
+            RUNS: tl.constexpr = w.shape[1] >> LANE
+            xr = tl.reshape(xf, [1, RUNS] + [2] * LANE)
+            zero = tl.zeros([BLOCK_N, RUNS], tl.float32)
+            part = _fma_chain(zero, tl.reshape(wf, [BLOCK_N, RUNS] + [2] * LANE), xr, LANE)
+            if MAGIC:  # (w + bias) x is exact for bf16 x (16 + 8 significant bits): the bias
+                # comes off a run's 16 products while their sum is small
+                ones = tl.full(xr.shape, 1.0, tl.float32)
+                xrun = _fma_chain(tl.zeros([1, RUNS], tl.float32), xr, ones, LANE)
+                part -= _INT8_BIAS * xrun
+            return acc + part, xs
 
     @triton.autotune(
         configs=_GEMV_CONFIGS,
@@ -913,7 +941,8 @@ if triton is not None:
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GAIN: tl.constexpr, GELU: tl.constexpr,
         RES: tl.constexpr, ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr,
         X_SUMS: tl.constexpr, Y_SUMS: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr,
-        K_LN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
+        K_LN: tl.constexpr, LANE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
         stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
@@ -927,10 +956,10 @@ if triton is not None:
         attention after it adds into). ATTN_HD: x is attention's sums (_attn_kernel), o (K,)
         then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype.
         X_SUMS (with LN): x's sum and sum of squares (fp64, at xs_ptr) were added up by the
-        kernel before (Y_SUMS, _embed_kernel): two loads for the statistics, no reduction.
+        kernel before (Y_SUMS): two loads for the statistics, no reduction.
         Y_SUMS: adds the stored y's sum and sum of squares into ys_ptr (cleared before: ZERO).
         K_LN: the power of 2 at or above K where LN takes x's statistics itself (one load),
-        else 1."""
+        else 1. LANE: see _gemv_tile (the head: round 14 measured it 35.0 -> 30.7 us)."""
         if PDL:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -975,9 +1004,11 @@ if triton is not None:
             xa = tl.load(x_ptr + rx, mask=rx < K, other=0.0).to(tl.float32)
             mean = tl.sum(xa, 0) / K  # both sums at once: one reduction's latency, not two
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(xa * xa, 0) / K - mean * mean, 0.0) + eps)
-        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        acc = tl.zeros([BLOCK_N, BLOCK_K >> LANE], tl.float32)
         xs = tl.zeros([BLOCK_K], tl.float32)
-        acc, xs = _gemv_tile(acc, xs, w, x0, g0, k0mask, mean, rstd, LN, GAIN, MAGIC, COMPILED)
+        acc, xs = _gemv_tile(
+            acc, xs, w, x0, g0, k0mask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
+        )  # fmt: skip
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             kmask = rk < K
@@ -990,9 +1021,9 @@ if triton is not None:
             xk = _x_chunk(x_ptr, g_ptr, rk, kmask, ATTN_HD, y_ptr.dtype.element_ty)
             gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN and GAIN else w
             acc, xs = _gemv_tile(
-                acc, xs, w, xk, gk, kmask, mean, rstd, LN, GAIN, MAGIC, COMPILED
+                acc, xs, w, xk, gk, kmask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
             )  # fmt: skip
-        if MAGIC:  # the bias off each lane's K / BLOCK_K products before the sum over lanes,
+        if MAGIC and LANE == 0:  # the bias off each lane's K / BLOCK_K products before the sum over lanes,
             # while they are small: (w + bias) x is exact for bf16 x (16 + 8 significant bits)
             acc -= _INT8_BIAS * xs[None, :]
         y = tl.sum(acc, 1)
@@ -1071,24 +1102,19 @@ if triton is not None:
 
     @triton.jit
     def _embed_kernel(
-        tok_ptr, pos_ptr, te_ptr, pe_ptr, x_ptr, s_ptr, C, BLOCK: tl.constexpr, PDL: tl.constexpr
+        tok_ptr, pos_ptr, te_ptr, pe_ptr, x_ptr, C, BLOCK: tl.constexpr, PDL: tl.constexpr
     ):
-        """x <- tok_emb[tok] + pos_emb[pos], reading both from device memory, and x's sum and
-        sum of squares (fp64, as stored) into s_ptr for the first LayerNorm: one program."""
+        """x <- tok_emb[tok] + pos_emb[pos], reading both from device memory (one launch)."""
         if PDL:
             gdc_launch_dependents()
             gdc_wait()
         tok = tl.load(tok_ptr)
         pos = tl.load(pos_ptr)
-        rc = tl.arange(0, BLOCK)
+        rc = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         cm = rc < C
         e = tl.load(te_ptr + tok * C + rc, mask=cm, other=0.0).to(tl.float32)
         e += tl.load(pe_ptr + pos * C + rc, mask=cm, other=0.0).to(tl.float32)
-        x = e.to(x_ptr.dtype.element_ty)
-        tl.store(x_ptr + rc, x, mask=cm)
-        xr = tl.where(cm, x.to(tl.float64), 0.0)
-        tl.store(s_ptr, tl.sum(xr, 0))
-        tl.store(s_ptr + 1, tl.sum(xr * xr, 0))
+        tl.store(x_ptr + rc, e.to(x_ptr.dtype.element_ty), mask=cm)
 
     _LOWEST_KEY = tl.constexpr(LOWEST_KEY)  # a jit function reads constexpr globals only
 
@@ -1151,6 +1177,8 @@ if triton is not None:
 ATTN_CHUNK = 64  # cache slots per attention program
 ATTN_WARPS = 2  # warps per attention program (round 11: +2.3 % bf16, +3.9 % int8 over 4)
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
+HEAD_SUMS = True  # round 17: the head's LayerNorm statistics from the last fc_proj
+HEAD_RUNS = True  # round 17: the head's accumulators one per 16-byte run of weights
 
 
 def pdl_args() -> dict:
@@ -1212,7 +1240,8 @@ def gemv(
     kernel also fills with 0 (attention's and the LayerNorms' sums, by qkv). heads: x is
     decode_attention's sums of that many heads, (K + heads,) fp64, and the product takes their
     output (out_dtype's). x_sums: (2,) fp64, x's sum and sum of squares, which the kernel
-    before added up (y_sums) for the LayerNorm; y_sums: (2,) fp64 that y's are added into.
+    before added up (y_sums) for the LayerNorm; y_sums: (2,) fp64 that y's are added into
+    (cleared before).
     Its tile: tune_gemv's pick for this product, else the autotuner's (else a fixed one under
     the interpreter)."""
     w = layer.weight
@@ -1251,7 +1280,9 @@ def gemv(
         HAS_SCALE=scale is not None, LN=ln is not None, GAIN=gain, GELU=gelu, RES=res is not None,
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
         X_SUMS=ln is not None and x_sums is not None, Y_SUMS=y_sums is not None,
-        K_LN=triton.next_power_of_2(K) if ln is not None and x_sums is None else 1, **fixed,
+        K_LN=triton.next_power_of_2(K) if ln is not None and x_sums is None else 1,
+        LANE=(16 // w.element_size()).bit_length() - 1 if best is not None and HEAD_RUNS else 0,
+        **fixed,
     )  # fmt: skip
     return y
 

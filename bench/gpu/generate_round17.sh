@@ -7,12 +7,21 @@
 # two atomics a program) into the layer's buffer, which qkv's product clears with attention's
 # sums; qkv, fc and the head then load two numbers, not all of x and a reduction. The head
 # also reads the best key before it waits, not at each program's end.
+# Call 2 (PARTS="newint8 nosums noruns oldint8 newbf16 oldbf16"): call 1's change taken back
+# in the blocks (their products there cost more than the ones after saved), kept for the head
+# alone: the last block's fc_proj adds up its output's statistics (HEAD_SUMS), the head's
+# accumulators are one a 16-byte run of weights (HEAD_RUNS), and it reads the best key early;
+# nosums / noruns: the same template with one of the two off.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 T8=16x512x4,16x512x8,32x512x8,8x1024x8,8x2048x8
 for part in ${PARTS:-newint8 oldint8 newbf16 oldbf16 new124 old124 probe13}; do case $part in
+nosums) sed 's/^HEAD_SUMS = True/HEAD_SUMS = False/' $W/gen.py > $W/gen_nosums.py
+  step g17-int8-nosums 100 python3 $W/gen_nosums.py --size 1.3b $BENCH --compile-cache /tmp/cins --quant int8 ;;
+noruns) sed 's/^HEAD_RUNS = True/HEAD_RUNS = False/' $W/gen.py > $W/gen_noruns.py
+  step g17-int8-noruns 100 python3 $W/gen_noruns.py --size 1.3b $BENCH --compile-cache /tmp/cinr --quant int8 ;;
 *) generate_part g17 $part || echo "unknown part: $part" ;;
 esac; done
 summarize "$GENERATE_SUMMARY"
