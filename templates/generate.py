@@ -529,7 +529,6 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("k_cache", None, persistent=False)
         self.register_buffer("v_cache", None, persistent=False)
         self.register_buffer("sums", None, persistent=False)  # decode_attention's, fp64
-        self.register_buffer("sums_base", None, persistent=False)  # sums, then Block.ln_sums
 
     def forward(self, x, pos, mask):
         """x (1, T, C). Prefill (mask None): positions 0..T-1, causal. Decode (T=1): position
@@ -568,9 +567,6 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(s.d_model, bias=False)
         self.fc = nn.Linear(s.d_model, 4 * s.d_model // world, bias=False)
         self.fc_proj = nn.Linear(4 * s.d_model // world, s.d_model, bias=False)
-        # the sum and sum of squares of the block's output, fp64 (set by GPT.setup_cache): the
-        # last block's fc_proj adds them up for the head's LayerNorm (decode_fast)
-        self.register_buffer("out_sums", None, persistent=False)
 
     def forward(self, x, pos, mask):
         x = x + self.attn(self.ln1(x), pos, mask)
@@ -580,19 +576,14 @@ class Block(nn.Module):
             dist.all_reduce(h)
         return x + h
 
-    def decode_fast(self, x, pos, out_sums: bool = False):
+    def decode_fast(self, x, pos):
         """forward for one decode token x (C,) in five Triton launches (Engine picks it on a
-        GPU). out_sums: fc_proj's product also adds up the output's sum and sum of squares
-        into self.out_sums (the last block: the head's LayerNorm takes them)."""
+        GPU)."""
         a = self.attn
-        # qkv's product clears attention's sums and out_sums (one buffer): both are added into
-        # only by kernels after it, and were read last step by kernels that have ended
-        sums = decode_attention(gemv(x, a.qkv, ln=self.ln1, zero=a.sums_base), a, pos)
+        sums = decode_attention(gemv(x, a.qkv, ln=self.ln1, zero=a.sums), a, pos)
         if self.world == 1:  # residual adds fused into the row-parallel products
             x = gemv(sums, a.proj, res=x, heads=a.n_head, out_dtype=x.dtype)
-            y_sums = self.out_sums if out_sums else None
-            h = gemv(x, self.fc, ln=self.ln2, gelu=True)
-            return gemv(h, self.fc_proj, res=x, y_sums=y_sums)
+            return gemv(gemv(x, self.fc, ln=self.ln2, gelu=True), self.fc_proj, res=x)
         y = gemv(sums, a.proj, heads=a.n_head, out_dtype=x.dtype)
         dist.all_reduce(y)
         x = x + y
@@ -622,8 +613,7 @@ class GPT(nn.Module):
             shape = (1, a.n_head, self.shape.seq_len, a.head_dim)
             a.k_cache = torch.zeros(shape, device=device, dtype=dtype)
             a.v_cache = torch.zeros(shape, device=device, dtype=dtype)
-            base = attention_sums(a.n_head, a.head_dim, device, extra=2)
-            a.sums_base, a.sums, b.out_sums = base, base[:-2], base[-2:]
+            a.sums = attention_sums(a.n_head, a.head_dim, device)
         self.work = {
             # the head's argmax as one key (_gemv_kernel's ARGMAX); _advance_kernel resets it
             "best": torch.full((1,), LOWEST_KEY, device=device, dtype=torch.int64),
@@ -665,18 +655,9 @@ class GPT(nn.Module):
         _embed_kernel[(triton.cdiv(x.numel(), 256),)](
             tok, pos, te, pe, x, x.numel(), BLOCK=256, **pdl_args()
         )
-        # The head's LayerNorm statistics come from the last block's fc_proj (two atomics a
-        # program): each of the head's thousands of programs would take them itself. Not so
-        # in the blocks (round 17): there the product adding them up paid more than the one
-        # after saved.
-        last = self.blocks[-1]
-        sums = HEAD_SUMS and last.world == 1
         for b in self.blocks:
-            x = b.decode_fast(x, pos, out_sums=sums and b is last)
-        head = gemv(
-            x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"],
-            x_sums=last.out_sums if sums else None,
-        )  # fmt: skip
+            x = b.decode_fast(x, pos)
+        head = gemv(x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"])
         return head.view(1, -1)
 
 
@@ -896,8 +877,11 @@ if triton is not None:
         folds them into W); MAGIC: w + INT8_BIAS in place of w (xs lets the bias be taken off
         once). LANE > 0: acc (BLOCK_N, BLOCK_K >> LANE) gets each run of 2**LANE neighbouring
         weights' products (a thread's one 16-byte load) summed, the bias taken off each run's
-        sum (xs unused): an accumulator a run, not a weight (round 14: 128 -> 56 registers a
-        thread for int8's 16 x 512 tile)."""
+        sum (xs unused): an accumulator a run, not a weight, and a short sum over lanes at the
+        end. The head's (round 17: int8 41.7 -> 33.5 us in the graph); the bias then comes off
+        16 products at a time, ~1e-4 of the logits, not ~1e-6 (the block products keep LANE 0:
+        round 14, all products so, was 7.7 % slower).
+        """
         if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
             xn = (xk.to(tl.float32) - mean) * rstd
             if GAIN:  # 0 past K (masked gains), as x is
@@ -937,12 +921,11 @@ if triton is not None:
     )
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, xs_ptr, ys_ptr, N, K, Z, eps,
+        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, N, K, Z, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GAIN: tl.constexpr, GELU: tl.constexpr,
         RES: tl.constexpr, ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr,
-        X_SUMS: tl.constexpr, Y_SUMS: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr,
-        K_LN: tl.constexpr, LANE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        MAGIC: tl.constexpr,
+        PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr, LANE: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
         stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
@@ -955,11 +938,8 @@ if triton is not None:
         ZERO: also z[:Z] <- 0 (qkv's product clears its layer's attention sums, which the
         attention after it adds into). ATTN_HD: x is attention's sums (_attn_kernel), o (K,)
         then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype.
-        X_SUMS (with LN): x's sum and sum of squares (fp64, at xs_ptr) were added up by the
-        kernel before (Y_SUMS): two loads for the statistics, no reduction.
-        Y_SUMS: adds the stored y's sum and sum of squares into ys_ptr (cleared before: ZERO).
-        K_LN: the power of 2 at or above K where LN takes x's statistics itself (one load),
-        else 1. LANE: see _gemv_tile (the head: round 14 measured it 35.0 -> 30.7 us)."""
+        K_LN: the power of 2 at or above K where LN (x's statistics in one load), else 1.
+        LANE: see _gemv_tile (the head's: 41.7 -> 33.5 us, round 17)."""
         if PDL:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -994,12 +974,7 @@ if triton is not None:
             r = tl.load(r_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         mean = 0.0
         rstd = 1.0
-        if LN and X_SUMS:  # fp64: E[x^2] - mean^2 loses nothing that matters to bf16's x
-            mean64 = tl.load(xs_ptr) / K
-            var = (tl.load(xs_ptr + 1) / K - mean64 * mean64).to(tl.float32)
-            mean = mean64.to(tl.float32)
-            rstd = 1.0 / tl.sqrt(tl.maximum(var, 0.0) + eps)
-        elif LN:  # every program normalises x itself: all K elements in one load
+        if LN:  # every program normalises x itself: all K elements in one load
             rx = tl.arange(0, K_LN)
             xa = tl.load(x_ptr + rx, mask=rx < K, other=0.0).to(tl.float32)
             mean = tl.sum(xa, 0) / K  # both sums at once: one reduction's latency, not two
@@ -1023,8 +998,8 @@ if triton is not None:
             acc, xs = _gemv_tile(
                 acc, xs, w, xk, gk, kmask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
             )  # fmt: skip
-        if MAGIC and LANE == 0:  # the bias off each lane's K / BLOCK_K products before the sum over lanes,
-            # while they are small: (w + bias) x is exact for bf16 x (16 + 8 significant bits)
+        if MAGIC and LANE == 0:  # the bias off each lane's K / BLOCK_K products before the sum
+            # over lanes, while they are small: (w + bias) x is exact for bf16 x (16 + 8 bits)
             acc -= _INT8_BIAS * xs[None, :]
         y = tl.sum(acc, 1)
         if HAS_SCALE:
@@ -1034,10 +1009,6 @@ if triton is not None:
         if RES:
             y = y + r
         tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
-        if Y_SUMS:  # of y as stored, as the next product's LayerNorm would load it
-            yr = tl.where(nmask, y.to(y_ptr.dtype.element_ty).to(tl.float64), 0.0)
-            tl.atomic_add(ys_ptr, tl.sum(yr, 0), sem="relaxed")
-            tl.atomic_add(ys_ptr + 1, tl.sum(yr * yr, 0), sem="relaxed")
         if ARGMAX:
             y = tl.where(nmask, y, float("-inf"))
             top = tl.max(y, 0)
@@ -1177,8 +1148,6 @@ if triton is not None:
 ATTN_CHUNK = 64  # cache slots per attention program
 ATTN_WARPS = 2  # warps per attention program (round 11: +2.3 % bf16, +3.9 % int8 over 4)
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
-HEAD_SUMS = True  # round 17: the head's LayerNorm statistics from the last fc_proj
-HEAD_RUNS = True  # round 17: the head's accumulators one per 16-byte run of weights
 
 
 def pdl_args() -> dict:
@@ -1215,15 +1184,12 @@ GEMV_PICKS: dict[tuple, tuple[int, int, int]] = {}  # gemv_key -> tile (tune_gem
 _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
 
 
-def gemv_key(
-    N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads, x_sums, y_sums
-) -> tuple:
+def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads) -> tuple:
     """What a product's fastest tile may depend on: its shape, weight, output and input types,
     the work fused into it and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
             best is not None, str(y.dtype), PDL["on"], str(x.dtype), zero is not None,
-            heads, ln is not None and ln.weight is None, x_sums is not None,
-            y_sums is not None)  # fmt: skip
+            heads, ln is not None and ln.weight is None)  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
@@ -1232,16 +1198,14 @@ def gemv_tiles(key: tuple) -> tuple:
 
 def gemv(
     x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None,
-    best=None, zero=None, heads: int = 0, x_sums=None, y_sums=None,
+    best=None, zero=None, heads: int = 0,
 ):  # fmt: skip
     """Batch-1 x (..., K) @ W.T for an nn.Linear or Int8Linear, with an optional LayerNorm on x
     before it, and GELU or a residual add after it, in one kernel -> (N,). best: an int64 (1,)
     that also gets the argmax's key (the head, _advance_kernel reads it). zero: a tensor the
-    kernel also fills with 0 (attention's and the LayerNorms' sums, by qkv). heads: x is
-    decode_attention's sums of that many heads, (K + heads,) fp64, and the product takes their
-    output (out_dtype's). x_sums: (2,) fp64, x's sum and sum of squares, which the kernel
-    before added up (y_sums) for the LayerNorm; y_sums: (2,) fp64 that y's are added into
-    (cleared before).
+    kernel also fills with 0 (attention's sums, by qkv). heads: x is decode_attention's sums
+    of that many heads, (K + heads,) fp64, and the product takes their output (out_dtype's).
+    The head (best) keeps an accumulator a 16-byte run of weights (_gemv_tile's LANE).
     Its tile: tune_gemv's pick for this product, else the autotuner's (else a fixed one under
     the interpreter)."""
     w = layer.weight
@@ -1252,11 +1216,11 @@ def gemv(
     given = x
     x, wsum = (x[:K], x[K:]) if heads else (x.reshape(K), None)
     y = torch.empty(N, device=x.device, dtype=out_dtype or x.dtype)
-    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y, zero, heads, x_sums, y_sums)
+    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y, zero, heads)
     calls = _GEMV_RECORD["calls"]
     if calls is not None:
         calls.setdefault(key, []).append(
-            (given, layer, ln, gelu, res, out_dtype, best, zero, heads, x_sums, y_sums)
+            (given, layer, ln, gelu, res, out_dtype, best, zero, heads)
         )
     tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
     int8 = w.dtype == torch.uint8
@@ -1274,15 +1238,12 @@ def gemv(
     g = ln.weight if gain else wsum if wsum is not None else x
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, g, res.reshape(N) if res is not None else y, y,
-        best if best is not None else y, zero if zero is not None else y,
-        x_sums if x_sums is not None else y, y_sums if y_sums is not None else y, N, K,
+        best if best is not None else y, zero if zero is not None else y, N, K,
         zero.numel() if zero is not None else 0, ln.eps if ln is not None else 0.0,
         HAS_SCALE=scale is not None, LN=ln is not None, GAIN=gain, GELU=gelu, RES=res is not None,
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
-        X_SUMS=ln is not None and x_sums is not None, Y_SUMS=y_sums is not None,
-        K_LN=triton.next_power_of_2(K) if ln is not None and x_sums is None else 1,
-        LANE=(16 // w.element_size()).bit_length() - 1 if best is not None and HEAD_RUNS else 0,
-        **fixed,
+        K_LN=triton.next_power_of_2(K) if ln is not None else 1,
+        LANE=(16 // w.element_size()).bit_length() - 1 if best is not None else 0, **fixed,
     )  # fmt: skip
     return y
 
@@ -1459,12 +1420,10 @@ def int8_matmul(x, weight, scale):
     return c.reshape(*x.shape[:-1], N)
 
 
-def attention_sums(
-    n_head: int, head_dim: int, device: torch.device, extra: int = 0
-) -> torch.Tensor:
+def attention_sums(n_head: int, head_dim: int, device: torch.device) -> torch.Tensor:
     """A layer's decode_attention output as sums: values weighted (n_head * head_dim,), then
-    the weights (n_head,), fp64 (_attn_kernel); extra: that many more fp64 after them."""
-    return torch.zeros(n_head * (head_dim + 1) + extra, device=device, dtype=torch.float64)
+    the weights (n_head,), fp64 (_attn_kernel)."""
+    return torch.zeros(n_head * (head_dim + 1), device=device, dtype=torch.float64)
 
 
 def attention_output(sums: torch.Tensor, n_head: int, dtype: torch.dtype) -> torch.Tensor:
