@@ -16,6 +16,8 @@ attention's sums and proj reads its x from them). Round 9 measured t0 = 1.3 us (
     python bench/gpu/gemv_cost.py --sweep --tiles 16x512x4,32x512x4 --template OLD.py
                                                # those tiles (MAGIC for int8) of another template
     python bench/gpu/gemv_cost.py --no-ln ...      # the same products without their LayerNorm
+    python bench/gpu/gemv_cost.py --sweep --head --only head --quant int8 --tiles ...
+                                               # the head's tiles too (only: those products)
     TRITON_INTERPRET=1 python bench/gpu/gemv_cost.py --smoke   # CPU: runs each product once
 """
 
@@ -159,11 +161,15 @@ def main() -> None:
     ap.add_argument("--tiles", type=parse_tiles, default=(), help="--sweep these NxKxWARPS only")
     ap.add_argument("--template", default="templates/generate.py", help="whose gemv to time")
     ap.add_argument("--no-ln", action="store_true", help="the products without their LayerNorm")
+    ap.add_argument("--head", action="store_true", help="--sweep the head's tiles too")
+    ap.add_argument("--only", default="", help="these products (comma-separated names) only")
     a = ap.parse_args()
     g = load_template(a.template)
     dev = torch.device("cpu" if a.smoke else "cuda")
     dt = torch.float32 if a.smoke else torch.bfloat16
     shapes = {k: (n // 64, kk // 64, e) for k, (n, kk, e) in SHAPES.items()} if a.smoke else SHAPES
+    if a.only:
+        shapes = {k: v for k, v in shapes.items() if k in a.only.split(",")}
     if a.no_ln:  # what a LayerNorm prologue costs: the same products, x taken as it is
         shapes = {k: (n, kk, e.replace("ln+", "")) for k, (n, kk, e) in shapes.items()}
     layers = 2 if a.smoke else a.layers
@@ -228,7 +234,7 @@ def main() -> None:
                 us[pdl] = t * 1e6
                 if name != "head":  # the fit: the block products (the head also argmaxes)
                     rows.setdefault((quant, pdl), []).append((nbytes, t))
-            if a.sweep and name != "head":
+            if a.sweep and (name != "head" or a.head):
                 sweep(g, step, first, want, f"{name} {quant}", (N, K), n_mats, nbytes, a)
             pdl_us = f"{us[True]:.2f}" if True in us else "-"
             rate = nbytes / us[False] / 1e6  # nan under --smoke

@@ -12,12 +12,18 @@
 # alone: the last block's fc_proj adds up its output's statistics (HEAD_SUMS), the head's
 # accumulators are one a 16-byte run of weights (HEAD_RUNS), and it reads the best key early;
 # nosums / noruns: the same template with one of the two off.
+# Call 3 (PARTS="newint8 oldint8 newbf16 oldbf16 new124 old124 headsweep"): the head's run
+# accumulators kept (HEAD_SUMS dropped, the statistics code gone) against 653f247 at all three
+# sizes; headsweep: the int8 head's tiles in gemv_cost.py's graph (its accumulators take few
+# registers now, so wider tiles may fit).
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 T8=16x512x4,16x512x8,32x512x8,8x1024x8,8x2048x8
+HT=16x512x4,64x512x16,32x512x8,16x1024x8,32x1024x8,32x1024x16,64x1024x16,16x2048x8,32x2048x16,8x2048x4,128x512x16,64x512x8,32x512x4,16x1024x4,8x1024x4
 for part in ${PARTS:-newint8 oldint8 newbf16 oldbf16 new124 old124 probe13}; do case $part in
+headsweep) step head-sweep 200 python3 bench/gpu/gemv_cost.py --sweep --head --only head --quant int8 --tiles $HT ;;
 nosums) sed 's/^HEAD_SUMS = True/HEAD_SUMS = False/' $W/gen.py > $W/gen_nosums.py
   step g17-int8-nosums 100 python3 $W/gen_nosums.py --size 1.3b $BENCH --compile-cache /tmp/cins --quant int8 ;;
 noruns) sed 's/^HEAD_RUNS = True/HEAD_RUNS = False/' $W/gen.py > $W/gen_noruns.py
