@@ -16,6 +16,9 @@
 # accumulators kept (HEAD_SUMS dropped, the statistics code gone) against 653f247 at all three
 # sizes; headsweep: the int8 head's tiles in gemv_cost.py's graph (its accumulators take few
 # registers now, so wider tiles may fit).
+# Call 4 (PARTS="newint8 oldint8 probe13 train sampleint8 samplebf16 newint8w"): the kept
+# template's second same-call pair with the probe beside it, round 8's trained-checkpoint check
+# (held-out loss, 300 samples) and a restart on the warm cache.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
