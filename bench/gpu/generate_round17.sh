@@ -19,6 +19,9 @@
 # Call 4 (PARTS="newint8 oldint8 probe13 train sampleint8 samplebf16 newint8w"): the kept
 # template's second same-call pair with the probe beside it, round 8's trained-checkpoint check
 # (held-out loss, 300 samples) and a restart on the warm cache.
+# Call 5 (PARTS="newint8 tilesint8 tilesweep"): wider int8 tiles (8 x 2048 and 16 x 2048 with 16
+# warps, 8 x 4096 with 16) added to the tuner's candidates (tilesint8, a sed copy), and the
+# block products swept with them in gemv_cost.py's graph.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -26,6 +29,10 @@ source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 T8=16x512x4,16x512x8,32x512x8,8x1024x8,8x2048x8
 HT=16x512x4,64x512x16,32x512x8,16x1024x8,32x1024x8,32x1024x16,64x1024x16,16x2048x8,32x2048x16,8x2048x4,128x512x16,64x512x8,32x512x4,16x1024x4,8x1024x4
 for part in ${PARTS:-newint8 oldint8 newbf16 oldbf16 new124 old124 probe13}; do case $part in
+tilesint8) sed 's/^        (4, 2048, 8), (8, 2048, 8), (2, 2048, 4), (64, 512, 16),$/&\n        (8, 2048, 16), (16, 2048, 16), (8, 4096, 16),/' $W/gen.py > $W/gen_tiles.py
+  grep -c "(8, 4096, 16)" $W/gen_tiles.py >> $LOG
+  step g17-int8-tiles 110 python3 $W/gen_tiles.py --size 1.3b $BENCH --compile-cache /tmp/cit --quant int8 ;;
+tilesweep) step tile-sweep 120 python3 bench/gpu/gemv_cost.py --sweep --quant int8 --only qkv,fc,fc_proj,proj --tiles 8x2048x8,8x2048x16,16x2048x16,8x4096x16,16x512x8,8x1024x4 ;;
 headsweep) step head-sweep 200 python3 bench/gpu/gemv_cost.py --sweep --head --only head --quant int8 --tiles $HT ;;
 nosums) sed 's/^HEAD_SUMS = True/HEAD_SUMS = False/' $W/gen.py > $W/gen_nosums.py
   step g17-int8-nosums 100 python3 $W/gen_nosums.py --size 1.3b $BENCH --compile-cache /tmp/cins --quant int8 ;;
