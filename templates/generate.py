@@ -43,16 +43,17 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
 Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 628-641
-and 2,031-2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 16):
+and 2,031-2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 17):
     --size 1.3b   1,131 tokens/s decode (1.80x the probe, 62% of 4.8 TB/s), 3.6 ms to the
                   first token; ready 30 s after the process starts on a cold cache, 6.7 s on a
-                  warm --compile-cache; --quant int8 1,499-1,501 (2.38x), 6.7 ms to the first
-                  token, ready 36 s cold, 6.6 s warm
+                  warm --compile-cache; --quant int8 1,529-1,530 (2.43x), 6.6 ms to the first
+                  token, ready 39 s cold, 6.3 s warm
     --size 124m   5,500-5,608 tokens/s (2.70-2.76x), 1.0-1.2 ms to the first token
 Where the rest goes: each kernel has a fixed cost of ~2 us (~123 kernels a token): its last
 programs' round trips to memory after the kernel before ends; the matrix-vector kernels read
 bf16 at ~4.5 TB/s and int8 at ~3.4 TB/s beyond it; attention is ~4.1-4.5 us a layer (round
-15: 6.2-6.8 with a merge pass); the LayerNorm prologues ~40 us a token (round 16). On CPU it
+15: 6.2-6.8 with a merge pass); the LayerNorm prologues ~40 us a token (round 16); the head,
+many waves of programs, keeps an accumulator a 16-byte run (int8: ~8 us, round 17). On CPU it
 runs eager by default and starts at once; --compile there costs ~30 s (94 s for a 3M model on a
 laptop) before the first token.
 
