@@ -22,6 +22,8 @@
 # Call 5 (PARTS="newint8 tilesint8 tilesweep"): wider int8 tiles (8 x 2048 and 16 x 2048 with 16
 # warps, 8 x 4096 with 16) added to the tuner's candidates (tilesint8, a sed copy), and the
 # block products swept with them in gemv_cost.py's graph.
+# Call 6 (PARTS="boundary"): bench/gpu/boundary_cost.py, what a kernel boundary costs alone
+# (120 steps, without and with PDL) against a grid-wide barrier in one persistent kernel.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -33,6 +35,8 @@ tilesint8) sed 's/^        (4, 2048, 8), (8, 2048, 8), (2, 2048, 4), (64, 512, 1
   grep -c "(8, 4096, 16)" $W/gen_tiles.py >> $LOG
   step g17-int8-tiles 110 python3 $W/gen_tiles.py --size 1.3b $BENCH --compile-cache /tmp/cit --quant int8 ;;
 tilesweep) step tile-sweep 120 python3 bench/gpu/gemv_cost.py --sweep --quant int8 --only qkv,fc,fc_proj,proj --tiles 8x2048x8,8x2048x16,16x2048x16,8x4096x16,16x512x8,8x1024x4 ;;
+boundary) step boundary 150 python3 bench/gpu/boundary_cost.py
+  step boundary-32k 150 python3 bench/gpu/boundary_cost.py --bytes 32768 ;;
 headsweep) step head-sweep 200 python3 bench/gpu/gemv_cost.py --sweep --head --only head --quant int8 --tiles $HT ;;
 nosums) sed 's/^HEAD_SUMS = True/HEAD_SUMS = False/' $W/gen.py > $W/gen_nosums.py
   step g17-int8-nosums 100 python3 $W/gen_nosums.py --size 1.3b $BENCH --compile-cache /tmp/cins --quant int8 ;;
