@@ -8,7 +8,8 @@ step loading B bytes a program of fresh data (a stand-in for a product's first t
 - kernels, no PDL: K launches in one CUDA graph, each after the one before has ended;
 - kernels, PDL: each launches early and waits in gdc_wait for the one before (as generate's);
 - one kernel, barriers: P resident programs pass K grid-wide barriers (each program adds 1 to
-  a counter, then re-reads it, an acquire load a round, until all P have arrived).
+  a counter, then re-reads it, an acquire load a round, until all P have arrived), loading the
+  next step's bytes after the barrier, or before it (ahead, as PDL's kernels do).
 
 Prints us a step (median of replays). The counter is cleared in the graph before each replay.
 
@@ -45,18 +46,28 @@ def _step_kernel(src_ptr, out_ptr, i, BYTES: tl.constexpr, PDL: tl.constexpr):
 
 
 @triton.jit
-def _barrier_kernel(src_ptr, out_ptr, count_ptr, K, BYTES: tl.constexpr):
-    """K steps in one kernel: each loads its B bytes, then waits at a grid-wide barrier."""
+def _barrier_kernel(src_ptr, out_ptr, count_ptr, K, BYTES: tl.constexpr, AHEAD: tl.constexpr):
+    """K steps in one kernel: each uses its B bytes, then waits at a grid-wide barrier. AHEAD:
+    the next step's bytes are asked for before the barrier (as PDL's kernels load before
+    gdc_wait), else after it."""
     pid = tl.program_id(0)
     P = tl.num_programs(0)
     r = tl.arange(0, BYTES // 4)
     acc = tl.zeros([BYTES // 4], tl.int32)
+    cur = tl.load(src_ptr + pid * (BYTES // 4) + r)
     for i in range(K):
-        acc += tl.load(src_ptr + (i * P + pid) * (BYTES // 4) + r)
+        nxt = cur
+        if AHEAD:
+            nxt = tl.load(src_ptr + (((i + 1) % K) * P + pid) * (BYTES // 4) + r)
+        acc += cur
         tl.atomic_add(count_ptr, 1, sem="release")
         seen = tl.atomic_add(count_ptr, 0, sem="acquire")
         while seen < P * (i + 1):
             seen = tl.atomic_add(count_ptr, 0, sem="acquire")
+        if AHEAD:
+            cur = nxt
+        else:
+            cur = tl.load(src_ptr + (((i + 1) % K) * P + pid) * (BYTES // 4) + r)
     tl.store(out_ptr + pid, tl.sum(acc, 0))
 
 
@@ -94,8 +105,8 @@ def main() -> None:
         sizes = (sms, 2 * sms)
     words = a.bytes // 4
     pdl = not a.smoke and g.pdl_usable(dev)
-    print(f"| programs | kernels, no PDL | kernels, PDL | one kernel, barriers | {K} steps, {a.bytes} B a program a step |")  # fmt: skip
-    print("|---|---|---|---|---|")
+    print(f"| programs | kernels, no PDL | kernels, PDL | one kernel, barriers | barriers, loads ahead | {K} steps, {a.bytes} B a program a step |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
     for P in sizes:
         src = torch.ones(K * P * words, device=dev, dtype=torch.int32)
         out = torch.zeros(P, device=dev, dtype=torch.int32)
@@ -106,21 +117,23 @@ def main() -> None:
             for i in range(K):
                 _step_kernel[(P,)](src, out, i, BYTES=a.bytes, PDL=on, **extra)
 
-        def barriers(P=P, src=src, out=out, count=count) -> None:
+        def barriers(ahead: bool, P=P, src=src, out=out, count=count) -> None:
             count.zero_()
-            _barrier_kernel[(P,)](src, out, count, K, BYTES=a.bytes)
+            _barrier_kernel[(P,)](src, out, count, K, BYTES=a.bytes, AHEAD=ahead)
 
         if a.smoke:
             chain(False)
-            barriers()
-            assert int(count) == P * K and int(out[0]) == K * words, (count, out)
-            print(f"| {P} | ran | - | ran | |")
+            for ahead in (False, True):
+                barriers(ahead)
+                assert int(count) == P * K and int(out[0]) == K * words, (count, out)
+            print(f"| {P} | ran | - | ran | ran | |")
             continue
         plain = replay_us(lambda: chain(False), a.reps) / K
         early = replay_us(lambda: chain(True), a.reps) / K if pdl else float("nan")
-        barrier = replay_us(barriers, a.reps) / K
+        barrier = replay_us(lambda: barriers(False), a.reps) / K
+        ahead = replay_us(lambda: barriers(True), a.reps) / K
         assert int(count) == P * K and int(out[0]) == K * words, (count, out)
-        print(f"| {P} | {plain:.2f} | {early:.2f} | {barrier:.2f} | |", flush=True)
+        print(f"| {P} | {plain:.2f} | {early:.2f} | {barrier:.2f} | {ahead:.2f} | |", flush=True)
 
 
 if __name__ == "__main__":
