@@ -662,6 +662,34 @@ def test_gemv_cost_sweep_checks_every_forced_tile_against_the_autotuned_product(
     assert "WRONG" not in proc.stdout and "Error" not in proc.stdout, proc.stdout
 
 
+def test_gemv_cost_sweeps_only_the_products_asked_for_and_the_head_with_head() -> None:
+    """--only picks products by name and --head adds the head's tiles to --sweep: the head of
+    both weight types, checked against torch's product, and nothing else."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
+    proc = subprocess.run(
+        [sys.executable, "bench/gpu/gemv_cost.py", "--smoke", "--sweep", "--head", "--only", "head"],
+        cwd=REPO, env=triton_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    checked = [line for line in proc.stdout.splitlines() if "tiles checked" in line]
+    assert [c.split(":")[0].strip() for c in checked] == ["head int8", "head bf16"], proc.stdout
+    assert all(c.endswith("; 2 tiles checked (2 launches)") for c in checked), proc.stdout
+
+
+def test_boundary_cost_runs_its_chain_and_counts_every_barrier_arrival() -> None:
+    """bench/gpu/boundary_cost.py under the interpreter (--smoke, one program): the chain of
+    kernels and the persistent kernel's barriers (next step's bytes loaded after and before
+    the wait) run, and the script checks the counter holds every arrival and each program
+    summed every step's bytes."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
+    proc = subprocess.run(
+        [sys.executable, "bench/gpu/boundary_cost.py", "--smoke"],
+        cwd=REPO, env=triton_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| 1 | ran | - | ran | ran | |" in proc.stdout, proc.stdout
+
+
 @pytest.mark.parametrize("tiles", ["16x512", "8x3x4", "16x512x4,x", "0x512x4"])
 def test_gemv_cost_refuses_a_malformed_tile_list_in_one_line(tiles: str) -> None:
     """--tiles is parsed before any GPU work: a tile Triton cannot build (not three powers of
