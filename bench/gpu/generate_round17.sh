@@ -24,6 +24,8 @@
 # block products swept with them in gemv_cost.py's graph.
 # Call 6 (PARTS="boundary"): bench/gpu/boundary_cost.py, what a kernel boundary costs alone
 # (120 steps, without and with PDL) against a grid-wide barrier in one persistent kernel.
+# Call 8 (PARTS="newint8 lanesqkv lanesall"): the run accumulators (LANE) also in qkv's
+# product (lanesqkv), or in every product (lanesall), sed copies; the tuner picks each one's tile.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -35,6 +37,12 @@ tilesint8) sed 's/^        (4, 2048, 8), (8, 2048, 8), (2, 2048, 4), (64, 512, 1
   grep -c "(8, 4096, 16)" $W/gen_tiles.py >> $LOG
   step g17-int8-tiles 110 python3 $W/gen_tiles.py --size 1.3b $BENCH --compile-cache /tmp/cit --quant int8 ;;
 tilesweep) step tile-sweep 120 python3 bench/gpu/gemv_cost.py --sweep --quant int8 --only qkv,fc,fc_proj,proj --tiles 8x2048x8,8x2048x16,16x2048x16,8x4096x16,16x512x8,8x1024x4 ;;
+lanesqkv) sed 's/bit_length() - 1 if best is not None else 0,/bit_length() - 1 if best is not None or zero is not None else 0,/' $W/gen.py > $W/gen_lq.py
+  grep -c "if best is not None or zero is not None else 0" $W/gen_lq.py >> $LOG
+  step g17-int8-lanesqkv 100 python3 $W/gen_lq.py --size 1.3b $BENCH --compile-cache /tmp/cilq --quant int8 ;;
+lanesall) sed 's/bit_length() - 1 if best is not None else 0,/bit_length() - 1,/' $W/gen.py > $W/gen_la.py
+  grep -c "bit_length() - 1, \*\*fixed" $W/gen_la.py >> $LOG
+  step g17-int8-lanesall 100 python3 $W/gen_la.py --size 1.3b $BENCH --compile-cache /tmp/cila --quant int8 ;;
 boundary) step boundary 150 python3 bench/gpu/boundary_cost.py
   step boundary-32k 150 python3 bench/gpu/boundary_cost.py --bytes 32768 ;;
 headsweep) step head-sweep 200 python3 bench/gpu/gemv_cost.py --sweep --head --only head --quant int8 --tiles $HT ;;
