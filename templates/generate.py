@@ -52,8 +52,9 @@ and 2,031-2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 17):
 Where the rest goes: each kernel has a fixed cost of ~2 us (~123 kernels a token): its last
 programs' round trips to memory after the kernel before ends; the matrix-vector kernels read
 bf16 at ~4.5 TB/s and int8 at ~3.4 TB/s beyond it; attention is ~4.1-4.5 us a layer (round
-15: 6.2-6.8 with a merge pass); the LayerNorm prologues ~40 us a token (round 16); the head,
-many waves of programs, keeps an accumulator a 16-byte run (int8: ~8 us, round 17). On CPU it
+15: 6.2-6.8 with a merge pass); the LayerNorm prologues ~40 us a token (round 16); the head
+(many waves of programs) and qkv keep an accumulator a 16-byte run (int8: ~8 and ~5 us a token,
+round 17). On CPU it
 runs eager by default and starts at once; --compile there costs ~30 s (94 s for a 3M model on a
 laptop) before the first token.
 
@@ -581,7 +582,7 @@ class Block(nn.Module):
         """forward for one decode token x (C,) in five Triton launches (Engine picks it on a
         GPU)."""
         a = self.attn
-        sums = decode_attention(gemv(x, a.qkv, ln=self.ln1, zero=a.sums), a, pos)
+        sums = decode_attention(gemv(x, a.qkv, ln=self.ln1, zero=a.sums, runs=True), a, pos)
         if self.world == 1:  # residual adds fused into the row-parallel products
             x = gemv(sums, a.proj, res=x, heads=a.n_head, out_dtype=x.dtype)
             return gemv(gemv(x, self.fc, ln=self.ln2, gelu=True), self.fc_proj, res=x)
@@ -658,7 +659,9 @@ class GPT(nn.Module):
         )
         for b in self.blocks:
             x = b.decode_fast(x, pos)
-        head = gemv(x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"])
+        head = gemv(
+            x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"], runs=True
+        )
         return head.view(1, -1)
 
 
@@ -879,9 +882,9 @@ if triton is not None:
         once). LANE > 0: acc (BLOCK_N, BLOCK_K >> LANE) gets each run of 2**LANE neighbouring
         weights' products (a thread's one 16-byte load) summed, the bias taken off each run's
         sum (xs unused): an accumulator a run, not a weight, and a short sum over lanes at the
-        end. The head's (round 17: int8 41.7 -> 33.5 us in the graph); the bias then comes off
-        16 products at a time, ~1e-4 of the logits, not ~1e-6 (the block products keep LANE 0:
-        round 14, all products so, was 7.7 % slower).
+        end. The head's and qkv's (round 17: the int8 head 41.7 -> 33.5 us in the graph, qkv
+        5.89 -> 5.68); the bias then comes off 16 products at a time, ~1e-4 of the logits, not
+        ~1e-6. proj, fc and fc_proj keep LANE 0 (all products with it: 4.3 % slower, round 17).
         """
         if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
             xn = (xk.to(tl.float32) - mean) * rstd
@@ -940,7 +943,7 @@ if triton is not None:
         attention after it adds into). ATTN_HD: x is attention's sums (_attn_kernel), o (K,)
         then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype.
         K_LN: the power of 2 at or above K where LN (x's statistics in one load), else 1.
-        LANE: see _gemv_tile (the head's: 41.7 -> 33.5 us, round 17)."""
+        LANE: see _gemv_tile (the head and qkv, round 17)."""
         if PDL:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -1185,12 +1188,14 @@ GEMV_PICKS: dict[tuple, tuple[int, int, int]] = {}  # gemv_key -> tile (tune_gem
 _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
 
 
-def gemv_key(N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads) -> tuple:
+def gemv_key(
+    N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads, runs: bool
+) -> tuple:
     """What a product's fastest tile may depend on: its shape, weight, output and input types,
-    the work fused into it and PDL."""
+    the work fused into it, its accumulators and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
             best is not None, str(y.dtype), PDL["on"], str(x.dtype), zero is not None,
-            heads, ln is not None and ln.weight is None)  # fmt: skip
+            heads, ln is not None and ln.weight is None, runs)  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
@@ -1199,14 +1204,15 @@ def gemv_tiles(key: tuple) -> tuple:
 
 def gemv(
     x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None,
-    best=None, zero=None, heads: int = 0,
+    best=None, zero=None, heads: int = 0, runs: bool = False,
 ):  # fmt: skip
     """Batch-1 x (..., K) @ W.T for an nn.Linear or Int8Linear, with an optional LayerNorm on x
     before it, and GELU or a residual add after it, in one kernel -> (N,). best: an int64 (1,)
     that also gets the argmax's key (the head, _advance_kernel reads it). zero: a tensor the
     kernel also fills with 0 (attention's sums, by qkv). heads: x is decode_attention's sums
     of that many heads, (K + heads,) fp64, and the product takes their output (out_dtype's).
-    The head (best) keeps an accumulator a 16-byte run of weights (_gemv_tile's LANE).
+    runs: one accumulator a 16-byte run of weights, not a weight (_gemv_tile's LANE; round 17
+    measured it faster for the head and qkv, slower for proj, fc and fc_proj).
     Its tile: tune_gemv's pick for this product, else the autotuner's (else a fixed one under
     the interpreter)."""
     w = layer.weight
@@ -1217,11 +1223,11 @@ def gemv(
     given = x
     x, wsum = (x[:K], x[K:]) if heads else (x.reshape(K), None)
     y = torch.empty(N, device=x.device, dtype=out_dtype or x.dtype)
-    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y, zero, heads)
+    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y, zero, heads, runs)
     calls = _GEMV_RECORD["calls"]
     if calls is not None:
         calls.setdefault(key, []).append(
-            (given, layer, ln, gelu, res, out_dtype, best, zero, heads)
+            (given, layer, ln, gelu, res, out_dtype, best, zero, heads, runs)
         )
     tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
     int8 = w.dtype == torch.uint8
@@ -1244,7 +1250,7 @@ def gemv(
         HAS_SCALE=scale is not None, LN=ln is not None, GAIN=gain, GELU=gelu, RES=res is not None,
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
         K_LN=triton.next_power_of_2(K) if ln is not None else 1,
-        LANE=(16 // w.element_size()).bit_length() - 1 if best is not None else 0, **fixed,
+        LANE=(16 // w.element_size()).bit_length() - 1 if runs else 0, **fixed,
     )  # fmt: skip
     return y
 

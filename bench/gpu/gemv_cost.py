@@ -87,9 +87,11 @@ def sweep_configs(int8: bool, tiles=()) -> list[tuple[int, int, int, int, bool]]
 
 
 def reference(
-    g, x, m, ln=None, gelu=False, res=None, out_dtype=None, best=None, zero=None, heads=0
-) -> torch.Tensor:
-    """gemv's product by torch, in fp32: the check a tile must pass before it is timed."""
+    g, x, m, ln=None, gelu=False, res=None, out_dtype=None, best=None, zero=None, heads=0,
+    runs=False,
+) -> torch.Tensor:  # fmt: skip
+    """gemv's product by torch, in fp32: the check a tile must pass before it is timed (runs,
+    how the kernel accumulates, does not change it)."""
     if heads:  # attention's sums: the output they stand for, rounded to the model's dtype
         x = g.attention_output(x, heads, out_dtype)
     xf = (ln(x) if ln is not None else x).float()
@@ -209,6 +211,7 @@ def main() -> None:
                 if "zero" in work
                 else None,
                 "heads": heads,
+                "runs": "zero" in work or "argmax" in work,  # qkv and the head, as the step
             }
             if heads:
                 kw["out_dtype"] = dt
