@@ -166,6 +166,9 @@ def main() -> None:
     ap.add_argument("--head", action="store_true", help="--sweep the head's tiles too")
     ap.add_argument("--only", default="", help="these products (comma-separated names) only")
     a = ap.parse_args()
+    unknown = sorted(set(a.only.split(",")) - set(SHAPES)) if a.only else []
+    if unknown:  # a misspelt name would time nothing and say so nowhere
+        ap.error(f"--only {a.only!r}: no product {', '.join(unknown)} (one of {', '.join(SHAPES)})")
     g = load_template(a.template)
     dev = torch.device("cpu" if a.smoke else "cuda")
     dt = torch.float32 if a.smoke else torch.bfloat16
