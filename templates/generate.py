@@ -965,7 +965,9 @@ if triton is not None:
         rk0 = tl.arange(0, BLOCK_K)
         k0mask = rk0 < K
         pinned = tl.program_id(0) * BLOCK_N < PIN_N if PIN else False
-        w = _w_tile(w_ptr + rn[:, None] * K + rk0[None, :], nmask[:, None] & k0mask[None, :], pinned)
+        w = _w_tile(
+            w_ptr + rn[:, None] * K + rk0[None, :], nmask[:, None] & k0mask[None, :], pinned
+        )
         if HAS_SCALE:
             scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if LN and GAIN else w
@@ -998,7 +1000,9 @@ if triton is not None:
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             kmask = rk < K
-            w = _w_tile(w_ptr + rn[:, None] * K + rk[None, :], nmask[:, None] & kmask[None, :], pinned)
+            w = _w_tile(
+                w_ptr + rn[:, None] * K + rk[None, :], nmask[:, None] & kmask[None, :], pinned
+            )
             xk = _x_chunk(x_ptr, g_ptr, rk, kmask, ATTN_HD, y_ptr.dtype.element_ty)
             gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN and GAIN else w
             acc, xs = _gemv_tile(
