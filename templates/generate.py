@@ -660,9 +660,8 @@ class GPT(nn.Module):
         for b in self.blocks:
             x = b.decode_fast(x, pos)
         head = gemv(
-            x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"], runs=True,
-            pin=pinned_rows(self.head.weight, HEAD_L2_SHARE),
-        )  # fmt: skip
+            x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"], runs=True
+        )
         return head.view(1, -1)
 
 
@@ -873,16 +872,6 @@ if triton is not None:
             return _fma_chain(_fma_chain(acc, w0, x0, LEVELS - 1), w1, x1, LEVELS - 1)
 
     @triton.jit
-    def _w_tile(ptrs, mask, pinned):
-        """A tile of weights, read once a step: evict_first, which keeps L2 for x and the
-        cache, or, for the rows a product keeps in L2 across steps (pinned), evict_last."""
-        if pinned:
-            w = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_last")
-        else:
-            w = tl.load(ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
-        return w
-
-    @triton.jit
     def _gemv_tile(
         acc, xs, w, xk, gk, kmask, mean, rstd, LN: tl.constexpr, GAIN: tl.constexpr,
         MAGIC: tl.constexpr, COMPILED: tl.constexpr, LANE: tl.constexpr,
@@ -936,11 +925,11 @@ if triton is not None:
     )
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, N, K, Z, PIN_N, eps,
+        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, N, K, Z, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GAIN: tl.constexpr, GELU: tl.constexpr,
         RES: tl.constexpr, ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr,
         PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr, LANE: tl.constexpr,
-        PIN: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
         stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
@@ -964,9 +953,11 @@ if triton is not None:
         # the LayerNorm's first gains.
         rk0 = tl.arange(0, BLOCK_K)
         k0mask = rk0 < K
-        pinned = tl.program_id(0) * BLOCK_N < PIN_N if PIN else False
-        w = _w_tile(
-            w_ptr + rn[:, None] * K + rk0[None, :], nmask[:, None] & k0mask[None, :], pinned
+        w = tl.load(
+            w_ptr + rn[:, None] * K + rk0[None, :],
+            mask=nmask[:, None] & k0mask[None, :],
+            other=0.0,
+            eviction_policy="evict_first",  # read once: keep L2 for x and the cache
         )
         if HAS_SCALE:
             scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
@@ -1000,8 +991,11 @@ if triton is not None:
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             kmask = rk < K
-            w = _w_tile(
-                w_ptr + rn[:, None] * K + rk[None, :], nmask[:, None] & kmask[None, :], pinned
+            w = tl.load(
+                w_ptr + rn[:, None] * K + rk[None, :],
+                mask=nmask[:, None] & kmask[None, :],
+                other=0.0,
+                eviction_policy="evict_first",
             )
             xk = _x_chunk(x_ptr, g_ptr, rk, kmask, ATTN_HD, y_ptr.dtype.element_ty)
             gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN and GAIN else w
@@ -1160,19 +1154,6 @@ ATTN_WARPS = 2  # warps per attention program (round 11: +2.3 % bf16, +3.9 % int
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
 
 
-HEAD_L2_SHARE = 0.5  # of L2, kept for the head's first rows from one step to the next
-
-
-def pinned_rows(w: torch.Tensor, share: float) -> int:
-    """How many of W's first rows fit in that share of the GPU's L2 (0 off a GPU). The decode
-    step reads ~20x L2's bytes of weights once each; the head, read in many waves of programs,
-    is the one product bound by bandwidth, so L2 serves part of it from step to step."""
-    if w.device.type != "cuda" or share <= 0:
-        return 0
-    l2 = torch.cuda.get_device_properties(w.device).L2_cache_size
-    return min(w.shape[0], int(share * l2) // (w.shape[1] * w.element_size()))
-
-
 def pdl_args() -> dict:
     """Launch arguments: each decode kernel lets the next one launch early (it waits in
     gdc_wait for this one's results)."""
@@ -1208,13 +1189,13 @@ _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by 
 
 
 def gemv_key(
-    N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads, runs: bool, pin: int
+    N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads, runs: bool
 ) -> tuple:
     """What a product's fastest tile may depend on: its shape, weight, output and input types,
-    the work fused into it, its accumulators, the rows it keeps in L2 and PDL."""
+    the work fused into it, its accumulators and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
             best is not None, str(y.dtype), PDL["on"], str(x.dtype), zero is not None,
-            heads, ln is not None and ln.weight is None, runs, pin)  # fmt: skip
+            heads, ln is not None and ln.weight is None, runs)  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
@@ -1223,7 +1204,7 @@ def gemv_tiles(key: tuple) -> tuple:
 
 def gemv(
     x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None,
-    best=None, zero=None, heads: int = 0, runs: bool = False, pin: int = 0,
+    best=None, zero=None, heads: int = 0, runs: bool = False,
 ):  # fmt: skip
     """Batch-1 x (..., K) @ W.T for an nn.Linear or Int8Linear, with an optional LayerNorm on x
     before it, and GELU or a residual add after it, in one kernel -> (N,). best: an int64 (1,)
@@ -1232,8 +1213,6 @@ def gemv(
     of that many heads, (K + heads,) fp64, and the product takes their output (out_dtype's).
     runs: one accumulator a 16-byte run of weights, not a weight (_gemv_tile's LANE; round 17
     measured it faster for the head and qkv, slower for proj, fc and fc_proj).
-    pin: W's first rows up to this one are read evict_last, so L2 keeps them from one step to
-    the next (the rest, as every other product's weights, evict_first: read once a step).
     Its tile: tune_gemv's pick for this product, else the autotuner's (else a fixed one under
     the interpreter)."""
     w = layer.weight
@@ -1244,11 +1223,11 @@ def gemv(
     given = x
     x, wsum = (x[:K], x[K:]) if heads else (x.reshape(K), None)
     y = torch.empty(N, device=x.device, dtype=out_dtype or x.dtype)
-    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y, zero, heads, runs, pin)
+    key = gemv_key(N, K, w, scale, ln, gelu, res, best, x, y, zero, heads, runs)
     calls = _GEMV_RECORD["calls"]
     if calls is not None:
         calls.setdefault(key, []).append(
-            (given, layer, ln, gelu, res, out_dtype, best, zero, heads, runs, pin)
+            (given, layer, ln, gelu, res, out_dtype, best, zero, heads, runs)
         )
     tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
     int8 = w.dtype == torch.uint8
@@ -1267,11 +1246,11 @@ def gemv(
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, g, res.reshape(N) if res is not None else y, y,
         best if best is not None else y, zero if zero is not None else y, N, K,
-        zero.numel() if zero is not None else 0, pin, ln.eps if ln is not None else 0.0,
+        zero.numel() if zero is not None else 0, ln.eps if ln is not None else 0.0,
         HAS_SCALE=scale is not None, LN=ln is not None, GAIN=gain, GELU=gelu, RES=res is not None,
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
         K_LN=triton.next_power_of_2(K) if ln is not None else 1,
-        LANE=(16 // w.element_size()).bit_length() - 1 if runs else 0, PIN=pin > 0, **fixed,
+        LANE=(16 // w.element_size()).bit_length() - 1 if runs else 0, **fixed,
     )  # fmt: skip
     return y
 
@@ -1349,6 +1328,39 @@ def tune_gemv(
         # product is timed on what a step gives it.
         step()
     return {key: GEMV_PICKS[key] for key in calls if key in GEMV_PICKS}
+
+
+STEP_TOP = 4  # refine_in_step: each product's fastest tiles in tune_gemv's graph retimed
+
+
+def refine_in_step(
+    step, times: dict, top: int = STEP_TOP, timer=None, margin: float = 0.003
+) -> dict[tuple, list]:
+    """Each product's `top` fastest tiles in tune_gemv's graph (times), timed again as the
+    whole step's graph, one product at a time with the others at their picks; a tile replaces
+    the pick only if the step is `margin` faster with it. tune_gemv times a product after
+    copies of itself; in the step it follows attention or another product, whose end it
+    overlaps under PDL, and its tile's fastest there may differ (round 17: a proj tile 12 %
+    faster in tune_gemv's graph left the step's rate unchanged). -> per product, [(seconds a
+    step, tile)] as timed."""
+    timer = timer or (lambda: graph_seconds(step, 40))
+    out: dict[tuple, list] = {}
+    best_s = timer()
+    for key, timed in times.items():
+        pick, tried = GEMV_PICKS[key], [(best_s, GEMV_PICKS[key])]
+        for _, tile in timed[:top]:
+            if tile == tried[0][1]:
+                continue
+            GEMV_PICKS[key] = tile
+            try:
+                tried.append((timer(), tile))
+            except TILE_ERRORS:
+                continue
+            if tried[-1][0] < best_s * (1 - margin):
+                best_s, pick = tried[-1]
+        GEMV_PICKS[key] = pick
+        out[key] = tried
+    return out
 
 
 def agree_tile_picks(picks: dict[tuple, tuple]) -> dict[tuple, tuple]:
@@ -1602,11 +1614,14 @@ class Engine:
             known = box[0]
         t0 = time.perf_counter()
         times: dict = {}
-        picks = tune_gemv(
-            lambda: self.model.decode_fast(self.tok, self.pos), known=known, times=times
-        )
+        step = functools.partial(self.model.decode_fast, self.tok, self.pos)
+        picks = tune_gemv(step, known=known, times=times)
+        in_step = {}
         if self.world > 1:
             picks = agree_tile_picks(picks)
+        elif times:  # products timed this start (a restart's picks come from the file)
+            in_step = refine_in_step(step, times)
+            picks = {k: GEMV_PICKS[k] for k in picks}
         self.model.work["best"].fill_(LOWEST_KEY)  # the timed heads' argmax keys
         self.tuned = True
         self.tiles = {  # for the benchmark's RESULT line
@@ -1616,6 +1631,10 @@ class Engine:
             # each candidate's time in the graph, us a call (the products tuned this start)
             "us": [
                 [list(k), [[list(t), round(s * 1e6, 2)] for s, t in v]] for k, v in times.items()
+            ],
+            # the step's time with each product's few fastest there (refine_in_step), us
+            "step_us": [
+                [list(k), [[list(t), round(s * 1e6, 2)] for s, t in v]] for k, v in in_step.items()
             ],
         }
         if path and self.rank == 0 and any(known.get(k) != t for k, t in picks.items()):
