@@ -43,11 +43,11 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
 Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 628-641
-and 2,031-2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 17):
+and 2,031-2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 18):
     --size 1.3b   1,131 tokens/s decode (1.80x the probe, 62% of 4.8 TB/s), 3.6 ms to the
                   first token; ready 30 s after the process starts on a cold cache, 6.7 s on a
-                  warm --compile-cache; --quant int8 1,529-1,530 (2.43x), 6.6 ms to the first
-                  token, ready 39 s cold, 6.3 s warm
+                  warm --compile-cache; --quant int8 1,529-1,534 (2.43x), 6.5 ms to the first
+                  token, ready 32-39 s cold, 6.3 s warm
     --size 124m   5,500-5,608 tokens/s (2.70-2.76x), 1.0-1.2 ms to the first token
 Where the rest goes: each kernel has a fixed cost of ~2 us (~123 kernels a token): its last
 programs' round trips to memory after the kernel before ends; the matrix-vector kernels read
