@@ -837,19 +837,62 @@ if triton is not None:
             return (w.to(tl.int32) + (_INT8_BIAS - _INT8_OFFSET)).to(tl.float32)
 
     @triton.jit
-    def _x_chunk(x_ptr, l_ptr, rk, kmask, ATTN_HD: tl.constexpr, DT: tl.constexpr):
-        """x[rk]; ATTN_HD: attention's output there, each head's sum of values over its sum of
-        weights (fp64, _attn_kernel), rounded as torch's attention output would be. Both sums
-        are first scaled by the weights' power of 2 (exact; their ratio is a mean of values),
-        then divided in fp32: an fp64 division is a dozen dependent instructions."""
+    def _gdc_wait_dep(PDL: tl.constexpr, COMPILED: tl.constexpr):
+        """gdc_wait that returns a value (0) made after the wait: the x loads (_x_load) take
+        it as an operand, so the compiler cannot move them above the wait."""
+        if PDL and COMPILED:
+            return tl.inline_asm_elementwise(
+                "griddepcontrol.wait; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
+                pack=1,
+            )  # fmt: skip
+        else:
+            return 0
+
+    @triton.jit
+    def _x_load(ptr, rk, kmask, K, dep, COMPILED: tl.constexpr, X_ASM: tl.constexpr):
+        """ptr[rk] (0 past K). X_ASM (compiled): each element by its own PTX load, not
+        tl.load. Triton gives a tl.load of x the layout of x alone (8 bf16 a thread) and moves
+        it into the weights' (16 int8 columns a thread) through shared memory, 2-16 barriers
+        an iteration after the wait (round 18, in the SASS); an elementwise op takes the
+        layout of its use, so each thread reads the elements it multiplies, from L1.
+        Addresses are clamped into x and the masked elements zeroed after."""
+        if COMPILED and X_ASM:
+            at = [ptr + tl.minimum(rk, K - 1), dep]
+            ty = ptr.dtype.element_ty
+            if ty.primitive_bitwidth == 16:
+                v = tl.inline_asm_elementwise(
+                    "ld.global.b16 $0, [$1];", "=h,l,r", at, dtype=ty, is_pure=True, pack=1
+                )
+            elif ty == tl.float32:
+                v = tl.inline_asm_elementwise(
+                    "ld.global.f32 $0, [$1];", "=f,l,r", at, dtype=ty, is_pure=True, pack=1
+                )
+            else:  # attention's fp64 sums
+                v = tl.inline_asm_elementwise(
+                    "ld.global.f64 $0, [$1];", "=d,l,r", at, dtype=ty, is_pure=True, pack=1
+                )
+            return tl.where(kmask, v, 0.0)
+        else:
+            return tl.load(ptr + rk, mask=kmask, other=0.0)
+
+    @triton.jit
+    def _x_chunk(
+        x_ptr, l_ptr, rk, kmask, K, dep, ATTN_HD: tl.constexpr, DT: tl.constexpr,
+        COMPILED: tl.constexpr, X_ASM: tl.constexpr,
+    ):  # fmt: skip
+        """x[rk] (_x_load); ATTN_HD: attention's output there, each head's sum of values over
+        its sum of weights (fp64, _attn_kernel), rounded as torch's attention output would be.
+        Both sums are first scaled by the weights' power of 2 (exact; their ratio is a mean of
+        values), then divided in fp32: an fp64 division is a dozen dependent instructions."""
         if ATTN_HD > 0:
-            o = tl.load(x_ptr + rk, mask=kmask, other=0.0)
-            wsum = tl.load(l_ptr + rk // ATTN_HD, mask=kmask, other=1.0)
+            o = _x_load(x_ptr, rk, kmask, K, dep, COMPILED, X_ASM)
+            wsum = _x_load(l_ptr, rk // ATTN_HD, kmask, K // ATTN_HD, dep, COMPILED, X_ASM)
+            wsum = tl.where(kmask, wsum, 1.0)
             e = (wsum.to(tl.int64, bitcast=True) >> 52) & 0x7FF  # its biased exponent
             down = ((2046 - e) << 52).to(tl.float64, bitcast=True)  # 2^-(e - 1023)
             return ((o * down).to(tl.float32) / (wsum * down).to(tl.float32)).to(DT)
         else:
-            return tl.load(x_ptr + rk, mask=kmask, other=0.0)
+            return _x_load(x_ptr, rk, kmask, K, dep, COMPILED, X_ASM)
 
     @triton.jit
     def _exp_f64(t):
@@ -870,6 +913,25 @@ if triton is not None:
             w0, w1 = tl.split(w)
             x0, x1 = tl.split(x)
             return _fma_chain(_fma_chain(acc, w0, x0, LEVELS - 1), w1, x1, LEVELS - 1)
+
+    @triton.jit
+    def _x_index(k0, BLOCK_K: tl.constexpr, LANE: tl.constexpr):
+        """k0 + arange(BLOCK_K), shaped as _gemv_tile's LANE path uses x: [1, BLOCK_K >>
+        LANE, 2, ..., 2] (LANE twos, the last the fastest), made from broadcast aranges, not
+        a reshape, so that x's loads (_x_load) may take the layout of the products."""
+        if LANE == 0:
+            return k0 + tl.arange(0, BLOCK_K)
+        else:
+            return _lane_index(k0 + (tl.arange(0, BLOCK_K >> LANE) << LANE)[None, :], LANE)
+
+    @triton.jit
+    def _lane_index(idx, LEVELS: tl.constexpr):
+        """idx with LEVELS axes of 2 added, strides 2**(LEVELS - 1) down to 1."""
+        if LEVELS == 0:
+            return idx
+        else:
+            t = tl.arange(0, 2) << (LEVELS - 1)
+            return _lane_index(tl.expand_dims(idx, len(idx.shape)) + t, LEVELS - 1)
 
     @triton.jit
     def _gemv_tile(
@@ -929,7 +991,7 @@ if triton is not None:
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GAIN: tl.constexpr, GELU: tl.constexpr,
         RES: tl.constexpr, ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr,
         PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr, LANE: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
+        X_ASM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
         stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
@@ -943,7 +1005,7 @@ if triton is not None:
         attention after it adds into). ATTN_HD: x is attention's sums (_attn_kernel), o (K,)
         then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype.
         K_LN: the power of 2 at or above K where LN (x's statistics in one load), else 1.
-        LANE: see _gemv_tile (the head and qkv, round 17)."""
+        LANE: see _gemv_tile (the head and qkv, round 17). X_ASM: see _x_load."""
         if PDL:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -961,17 +1023,26 @@ if triton is not None:
         )
         if HAS_SCALE:
             scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
-        g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if LN and GAIN else w
+        # x's chunk index in the shape its products use (_x_index), its mask
+        xi0 = _x_index(0, BLOCK_K, LANE if X_ASM else 0)
+        xm0 = xi0 < K
+        g0 = tl.load(g_ptr + xi0, mask=xm0, other=0.0) if LN and GAIN else w
         if ARGMAX:  # the best key so far, read now and not at the end (a round trip there):
             # stale, it only lets more programs try their atomic. _advance_kernel, which reset
             # it, launches nothing early, so it has ended before this step's kernels start.
             seen = tl.load(best_ptr)
-        if PDL:
-            gdc_wait()
+        if X_ASM:  # the wait, and a value made after it that x's loads take as an operand
+            dep = _gdc_wait_dep(PDL, COMPILED)
+        else:
+            if PDL:
+                gdc_wait()
+            dep = 0
         # Then everything that does, asked for at once: x's first chunk, all of x for the
         # LayerNorm's sums, the residual. Loaded where they are used, each would be one more
         # round trip to L2 on the way to this kernel's end.
-        x0 = _x_chunk(x_ptr, g_ptr, rk0, k0mask, ATTN_HD, y_ptr.dtype.element_ty)
+        x0 = _x_chunk(
+            x_ptr, g_ptr, xi0, xm0, K, dep, ATTN_HD, y_ptr.dtype.element_ty, COMPILED, X_ASM
+        )  # fmt: skip
         if ZERO:  # after the wait: the product that read the sums last step has ended
             tl.store(z_ptr + rn, tl.zeros([BLOCK_N], tl.float64), mask=rn < Z)
         if RES:
@@ -986,21 +1057,25 @@ if triton is not None:
         acc = tl.zeros([BLOCK_N, BLOCK_K >> LANE], tl.float32)
         xs = tl.zeros([BLOCK_K], tl.float32)
         acc, xs = _gemv_tile(
-            acc, xs, w, x0, g0, k0mask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
+            acc, xs, w, x0, g0, xm0, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
         )  # fmt: skip
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             kmask = rk < K
+            xi = _x_index(k0, BLOCK_K, LANE if X_ASM else 0)
+            xm = xi < K
             w = tl.load(
                 w_ptr + rn[:, None] * K + rk[None, :],
                 mask=nmask[:, None] & kmask[None, :],
                 other=0.0,
                 eviction_policy="evict_first",
             )
-            xk = _x_chunk(x_ptr, g_ptr, rk, kmask, ATTN_HD, y_ptr.dtype.element_ty)
-            gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN and GAIN else w
+            xk = _x_chunk(
+                x_ptr, g_ptr, xi, xm, K, dep, ATTN_HD, y_ptr.dtype.element_ty, COMPILED, X_ASM
+            )  # fmt: skip
+            gk = tl.load(g_ptr + xi, mask=xm, other=0.0) if LN and GAIN else w
             acc, xs = _gemv_tile(
-                acc, xs, w, xk, gk, kmask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
+                acc, xs, w, xk, gk, xm, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
             )  # fmt: skip
         if MAGIC and LANE == 0:  # the bias off each lane's K / BLOCK_K products before the sum
             # over lanes, while they are small: (w + bias) x is exact for bf16 x (16 + 8 bits)
@@ -1149,6 +1224,7 @@ if triton is not None:
         )
 
 
+X_ASM = False  # x read by PTX loads in the weights' layout (_x_load); not yet run on a GPU
 ATTN_CHUNK = 64  # cache slots per attention program
 ATTN_WARPS = 2  # warps per attention program (round 11: +2.3 % bf16, +3.9 % int8 over 4)
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
@@ -1250,7 +1326,7 @@ def gemv(
         HAS_SCALE=scale is not None, LN=ln is not None, GAIN=gain, GELU=gelu, RES=res is not None,
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
         K_LN=triton.next_power_of_2(K) if ln is not None else 1,
-        LANE=(16 // w.element_size()).bit_length() - 1 if runs else 0, **fixed,
+        LANE=(16 // w.element_size()).bit_length() - 1 if runs else 0, X_ASM=X_ASM, **fixed,
     )  # fmt: skip
     return y
 

@@ -299,7 +299,8 @@ def magic_product(xin, lane):  # layer's product by _gemv_kernel with MAGIC, as 
     y = torch.full((40,), float("nan"))
     g._gemv_kernel.fn[(5,)](xin, layer.weight, layer.scale, xin, y, y, y, y, 40, 256, 0, 0.0,
         HAS_SCALE=True, LN=False, GAIN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False,
-        ATTN_HD=0, PDL=False, COMPILED=False, K_LN=1, LANE=lane, BLOCK_N=8, BLOCK_K=64, MAGIC=True)
+        ATTN_HD=0, PDL=False, COMPILED=False, K_LN=1, LANE=lane, X_ASM=True, BLOCK_N=8, BLOCK_K=64,
+        MAGIC=True)
     return y
 x = torch.randn(256) * 3 + 1  # sum(x) far from 0
 err(magic_product(x, 0), layer(x[None])[0], magic=True)
@@ -501,7 +502,7 @@ for wt in ("bf16", "u8"):  # Int8Linear keeps w + 128 as uint8
                      K_LN=2048 if uses[i % 4]["LN"] else 1,
                      # qkv's and the head's accumulators: one a 16-byte run
                      LANE=(4 if wt == "u8" else 3) if uses[i % 4]["LN"] and not uses[i % 4]["GELU"]
-                     else 0, **c.kwargs)
+                     else 0, X_ASM=bool(i % 3), **c.kwargs)  # x by PTX loads, and not
         const = {k: const[k] for k in g._gemv_kernel.fn.arg_names if k in const}
         build(g._gemv_kernel, types, const, num_warps=c.num_warps, num_stages=c.num_stages)
         n += 1

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 25 round 19, nvidia-h200 calls; 1b6d9d5's template (round 17's last: qkv's and the
+# head's run accumulators; `git show 1b6d9d5:templates/generate.py > .gpuwork/generate_old.py`)
+# runs beside the changed one, each on its own --compile-cache, and the probe.
+# Call 1 (default PARTS): two changes of round 18 not yet run on a GPU.
+#  - newint8: the template (refine_in_step on: each product's four fastest tiles timed again as
+#    the whole step's graph); norefine: the same with STEP_TOP = 0 (a sed copy).
+#  - xasm: X_ASM = True (a sed copy): _gemv_kernel reads x's chunks by PTX loads in the
+#    weights' layout (_x_load), not tl.load, whose layout Triton changes through shared memory
+#    (2-16 barriers an iteration after the wait, in the SASS); xasmlane0: the same with qkv's
+#    accumulators one a weight again (its LANE path still moves x through shared memory).
+#    Greedy tokens must equal newint8's where the tiles are the same (the same arithmetic).
+# Then (PARTS="xasmbf16 newbf16 xasm124 new124 ncu"): the other sizes, and ncu's view of the
+# int8 block products (barrier and memory stalls) with and without X_ASM.
+# Run with carry [".gpuwork"] (the probe and the old template; gitignored).
+# TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
+set -u
+source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
+xasm() { sed "s/^X_ASM = False /X_ASM = True /" $W/gen.py > $W/gen_xa.py; grep -c "^X_ASM = True " $W/gen_xa.py >> $LOG; }
+NCU="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1) --clock-control none --launch-skip 40 --launch-count 6 --section SpeedOfLight --section WarpStateStats --section Occupancy"
+for part in ${PARTS:-newint8 xasm norefine oldint8 xasmlane0 probe13}; do case $part in
+norefine) sed "s/^STEP_TOP = 4 /STEP_TOP = 0 /" $W/gen.py > $W/gen_nr.py
+  grep -c "^STEP_TOP = 0 " $W/gen_nr.py >> $LOG
+  step g19-int8-norefine 100 python3 $W/gen_nr.py --size 1.3b $BENCH --compile-cache /tmp/cinr --quant int8 ;;
+xasm) xasm; step g19-int8-xasm 100 python3 $W/gen_xa.py --size 1.3b $BENCH --compile-cache /tmp/cixa --quant int8 ;;
+xasmlane0) xasm; sed "s/gemv(x, a.qkv, ln=self.ln1, zero=a.sums, runs=True)/gemv(x, a.qkv, ln=self.ln1, zero=a.sums)/" $W/gen_xa.py > $W/gen_xa0.py
+  grep -c "gemv(x, a.qkv, ln=self.ln1, zero=a.sums))" $W/gen_xa0.py >> $LOG
+  step g19-int8-xasm-lane0 100 python3 $W/gen_xa0.py --size 1.3b $BENCH --compile-cache /tmp/cixa0 --quant int8 ;;
+xasmbf16) xasm; step g19-bf16-xasm 80 python3 $W/gen_xa.py --size 1.3b $BENCH --compile-cache /tmp/cbxa ;;
+xasm124) xasm; step g19-124m-xasm 50 python3 $W/gen_xa.py --size 124m $BENCH --compile-cache /tmp/c124xa ;;
+ncu) xasm; cp $W/gen_xa.py /tmp/gen_xa.py
+  step ncu-int8 150 $NCU -k regex:_gemv_kernel python3 bench/gpu/gemv_cost.py --sweep --quant int8 --only fc_proj,fc,qkv --tiles 8x2048x8,32x512x8,8x1024x4
+  step ncu-int8-xasm 150 $NCU -k regex:_gemv_kernel python3 bench/gpu/gemv_cost.py --sweep --quant int8 --only fc_proj,fc,qkv --tiles 8x2048x8,32x512x8,8x1024x4 --template /tmp/gen_xa.py ;;
+*) generate_part g19 $part || echo "unknown part: $part" ;;
+esac; done
+summarize "$GENERATE_SUMMARY|Stall|Barrier|Long Scoreboard|Duration|Memory Throughput|Achieved Occupancy"
