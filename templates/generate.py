@@ -915,23 +915,77 @@ if triton is not None:
             return _fma_chain(_fma_chain(acc, w0, x0, LEVELS - 1), w1, x1, LEVELS - 1)
 
     @triton.jit
-    def _x_index(k0, BLOCK_K: tl.constexpr, LANE: tl.constexpr):
-        """k0 + arange(BLOCK_K), shaped as _gemv_tile's LANE path uses x: [1, BLOCK_K >>
-        LANE, 2, ..., 2] (LANE twos, the last the fastest), made from broadcast aranges, not
-        a reshape, so that x's loads (_x_load) may take the layout of the products."""
-        if LANE == 0:
-            return k0 + tl.arange(0, BLOCK_K)
+    def _w_float(w, MAGIC: tl.constexpr, COMPILED: tl.constexpr):
+        """A tile of weights as fp32: MAGIC, w + INT8_BIAS (byte permutes); else w."""
+        if MAGIC:
+            return _int8_biased(w, COMPILED)
+        elif w.dtype == tl.uint8:  # Int8Linear's offset weights, converted as numbers
+            return w.to(tl.float32) - _INT8_OFFSET
         else:
-            return _lane_index(k0 + (tl.arange(0, BLOCK_K >> LANE) << LANE)[None, :], LANE)
+            return w.to(tl.float32)
 
     @triton.jit
-    def _lane_index(idx, LEVELS: tl.constexpr):
-        """idx with LEVELS axes of 2 added, strides 2**(LEVELS - 1) down to 1."""
+    def _x_prologue(
+        x_ptr, g_ptr, idx, K, dep, mean, rstd, LN: tl.constexpr, GAIN: tl.constexpr,
+        ATTN_HD: tl.constexpr, DT: tl.constexpr, COMPILED: tl.constexpr,
+    ):  # fmt: skip
+        """prologue(x)[idx] as fp32 (X_ASM's loads): the LayerNorm's output rounded to x's
+        dtype, as _gemv_tile's."""
+        xm = idx < K
+        xk = _x_chunk(x_ptr, g_ptr, idx, xm, K, dep, ATTN_HD, DT, COMPILED, True)
+        if LN:
+            xn = (xk.to(tl.float32) - mean) * rstd
+            if GAIN:
+                xn = xn * _x_load(g_ptr, idx, xm, K, dep, COMPILED, True).to(tl.float32)
+            else:
+                xn = tl.where(xm, xn, 0.0)
+            xk = xn.to(xk.dtype)
+        return xk.to(tl.float32)
+
+    @triton.jit
+    def _lane_leaves(
+        part, xrun, w, x_ptr, g_ptr, idx, K, dep, mean, rstd, LN: tl.constexpr,
+        GAIN: tl.constexpr, ATTN_HD: tl.constexpr, DT: tl.constexpr, COMPILED: tl.constexpr,
+        LEVELS: tl.constexpr, STRIDE: tl.constexpr,
+    ):  # fmt: skip
+        """_fma_chain(part, w, x, LEVELS) and x's sum alongside, each leaf's x read at its own
+        index (idx + its offset): x is never reshaped or split, so its loads take the layout
+        of the leaf of weights they multiply (a split x was moved through shared memory)."""
         if LEVELS == 0:
-            return idx
+            xf = _x_prologue(
+                x_ptr, g_ptr, idx, K, dep, mean, rstd, LN, GAIN, ATTN_HD, DT, COMPILED
+            )  # fmt: skip
+            return part + w * xf, xrun + xf
         else:
-            t = tl.arange(0, 2) << (LEVELS - 1)
-            return _lane_index(tl.expand_dims(idx, len(idx.shape)) + t, LEVELS - 1)
+            w0, w1 = tl.split(w)
+            part, xrun = _lane_leaves(
+                part, xrun, w0, x_ptr, g_ptr, idx, K, dep, mean, rstd, LN, GAIN, ATTN_HD, DT,
+                COMPILED, LEVELS - 1, STRIDE * 2,
+            )  # fmt: skip
+            return _lane_leaves(
+                part, xrun, w1, x_ptr, g_ptr, idx + STRIDE, K, dep, mean, rstd, LN, GAIN,
+                ATTN_HD, DT, COMPILED, LEVELS - 1, STRIDE * 2,
+            )  # fmt: skip
+
+    @triton.jit
+    def _lane_tile(
+        acc, w, x_ptr, g_ptr, k0, K, dep, mean, rstd, LN: tl.constexpr, GAIN: tl.constexpr,
+        MAGIC: tl.constexpr, ATTN_HD: tl.constexpr, DT: tl.constexpr, COMPILED: tl.constexpr,
+        LANE: tl.constexpr,
+    ):  # fmt: skip
+        """_gemv_tile's LANE path with x read by X_ASM's loads leaf by leaf (_lane_leaves):
+        the same products in the same order."""
+        BLOCK_N: tl.constexpr = w.shape[0]
+        RUNS: tl.constexpr = w.shape[1] >> LANE
+        wr = tl.reshape(_w_float(w, MAGIC, COMPILED), [BLOCK_N, RUNS] + [2] * LANE)
+        idx = k0 + (tl.arange(0, RUNS) << LANE)[None, :]
+        part, xrun = _lane_leaves(
+            tl.zeros([BLOCK_N, RUNS], tl.float32), tl.zeros([1, RUNS], tl.float32), wr, x_ptr,
+            g_ptr, idx, K, dep, mean, rstd, LN, GAIN, ATTN_HD, DT, COMPILED, LANE, 1,
+        )  # fmt: skip
+        if MAGIC:
+            part -= _INT8_BIAS * xrun
+        return acc + part
 
     @triton.jit
     def _gemv_tile(
@@ -956,12 +1010,7 @@ if triton is not None:
                 xn = tl.where(kmask, xn, 0.0)
             xk = xn.to(xk.dtype)
         xf = xk.to(tl.float32)
-        if MAGIC:
-            wf = _int8_biased(w, COMPILED)
-        elif w.dtype == tl.uint8:  # Int8Linear's offset weights, converted as numbers
-            wf = w.to(tl.float32) - _INT8_OFFSET
-        else:
-            wf = w.to(tl.float32)
+        wf = _w_float(w, MAGIC, COMPILED)
         if LANE == 0:
             if MAGIC:
                 xs += xf
@@ -1023,10 +1072,9 @@ if triton is not None:
         )
         if HAS_SCALE:
             scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
-        # x's chunk index in the shape its products use (_x_index), its mask
-        xi0 = _x_index(0, BLOCK_K, LANE if X_ASM else 0)
-        xm0 = xi0 < K
-        g0 = tl.load(g_ptr + xi0, mask=xm0, other=0.0) if LN and GAIN else w
+        # X_ASM's run accumulators read x leaf by leaf (_lane_tile), not as a chunk
+        LEAVES: tl.constexpr = X_ASM and LANE > 0
+        g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if LN and GAIN and not LEAVES else w
         if ARGMAX:  # the best key so far, read now and not at the end (a round trip there):
             # stale, it only lets more programs try their atomic. _advance_kernel, which reset
             # it, launches nothing early, so it has ended before this step's kernels start.
@@ -1040,9 +1088,9 @@ if triton is not None:
         # Then everything that does, asked for at once: x's first chunk, all of x for the
         # LayerNorm's sums, the residual. Loaded where they are used, each would be one more
         # round trip to L2 on the way to this kernel's end.
-        x0 = _x_chunk(
-            x_ptr, g_ptr, xi0, xm0, K, dep, ATTN_HD, y_ptr.dtype.element_ty, COMPILED, X_ASM
-        )  # fmt: skip
+        DT: tl.constexpr = y_ptr.dtype.element_ty
+        if not LEAVES:
+            x0 = _x_chunk(x_ptr, g_ptr, rk0, k0mask, K, dep, ATTN_HD, DT, COMPILED, X_ASM)
         if ZERO:  # after the wait: the product that read the sums last step has ended
             tl.store(z_ptr + rn, tl.zeros([BLOCK_N], tl.float64), mask=rn < Z)
         if RES:
@@ -1056,27 +1104,35 @@ if triton is not None:
             rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(xa * xa, 0) / K - mean * mean, 0.0) + eps)
         acc = tl.zeros([BLOCK_N, BLOCK_K >> LANE], tl.float32)
         xs = tl.zeros([BLOCK_K], tl.float32)
-        acc, xs = _gemv_tile(
-            acc, xs, w, x0, g0, xm0, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
-        )  # fmt: skip
+        if LEAVES:
+            acc = _lane_tile(
+                acc, w, x_ptr, g_ptr, 0, K, dep, mean, rstd, LN, GAIN, MAGIC, ATTN_HD, DT,
+                COMPILED, LANE,
+            )  # fmt: skip
+        else:
+            acc, xs = _gemv_tile(
+                acc, xs, w, x0, g0, k0mask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
+            )  # fmt: skip
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             kmask = rk < K
-            xi = _x_index(k0, BLOCK_K, LANE if X_ASM else 0)
-            xm = xi < K
             w = tl.load(
                 w_ptr + rn[:, None] * K + rk[None, :],
                 mask=nmask[:, None] & kmask[None, :],
                 other=0.0,
                 eviction_policy="evict_first",
             )
-            xk = _x_chunk(
-                x_ptr, g_ptr, xi, xm, K, dep, ATTN_HD, y_ptr.dtype.element_ty, COMPILED, X_ASM
-            )  # fmt: skip
-            gk = tl.load(g_ptr + xi, mask=xm, other=0.0) if LN and GAIN else w
-            acc, xs = _gemv_tile(
-                acc, xs, w, xk, gk, xm, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
-            )  # fmt: skip
+            if LEAVES:
+                acc = _lane_tile(
+                    acc, w, x_ptr, g_ptr, k0, K, dep, mean, rstd, LN, GAIN, MAGIC, ATTN_HD, DT,
+                    COMPILED, LANE,
+                )  # fmt: skip
+            else:
+                xk = _x_chunk(x_ptr, g_ptr, rk, kmask, K, dep, ATTN_HD, DT, COMPILED, X_ASM)
+                gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN and GAIN else w
+                acc, xs = _gemv_tile(
+                    acc, xs, w, xk, gk, kmask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
+                )  # fmt: skip
         if MAGIC and LANE == 0:  # the bias off each lane's K / BLOCK_K products before the sum
             # over lanes, while they are small: (w + bias) x is exact for bf16 x (16 + 8 bits)
             acc -= _INT8_BIAS * xs[None, :]
@@ -1095,8 +1151,9 @@ if triton is not None:
             bits = top.to(tl.int32, bitcast=True)
             order = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # as a signed int: y's order
             key = (order.to(tl.int64) << 32) + (0x7FFFFFFF - n).to(tl.int64)
-            if key > seen:  # most programs skip the atomic
-                tl.atomic_max(best_ptr, key)
+            if key > seen:  # most programs skip the atomic; relaxed: _advance_kernel, which
+                # reads it, starts after this kernel ends (no fence at a program's end)
+                tl.atomic_max(best_ptr, key, sem="relaxed")
 
     @triton.jit
     def _attn_kernel(

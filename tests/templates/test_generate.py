@@ -392,6 +392,9 @@ for quant in ("none", "int8"):
     for P, t in ((5, 17), (6, 200), (7, 3)):
         tok, pos = torch.tensor([[t]]), torch.tensor([P])
         got = m.decode_fast(tok, pos).clone()
+        g.X_ASM = True  # x read leaf by leaf (_lane_tile; tl.load here): the same products
+        assert torch.equal(m.decode_fast(tok, pos), got), quant
+        g.X_ASM = False
         fast = [t.clone() for t in kv()]
         for c, old in zip(kv(), caches):
             c.copy_(old)
