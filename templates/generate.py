@@ -895,6 +895,10 @@ if triton is not None:
             return _x_load(x_ptr, rk, kmask, K, dep, COMPILED, X_ASM)
 
     @triton.jit
+    def _add_pair(a, b, c, d):
+        return a + c, b + d
+
+    @triton.jit
     def _exp_f64(t):
         """e^t in fp64 for fp32 t, which fp32 overflows past 88: 2^n made from its bits, the
         fraction's 2^r in fp32 (t far below -708 underflows to 0)."""
@@ -1100,8 +1104,10 @@ if triton is not None:
         if LN:  # every program normalises x itself: all K elements in one load
             rx = tl.arange(0, K_LN)
             xa = tl.load(x_ptr + rx, mask=rx < K, other=0.0).to(tl.float32)
-            mean = tl.sum(xa, 0) / K  # both sums at once: one reduction's latency, not two
-            rstd = 1.0 / tl.sqrt(tl.maximum(tl.sum(xa * xa, 0) / K - mean * mean, 0.0) + eps)
+            # both sums in one reduction: one trip through shared memory, not one a sum
+            sx, sxx = tl.reduce((xa, xa * xa), 0, _add_pair)
+            mean = sx / K
+            rstd = 1.0 / tl.sqrt(tl.maximum(sxx / K - mean * mean, 0.0) + eps)
         acc = tl.zeros([BLOCK_N, BLOCK_K >> LANE], tl.float32)
         xs = tl.zeros([BLOCK_K], tl.float32)
         if LEAVES:
