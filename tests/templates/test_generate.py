@@ -729,6 +729,28 @@ def test_boundary_cost_runs_its_chain_and_counts_every_barrier_arrival() -> None
     assert "| 1 | ran | - | ran | ran | |" in proc.stdout, proc.stdout
 
 
+def test_sass_count_compiles_the_products_both_ways_and_x_asm_drops_the_barriers() -> None:
+    """bench/gpu/sass_count.py compiles int8 products for sm_90 (no GPU) with x read by
+    tl.load and by X_ASM's PTX loads. X_ASM exists to take x's layout change (a store, a
+    barrier, a load, a barrier each time) out of the products: if a Triton version stops
+    letting the PTX loads take the weights' layout, this says so."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
+    proc = subprocess.run(
+        [sys.executable, "bench/gpu/sass_count.py", "--only", "proj,qkv"],
+        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [
+        r.split("|")
+        for r in proc.stdout.splitlines()
+        if r.startswith("| proj") or r.startswith("| qkv")
+    ]
+    assert len(rows) == 4, proc.stdout
+    bar = {(r[1].split()[0], r[2].strip()): int(r[5]) for r in rows}  # (product, x by): BARs
+    for name in ("proj", "qkv"):
+        assert bar[name, "PTX (X_ASM)"] < bar[name, "tl.load"] / 2, proc.stdout
+
+
 @pytest.mark.parametrize("tiles", ["16x512", "8x3x4", "16x512x4,x", "0x512x4"])
 def test_gemv_cost_refuses_a_malformed_tile_list_in_one_line(tiles: str) -> None:
     """--tiles is parsed before any GPU work: a tile Triton cannot build (not three powers of
