@@ -850,16 +850,25 @@ if triton is not None:
 
     @triton.jit
     def _x_load(ptr, rk, kmask, K, dep, COMPILED: tl.constexpr, X_ASM: tl.constexpr):
-        """ptr[rk] (0 past K). X_ASM (compiled): each element by its own PTX load, not
-        tl.load. Triton gives a tl.load of x the layout of x alone (8 bf16 a thread) and moves
+        """ptr[rk] (0 past K). X_ASM (compiled): by PTX loads, not tl.load (1: an element a
+        load; 2: eight 16-bit elements a load). Triton gives a tl.load of x the layout of x alone (8 bf16 a thread) and moves
         it into the weights' (16 int8 columns a thread) through shared memory, 2-16 barriers
         an iteration after the wait (round 18, in the SASS); an elementwise op takes the
         layout of its use, so each thread reads the elements it multiplies, from L1.
         Addresses are clamped into x and the masked elements zeroed after."""
         if COMPILED and X_ASM:
-            at = [ptr + tl.minimum(rk, K - 1), dep]
+            # a vector's 8 addresses stay in x: an aligned 8 past K reads x's last 8
+            at = [ptr + tl.minimum(rk, K - (8 if X_ASM == 2 else 1)), dep]
             ty = ptr.dtype.element_ty
-            if ty.primitive_bitwidth == 16:
+            if ty.primitive_bitwidth == 16 and X_ASM == 2:  # 8 at a time (gemv: K % 8 == 0,
+                # x 16-byte aligned); a thread's 8 neighbouring elements are its 8 neighbours
+                # in x in the products' layouts (8-16 columns a thread): one 16-byte load
+                v = tl.inline_asm_elementwise(
+                    "ld.global.v4.b32 {$0, $1, $2, $3}, [$4];",
+                    "=r,=r,=r,=r,l,l,l,l,l,l,l,l,r,r,r,r,r,r,r,r", at, dtype=ty, is_pure=True,
+                    pack=8,
+                )  # fmt: skip
+            elif ty.primitive_bitwidth == 16:
                 v = tl.inline_asm_elementwise(
                     "ld.global.b16 $0, [$1];", "=h,l,r", at, dtype=ty, is_pure=True, pack=1
                 )
@@ -936,11 +945,11 @@ if triton is not None:
         """prologue(x)[idx] as fp32 (X_ASM's loads): the LayerNorm's output rounded to x's
         dtype, as _gemv_tile's."""
         xm = idx < K
-        xk = _x_chunk(x_ptr, g_ptr, idx, xm, K, dep, ATTN_HD, DT, COMPILED, True)
+        xk = _x_chunk(x_ptr, g_ptr, idx, xm, K, dep, ATTN_HD, DT, COMPILED, 1)
         if LN:
             xn = (xk.to(tl.float32) - mean) * rstd
             if GAIN:
-                xn = xn * _x_load(g_ptr, idx, xm, K, dep, COMPILED, True).to(tl.float32)
+                xn = xn * _x_load(g_ptr, idx, xm, K, dep, COMPILED, 1).to(tl.float32)
             else:
                 xn = tl.where(xm, xn, 0.0)
             xk = xn.to(xk.dtype)
@@ -1077,7 +1086,7 @@ if triton is not None:
         if HAS_SCALE:
             scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         # X_ASM's run accumulators read x leaf by leaf (_lane_tile), not as a chunk
-        LEAVES: tl.constexpr = X_ASM and LANE > 0
+        LEAVES: tl.constexpr = X_ASM > 0 and LANE > 0
         g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if LN and GAIN and not LEAVES else w
         if ARGMAX:  # the best key so far, read now and not at the end (a round trip there):
             # stale, it only lets more programs try their atomic. _advance_kernel, which reset
@@ -1287,7 +1296,9 @@ if triton is not None:
         )
 
 
-X_ASM = False  # x read by PTX loads in the weights' layout (_x_load); not yet run on a GPU
+# x read by PTX loads in the weights' layout (_x_load): 0 tl.load, 1 an element a load, 2 eight
+# bf16 a load where x allows; not yet run on a GPU, so 0
+X_ASM = 0
 ATTN_CHUNK = 64  # cache slots per attention program
 ATTN_WARPS = 2  # warps per attention program (round 11: +2.3 % bf16, +3.9 % int8 over 4)
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
@@ -1389,7 +1400,8 @@ def gemv(
         HAS_SCALE=scale is not None, LN=ln is not None, GAIN=gain, GELU=gelu, RES=res is not None,
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
         K_LN=triton.next_power_of_2(K) if ln is not None else 1,
-        LANE=(16 // w.element_size()).bit_length() - 1 if runs else 0, X_ASM=X_ASM, **fixed,
+        LANE=(16 // w.element_size()).bit_length() - 1 if runs else 0,
+        X_ASM=min(X_ASM, 1 if K % 8 or x.data_ptr() % 16 else 2), **fixed,
     )  # fmt: skip
     return y
 

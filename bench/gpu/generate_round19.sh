@@ -5,10 +5,11 @@
 # Call 1 (default PARTS): two changes of round 18 not yet run on a GPU.
 #  - newint8: the template (refine_in_step on: each product's four fastest tiles timed again as
 #    the whole step's graph); norefine: the same with STEP_TOP = 0 (a sed copy).
-#  - xasm: X_ASM = True (a sed copy): _gemv_kernel reads x's chunks by PTX loads in the
-#    weights' layout (_x_load), not tl.load, whose layout Triton changes through shared memory
-#    (2-16 barriers an iteration after the wait, in the SASS); xasmlane0: the same with qkv's
-#    accumulators one a weight again (its LANE path still moves x through shared memory).
+#  - xasm: X_ASM = 1 (a sed copy): _gemv_kernel reads x's chunks by PTX loads in the
+#    weights' layout (_x_load), an element a load, not tl.load, whose layout Triton changes
+#    through shared memory (2-16 barriers an iteration after the wait, in the SASS; the run
+#    accumulators read x leaf by leaf); xasmvec: X_ASM = 2, eight bf16 a load where x allows;
+#    xasmlane0: X_ASM = 1 with qkv's accumulators one a weight again.
 #    Greedy tokens must equal newint8's where the tiles are the same (the same arithmetic).
 # Then (PARTS="xasmbf16 newbf16 xasm124 new124 ncu"): the other sizes, and ncu's view of the
 # int8 block products (barrier and memory stalls) with and without X_ASM.
@@ -16,13 +17,15 @@
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
-xasm() { sed "s/^X_ASM = False /X_ASM = True /" $W/gen.py > $W/gen_xa.py; grep -c "^X_ASM = True " $W/gen_xa.py >> $LOG; }
+xasm() { sed "s/^X_ASM = 0$/X_ASM = ${1:-1}/" $W/gen.py > $W/gen_xa.py; grep -c "^X_ASM = ${1:-1}$" $W/gen_xa.py >> $LOG; }
 NCU="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1) --clock-control none --launch-skip 40 --launch-count 6 --section SpeedOfLight --section WarpStateStats --section Occupancy"
-for part in ${PARTS:-newint8 xasm norefine oldint8 xasmlane0 probe13}; do case $part in
+for part in ${PARTS:-newint8 xasm xasmvec norefine oldint8 xasmlane0 probe13}; do case $part in
 norefine) sed "s/^STEP_TOP = 4 /STEP_TOP = 0 /" $W/gen.py > $W/gen_nr.py
   grep -c "^STEP_TOP = 0 " $W/gen_nr.py >> $LOG
   step g19-int8-norefine 100 python3 $W/gen_nr.py --size 1.3b $BENCH --compile-cache /tmp/cinr --quant int8 ;;
 xasm) xasm; step g19-int8-xasm 100 python3 $W/gen_xa.py --size 1.3b $BENCH --compile-cache /tmp/cixa --quant int8 ;;
+xasmvec) xasm 2; cp $W/gen_xa.py $W/gen_xv.py
+  step g19-int8-xasmvec 100 python3 $W/gen_xv.py --size 1.3b $BENCH --compile-cache /tmp/cixv --quant int8 ;;
 xasmlane0) xasm; sed "s/gemv(x, a.qkv, ln=self.ln1, zero=a.sums, runs=True)/gemv(x, a.qkv, ln=self.ln1, zero=a.sums)/" $W/gen_xa.py > $W/gen_xa0.py
   grep -c "gemv(x, a.qkv, ln=self.ln1, zero=a.sums))" $W/gen_xa0.py >> $LOG
   step g19-int8-xasm-lane0 100 python3 $W/gen_xa0.py --size 1.3b $BENCH --compile-cache /tmp/cixa0 --quant int8 ;;

@@ -2,7 +2,8 @@
 
 Each of generate's int8 products (qkv, proj, fc, fc_proj, the head: the fused work and the run
 accumulators the decode step gives them) is compiled for sm_90 by Triton's own ptxas at one
-tile, with x read by tl.load and by X_ASM's PTX loads (_x_load), and its SASS counted
+tile, with x read by tl.load (X_ASM 0) and by PTX loads (_x_load: 1 an element a load, 2 eight
+a load), and its SASS counted
 (cuobjdump, shipped with Triton): instructions, barriers (BAR.SYNC, each a wait for every warp
 of the program), shared-memory stores and loads, global loads, registers a thread. Round 18
 read the barriers as x's layout changes after gdc_wait (docs/benchmarks-gpu.md).
@@ -34,7 +35,7 @@ PRODUCTS = {  # name: (BLOCK_N, BLOCK_K, warps) (round 17's tuner picks, 1.3B), 
 COUNTED = ("BAR", "STS", "LDS", "LDG", "SHFL", "FFMA", "PRMT")
 
 
-def compile_product(g, name: str, x_asm: bool) -> bytes:
+def compile_product(g, name: str, x_asm: int) -> bytes:
     """The int8 product's cubin for sm_90, pointers 16-byte aligned as torch's tensors are."""
     (bn, bk, warps), use = PRODUCTS[name]
     fn = g._gemv_kernel.fn
@@ -92,16 +93,15 @@ def main() -> None:
     if unknown:
         ap.error(f"--only: no product {', '.join(unknown)} (known: {', '.join(PRODUCTS)})")
     g = load_template(a.template)
-    both = "X_ASM" in g._gemv_kernel.fn.arg_names
-    print("| product, tile | x by | instructions | registers | " + " | ".join(COUNTED) + " |")
+    modes = (0, 1, 2) if "X_ASM" in g._gemv_kernel.fn.arg_names else (0,)
+    print("| product, tile | X_ASM | instructions | registers | " + " | ".join(COUNTED) + " |")
     print("|---|---|---|---|" + "---|" * len(COUNTED))
     for name in names:
-        for x_asm in (False, True) if both else (False,):
+        for x_asm in modes:
             c = count(compile_product(g, name, x_asm))
             tile = " × ".join(map(str, PRODUCTS[name][0]))
             cells = " | ".join(str(c.get(k, 0)) for k in COUNTED)
-            by = "PTX (X_ASM)" if x_asm else "tl.load"
-            print(f"| {name} {tile} | {by} | {c['n']} | {c['REG']} | {cells} |")
+            print(f"| {name} {tile} | {x_asm} | {c['n']} | {c['REG']} | {cells} |")
 
 
 if __name__ == "__main__":

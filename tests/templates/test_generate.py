@@ -392,9 +392,9 @@ for quant in ("none", "int8"):
     for P, t in ((5, 17), (6, 200), (7, 3)):
         tok, pos = torch.tensor([[t]]), torch.tensor([P])
         got = m.decode_fast(tok, pos).clone()
-        g.X_ASM = True  # x read leaf by leaf (_lane_tile; tl.load here): the same products
+        g.X_ASM = 1  # x read leaf by leaf (_lane_tile; tl.load here): the same products
         assert torch.equal(m.decode_fast(tok, pos), got), quant
-        g.X_ASM = False
+        g.X_ASM = 0
         fast = [t.clone() for t in kv()]
         for c, old in zip(kv(), caches):
             c.copy_(old)
@@ -505,7 +505,7 @@ for wt in ("bf16", "u8"):  # Int8Linear keeps w + 128 as uint8
                      K_LN=2048 if uses[i % 4]["LN"] else 1,
                      # qkv's and the head's accumulators: one a 16-byte run
                      LANE=(4 if wt == "u8" else 3) if uses[i % 4]["LN"] and not uses[i % 4]["GELU"]
-                     else 0, X_ASM=bool(i % 3), **c.kwargs)  # x by PTX loads, and not
+                     else 0, X_ASM=i % 3, **c.kwargs)  # x by tl.load, PTX, PTX x 8
         const = {k: const[k] for k in g._gemv_kernel.fn.arg_names if k in const}
         build(g._gemv_kernel, types, const, num_warps=c.num_warps, num_stages=c.num_stages)
         n += 1
@@ -745,10 +745,10 @@ def test_sass_count_compiles_the_products_both_ways_and_x_asm_drops_the_barriers
         for r in proc.stdout.splitlines()
         if r.startswith("| proj") or r.startswith("| qkv")
     ]
-    assert len(rows) == 4, proc.stdout
-    bar = {(r[1].split()[0], r[2].strip()): int(r[5]) for r in rows}  # (product, x by): BARs
+    assert len(rows) == 6, proc.stdout
+    bar = {(r[1].split()[0], r[2].strip()): int(r[5]) for r in rows}  # (product, X_ASM): BARs
     for name in ("proj", "qkv"):
-        assert bar[name, "PTX (X_ASM)"] < bar[name, "tl.load"] / 2, proc.stdout
+        assert max(bar[name, "1"], bar[name, "2"]) < bar[name, "0"] / 2, proc.stdout
 
 
 @pytest.mark.parametrize("tiles", ["16x512", "8x3x4", "16x512x4,x", "0x512x4"])
