@@ -851,11 +851,12 @@ if triton is not None:
     @triton.jit
     def _x_load(ptr, rk, kmask, K, dep, COMPILED: tl.constexpr, X_ASM: tl.constexpr):
         """ptr[rk] (0 past K). X_ASM (compiled): by PTX loads, not tl.load (1: an element a
-        load; 2: eight 16-bit elements a load). Triton gives a tl.load of x the layout of x alone (8 bf16 a thread) and moves
-        it into the weights' (16 int8 columns a thread) through shared memory, 2-16 barriers
-        an iteration after the wait (round 18, in the SASS); an elementwise op takes the
-        layout of its use, so each thread reads the elements it multiplies, from L1.
-        Addresses are clamped into x and the masked elements zeroed after."""
+        load; 2: eight 16-bit elements a load). Triton gives a tl.load of x the layout of x
+        alone (8 bf16 a thread) and moves it into the weights' (16 int8 columns a thread)
+        through shared memory, 2-16 barriers an iteration after the wait (round 18, in the
+        SASS: bench/gpu/sass_count.py); an elementwise op takes the layout of its use, so
+        each thread reads the elements it multiplies, from L1. Addresses are clamped into x
+        and the masked elements zeroed after."""
         if COMPILED and X_ASM:
             # a vector's 8 addresses stay in x: an aligned 8 past K reads x's last 8
             at = [ptr + tl.minimum(rk, K - (8 if X_ASM == 2 else 1)), dep]
@@ -1342,10 +1343,10 @@ def gemv_key(
     N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads, runs: bool
 ) -> tuple:
     """What a product's fastest tile may depend on: its shape, weight, output and input types,
-    the work fused into it, its accumulators and PDL."""
+    the work fused into it, its accumulators, how it reads x (X_ASM) and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
             best is not None, str(y.dtype), PDL["on"], str(x.dtype), zero is not None,
-            heads, ln is not None and ln.weight is None, runs)  # fmt: skip
+            heads, ln is not None and ln.weight is None, runs, X_ASM)  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
