@@ -1174,7 +1174,8 @@ if triton is not None:
     @triton.jit
     def _attn_kernel(
         qkv_ptr, kc_ptr, vc_ptr, pos_ptr, acc_ptr, T, scale, C: tl.constexpr, HD: tl.constexpr,
-        CHUNK: tl.constexpr, PDL: tl.constexpr,
+        CHUNK: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr = False,
+        X_ASM: tl.constexpr = 0,
     ):  # fmt: skip
         """Flash-decoding, one (head, chunk of CHUNK cache slots) per program: softmax weights
         over slots <= pos and their values summed, then added into acc (fp64): o (C,) and the
@@ -1202,11 +1203,16 @@ if triton is not None:
             off = h * T * HD + idx[:, None] * HD + d[None, :]
             k = tl.load(kc_ptr + off, mask=old, other=0.0)
             v = tl.load(vc_ptr + off, mask=old, other=0.0)
-            if PDL:
-                gdc_wait()
-            q = tl.load(qkv_ptr + h * HD + d).to(tl.float32)
-            kn = tl.load(qkv_ptr + C + h * HD + d)
-            vn = tl.load(qkv_ptr + 2 * C + h * HD + d)
+            if X_ASM:  # this step's q, k, v in the layout the tile uses (_x_load)
+                dep = _gdc_wait_dep(PDL, COMPILED)
+            else:
+                if PDL:
+                    gdc_wait()
+                dep = 0
+            dm = d < HD
+            q = _x_load(qkv_ptr + h * HD, d, dm, HD, dep, COMPILED, X_ASM).to(tl.float32)
+            kn = _x_load(qkv_ptr + C + h * HD, d, dm, HD, dep, COMPILED, X_ASM)
+            vn = _x_load(qkv_ptr + 2 * C + h * HD, d, dm, HD, dep, COMPILED, X_ASM)
             k = tl.where(new, kn[None, :], k).to(tl.float32)
             s = tl.sum(k * q[None, :], 1) * scale
             s = tl.where(idx <= pos, s, float("-inf"))
@@ -1634,6 +1640,7 @@ def decode_attention(qkv, attn: nn.Module, pos):
     _attn_kernel[(H, triton.cdiv(T, ATTN_CHUNK))](
         qkv, attn.k_cache, attn.v_cache, pos, attn.sums, T, 1.0 / math.sqrt(HD), C=H * HD, HD=HD,
         CHUNK=ATTN_CHUNK, **pdl_args(), **({"num_warps": ATTN_WARPS} if qkv.is_cuda else {}),
+        COMPILED=qkv.is_cuda, X_ASM=min(X_ASM, 1 if HD % 8 or qkv.data_ptr() % 16 else 2),
     )  # fmt: skip
     return attn.sums
 

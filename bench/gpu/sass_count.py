@@ -1,4 +1,4 @@
-"""What the int8 decode products compile to on Hopper, counted without a GPU.
+"""What the int8 decode products and attention compile to on Hopper, counted without a GPU.
 
 Each of generate's int8 products (qkv, proj, fc, fc_proj, the head: the fused work and the run
 accumulators the decode step gives them) is compiled for sm_90 by Triton's own ptxas at one
@@ -6,7 +6,8 @@ tile, with x read by tl.load (X_ASM 0) and by PTX loads (_x_load: 1 an element a
 a load), and its SASS counted
 (cuobjdump, shipped with Triton): instructions, barriers (BAR.SYNC, each a wait for every warp
 of the program), shared-memory stores and loads, global loads, registers a thread. Round 18
-read the barriers as x's layout changes after gdc_wait (docs/benchmarks-gpu.md).
+read the barriers as x's layout changes after gdc_wait (docs/benchmarks-gpu.md). Attention
+(_attn_kernel, at its chunk and warps) too: its q, k and v of this step, read after the wait.
 
     python bench/gpu/sass_count.py                      # from the repo root; any machine
     python bench/gpu/sass_count.py --only qkv,head --template OLD.py
@@ -63,6 +64,25 @@ def compile_product(g, name: str, x_asm: int) -> bytes:
     return kernel.asm["cubin"]
 
 
+def compile_attention(g, x_asm: int) -> bytes:
+    """_attn_kernel's cubin for sm_90 at 1.3B's heads (128 wide), its chunk and warps."""
+    fn = g._attn_kernel
+    types = {
+        "qkv_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16", "pos_ptr": "*i64",
+        "acc_ptr": "*fp64", "T": "i32", "scale": "fp32",
+    }  # fmt: skip
+    const = dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, PDL=True, COMPILED=True, X_ASM=x_asm)
+    const = {k: v for k, v in const.items() if k in fn.arg_names}
+    sig = {k: types.get(k, "constexpr") for k in fn.arg_names}
+    aligned = ("qkv_ptr", "kc_ptr", "vc_ptr", "acc_ptr", "T")
+    src = ASTSource(
+        fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()},
+        attrs={(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in aligned},
+    )  # fmt: skip
+    kernel = triton.compile(src, target=HOPPER, options=dict(num_warps=g.ATTN_WARPS))
+    return kernel.asm["cubin"]
+
+
 def count(cubin: bytes) -> dict:
     """Instructions by opcode (the part before the first dot) and registers a thread."""
     tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
@@ -86,20 +106,27 @@ def count(cubin: bytes) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--template", default="templates/generate.py")
-    ap.add_argument("--only", default=",".join(PRODUCTS), help="products, comma-separated")
+    ap.add_argument(
+        "--only", default=",".join((*PRODUCTS, "attention")), help="products, comma-separated"
+    )
     a = ap.parse_args()
     names = a.only.split(",")
-    unknown = [n for n in names if n not in PRODUCTS]
+    unknown = [n for n in names if n not in (*PRODUCTS, "attention")]
     if unknown:
-        ap.error(f"--only: no product {', '.join(unknown)} (known: {', '.join(PRODUCTS)})")
+        known = ", ".join((*PRODUCTS, "attention"))
+        ap.error(f"--only: no product {', '.join(unknown)} (known: {known})")
     g = load_template(a.template)
     modes = (0, 1, 2) if "X_ASM" in g._gemv_kernel.fn.arg_names else (0,)
     print("| product, tile | X_ASM | instructions | registers | " + " | ".join(COUNTED) + " |")
     print("|---|---|---|---|" + "---|" * len(COUNTED))
     for name in names:
         for x_asm in modes:
-            c = count(compile_product(g, name, x_asm))
-            tile = " × ".join(map(str, PRODUCTS[name][0]))
+            if name == "attention":
+                c = count(compile_attention(g, x_asm))
+                tile = f"{g.ATTN_CHUNK} slots × {g.ATTN_WARPS} warps"
+            else:
+                c = count(compile_product(g, name, x_asm))
+                tile = " × ".join(map(str, PRODUCTS[name][0]))
             cells = " | ".join(str(c.get(k, 0)) for k in COUNTED)
             print(f"| {name} {tile} | {x_asm} | {c['n']} | {c['REG']} | {cells} |")
 
