@@ -299,7 +299,7 @@ def magic_product(xin, lane):  # layer's product by _gemv_kernel with MAGIC, as 
     y = torch.full((40,), float("nan"))
     g._gemv_kernel.fn[(5,)](xin, layer.weight, layer.scale, xin, y, y, y, y, 40, 256, 0, 0.0,
         HAS_SCALE=True, LN=False, GAIN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False,
-        ATTN_HD=0, PDL=False, COMPILED=False, K_LN=1, LANE=lane, X_ASM=True, BLOCK_N=8, BLOCK_K=64,
+        ATTN_HD=0, PDL=False, COMPILED=False, K_LN=1, LANE=lane, X_ASM=1, BLOCK_N=8, BLOCK_K=64,
         MAGIC=True)
     return y
 x = torch.randn(256) * 3 + 1  # sum(x) far from 0
@@ -731,9 +731,9 @@ def test_boundary_cost_runs_its_chain_and_counts_every_barrier_arrival() -> None
     assert "| 1 | ran | - | ran | ran | |" in proc.stdout, proc.stdout
 
 
-def test_sass_count_compiles_the_products_both_ways_and_x_asm_drops_the_barriers() -> None:
+def test_sass_count_compiles_the_products_each_way_and_x_asm_drops_the_barriers() -> None:
     """bench/gpu/sass_count.py compiles int8 products for sm_90 (no GPU) with x read by
-    tl.load and by X_ASM's PTX loads. X_ASM exists to take x's layout change (a store, a
+    tl.load and by X_ASM's PTX loads (1 and 2). X_ASM exists to take x's layout change (a store, a
     barrier, a load, a barrier each time) out of the products: if a Triton version stops
     letting the PTX loads take the weights' layout, this says so."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
