@@ -8,10 +8,8 @@
 # template), 0.25 and 0.75 (sed copies).
 # aside: the template (0.5) with L2 set aside for persisting accesses (bench/gpu/l2_setaside.py,
 # cudaLimitPersistingL2CacheSize up to the device's most), in case evict_last keeps lines only there.
-# Call 2 (PARTS="newint8 norefine newint8b oldint8 new124 old124 newbf16 oldbf16"): each
-# product's four fastest tiles in the tuner's graph timed again as the whole step's graph
-# (refine_in_step), against the template without it (norefine: STEP_TOP = 0, a sed copy) and
-# 880afef; newint8b: a second cold start on its own cache (do the refined picks repeat?).
+# Runs the template at e4e60a5 (HEAD_L2_SHARE is gone since 8b5e9d9). Call 2 was refused;
+# its parts (refine_in_step against STEP_TOP = 0) are in generate_round19.sh.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
@@ -26,12 +24,6 @@ nopin) share nopin 0 ;;
 pin25) share pin25 0.25 ;;
 pin75) share pin75 0.75 ;;
 aside) step g18-int8-aside 100 python3 bench/gpu/l2_setaside.py 40 $W/gen.py --size 1.3b $BENCH --compile-cache /tmp/ciaside --quant int8 ;;
-norefine) sed "s/^STEP_TOP = 4 /STEP_TOP = 0 /" $W/gen.py > $W/gen_nr.py
-  grep -c "^STEP_TOP = 0 " $W/gen_nr.py >> $LOG
-  step g18-int8-norefine 100 python3 $W/gen_nr.py --size 1.3b $BENCH --compile-cache /tmp/cinr --quant int8 ;;
-newint8b) step g18-int8-b 100 $G --size 1.3b $BENCH --compile-cache /tmp/cib --quant int8 ;;
-bf16nopin) sed "s/^HEAD_L2_SHARE = 0.5 /HEAD_L2_SHARE = 0 /" $W/gen.py > $W/gen_bnp.py
-  step g18-bf16-nopin 80 python3 $W/gen_bnp.py --size 1.3b $BENCH --compile-cache /tmp/cbnp ;;
 *) generate_part g18 $part || echo "unknown part: $part" ;;
 esac; done
 summarize "$GENERATE_SUMMARY"

@@ -36,8 +36,21 @@ PRODUCTS = {  # name: (BLOCK_N, BLOCK_K, warps) (round 17's tuner picks, 1.3B), 
 COUNTED = ("BAR", "STS", "LDS", "LDG", "SHFL", "FFMA", "PRMT")
 
 
+def compile_sm90(fn, types: dict, const: dict, aligned: tuple, **options) -> bytes:
+    """fn's cubin for sm_90: types for its tensors and scalars, const for its constexprs (those
+    an older template lacks left out), the aligned arguments 16-byte divisible as torch's
+    tensors and 1.3B's sizes are."""
+    const = {k: v for k, v in const.items() if k in fn.arg_names}
+    src = ASTSource(
+        fn=fn, signature={k: types.get(k, "constexpr") for k in fn.arg_names},
+        constexprs={(fn.arg_names.index(k),): v for k, v in const.items()},
+        attrs={(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in aligned},
+    )  # fmt: skip
+    return triton.compile(src, target=HOPPER, options=options).asm["cubin"]
+
+
 def compile_product(g, name: str, x_asm: int) -> bytes:
-    """The int8 product's cubin for sm_90, pointers 16-byte aligned as torch's tensors are."""
+    """The int8 product's cubin for sm_90 (compile_sm90)."""
     (bn, bk, warps), use = PRODUCTS[name]
     fn = g._gemv_kernel.fn
     attn = use.get("ATTN_HD", 0) > 0
@@ -53,15 +66,8 @@ def compile_product(g, name: str, x_asm: int) -> bytes:
         BLOCK_K=bk, MAGIC=True,
     )  # fmt: skip
     const.update(use)
-    const = {k: v for k, v in const.items() if k in fn.arg_names}  # an older template's
-    sig = {k: types.get(k, "constexpr") for k in fn.arg_names}
     aligned = ("x_ptr", "w_ptr", "s_ptr", "g_ptr", "r_ptr", "y_ptr", "z_ptr", "N", "K")
-    src = ASTSource(
-        fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()},
-        attrs={(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in aligned},
-    )  # fmt: skip
-    kernel = triton.compile(src, target=HOPPER, options=dict(num_warps=warps, num_stages=2))
-    return kernel.asm["cubin"]
+    return compile_sm90(fn, types, const, aligned, num_warps=warps, num_stages=2)
 
 
 def compile_attention(g, x_asm: int) -> bytes:
@@ -72,15 +78,8 @@ def compile_attention(g, x_asm: int) -> bytes:
         "acc_ptr": "*fp64", "T": "i32", "scale": "fp32",
     }  # fmt: skip
     const = dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, PDL=True, COMPILED=True, X_ASM=x_asm)
-    const = {k: v for k, v in const.items() if k in fn.arg_names}
-    sig = {k: types.get(k, "constexpr") for k in fn.arg_names}
     aligned = ("qkv_ptr", "kc_ptr", "vc_ptr", "acc_ptr", "T")
-    src = ASTSource(
-        fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()},
-        attrs={(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in aligned},
-    )  # fmt: skip
-    kernel = triton.compile(src, target=HOPPER, options=dict(num_warps=g.ATTN_WARPS))
-    return kernel.asm["cubin"]
+    return compile_sm90(fn, types, const, aligned, num_warps=g.ATTN_WARPS)
 
 
 def count(cubin: bytes) -> dict:

@@ -424,6 +424,16 @@ def triton_env() -> dict[str, str]:
     return {**child_env(), "TRITON_INTERPRET": "1"}
 
 
+def run_bench(
+    script: str, *args: str, env: dict[str, str], timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """Run bench/gpu/SCRIPT from the repo root, as the device calls do."""
+    return subprocess.run(
+        [sys.executable, f"bench/gpu/{script}", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
 def run_with_template(
     tmp_path: Path, script: str, env: dict[str, str], timeout: int = 300
 ) -> subprocess.CompletedProcess:
@@ -682,10 +692,7 @@ def test_gemv_cost_sweep_checks_every_forced_tile_against_the_autotuned_product(
     (--smoke) every block product, both weight types, runs and passes that check. It breaks
     here, not on a device call, when the kernel's arguments change."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
-    proc = subprocess.run(
-        [sys.executable, "bench/gpu/gemv_cost.py", "--smoke", "--sweep"],
-        cwd=REPO, env=triton_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = run_bench("gemv_cost.py", "--smoke", "--sweep", env=triton_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     checked = [line for line in proc.stdout.splitlines() if "tiles checked" in line]
     assert len(checked) == 8, proc.stdout
@@ -697,10 +704,9 @@ def test_gemv_cost_sweeps_only_the_products_asked_for_and_the_head_with_head() -
     """--only picks products by name and --head adds the head's tiles to --sweep: the head of
     both weight types, checked against torch's product, and nothing else."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
-    proc = subprocess.run(
-        [sys.executable, "bench/gpu/gemv_cost.py", "--smoke", "--sweep", "--head", "--only", "head"],
-        cwd=REPO, env=triton_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = run_bench(
+        "gemv_cost.py", "--smoke", "--sweep", "--head", "--only", "head", env=triton_env()
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     checked = [line for line in proc.stdout.splitlines() if "tiles checked" in line]
     assert [c.split(":")[0].strip() for c in checked] == ["head int8", "head bf16"], proc.stdout
@@ -709,10 +715,7 @@ def test_gemv_cost_sweeps_only_the_products_asked_for_and_the_head_with_head() -
 
 def test_gemv_cost_refuses_an_unknown_product_name() -> None:
     """--only with a misspelt product is a usage error naming it, before any GPU work."""
-    proc = subprocess.run(
-        [sys.executable, "bench/gpu/gemv_cost.py", "--smoke", "--only", "head,qvk"],
-        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = run_bench("gemv_cost.py", "--smoke", "--only", "head,qvk", env=child_env(), timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "no product qvk" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
@@ -723,10 +726,7 @@ def test_boundary_cost_runs_its_chain_and_counts_every_barrier_arrival() -> None
     the wait) run, and the script checks the counter holds every arrival and each program
     summed every step's bytes."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
-    proc = subprocess.run(
-        [sys.executable, "bench/gpu/boundary_cost.py", "--smoke"],
-        cwd=REPO, env=triton_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = run_bench("boundary_cost.py", "--smoke", env=triton_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| 1 | ran | - | ran | ran | |" in proc.stdout, proc.stdout
 
@@ -737,10 +737,7 @@ def test_sass_count_compiles_the_products_each_way_and_x_asm_drops_the_barriers(
     barrier, a load, a barrier each time) out of the products: if a Triton version stops
     letting the PTX loads take the weights' layout, this says so."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
-    proc = subprocess.run(
-        [sys.executable, "bench/gpu/sass_count.py", "--only", "proj,qkv"],
-        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = run_bench("sass_count.py", "--only", "proj,qkv", env=child_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [
         r.split("|")
@@ -757,10 +754,7 @@ def test_sass_count_compiles_the_products_each_way_and_x_asm_drops_the_barriers(
 def test_gemv_cost_refuses_a_malformed_tile_list_in_one_line(tiles: str) -> None:
     """--tiles is parsed before any GPU work: a tile Triton cannot build (not three powers of
     2) is a usage error naming the value, not a traceback after the model is made."""
-    proc = subprocess.run(
-        [sys.executable, "bench/gpu/gemv_cost.py", "--smoke", "--tiles", tiles],
-        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = run_bench("gemv_cost.py", "--smoke", "--tiles", tiles, env=child_env(), timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert repr(tiles) in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
@@ -774,10 +768,7 @@ def test_attn_cost_runs_the_templates_attention_and_finds_the_text_its_parts_rep
     reset): under the interpreter every chunk passes, and every part still finds its text, so
     an edit to the kernel breaks the script here, not on a device call."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
-    proc = subprocess.run(
-        [sys.executable, "bench/gpu/attn_cost.py", "--smoke", *mode],
-        cwd=REPO, env=triton_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = run_bench("attn_cost.py", "--smoke", *mode, env=triton_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [
         line for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line
