@@ -1306,6 +1306,12 @@ if triton is not None:
 # x read by PTX loads in the weights' layout (_x_load): 0 tl.load, 1 an element a load, 2 eight
 # bf16 a load where x allows; not yet run on a GPU, so 0
 X_ASM = 0
+# A cap on a tuned product's registers a thread (ptxas's .maxnreg; 0: Triton's choice). With
+# X_ASM, Triton 3.6 gives some int8 tiles more registers than without, so fewer programs an SM
+# (fc_proj's 8 x 2048 x 8: 1 for 2); at 128 they spill 0-3 stores (bench/gpu/sass_count.py
+# --maxnreg), but ptxas also takes more where it took fewer (proj's 8 x 1024 x 8: 80 -> 108).
+# Not yet run on a GPU, so 0.
+GEMV_MAXNREG = 0
 ATTN_CHUNK = 64  # cache slots per attention program
 ATTN_WARPS = 2  # warps per attention program (round 11: +2.3 % bf16, +3.9 % int8 over 4)
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
@@ -1349,10 +1355,11 @@ def gemv_key(
     N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads, runs: bool
 ) -> tuple:
     """What a product's fastest tile may depend on: its shape, weight, output and input types,
-    the work fused into it, its accumulators, how it reads x (X_ASM) and PDL."""
+    the work fused into it, its accumulators, how it reads x (X_ASM), its register cap
+    (GEMV_MAXNREG) and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
             best is not None, str(y.dtype), PDL["on"], str(x.dtype), zero is not None,
-            heads, ln is not None and ln.weight is None, runs, X_ASM)  # fmt: skip
+            heads, ln is not None and ln.weight is None, runs, X_ASM, GEMV_MAXNREG)  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
@@ -1395,6 +1402,8 @@ def gemv(
         fixed = {**fixed, "BLOCK_N": n, "BLOCK_K": k, "MAGIC": int8}
         if x.device.type == "cuda":
             fixed.update(num_warps=warps, num_stages=2)
+            if GEMV_MAXNREG:
+                fixed.update(maxnreg=GEMV_MAXNREG)
     elif x.device.type != "cuda":  # Triton's interpreter (tests): no autotuning there
         kernel = _gemv_kernel.fn
         fixed = {"BLOCK_N": 16, "BLOCK_K": 64, "MAGIC": False, "PDL": False, "COMPILED": False}

@@ -9,23 +9,33 @@
 #    weights' layout (_x_load), an element a load, not tl.load, whose layout Triton changes
 #    through shared memory (2-16 barriers an iteration after the wait, in the SASS; the run
 #    accumulators read x leaf by leaf); xasmvec: X_ASM = 2, eight bf16 a load where x allows;
+#    xasmcap: X_ASM = 2 with GEMV_MAXNREG = 128 (Triton 3.6 gives some tiles more registers
+#    with X_ASM, so fewer programs an SM: fc_proj's 8 x 2048 x 8 1 for 2; `sass_count.py
+#    --all-tiles` run under 3.6 here, docs/evidence/gpu/round19/);
 #    xasmlane0: X_ASM = 1 with qkv's accumulators one a weight again.
 #    Greedy tokens must equal newint8's where the tiles are the same (the same arithmetic).
-# Then (PARTS="xasmbf16 newbf16 xasm124 new124 ncu"): the other sizes, and ncu's view of the
-# int8 block products (barrier and memory stalls) with and without X_ASM.
+# The probe runs second, so a spent budget never leaves the call without it.
+# Then (PARTS="newcap xasmbf16 newbf16 xasm124 new124 ncu"; newcap: the cap without X_ASM):
+# the other sizes, and ncu's view of the int8 block products (barrier and memory stalls) with
+# and without X_ASM.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 xasm() { sed "s/^X_ASM = 0$/X_ASM = ${1:-1}/" $W/gen.py > $W/gen_xa.py; grep -c "^X_ASM = ${1:-1}$" $W/gen_xa.py >> $LOG; }
+cap() { sed "s/^GEMV_MAXNREG = 0$/GEMV_MAXNREG = $1/" $2 > $3; grep -c "^GEMV_MAXNREG = $1$" $3 >> $LOG; }
 NCU="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1) --clock-control none --launch-skip 40 --launch-count 6 --section SpeedOfLight --section WarpStateStats --section Occupancy"
-for part in ${PARTS:-newint8 xasm xasmvec norefine oldint8 xasmlane0 probe13}; do case $part in
+for part in ${PARTS:-newint8 probe13 xasm xasmvec xasmcap norefine oldint8 xasmlane0}; do case $part in
 norefine) sed "s/^STEP_TOP = 4 /STEP_TOP = 0 /" $W/gen.py > $W/gen_nr.py
   grep -c "^STEP_TOP = 0 " $W/gen_nr.py >> $LOG
   step g19-int8-norefine 100 python3 $W/gen_nr.py --size 1.3b $BENCH --compile-cache /tmp/cinr --quant int8 ;;
 xasm) xasm; step g19-int8-xasm 100 python3 $W/gen_xa.py --size 1.3b $BENCH --compile-cache /tmp/cixa --quant int8 ;;
 xasmvec) xasm 2; cp $W/gen_xa.py $W/gen_xv.py
   step g19-int8-xasmvec 100 python3 $W/gen_xv.py --size 1.3b $BENCH --compile-cache /tmp/cixv --quant int8 ;;
+xasmcap) xasm 2; cap 128 $W/gen_xa.py $W/gen_xc.py
+  step g19-int8-xasmcap 100 python3 $W/gen_xc.py --size 1.3b $BENCH --compile-cache /tmp/cixc --quant int8 ;;
+newcap) cap 128 $W/gen.py $W/gen_c.py
+  step g19-int8-cap 100 python3 $W/gen_c.py --size 1.3b $BENCH --compile-cache /tmp/cic --quant int8 ;;
 xasmlane0) xasm; sed "s/gemv(x, a.qkv, ln=self.ln1, zero=a.sums, runs=True)/gemv(x, a.qkv, ln=self.ln1, zero=a.sums)/" $W/gen_xa.py > $W/gen_xa0.py
   grep -c "gemv(x, a.qkv, ln=self.ln1, zero=a.sums))" $W/gen_xa0.py >> $LOG
   step g19-int8-xasm-lane0 100 python3 $W/gen_xa0.py --size 1.3b $BENCH --compile-cache /tmp/cixa0 --quant int8 ;;

@@ -3,14 +3,18 @@
 Each of generate's int8 products (qkv, proj, fc, fc_proj, the head: the fused work and the run
 accumulators the decode step gives them) is compiled for sm_90 by Triton's own ptxas at one
 tile, with x read by tl.load (X_ASM 0) and by PTX loads (_x_load: 1 an element a load, 2 eight
-a load), and its SASS counted
-(cuobjdump, shipped with Triton): instructions, barriers (BAR.SYNC, each a wait for every warp
-of the program), shared-memory stores and loads, global loads, registers a thread. Round 18
-read the barriers as x's layout changes after gdc_wait (docs/benchmarks-gpu.md). Attention
+a load), and its SASS counted (cuobjdump, shipped with Triton): instructions, barriers
+(BAR.SYNC, each a wait for every warp of the program) and those inside the K loop (between a
+backward branch and its target), stores to local memory (STL: spilled registers),
+shared-memory stores and loads, global loads, registers a thread, and the programs an SM holds
+at once (registers, warps and shared memory, Hopper's limits). Round 18 read the barriers as
+x's layout changes after gdc_wait (docs/benchmarks-gpu.md). Attention
 (_attn_kernel, at its chunk and warps) too: its q, k and v of this step, read after the wait.
 
     python bench/gpu/sass_count.py                      # from the repo root; any machine
     python bench/gpu/sass_count.py --only qkv,head --template OLD.py
+    python bench/gpu/sass_count.py --all-tiles            # every int8 candidate, not the picks
+    python bench/gpu/sass_count.py --maxnreg 128          # registers capped (STL: spills)
 """
 
 import argparse
@@ -33,25 +37,26 @@ PRODUCTS = {  # name: (BLOCK_N, BLOCK_K, warps) (round 17's tuner picks, 1.3B), 
     "fc_proj": ((8, 2048, 8), dict(RES=True)),
     "head": ((16, 512, 4), dict(LN=True, ARGMAX=True, K_LN=2048, LANE=4)),
 }
-COUNTED = ("BAR", "STS", "LDS", "LDG", "SHFL", "FFMA", "PRMT")
+COUNTED = ("BAR", "BAR in loop", "STL", "STS", "LDS", "LDG", "SHFL", "FFMA", "PRMT")
 
 
-def compile_sm90(fn, types: dict, const: dict, aligned: tuple, **options) -> bytes:
-    """fn's cubin for sm_90: types for its tensors and scalars, const for its constexprs (those
-    an older template lacks left out), the aligned arguments 16-byte divisible as torch's
-    tensors and 1.3B's sizes are."""
+def compile_sm90(fn, types: dict, const: dict, aligned: tuple, **options):
+    """fn compiled for sm_90 (Triton's CompiledKernel: .asm["cubin"], .metadata): types for
+    its tensors and scalars, const for its constexprs (those an older template lacks left
+    out), the aligned arguments 16-byte divisible as torch's tensors and 1.3B's sizes are."""
     const = {k: v for k, v in const.items() if k in fn.arg_names}
     src = ASTSource(
         fn=fn, signature={k: types.get(k, "constexpr") for k in fn.arg_names},
         constexprs={(fn.arg_names.index(k),): v for k, v in const.items()},
         attrs={(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in aligned},
     )  # fmt: skip
-    return triton.compile(src, target=HOPPER, options=options).asm["cubin"]
+    return triton.compile(src, target=HOPPER, options=options)
 
 
-def compile_product(g, name: str, x_asm: int) -> bytes:
-    """The int8 product's cubin for sm_90 (compile_sm90)."""
-    (bn, bk, warps), use = PRODUCTS[name]
+def compile_product(g, name: str, x_asm: int, tile: tuple | None = None, maxnreg: int = 0):
+    """The int8 product compiled for sm_90 (compile_sm90), at tile (BLOCK_N, BLOCK_K, warps) or
+    round 17's pick; maxnreg: a cap on its registers a thread (GEMV_MAXNREG), 0 none."""
+    (bn, bk, warps), use = (tile or PRODUCTS[name][0]), PRODUCTS[name][1]
     fn = g._gemv_kernel.fn
     attn = use.get("ATTN_HD", 0) > 0
     types = {
@@ -67,11 +72,12 @@ def compile_product(g, name: str, x_asm: int) -> bytes:
     )  # fmt: skip
     const.update(use)
     aligned = ("x_ptr", "w_ptr", "s_ptr", "g_ptr", "r_ptr", "y_ptr", "z_ptr", "N", "K")
-    return compile_sm90(fn, types, const, aligned, num_warps=warps, num_stages=2)
+    cap = {"maxnreg": maxnreg} if maxnreg else {}
+    return compile_sm90(fn, types, const, aligned, num_warps=warps, num_stages=2, **cap)
 
 
-def compile_attention(g, x_asm: int) -> bytes:
-    """_attn_kernel's cubin for sm_90 at 1.3B's heads (128 wide), its chunk and warps."""
+def compile_attention(g, x_asm: int):
+    """_attn_kernel compiled for sm_90 at 1.3B's heads (128 wide), its chunk and warps."""
     fn = g._attn_kernel
     types = {
         "qkv_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16", "pos_ptr": "*i64",
@@ -82,24 +88,43 @@ def compile_attention(g, x_asm: int) -> bytes:
     return compile_sm90(fn, types, const, aligned, num_warps=g.ATTN_WARPS)
 
 
-def count(cubin: bytes) -> dict:
-    """Instructions by opcode (the part before the first dot) and registers a thread."""
+def programs_per_sm(regs: int, warps: int, shared: int) -> int:
+    """How many programs of this size one Hopper SM runs at once: 64K registers (a warp's
+    taken in 256s, so a thread's rounded up to 8), 64 warps, 32 programs, 228 KiB of shared
+    memory (1 KiB of it reserved a program)."""
+    by_regs = 65536 // (-(-regs // 8) * 8 * 32) // warps
+    by_shared = 228 * 1024 // (shared + 1024)
+    return min(by_regs, 64 // warps, 32, by_shared)
+
+
+def count(kernel) -> dict:
+    """Instructions by opcode (the part before the first dot), BAR.SYNCs inside a loop ("BAR
+    in loop"), registers a thread and programs an SM (programs_per_sm)."""
     tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
+        f.write(kernel.asm["cubin"])
         f.flush()
         sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
         usage = subprocess.run(
             [tool, "--dump-resource-usage", f.name], capture_output=True, text=True
         ).stdout
     ops: collections.Counter = collections.Counter()
+    bars, loops = [], []  # barriers' addresses; (target, branch) of each backward branch
     for line in sass.splitlines():
-        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)", line)
-        if m:
-            op = m.group(2).split(".")[0]
-            ops["STS" if op == "STSM" else op] += 1  # STSM: stores matrices to shared memory
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)(.*)", line)
+        if not m:
+            continue
+        at, op = int(m.group(1), 16), m.group(3).split(".")[0]
+        ops["STS" if op == "STSM" else op] += 1  # STSM: stores matrices to shared memory
+        bars += [at] if op == "BAR" else []
+        jump = re.match(r"\s+(0x[0-9a-f]+)", m.group(4)) if op == "BRA" else None
+        if jump and int(jump.group(1), 16) < at:
+            loops.append((int(jump.group(1), 16), at))
     reg = re.search(r"REG:(\d+)", usage)
-    return {"n": sum(ops.values()), "REG": int(reg.group(1)) if reg else 0, **ops}
+    regs = int(reg.group(1)) if reg else 0
+    in_loop = sum(any(a <= b <= e for a, e in loops) for b in bars)
+    occupancy = programs_per_sm(regs, kernel.metadata.num_warps, kernel.metadata.shared)
+    return {"n": sum(ops.values()), "REG": regs, "SM": occupancy, "BAR in loop": in_loop, **ops}
 
 
 def main() -> None:
@@ -108,7 +133,11 @@ def main() -> None:
     ap.add_argument(
         "--only", default=",".join((*PRODUCTS, "attention")), help="products, comma-separated"
     )
+    ap.add_argument("--all-tiles", action="store_true", help="every int8 tile the tuner tries")
+    ap.add_argument("--maxnreg", type=int, default=0, help="cap the products' registers")
     a = ap.parse_args()
+    if a.maxnreg and not 16 <= a.maxnreg <= 255:
+        ap.error(f"--maxnreg {a.maxnreg}: a thread has 16 to 255 registers (0: no cap)")
     names = a.only.split(",")
     unknown = [n for n in names if n not in (*PRODUCTS, "attention")]
     if unknown:
@@ -116,18 +145,21 @@ def main() -> None:
         ap.error(f"--only: no product {', '.join(unknown)} (known: {known})")
     g = load_template(a.template)
     modes = (0, 1, 2) if "X_ASM" in g._gemv_kernel.fn.arg_names else (0,)
-    print("| product, tile | X_ASM | instructions | registers | " + " | ".join(COUNTED) + " |")
-    print("|---|---|---|---|" + "---|" * len(COUNTED))
+    header = "| product, tile | X_ASM | instructions | registers | programs an SM | "
+    print(header + " | ".join(COUNTED) + " |")
+    print("|---|---|---|---|---|" + "---|" * len(COUNTED))
     for name in names:
-        for x_asm in modes:
-            if name == "attention":
-                c = count(compile_attention(g, x_asm))
-                tile = f"{g.ATTN_CHUNK} slots × {g.ATTN_WARPS} warps"
-            else:
-                c = count(compile_product(g, name, x_asm))
-                tile = " × ".join(map(str, PRODUCTS[name][0]))
-            cells = " | ".join(str(c.get(k, 0)) for k in COUNTED)
-            print(f"| {name} {tile} | {x_asm} | {c['n']} | {c['REG']} | {cells} |")
+        tiles = g.GEMV_TILES["int8"] if a.all_tiles else [PRODUCTS[name][0]]
+        for tile in [None] if name == "attention" else tiles:
+            for x_asm in modes:
+                if tile is None:
+                    c = count(compile_attention(g, x_asm))
+                    label = f"{g.ATTN_CHUNK} slots × {g.ATTN_WARPS} warps"
+                else:
+                    c = count(compile_product(g, name, x_asm, tile, a.maxnreg))
+                    label = " × ".join(map(str, tile))
+                cells = " | ".join(str(c.get(k, 0)) for k in COUNTED)
+                print(f"| {name} {label} | {x_asm} | {c['n']} | {c['REG']} | {c['SM']} | {cells} |")
 
 
 if __name__ == "__main__":
