@@ -15,7 +15,9 @@
 #    xasmlane0: X_ASM = 1 with qkv's accumulators one a weight again.
 #    Greedy tokens must equal newint8's where the tiles are the same (the same arithmetic).
 # The probe runs second, so a spent budget never leaves the call without it.
-# Then (PARTS="newcap xasmbf16 newbf16 xasm124 new124 ncu"; newcap: the cap without X_ASM):
+# Then (PARTS="newcap xasmnoproj xasmbf16 newbf16 xasm124 new124 ncu"; newcap: the cap
+# without X_ASM; xasmnoproj: X_ASM 2 but for proj, whose x is attention's fp64 sums, read an
+# element a load and its registers 80 -> 101 with X_ASM on Triton 3.6):
 # the other sizes, and ncu's view of the int8 block products (barrier and memory stalls) with
 # and without X_ASM.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
@@ -34,10 +36,13 @@ xasmvec) xasm 2; cp $W/gen_xa.py $W/gen_xv.py
   step g19-int8-xasmvec 100 python3 $W/gen_xv.py --size 1.3b $BENCH --compile-cache /tmp/cixv --quant int8 ;;
 xasmcap) xasm 2; cap 128 $W/gen_xa.py $W/gen_xc.py
   step g19-int8-xasmcap 100 python3 $W/gen_xc.py --size 1.3b $BENCH --compile-cache /tmp/cixc --quant int8 ;;
+xasmnoproj) xasm 2; sed "s/X_ASM=min(X_ASM, 1 if K % 8 or x.data_ptr() % 16 else 2), \*\*fixed,/X_ASM=0 if heads else min(X_ASM, 1 if K % 8 or x.data_ptr() % 16 else 2), **fixed,/" $W/gen_xa.py > $W/gen_xn.py
+  grep -c "X_ASM=0 if heads else min(X_ASM" $W/gen_xn.py >> $LOG
+  step g19-int8-xasm-noproj 100 python3 $W/gen_xn.py --size 1.3b $BENCH --compile-cache /tmp/cixn --quant int8 ;;
 newcap) cap 128 $W/gen.py $W/gen_c.py
   step g19-int8-cap 100 python3 $W/gen_c.py --size 1.3b $BENCH --compile-cache /tmp/cic --quant int8 ;;
 xasmlane0) xasm; sed "s/gemv(x, a.qkv, ln=self.ln1, zero=a.sums, runs=True)/gemv(x, a.qkv, ln=self.ln1, zero=a.sums)/" $W/gen_xa.py > $W/gen_xa0.py
-  grep -c "gemv(x, a.qkv, ln=self.ln1, zero=a.sums))" $W/gen_xa0.py >> $LOG
+  grep -c "gemv(x, a.qkv, ln=self.ln1, zero=a.sums), a, pos)" $W/gen_xa0.py >> $LOG
   step g19-int8-xasm-lane0 100 python3 $W/gen_xa0.py --size 1.3b $BENCH --compile-cache /tmp/cixa0 --quant int8 ;;
 xasmbf16) xasm; step g19-bf16-xasm 80 python3 $W/gen_xa.py --size 1.3b $BENCH --compile-cache /tmp/cbxa ;;
 xasm124) xasm; step g19-124m-xasm 50 python3 $W/gen_xa.py --size 124m $BENCH --compile-cache /tmp/c124xa ;;

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -755,6 +756,32 @@ def test_sass_count_compiles_the_products_each_way_and_x_asm_drops_the_barriers(
         )
         assert all(2 * int(c["BAR"]) <= int(plain["BAR"]) for c in asm), proc.stdout
         assert all(0 < int(c["programs an SM"]) <= 16 for c in (plain, *asm)), proc.stdout
+
+
+def test_the_latest_round_script_finds_every_text_it_edits_in_the_template(tmp_path: Path) -> None:
+    """A round's device script makes its variants as sed copies of the template, each checked by
+    a `grep -c` into the log: a pattern the template no longer holds would make a copy that is
+    the template itself, and its figure a false pair, found only after the device call. Run dry
+    (DRY=1: steps logged, not run), every part of the latest round must find its text once."""
+    script = max(
+        (REPO / "bench/gpu").glob("generate_round*.sh"),
+        key=lambda p: int(re.search(r"(\d+)\.sh$", p.name).group(1)),
+    )
+    text = script.read_text()
+    parts = re.search(r"\$\{PARTS:-([^}]*)\}", text).group(1).split()  # the first call's
+    parts += re.search(r'PARTS="([^"]*)"', text).group(1).split()  # the next call's
+    parts += re.findall(r"^(\w+)\) ", text, re.M)  # and any other the script knows
+    env = {**os.environ, "DRY": "1", "OUT": str(tmp_path), "W": str(tmp_path / "w"), "TAG": "dry"}
+    env["PARTS"] = " ".join(dict.fromkeys(parts))
+    proc = subprocess.run(
+        ["bash", str(script)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and "unknown part" not in proc.stdout, proc.stdout + proc.stderr
+    log = (tmp_path / "dry.log").read_text().splitlines()
+    checks = [line for line in log if line.strip().isdigit()]
+    assert checks and all(c.strip() == "1" for c in checks), "\n".join(log)
+    ran = [line for line in log if line.startswith("=== ")]
+    assert len(ran) >= len(dict.fromkeys(parts)), "\n".join(log)  # every part logs its steps
 
 
 @pytest.mark.parametrize("tiles", ["16x512", "8x3x4", "16x512x4,x", "0x512x4"])
