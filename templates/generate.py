@@ -837,15 +837,18 @@ if triton is not None:
             return (w.to(tl.int32) + (_INT8_BIAS - _INT8_OFFSET)).to(tl.float32)
 
     @triton.jit
-    def _gdc_wait_dep(PDL: tl.constexpr, COMPILED: tl.constexpr):
-        """gdc_wait that returns a value (0) made after the wait: the x loads (_x_load) take
-        it as an operand, so the compiler cannot move them above the wait."""
-        if PDL and COMPILED:
+    def _gdc_wait_dep(PDL: tl.constexpr, COMPILED: tl.constexpr, X_ASM: tl.constexpr):
+        """gdc_wait (under PDL) -> 0. With X_ASM (compiled) the 0 is made after the wait by
+        the same PTX: the x loads (_x_load) take it as an operand, so the compiler cannot move
+        them above the wait (tl.load's are ordered by gdc_wait itself)."""
+        if PDL and COMPILED and X_ASM:
             return tl.inline_asm_elementwise(
                 "griddepcontrol.wait; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
                 pack=1,
             )  # fmt: skip
         else:
+            if PDL:
+                gdc_wait()
             return 0
 
     @triton.jit
@@ -1093,12 +1096,7 @@ if triton is not None:
             # stale, it only lets more programs try their atomic. _advance_kernel, which reset
             # it, launches nothing early, so it has ended before this step's kernels start.
             seen = tl.load(best_ptr)
-        if X_ASM:  # the wait, and a value made after it that x's loads take as an operand
-            dep = _gdc_wait_dep(PDL, COMPILED)
-        else:
-            if PDL:
-                gdc_wait()
-            dep = 0
+        dep = _gdc_wait_dep(PDL, COMPILED, X_ASM)  # the wait; x's loads take dep after it
         # Then everything that does, asked for at once: x's first chunk, all of x for the
         # LayerNorm's sums, the residual. Loaded where they are used, each would be one more
         # round trip to L2 on the way to this kernel's end.
@@ -1203,12 +1201,8 @@ if triton is not None:
             off = h * T * HD + idx[:, None] * HD + d[None, :]
             k = tl.load(kc_ptr + off, mask=old, other=0.0)
             v = tl.load(vc_ptr + off, mask=old, other=0.0)
-            if X_ASM:  # this step's q, k, v in the layout the tile uses (_x_load)
-                dep = _gdc_wait_dep(PDL, COMPILED)
-            else:
-                if PDL:
-                    gdc_wait()
-                dep = 0
+            # this step's q, k, v, after the wait (with X_ASM in the layout the tile uses)
+            dep = _gdc_wait_dep(PDL, COMPILED, X_ASM)
             dm = d < HD
             q = _x_load(qkv_ptr + h * HD, d, dm, HD, dep, COMPILED, X_ASM).to(tl.float32)
             kn = _x_load(qkv_ptr + C + h * HD, d, dm, HD, dep, COMPILED, X_ASM)
@@ -1351,6 +1345,12 @@ GEMV_PICKS: dict[tuple, tuple[int, int, int]] = {}  # gemv_key -> tile (tune_gem
 _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
 
 
+def x_asm_for(x: torch.Tensor, k: int) -> int:
+    """X_ASM for a kernel reading x in runs of k: its eight-a-load form (2) only where every
+    run starts 16-byte aligned (k % 8 == 0, x aligned)."""
+    return min(X_ASM, 1 if k % 8 or x.data_ptr() % 16 else 2)
+
+
 def gemv_key(
     N: int, K: int, w, scale, ln, gelu: bool, res, best, x, y, zero, heads, runs: bool
 ) -> tuple:
@@ -1417,7 +1417,7 @@ def gemv(
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
         K_LN=triton.next_power_of_2(K) if ln is not None else 1,
         LANE=(16 // w.element_size()).bit_length() - 1 if runs else 0,
-        X_ASM=min(X_ASM, 1 if K % 8 or x.data_ptr() % 16 else 2), **fixed,
+        X_ASM=x_asm_for(x, K), **fixed,
     )  # fmt: skip
     return y
 
@@ -1528,6 +1528,11 @@ def refine_in_step(
         GEMV_PICKS[key] = pick
         out[key] = tried
     return out
+
+
+def _tile_times_us(times: dict[tuple, list]) -> list:
+    """{key: [(seconds, tile)]} as JSON lists, in us."""
+    return [[list(k), [[list(t), round(s * 1e6, 2)] for s, t in v]] for k, v in times.items()]
 
 
 def agree_tile_picks(picks: dict[tuple, tuple]) -> dict[tuple, tuple]:
@@ -1649,7 +1654,7 @@ def decode_attention(qkv, attn: nn.Module, pos):
     _attn_kernel[(H, triton.cdiv(T, ATTN_CHUNK))](
         qkv, attn.k_cache, attn.v_cache, pos, attn.sums, T, 1.0 / math.sqrt(HD), C=H * HD, HD=HD,
         CHUNK=ATTN_CHUNK, **pdl_args(), **({"num_warps": ATTN_WARPS} if qkv.is_cuda else {}),
-        COMPILED=qkv.is_cuda, X_ASM=min(X_ASM, 1 if HD % 8 or qkv.data_ptr() % 16 else 2),
+        COMPILED=qkv.is_cuda, X_ASM=x_asm_for(qkv, HD),
     )  # fmt: skip
     return attn.sums
 
@@ -1797,13 +1802,9 @@ class Engine:
             "from_cache": sum(known.get(k) == t for k, t in picks.items()),
             "picks": [[list(k), list(t)] for k, t in picks.items()],
             # each candidate's time in the graph, us a call (the products tuned this start)
-            "us": [
-                [list(k), [[list(t), round(s * 1e6, 2)] for s, t in v]] for k, v in times.items()
-            ],
+            "us": _tile_times_us(times),
             # the step's time with each product's few fastest there (refine_in_step), us
-            "step_us": [
-                [list(k), [[list(t), round(s * 1e6, 2)] for s, t in v]] for k, v in in_step.items()
-            ],
+            "step_us": _tile_times_us(in_step),
         }
         if path and self.rank == 0 and any(known.get(k) != t for k, t in picks.items()):
             write_tile_picks(path, {**known, **picks}, stamp)  # other models' picks stay

@@ -36,8 +36,8 @@ xasmvec) xasm 2; cp $W/gen_xa.py $W/gen_xv.py
   step g19-int8-xasmvec 100 python3 $W/gen_xv.py --size 1.3b $BENCH --compile-cache /tmp/cixv --quant int8 ;;
 xasmcap) xasm 2; cap 128 $W/gen_xa.py $W/gen_xc.py
   step g19-int8-xasmcap 100 python3 $W/gen_xc.py --size 1.3b $BENCH --compile-cache /tmp/cixc --quant int8 ;;
-xasmnoproj) xasm 2; sed "s/X_ASM=min(X_ASM, 1 if K % 8 or x.data_ptr() % 16 else 2), \*\*fixed,/X_ASM=0 if heads else min(X_ASM, 1 if K % 8 or x.data_ptr() % 16 else 2), **fixed,/" $W/gen_xa.py > $W/gen_xn.py
-  grep -c "X_ASM=0 if heads else min(X_ASM" $W/gen_xn.py >> $LOG
+xasmnoproj) xasm 2; sed "s/X_ASM=x_asm_for(x, K), \*\*fixed,/X_ASM=0 if heads else x_asm_for(x, K), **fixed,/" $W/gen_xa.py > $W/gen_xn.py
+  grep -c "X_ASM=0 if heads else x_asm_for(x, K)" $W/gen_xn.py >> $LOG
   step g19-int8-xasm-noproj 100 python3 $W/gen_xn.py --size 1.3b $BENCH --compile-cache /tmp/cixn --quant int8 ;;
 newcap) cap 128 $W/gen.py $W/gen_c.py
   step g19-int8-cap 100 python3 $W/gen_c.py --size 1.3b $BENCH --compile-cache /tmp/cic --quant int8 ;;

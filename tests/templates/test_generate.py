@@ -388,9 +388,12 @@ for quant in ("none", "int8"):
     m.decode_fast(torch.tensor([[1]]), torch.tensor([5]))
     g._GEMV_RECORD["calls"] = None
     g.GEMV_PICKS.update({key: g.gemv_tiles(key)[0] for key in calls})
-    # the same tiles for X_ASM's products (part of the key: its tiles are timed apart)
-    # (the key ends in X_ASM, GEMV_MAXNREG)
-    g.GEMV_PICKS.update({key[:-2] + (1, key[-1]): g.gemv_tiles(key)[0] for key in calls})
+    # the same tiles for X_ASM's products (X_ASM is in the key: its tiles are timed apart)
+    g.X_ASM, g._GEMV_RECORD["calls"] = 1, {}
+    m.decode_fast(torch.tensor([[1]]), torch.tensor([5]))
+    g.X_ASM, x_asm_calls, g._GEMV_RECORD["calls"] = 0, g._GEMV_RECORD["calls"], None
+    assert x_asm_calls.keys().isdisjoint(calls)
+    g.GEMV_PICKS.update({key: g.gemv_tiles(key)[0] for key in x_asm_calls})
     kv = lambda: [t for b in m.blocks for t in (b.attn.k_cache, b.attn.v_cache)]
     caches = [t.clone() for t in kv()]
     for P, t in ((5, 17), (6, 200), (7, 3)):
