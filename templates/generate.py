@@ -1341,14 +1341,15 @@ TILE_ERRORS = tuple(
     for name in ("TritonError", "OutOfResources", "PTXASError", "CompilationError")
     if triton is not None and hasattr(importlib.import_module(m), name)
 ) or (RuntimeError,)
-GEMV_PICKS: dict[tuple, tuple[int, int, int]] = {}  # gemv_key -> tile (tune_gemv's choice)
+GEMV_PICKS: dict[tuple, tuple[int, ...]] = {}  # gemv_key -> tile (tune_gemv's choice)
 _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
 
 
-def x_asm_for(x: torch.Tensor, k: int) -> int:
+def x_asm_for(x: torch.Tensor, k: int, tile: tuple = ()) -> int:
     """X_ASM for a kernel reading x in runs of k: its eight-a-load form (2) only where every
-    run starts 16-byte aligned (k % 8 == 0, x aligned)."""
-    return min(X_ASM, 1 if k % 8 or x.data_ptr() % 16 else 2)
+    run starts 16-byte aligned (k % 8 == 0, x aligned). A tile's fourth element, where it has
+    one, is its own X_ASM (0: the twin refine_in_step tries, x read by tl.load)."""
+    return min(tile[3] if len(tile) > 3 else X_ASM, 1 if k % 8 or x.data_ptr() % 16 else 2)
 
 
 def gemv_key(
@@ -1364,6 +1365,21 @@ def gemv_key(
 
 def gemv_tiles(key: tuple) -> tuple:
     return GEMV_TILES["int8" if key[2] == "torch.uint8" else "float"]
+
+
+def tl_load_twin(tile: tuple) -> tuple:
+    """The tile with x read by tl.load (X_ASM 0): with X_ASM, refine_in_step times a
+    product's fastest tiles each way in the whole step, so x's PTX loads are kept only in the
+    products where the step is faster with them (on Triton 3.6 they cost some tiles
+    registers, and so programs an SM: round 19's prep)."""
+    return (*tile[:3], 0)
+
+
+def gemv_candidates(key: tuple) -> tuple:
+    """Every tile a product may run with: gemv_tiles', and with X_ASM (the key's) their
+    tl.load twins."""
+    tiles = gemv_tiles(key)
+    return tiles + tuple(map(tl_load_twin, tiles)) if key[15] else tiles  # key[15]: X_ASM
 
 
 def gemv(
@@ -1397,7 +1413,7 @@ def gemv(
     int8 = w.dtype == torch.uint8
     kernel, fixed = _gemv_kernel, {**pdl_args(), "COMPILED": x.device.type == "cuda"}
     if tile is not None:
-        n, k, warps = tile
+        n, k, warps = tile[:3]
         kernel = _gemv_kernel.fn
         fixed = {**fixed, "BLOCK_N": n, "BLOCK_K": k, "MAGIC": int8}
         if x.device.type == "cuda":
@@ -1417,7 +1433,7 @@ def gemv(
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
         K_LN=triton.next_power_of_2(K) if ln is not None else 1,
         LANE=(16 // w.element_size()).bit_length() - 1 if runs else 0,
-        X_ASM=x_asm_for(x, K), **fixed,
+        X_ASM=x_asm_for(x, K, tile or ()), **fixed,
     )  # fmt: skip
     return y
 
@@ -1454,7 +1470,7 @@ def _run_calls(group: list) -> None:
 
 def tune_gemv(
     step, timer=None, known: dict | None = None, times: dict | None = None
-) -> dict[tuple, tuple[int, int, int]]:
+) -> dict[tuple, tuple[int, ...]]:
     """Pick the tile of every product step() makes: step runs once with its products recorded
     (each with its candidates' first tile); then per product, each tile of gemv_tiles runs it
     over every layer's matrix in turn (the step's own order, more bytes than L2 holds), timed
@@ -1472,9 +1488,9 @@ def tune_gemv(
     for key in calls:  # until timed, a product runs with its first candidate (step() below)
         GEMV_PICKS.setdefault(key, gemv_tiles(key)[0])
     for key, group in calls.items():
-        tiles = gemv_tiles(key)
-        if known and known.get(key) in tiles:  # the candidate itself, not the file's copy
-            GEMV_PICKS[key] = tiles[tiles.index(known[key])]  # (16.0 == 16, but not to Triton)
+        tiles, allowed = gemv_tiles(key), gemv_candidates(key)
+        if known and known.get(key) in allowed:  # the candidate itself, not the file's copy
+            GEMV_PICKS[key] = allowed[allowed.index(known[key])]  # (16.0 == 16, not to Triton)
             continue
         timed = []
         for tile in tiles:
@@ -1508,14 +1524,16 @@ def refine_in_step(
     the pick only if the step is `margin` faster with it. tune_gemv times a product after
     copies of itself; in the step it follows attention or another product, whose end it
     overlaps under PDL, and its tile's fastest there may differ (round 17: a proj tile 12 %
-    faster in tune_gemv's graph left the step's rate unchanged). -> per product, [(seconds a
+    faster in tune_gemv's graph left the step's rate unchanged). With X_ASM (the key's),
+    each of them also with x read by tl.load (tl_load_twin). -> per product, [(seconds a
     step, tile)] as timed."""
     timer = timer or (lambda: graph_seconds(step, 40))
     out: dict[tuple, list] = {}
     best_s = timer()
     for key, timed in times.items():
         pick, tried = GEMV_PICKS[key], [(best_s, GEMV_PICKS[key])]
-        for _, tile in timed[:top]:
+        fastest = [tile for _, tile in timed[:top]]
+        for tile in fastest + ([tl_load_twin(t) for t in fastest] if key[15] else []):
             if tile == tried[0][1]:
                 continue
             GEMV_PICKS[key] = tile

@@ -13,11 +13,13 @@
 #    with X_ASM, so fewer programs an SM: fc_proj's 8 x 2048 x 8 1 for 2; `sass_count.py
 #    --all-tiles` run under 3.6 here, docs/evidence/gpu/round19/);
 #    xasmlane0: X_ASM = 1 with qkv's accumulators one a weight again.
+#    With X_ASM, refine_in_step also times each product's fastest tiles with x read by
+#    tl.load (their twins, a fourth element 0 in RESULT's gemv_tiles), in the whole step: the
+#    twins' step_us are X_ASM's worth product by product, and a product keeps whichever wins.
 #    Greedy tokens must equal newint8's where the tiles are the same (the same arithmetic).
 # The probe runs second, so a spent budget never leaves the call without it.
-# Then (PARTS="newcap xasmnoproj xasmbf16 newbf16 xasm124 new124 ncu"; newcap: the cap
-# without X_ASM; xasmnoproj: X_ASM 2 but for proj, whose x is attention's fp64 sums, read an
-# element a load and its registers 80 -> 101 with X_ASM on Triton 3.6):
+# Then (PARTS="newcap xasmbf16 newbf16 xasm124 new124 ncu"; newcap: the cap without X_ASM;
+# xasmnoproj, X_ASM 2 but for proj, is left as a part: the twins above try that per product):
 # the other sizes, and ncu's view of the int8 block products (barrier and memory stalls) with
 # and without X_ASM.
 # Run with carry [".gpuwork"] (the probe and the old template; gitignored).
@@ -36,8 +38,8 @@ xasmvec) xasm 2; cp $W/gen_xa.py $W/gen_xv.py
   step g19-int8-xasmvec 100 python3 $W/gen_xv.py --size 1.3b $BENCH --compile-cache /tmp/cixv --quant int8 ;;
 xasmcap) xasm 2; cap 128 $W/gen_xa.py $W/gen_xc.py
   step g19-int8-xasmcap 100 python3 $W/gen_xc.py --size 1.3b $BENCH --compile-cache /tmp/cixc --quant int8 ;;
-xasmnoproj) xasm 2; sed "s/X_ASM=x_asm_for(x, K), \*\*fixed,/X_ASM=0 if heads else x_asm_for(x, K), **fixed,/" $W/gen_xa.py > $W/gen_xn.py
-  grep -c "X_ASM=0 if heads else x_asm_for(x, K)" $W/gen_xn.py >> $LOG
+xasmnoproj) xasm 2; sed "s/X_ASM=x_asm_for(x, K, tile or ()), \*\*fixed,/X_ASM=0 if heads else x_asm_for(x, K, tile or ()), **fixed,/" $W/gen_xa.py > $W/gen_xn.py
+  grep -c "X_ASM=0 if heads else x_asm_for(x, K, tile or ())" $W/gen_xn.py >> $LOG
   step g19-int8-xasm-noproj 100 python3 $W/gen_xn.py --size 1.3b $BENCH --compile-cache /tmp/cixn --quant int8 ;;
 newcap) cap 128 $W/gen.py $W/gen_c.py
   step g19-int8-cap 100 python3 $W/gen_c.py --size 1.3b $BENCH --compile-cache /tmp/cic --quant int8 ;;

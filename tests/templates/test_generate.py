@@ -401,6 +401,10 @@ for quant in ("none", "int8"):
         got = m.decode_fast(tok, pos).clone()
         g.X_ASM = 1  # x read leaf by leaf (_lane_tile; tl.load here): the same products
         assert torch.equal(m.decode_fast(tok, pos), got), quant
+        # and the tiles' tl.load twins (X_ASM 0 a product: refine_in_step's), the same again
+        g.GEMV_PICKS.update({key: g.tl_load_twin(g.gemv_tiles(key)[0]) for key in x_asm_calls})
+        assert torch.equal(m.decode_fast(tok, pos), got), quant
+        g.GEMV_PICKS.update({key: g.gemv_tiles(key)[0] for key in x_asm_calls})
         g.X_ASM = 0
         fast = [t.clone() for t in kv()]
         for c, old in zip(kv(), caches):
@@ -559,6 +563,8 @@ def cost(key, tile):  # a made-up time per (product, tile), different winners pe
     return (g.gemv_tiles(key).index(tile) * 7 + key[0] + key[1]) % 11
 for quant in ("none", "int8"):
     g.GEMV_PICKS.clear()
+    # int8 with X_ASM (its PTX loads run only on a GPU; the key and the tl.load twins count)
+    g.X_ASM = 2 if quant == "int8" else 0
     m = g.GPT(s).eval().requires_grad_(False)
     m.load_state_dict(g.shard(g.random_state_dict(s, 0, cpu, torch.float32), s, 0, 1))
     if quant == "int8":
@@ -592,9 +598,13 @@ for quant in ("none", "int8"):
     tol = 1e-4 if quant == "int8" else 1e-5  # int8 tiles add a bias and take it off (MAGIC)
     assert torch.allclose(m.decode_fast(tok, pos), want, rtol=tol, atol=tol)
     # refine_in_step: the step's graph (a stand-in timer here) decides among each product's
-    # few fastest; a tile wins only by more than the margin, a refused one is passed over
+    # few fastest (with X_ASM, each also with x read by tl.load); a tile wins only by more
+    # than the margin, a refused one is passed over
     keys = list(times)
     second = {k: times[k][1][1] for k in keys}
+    twin = g.tl_load_twin(picks[keys[3]])
+    x = torch.zeros(64, dtype=torch.bfloat16)  # what the kernel is told: the twin's X_ASM 0
+    assert g.x_asm_for(x, 64, twin) == 0 and g.x_asm_for(x, 64, picks[keys[3]]) == g.X_ASM
     def step_time():
         t = 1e-3
         for k in keys:
@@ -602,14 +612,22 @@ for quant in ("none", "int8"):
                 raise OutOfResources(300, 255, "registers")
             if g.GEMV_PICKS[k] == second[k]:  # qkv's second is 1 % faster in the step,
                 t *= 0.99 if k == keys[0] else 0.999  # proj's only 0.1 %: noise, kept out
+            if k == keys[3] and g.GEMV_PICKS[k] == twin:  # fc_proj's, x by tl.load: 1 %
+                t *= 0.99
         return t
     refused = [times[keys[2]][2][1]]  # fc's third fails in the step
     in_step = g.refine_in_step(step_time, times, top=3, timer=step_time)
+    def tried(k, n):  # the tiles refine_in_step should time, past the pick
+        top = [t for _, t in times[k][:3]]
+        return top[:n] + ([g.tl_load_twin(t) for t in top] if quant == "int8" else [])
     assert g.GEMV_PICKS[keys[0]] == second[keys[0]], in_step[keys[0]]
-    assert all(g.GEMV_PICKS[k] == picks[k] for k in keys[1:]), in_step
-    assert [t for _, t in in_step[keys[0]]] == [t for _, t in times[keys[0]][:3]]
-    assert [t for _, t in in_step[keys[2]]] == [t for _, t in times[keys[2]][:2]]
+    assert g.GEMV_PICKS[keys[3]] == (twin if quant == "int8" else picks[keys[3]]), in_step
+    assert all(g.GEMV_PICKS[k] == picks[k] for k in (keys[1], keys[2], keys[4])), in_step
+    assert [t for _, t in in_step[keys[0]]] == tried(keys[0], 3), in_step[keys[0]]
+    assert [t for _, t in in_step[keys[2]]] == tried(keys[2], 2), in_step[keys[2]]
     assert abs(in_step[keys[1]][1][0] - 0.99e-3 * 0.999) < 1e-12, in_step[keys[1]]
+    m.work["best"].fill_(g.LOWEST_KEY)  # a twin computes what its tile did
+    assert torch.allclose(m.decode_fast(tok, pos), want, rtol=tol, atol=tol)
     g.GEMV_PICKS.update(picks)
     def no_timer(fn, key, tile):
         raise AssertionError("a known pick was timed again")
@@ -620,6 +638,12 @@ for quant in ("none", "int8"):
     timed.clear()
     assert g.tune_gemv(lambda: m.decode_fast(tok, pos), timer=timer, known=bad) == picks
     assert list(timed) == [odd]
+    # a restart takes a twin it saved, where the key has X_ASM (without, it is no candidate)
+    timed.clear()
+    got = g.tune_gemv(lambda: m.decode_fast(tok, pos), timer=timer,
+                      known={**picks, odd: g.tl_load_twin(picks[odd])})  # fmt: skip
+    assert got[odd] == (g.tl_load_twin(picks[odd]) if quant == "int8" else picks[odd])
+    assert list(timed) == ([] if quant == "int8" else [odd])
     floats = {k: tuple(float(v) for v in t) for k, t in picks.items()}  # JSON's 16.0 == 16
     got = g.tune_gemv(lambda: m.decode_fast(tok, pos), timer=no_timer, known=floats)
     assert all(type(v) is int for t in got.values() for v in t), got  # the candidates' own ints
