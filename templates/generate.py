@@ -1005,32 +1005,38 @@ if triton is not None:
         return acc + part
 
     @triton.jit
-    def _gemv_tile(
-        acc, xs, w, xk, gk, kmask, mean, rstd, LN: tl.constexpr, GAIN: tl.constexpr,
-        MAGIC: tl.constexpr, COMPILED: tl.constexpr, LANE: tl.constexpr,
-    ):  # fmt: skip
-        """(acc + w * prologue(x), xs + prologue(x)) for one (BLOCK_N, BLOCK_K) tile of weights,
-        x's chunk xk (kmask: its elements within K) and the LayerNorm's gains gk (GAIN; int8
-        folds them into W); MAGIC: w + INT8_BIAS in place of w (xs lets the bias be taken off
-        once). LANE > 0: acc (BLOCK_N, BLOCK_K >> LANE) gets each run of 2**LANE neighbouring
-        weights' products (a thread's one 16-byte load) summed, the bias taken off each run's
-        sum (xs unused): an accumulator a run, not a weight, and a short sum over lanes at the
-        end. The head's and qkv's (round 17: the int8 head 41.7 -> 33.5 us in the graph, qkv
-        5.89 -> 5.68); the bias then comes off 16 products at a time, ~1e-4 of the logits, not
-        ~1e-6. proj, fc and fc_proj keep LANE 0 (all products with it: 4.3 % slower, round 17).
-        """
-        if LN:  # rounded to x's dtype, as the LayerNorm module's output would be
+    def _prologue(xk, gk, kmask, mean, rstd, LN: tl.constexpr, GAIN: tl.constexpr):
+        """x's chunk as the product takes it, fp32: with LN, normalised (gains gk where GAIN)
+        and rounded to x's dtype, as the LayerNorm module's output would be."""
+        if LN:
             xn = (xk.to(tl.float32) - mean) * rstd
             if GAIN:  # 0 past K (masked gains), as x is
                 xn = xn * gk.to(tl.float32)
             else:
                 xn = tl.where(kmask, xn, 0.0)
             xk = xn.to(xk.dtype)
-        xf = xk.to(tl.float32)
+        return xk.to(tl.float32)
+
+    @triton.jit
+    def _gemv_tile(
+        acc, xs, w, xk, xsk, gk, kmask, mean, rstd, LN: tl.constexpr, GAIN: tl.constexpr,
+        MAGIC: tl.constexpr, COMPILED: tl.constexpr, LANE: tl.constexpr,
+    ):  # fmt: skip
+        """(acc + w * prologue(x), xs + prologue(x)) for one (BLOCK_N, BLOCK_K) tile of weights,
+        x's chunk xk (kmask: its elements within K; xsk: the same chunk for xs, loaded apart
+        or xk itself) and the LayerNorm's gains gk (GAIN; int8 folds them into W); MAGIC:
+        w + INT8_BIAS in place of w (xs lets the bias be taken off once). LANE > 0: acc
+        (BLOCK_N, BLOCK_K >> LANE) gets each run of 2**LANE neighbouring weights' products (a
+        thread's one 16-byte load) summed, the bias taken off each run's sum (xs unused): an
+        accumulator a run, not a weight, and a short sum over lanes at the end. The head's and
+        qkv's (round 17: the int8 head 41.7 -> 33.5 us in the graph, qkv 5.89 -> 5.68); the
+        bias then comes off 16 products at a time, ~1e-4 of the logits, not ~1e-6. proj, fc
+        and fc_proj keep LANE 0 (all products with it: 4.3 % slower, round 17)."""
+        xf = _prologue(xk, gk, kmask, mean, rstd, LN, GAIN)
         wf = _w_float(w, MAGIC, COMPILED)
         if LANE == 0:
-            if MAGIC:
-                xs += xf
+            if MAGIC:  # the same values as xf (xsk is xk, or the same elements loaded apart)
+                xs += _prologue(xsk, gk, kmask, mean, rstd, LN, GAIN)
             return acc + wf * xf[None, :], xs
         else:
             BLOCK_N: tl.constexpr = w.shape[0]
@@ -1091,7 +1097,8 @@ if triton is not None:
             scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         # X_ASM's run accumulators read x leaf by leaf (_lane_tile), not as a chunk
         LEAVES: tl.constexpr = X_ASM > 0 and LANE > 0
-        g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if LN and GAIN and not LEAVES else w
+        GAINS: tl.constexpr = LN and GAIN and not LEAVES  # bf16's (int8 folds them into W)
+        g0 = tl.load(g_ptr + rk0, mask=k0mask, other=0.0) if GAINS and not X_ASM else w
         if ARGMAX:  # the best key so far, read now and not at the end (a round trip there):
             # stale, it only lets more programs try their atomic. _advance_kernel, which reset
             # it, launches nothing early, so it has ended before this step's kernels start.
@@ -1101,8 +1108,23 @@ if triton is not None:
         # LayerNorm's sums, the residual. Loaded where they are used, each would be one more
         # round trip to L2 on the way to this kernel's end.
         DT: tl.constexpr = y_ptr.dtype.element_ty
+        # X_ASM 2's loads (eight elements a load, packed) are right only in a layout where a
+        # thread's eight lie together in x. Triton keeps xs (MAGIC's sum of x, a 1D carried
+        # value) in a layout of its own, one element a thread, and gave it a copy of the load
+        # there, whose packs join elements far apart (round 19's prep, in the TTGIR: fc and
+        # fc_proj at every tile). xs takes its x by tl.load, in a layout Triton picks for it.
+        X8: tl.constexpr = X_ASM == 2 and x_ptr.dtype.element_ty.primitive_bitwidth == 16
+        XS_APART: tl.constexpr = X8 and MAGIC and LANE == 0
+        if GAINS and X_ASM:  # in the weights' layout too (a tl.load of them: its own, and
+            # x's prologue moved through shared memory in the loop), after the wait (dep)
+            g0 = _x_load(g_ptr, rk0, k0mask, K, dep, COMPILED, 1)
         if not LEAVES:
             x0 = _x_chunk(x_ptr, g_ptr, rk0, k0mask, K, dep, ATTN_HD, DT, COMPILED, X_ASM)
+            s0 = (
+                _x_chunk(x_ptr, g_ptr, rk0, k0mask, K, dep, ATTN_HD, DT, COMPILED, 0)
+                if XS_APART
+                else x0
+            )
         if ZERO:  # after the wait: the product that read the sums last step has ended
             tl.store(z_ptr + rn, tl.zeros([BLOCK_N], tl.float64), mask=rn < Z)
         if RES:
@@ -1125,7 +1147,7 @@ if triton is not None:
             )  # fmt: skip
         else:
             acc, xs = _gemv_tile(
-                acc, xs, w, x0, g0, k0mask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
+                acc, xs, w, x0, s0, g0, k0mask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
             )  # fmt: skip
         for k0 in range(BLOCK_K, K, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
@@ -1143,9 +1165,17 @@ if triton is not None:
                 )  # fmt: skip
             else:
                 xk = _x_chunk(x_ptr, g_ptr, rk, kmask, K, dep, ATTN_HD, DT, COMPILED, X_ASM)
-                gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if LN and GAIN else w
+                sk = (
+                    _x_chunk(x_ptr, g_ptr, rk, kmask, K, dep, ATTN_HD, DT, COMPILED, 0)
+                    if XS_APART
+                    else xk
+                )
+                if GAINS and X_ASM:
+                    gk = _x_load(g_ptr, rk, kmask, K, dep, COMPILED, 1)
+                else:
+                    gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if GAINS else w
                 acc, xs = _gemv_tile(
-                    acc, xs, w, xk, gk, kmask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
+                    acc, xs, w, xk, sk, gk, kmask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
                 )  # fmt: skip
         if MAGIC and LANE == 0:  # the bias off each lane's K / BLOCK_K products before the sum
             # over lanes, while they are small: (w + bias) x is exact for bf16 x (16 + 8 bits)
@@ -1201,12 +1231,15 @@ if triton is not None:
             off = h * T * HD + idx[:, None] * HD + d[None, :]
             k = tl.load(kc_ptr + off, mask=old, other=0.0)
             v = tl.load(vc_ptr + off, mask=old, other=0.0)
-            # this step's q, k, v, after the wait (with X_ASM in the layout the tile uses)
+            # this step's q, k, v, after the wait (with X_ASM in the layout the tile uses),
+            # an element a load: Triton gives them copies in layouts of 1-2 elements a thread
+            # together, where eight packed (X_ASM 2) would join elements far apart (the TTGIR)
             dep = _gdc_wait_dep(PDL, COMPILED, X_ASM)
             dm = d < HD
-            q = _x_load(qkv_ptr + h * HD, d, dm, HD, dep, COMPILED, X_ASM).to(tl.float32)
-            kn = _x_load(qkv_ptr + C + h * HD, d, dm, HD, dep, COMPILED, X_ASM)
-            vn = _x_load(qkv_ptr + 2 * C + h * HD, d, dm, HD, dep, COMPILED, X_ASM)
+            XA: tl.constexpr = min(X_ASM, 1)
+            q = _x_load(qkv_ptr + h * HD, d, dm, HD, dep, COMPILED, XA).to(tl.float32)
+            kn = _x_load(qkv_ptr + C + h * HD, d, dm, HD, dep, COMPILED, XA)
+            vn = _x_load(qkv_ptr + 2 * C + h * HD, d, dm, HD, dep, COMPILED, XA)
             k = tl.where(new, kn[None, :], k).to(tl.float32)
             s = tl.sum(k * q[None, :], 1) * scale
             s = tl.where(idx <= pos, s, float("-inf"))
@@ -1298,7 +1331,8 @@ if triton is not None:
 
 
 # x read by PTX loads in the weights' layout (_x_load): 0 tl.load, 1 an element a load, 2 eight
-# bf16 a load where x allows; not yet run on a GPU, so 0
+# bf16 a load where x allows (right only where Triton gives a thread runs of 8 neighbours:
+# bench/gpu/sass_count.py's "x8 apart", a test's); not yet run on a GPU, so 0
 X_ASM = 0
 # A cap on a tuned product's registers a thread (ptxas's .maxnreg; 0: Triton's choice). With
 # X_ASM, Triton 3.6 gives some int8 tiles more registers than without, so fewer programs an SM

@@ -8,7 +8,10 @@
 #  - xasm: X_ASM = 1 (a sed copy): _gemv_kernel reads x's chunks by PTX loads in the
 #    weights' layout (_x_load), an element a load, not tl.load, whose layout Triton changes
 #    through shared memory (2-16 barriers an iteration after the wait, in the SASS; the run
-#    accumulators read x leaf by leaf); xasmvec: X_ASM = 2, eight bf16 a load where x allows;
+#    accumulators read x leaf by leaf); xasmvec: X_ASM = 2, eight bf16 a load where x allows
+#    (where Triton gives a thread runs of 8: as first prepared, fc's and fc_proj's sums of x
+#    and attention got copies packing elements far apart, wrong x; mended 2026-12-05, the
+#    TTGIR checked at every tile by sass_count.py's "x8 apart");
 #    xasmcap: X_ASM = 2 with GEMV_MAXNREG = 128 (Triton 3.6 gives some tiles more registers
 #    with X_ASM, so fewer programs an SM: fc_proj's 8 x 2048 x 8 1 for 2; `sass_count.py
 #    --all-tiles` run under 3.6 here, docs/evidence/gpu/round19/);

@@ -10,11 +10,16 @@ shared-memory stores and loads, global loads, registers a thread, and the progra
 at once (registers, warps and shared memory, Hopper's limits). Round 18 read the barriers as
 x's layout changes after gdc_wait (docs/benchmarks-gpu.md). Attention
 (_attn_kernel, at its chunk and warps) too: its q, k and v of this step, read after the wait.
+"x8 apart" counts X_ASM 2's loads (eight 16-bit elements a load, packed by Triton from the
+elements a thread holds) that Triton placed in a layout where a thread's eight do not lie
+together, read from the TTGIR: each would load its first element's neighbours in place of
+the others (round 19's prep found one in every int8 fc and fc_proj tile, and in attention).
 
     python bench/gpu/sass_count.py                      # from the repo root; any machine
     python bench/gpu/sass_count.py --only qkv,head --template OLD.py
     python bench/gpu/sass_count.py --all-tiles            # every int8 candidate, not the picks
     python bench/gpu/sass_count.py --maxnreg 128          # registers capped (STL: spills)
+    python bench/gpu/sass_count.py --weights bf16         # the bf16 products
 """
 
 import argparse
@@ -37,7 +42,7 @@ PRODUCTS = {  # name: (BLOCK_N, BLOCK_K, warps) (round 17's tuner picks, 1.3B), 
     "fc_proj": ((8, 2048, 8), dict(RES=True)),
     "head": ((16, 512, 4), dict(LN=True, ARGMAX=True, K_LN=2048, LANE=4)),
 }
-COUNTED = ("BAR", "BAR in loop", "STL", "STS", "LDS", "LDG", "SHFL", "FFMA", "PRMT")
+COUNTED = ("BAR", "BAR in loop", "x8 apart", "STL", "STS", "LDS", "LDG", "SHFL", "FFMA", "PRMT")
 
 
 def compile_sm90(fn, types: dict, const: dict, aligned: tuple, **options):
@@ -53,14 +58,22 @@ def compile_sm90(fn, types: dict, const: dict, aligned: tuple, **options):
     return triton.compile(src, target=HOPPER, options=options)
 
 
-def compile_product(g, name: str, x_asm: int, tile: tuple | None = None, maxnreg: int = 0):
-    """The int8 product compiled for sm_90 (compile_sm90), at tile (BLOCK_N, BLOCK_K, warps) or
-    round 17's pick; maxnreg: a cap on its registers a thread (GEMV_MAXNREG), 0 none."""
-    (bn, bk, warps), use = (tile or PRODUCTS[name][0]), PRODUCTS[name][1]
+def compile_product(
+    g, name: str, x_asm: int, tile: tuple | None = None, maxnreg: int = 0, weights: str = "int8"
+):
+    """The product compiled for sm_90 (compile_sm90), at tile (BLOCK_N, BLOCK_K, warps) or
+    round 17's pick; maxnreg: a cap on its registers a thread (GEMV_MAXNREG), 0 none;
+    weights: int8 (scaled, MAGIC, the LayerNorm's gains folded in) or bf16."""
+    (bn, bk, warps), use = (tile or PRODUCTS[name][0]), dict(PRODUCTS[name][1])
+    if weights == "bf16":  # the LayerNorm keeps its gains; a 16-byte run is 8 weights
+        use.update(HAS_SCALE=False, MAGIC=False, GAIN=use.get("LN", False))
+        if use.get("LANE"):
+            use.update(LANE=3)
     fn = g._gemv_kernel.fn
     attn = use.get("ATTN_HD", 0) > 0
     types = {
-        "x_ptr": "*fp64" if attn else "*bf16", "w_ptr": "*u8", "s_ptr": "*fp32",
+        "x_ptr": "*fp64" if attn else "*bf16", "w_ptr": "*u8" if weights == "int8" else "*bf16",
+        "s_ptr": "*fp32",
         "g_ptr": "*fp64" if attn else "*bf16", "r_ptr": "*bf16",
         "y_ptr": "*fp32" if use.get("ARGMAX") else "*bf16", "best_ptr": "*i64", "z_ptr": "*fp64",
         "N": "i32", "K": "i32", "Z": "i32", "eps": "fp32",
@@ -97,6 +110,34 @@ def programs_per_sm(regs: int, warps: int, shared: int) -> int:
     return min(by_regs, 64 // warps, 32, by_shared)
 
 
+def packed_apart(ttgir: str) -> int:
+    """X_ASM 2's packed loads (packed_element = 8) whose layout does not give each thread runs
+    of a multiple of 8 neighbouring elements (a 1D blocked layout's sizePerThread, or a slice's
+    parent's along the kept dimension; any other layout counts as apart)."""
+    defs = dict(re.findall(r"^(#\w+) = (#ttg\.\w+<.*>)$", ttgir, re.M))
+
+    def per_thread(enc: str) -> list[int]:
+        m = re.match(r"#ttg\.blocked<\{sizePerThread = \[([\d, ]+)\]", defs.get(enc, enc))
+        return [int(v) for v in m.group(1).split(",")] if m else []
+
+    apart = 0
+    for line in ttgir.splitlines():
+        if "elementwise_inline_asm" not in line or "packed_element = 8 " not in line:
+            continue
+        enc = re.search(r"-> tensor<\d+x[^,]+, (.*)> loc", line)
+        sliced = (
+            re.match(r"#ttg\.slice<\{dim = (\d), parent = (#\w+)\}>", enc.group(1)) if enc else None
+        )
+        if sliced:
+            parent = per_thread(sliced.group(2))
+            run = parent[1 - int(sliced.group(1))] if len(parent) == 2 else 0
+        else:
+            own = per_thread(enc.group(1)) if enc else []
+            run = own[0] if len(own) == 1 else 0
+        apart += run == 0 or run % 8 != 0
+    return apart
+
+
 def count(kernel) -> dict:
     """Instructions by opcode (the part before the first dot), BAR.SYNCs inside a loop ("BAR
     in loop"), registers a thread and programs an SM (programs_per_sm)."""
@@ -124,7 +165,11 @@ def count(kernel) -> dict:
     regs = int(reg.group(1)) if reg else 0
     in_loop = sum(any(a <= b <= e for a, e in loops) for b in bars)
     occupancy = programs_per_sm(regs, kernel.metadata.num_warps, kernel.metadata.shared)
-    return {"n": sum(ops.values()), "REG": regs, "SM": occupancy, "BAR in loop": in_loop, **ops}
+    apart = packed_apart(kernel.asm["ttgir"])
+    return {
+        "n": sum(ops.values()), "REG": regs, "SM": occupancy, "BAR in loop": in_loop,
+        "x8 apart": apart, **ops,
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -135,6 +180,8 @@ def main() -> None:
     )
     ap.add_argument("--all-tiles", action="store_true", help="every int8 tile the tuner tries")
     ap.add_argument("--maxnreg", type=int, default=0, help="cap the products' registers")
+    ap.add_argument("--weights", choices=("int8", "bf16"), default="int8")
+    ap.add_argument("--x-asm", default="0,1,2", help="X_ASM modes, comma-separated")
     a = ap.parse_args()
     if a.maxnreg and not 16 <= a.maxnreg <= 255:
         ap.error(f"--maxnreg {a.maxnreg}: a thread has 16 to 255 registers (0: no cap)")
@@ -144,19 +191,24 @@ def main() -> None:
         known = ", ".join((*PRODUCTS, "attention"))
         ap.error(f"--only: no product {', '.join(unknown)} (known: {known})")
     g = load_template(a.template)
-    modes = (0, 1, 2) if "X_ASM" in g._gemv_kernel.fn.arg_names else (0,)
+    modes = [int(m) for m in a.x_asm.split(",") if m in ("0", "1", "2")]
+    if len(modes) != len(a.x_asm.split(",")):
+        ap.error(f"--x-asm {a.x_asm}: X_ASM modes are 0, 1 and 2")
+    if "X_ASM" not in g._gemv_kernel.fn.arg_names:  # an older template: tl.load only
+        modes = [0]
     header = "| product, tile | X_ASM | instructions | registers | programs an SM | "
     print(header + " | ".join(COUNTED) + " |")
     print("|---|---|---|---|---|" + "---|" * len(COUNTED))
     for name in names:
-        tiles = g.GEMV_TILES["int8"] if a.all_tiles else [PRODUCTS[name][0]]
+        kind = "int8" if a.weights == "int8" else "float"
+        tiles = g.GEMV_TILES[kind] if a.all_tiles else [PRODUCTS.get(name, (None,))[0]]
         for tile in [None] if name == "attention" else tiles:
             for x_asm in modes:
                 if tile is None:
                     c = count(compile_attention(g, x_asm))
                     label = f"{g.ATTN_CHUNK} slots × {g.ATTN_WARPS} warps"
                 else:
-                    c = count(compile_product(g, name, x_asm, tile, a.maxnreg))
+                    c = count(compile_product(g, name, x_asm, tile, a.maxnreg, a.weights))
                     label = " × ".join(map(str, tile))
                 cells = " | ".join(str(c.get(k, 0)) for k in COUNTED)
                 print(f"| {name} {label} | {x_asm} | {c['n']} | {c['REG']} | {c['SM']} | {cells} |")

@@ -389,9 +389,12 @@ for quant in ("none", "int8"):
     g._GEMV_RECORD["calls"] = None
     g.GEMV_PICKS.update({key: g.gemv_tiles(key)[0] for key in calls})
     # the same tiles for X_ASM's products (X_ASM is in the key: its tiles are timed apart)
-    g.X_ASM, g._GEMV_RECORD["calls"] = 1, {}
-    m.decode_fast(torch.tensor([[1]]), torch.tensor([5]))
-    g.X_ASM, x_asm_calls, g._GEMV_RECORD["calls"] = 0, g._GEMV_RECORD["calls"], None
+    x_asm_calls = {}
+    for g.X_ASM in (1, 2):
+        g._GEMV_RECORD["calls"] = {}
+        m.decode_fast(torch.tensor([[1]]), torch.tensor([5]))
+        x_asm_calls.update(g._GEMV_RECORD["calls"])
+    g.X_ASM, g._GEMV_RECORD["calls"] = 0, None
     assert x_asm_calls.keys().isdisjoint(calls)
     g.GEMV_PICKS.update({key: g.gemv_tiles(key)[0] for key in x_asm_calls})
     kv = lambda: [t for b in m.blocks for t in (b.attn.k_cache, b.attn.v_cache)]
@@ -399,8 +402,10 @@ for quant in ("none", "int8"):
     for P, t in ((5, 17), (6, 200), (7, 3)):
         tok, pos = torch.tensor([[t]]), torch.tensor([P])
         got = m.decode_fast(tok, pos).clone()
-        g.X_ASM = 1  # x read leaf by leaf (_lane_tile; tl.load here): the same products
-        assert torch.equal(m.decode_fast(tok, pos), got), quant
+        # X_ASM's paths (tl.load here): x read leaf by leaf (_lane_tile), the gains read
+        # after the wait, xs's x loaded apart (2): the same products
+        for g.X_ASM in (1, 2):
+            assert torch.equal(m.decode_fast(tok, pos), got), (quant, g.X_ASM)
         # and the tiles' tl.load twins (X_ASM 0 a product: refine_in_step's), the same again
         g.GEMV_PICKS.update({key: g.tl_load_twin(g.gemv_tiles(key)[0]) for key in x_asm_calls})
         assert torch.equal(m.decode_fast(tok, pos), got), quant
@@ -768,14 +773,12 @@ def test_sass_count_compiles_the_products_each_way_and_x_asm_drops_the_barriers(
     letting the PTX loads take the weights' layout, this says so (Triton 3.6, the device's,
     and 3.9 both leave none in the loop)."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
-    proc = run_bench("sass_count.py", "--only", "proj,qkv", env=child_env())
+    proc = run_bench("sass_count.py", "--only", "proj,qkv,attention", env=child_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
-    table = [
-        [c.strip() for c in r.split("|")[1:-1]] for r in proc.stdout.splitlines() if r[:2] == "| "
-    ]
-    head, rows = table[0], table[1:]  # (the |---| line is not "| ")
-    assert len(rows) == 6 and {r[0].split()[0] for r in rows} == {"proj", "qkv"}, proc.stdout
-    cell = {(r[0].split()[0], r[1]): dict(zip(head, r, strict=True)) for r in rows}
+    rows = sass_rows(proc.stdout)  # (the |---| line is not "| ")
+    names = {r["product, tile"].split()[0] for r in rows}
+    assert len(rows) == 9 and names == {"proj", "qkv", "attention"}, proc.stdout
+    cell = {(r["product, tile"].split()[0], r["X_ASM"]): r for r in rows}
     for name in ("proj", "qkv"):
         plain, asm = cell[name, "0"], [cell[name, "1"], cell[name, "2"]]
         assert int(plain["BAR in loop"]) > 0 and all(c["BAR in loop"] == "0" for c in asm), (
@@ -783,6 +786,32 @@ def test_sass_count_compiles_the_products_each_way_and_x_asm_drops_the_barriers(
         )
         assert all(2 * int(c["BAR"]) <= int(plain["BAR"]) for c in asm), proc.stdout
         assert all(0 < int(c["programs an SM"]) <= 16 for c in (plain, *asm)), proc.stdout
+
+
+def sass_rows(stdout: str) -> list[dict[str, str]]:
+    """sass_count.py's table as one dict a row, by its header."""
+    table = [[c.strip() for c in r.split("|")[1:-1]] for r in stdout.splitlines() if r[:2] == "| "]
+    return [dict(zip(table[0], r, strict=True)) for r in table[1:]]
+
+
+@pytest.mark.parametrize("weights", ["int8", "bf16"])
+def test_x_asm_eight_a_load_packs_only_neighbouring_elements(gen, weights: str) -> None:
+    """X_ASM 2 loads eight 16-bit elements of x at once from the first one's address, and
+    Triton packs the eight from the elements a thread holds: right only in a layout where
+    they lie together. Triton copies a pure op into whatever layout another use wants (a
+    carried sum, attention's q and k), so every X_ASM 2 kernel, at every tile the tuner
+    tries, is compiled for sm_90 and its TTGIR read: no packed load apart (the template
+    before round 19's prep had one in every int8 fc and fc_proj tile, and in attention),
+    and no barrier left in the K loop, X_ASM's purpose."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
+    only = "fc,fc_proj,attention" if weights == "int8" else "fc,fc_proj"
+    args = ["--all-tiles", "--x-asm", "2", "--weights", weights, "--only", only]
+    proc = run_bench("sass_count.py", *args, env=child_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = sass_rows(proc.stdout)
+    tiles = len(gen.GEMV_TILES["int8" if weights == "int8" else "float"])
+    assert len(rows) == 2 * tiles + (weights == "int8"), proc.stdout
+    assert all(r["x8 apart"] == "0" and r["BAR in loop"] == "0" for r in rows), proc.stdout
 
 
 def test_the_latest_round_script_finds_every_text_it_edits_in_the_template(tmp_path: Path) -> None:
