@@ -10,7 +10,9 @@ shared-memory stores and loads, global loads, registers a thread, and the progra
 at once (registers, warps and shared memory, Hopper's limits). Round 18 read the barriers as
 x's layout changes after gdc_wait (docs/benchmarks-gpu.md). Attention
 (_attn_kernel, at its chunk and warps) too: its q, k and v of this step, read after the wait.
-"x8 apart" counts X_ASM 2's loads (eight 16-bit elements a load, packed by Triton from the
+"LDG before wait": global loads ptxas placed before griddepcontrol.wait (ACQBULK in the SASS):
+what never depends on the kernel before (weights, scales); x read by PTX loads must not add
+any. "x8 apart" counts X_ASM 2's loads (eight 16-bit elements a load, packed by Triton from the
 elements a thread holds) that Triton placed in a layout where a thread's eight do not lie
 together, read from the TTGIR: each would load its first element's neighbours in place of
 the others (round 19's prep found one in every int8 fc and fc_proj tile, and in attention).
@@ -42,7 +44,19 @@ PRODUCTS = {  # name: (BLOCK_N, BLOCK_K, warps) (round 17's tuner picks, 1.3B), 
     "fc_proj": ((8, 2048, 8), dict(RES=True)),
     "head": ((16, 512, 4), dict(LN=True, ARGMAX=True, K_LN=2048, LANE=4)),
 }
-COUNTED = ("BAR", "BAR in loop", "x8 apart", "STL", "STS", "LDS", "LDG", "SHFL", "FFMA", "PRMT")
+COUNTED = (
+    "BAR",
+    "BAR in loop",
+    "x8 apart",
+    "LDG before wait",
+    "STL",
+    "STS",
+    "LDS",
+    "LDG",
+    "SHFL",
+    "FFMA",
+    "PRMT",
+)
 
 
 def compile_sm90(fn, types: dict, const: dict, aligned: tuple, **options):
@@ -151,12 +165,15 @@ def count(kernel) -> dict:
         ).stdout
     ops: collections.Counter = collections.Counter()
     bars, loops = [], []  # barriers' addresses; (target, branch) of each backward branch
+    early, waited = 0, False  # global loads before griddepcontrol.wait (SASS: ACQBULK)
     for line in sass.splitlines():
         m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)(.*)", line)
         if not m:
             continue
         at, op = int(m.group(1), 16), m.group(3).split(".")[0]
         ops["STS" if op == "STSM" else op] += 1  # STSM: stores matrices to shared memory
+        waited = waited or op == "ACQBULK"
+        early += op == "LDG" and not waited
         bars += [at] if op == "BAR" else []
         jump = re.match(r"\s+(0x[0-9a-f]+)", m.group(4)) if op == "BRA" else None
         if jump and int(jump.group(1), 16) < at:
@@ -168,7 +185,7 @@ def count(kernel) -> dict:
     apart = packed_apart(kernel.asm["ttgir"])
     return {
         "n": sum(ops.values()), "REG": regs, "SM": occupancy, "BAR in loop": in_loop,
-        "x8 apart": apart, **ops,
+        "x8 apart": apart, "LDG before wait": early, **ops,
     }  # fmt: skip
 
 

@@ -786,6 +786,9 @@ def test_sass_count_compiles_the_products_each_way_and_x_asm_drops_the_barriers(
         )
         assert all(2 * int(c["BAR"]) <= int(plain["BAR"]) for c in asm), proc.stdout
         assert all(0 < int(c["programs an SM"]) <= 16 for c in (plain, *asm)), proc.stdout
+    for name in ("proj", "qkv", "attention"):  # x's PTX loads stay after the wait
+        early = {cell[name, m]["LDG before wait"] for m in "012"}
+        assert len(early) == 1 and int(early.pop()) > 0, proc.stdout
 
 
 def sass_rows(stdout: str) -> list[dict[str, str]]:
