@@ -15,6 +15,8 @@ attention's sums and proj reads its x from them). Round 9 measured t0 = 1.3 us (
                                                #   sweep_configs(), checked, then timed the same way
     python bench/gpu/gemv_cost.py --sweep --tiles 16x512x4,32x512x4 --template OLD.py
                                                # those tiles (MAGIC for int8) of another template
+    python bench/gpu/gemv_cost.py --sweep --tiles all --template X.py
+                                               # every tile the template's tuner tries, checked
     python bench/gpu/gemv_cost.py --no-ln ...      # the same products without their LayerNorm
     python bench/gpu/gemv_cost.py --sweep --head --only head --quant int8 --tiles ...
                                                # the head's tiles too (only: those products)
@@ -59,8 +61,11 @@ class Forced:
         return run
 
 
-def parse_tiles(text: str) -> list[tuple[int, int, int]]:
-    """--tiles "NxKxWARPS,...": each a power of 2 (Triton's block shapes), else a usage error."""
+def parse_tiles(text: str) -> list[tuple[int, int, int]] | str:
+    """--tiles "NxKxWARPS,...": each a power of 2 (Triton's block shapes), else a usage error;
+    "all": the template's own candidates (GEMV_TILES), each weight type its own."""
+    if text == "all":
+        return text
     try:
         tiles = [tuple(int(v) for v in t.split("x")) for t in text.split(",")]
     except ValueError:
@@ -129,7 +134,8 @@ def sweep(
     results, launches = [], 0
     try:
         smoke = [(2, 16, 1, 1, int8), (4, 32, 1, 1, False)]
-        for cfg in smoke if a.smoke else sweep_configs(int8, a.tiles):
+        tiles = g.GEMV_TILES["int8" if int8 else "float"] if a.tiles == "all" else a.tiles
+        for cfg in smoke if a.smoke else sweep_configs(int8, tiles):
             g._gemv_kernel = forced = Forced(tuned, *cfg)
             try:
                 got = first()

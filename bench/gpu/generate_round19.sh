@@ -21,7 +21,9 @@
 #    twins' step_us are X_ASM's worth product by product, and a product keeps whichever wins.
 #    Greedy tokens must equal newint8's where the tiles are the same (the same arithmetic).
 # The probe runs second, so a spent budget never leaves the call without it.
-# Then (PARTS="newcap xasmbf16 newbf16 xasm124 new124 ncu"; newcap: the cap without X_ASM;
+# Then (PARTS="xasmcheck newcap xasmbf16 newbf16 xasm124 new124 ncu"; xasmcheck: every int8
+# tile the tuner tries, with X_ASM 2, checked against torch's product on the GPU (gemv_cost.py
+# --sweep --tiles all, "WRONG" if not) and timed; newcap: the cap without X_ASM;
 # xasmnoproj, X_ASM 2 but for proj, is left as a part: the twins above try that per product):
 # the other sizes, and ncu's view of the int8 block products (barrier and memory stalls) with
 # and without X_ASM.
@@ -44,6 +46,8 @@ xasmcap) xasm 2; cap 128 $W/gen_xa.py $W/gen_xc.py
 xasmnoproj) xasm 2; sed "s/X_ASM=x_asm_for(x, K, tile or ()), \*\*fixed,/X_ASM=0 if heads else x_asm_for(x, K, tile or ()), **fixed,/" $W/gen_xa.py > $W/gen_xn.py
   grep -c "X_ASM=0 if heads else x_asm_for(x, K, tile or ())" $W/gen_xn.py >> $LOG
   step g19-int8-xasm-noproj 100 python3 $W/gen_xn.py --size 1.3b $BENCH --compile-cache /tmp/cixn --quant int8 ;;
+xasmcheck) xasm 2; cp $W/gen_xa.py /tmp/gen_xv.py
+  step check-int8-xasmvec 150 python3 bench/gpu/gemv_cost.py --sweep --head --quant int8 --tiles all --template /tmp/gen_xv.py ;;
 newcap) cap 128 $W/gen.py $W/gen_c.py
   step g19-int8-cap 100 python3 $W/gen_c.py --size 1.3b $BENCH --compile-cache /tmp/cic --quant int8 ;;
 xasmlane0) xasm; sed "s/gemv(x, a.qkv, ln=self.ln1, zero=a.sums, runs=True)/gemv(x, a.qkv, ln=self.ln1, zero=a.sums)/" $W/gen_xa.py > $W/gen_xa0.py
