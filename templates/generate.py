@@ -43,12 +43,12 @@ How it is fast at batch 1 (decode is bound by reading the weights once per token
   - no host sync per token unless streaming; the head reads only the last prompt position.
 
 Measured on one H200 (torch 2.11, batch 1, 512-token prompt, beside decode_probe.py at 628-641
-and 2,031-2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 18):
-    --size 1.3b   1,131 tokens/s decode (1.80x the probe, 62% of 4.8 TB/s), 3.6 ms to the
+and 2,031-2,044 tokens/s; docs/benchmarks-gpu.md, rounds 7 to 19):
+    --size 1.3b   1,165 tokens/s decode (1.85x the probe, 64% of 4.8 TB/s), 3.5 ms to the
                   first token; ready 30 s after the process starts on a cold cache, 6.7 s on a
-                  warm --compile-cache; --quant int8 1,529-1,534 (2.43x), 6.5 ms to the first
-                  token, ready 32-39 s cold, 6.3 s warm
-    --size 124m   5,500-5,608 tokens/s (2.70-2.76x), 1.0-1.2 ms to the first token
+                  warm --compile-cache; --quant int8 1,580 (2.50x), 6.3-6.5 ms to the first
+                  token, ready 37 s cold, 1.4 s warm
+    --size 124m   5,500-5,734 tokens/s (2.70-2.81x), 1.0-1.2 ms to the first token
 Where the rest goes: each kernel has a fixed cost of ~2 us (~123 kernels a token): its last
 programs' round trips to memory after the kernel before ends; the matrix-vector kernels read
 bf16 at ~4.5 TB/s and int8 at ~3.4 TB/s beyond it; attention is ~4.1-4.5 us a layer (round
@@ -1332,8 +1332,10 @@ if triton is not None:
 
 # x read by PTX loads in the weights' layout (_x_load): 0 tl.load, 1 an element a load, 2 eight
 # bf16 a load where x allows (right only where Triton gives a thread runs of 8 neighbours:
-# bench/gpu/sass_count.py's "x8 apart", a test's); not yet run on a GPU, so 0
-X_ASM = 0
+# bench/gpu/sass_count.py's "x8 apart", a test's). Round 19 (H200): attention's q, k, v read
+# so took ~0.5 us a layer off (int8 1,550 -> 1,580 tok/s, bf16 1,146 -> 1,165); every product
+# kept its tl.load twin in the whole step (refine_in_step), so 2 adds nothing over 1
+X_ASM = 1
 # A cap on a tuned product's registers a thread (ptxas's .maxnreg; 0: Triton's choice). With
 # X_ASM, Triton 3.6 gives some int8 tiles more registers than without, so fewer programs an SM
 # (fc_proj's 8 x 2048 x 8: 1 for 2); at 128 they spill 0-3 stores (bench/gpu/sass_count.py

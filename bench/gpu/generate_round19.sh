@@ -31,7 +31,7 @@
 # TAG names the log, PARTS picks the steps, BUDGET the seconds this call may use.
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
-xasm() { sed "s/^X_ASM = 0$/X_ASM = ${1:-1}/" $W/gen.py > $W/gen_xa.py; grep -c "^X_ASM = ${1:-1}$" $W/gen_xa.py >> $LOG; }
+xasm() { sed "s/^X_ASM = [0-9]$/X_ASM = ${1:-1}/" $W/gen.py > $W/gen_xa.py; grep -c "^X_ASM = ${1:-1}$" $W/gen_xa.py >> $LOG; }
 cap() { sed "s/^GEMV_MAXNREG = 0$/GEMV_MAXNREG = $1/" $2 > $3; grep -c "^GEMV_MAXNREG = $1$" $3 >> $LOG; }
 NCU="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1) --clock-control none --launch-skip 40 --launch-count 6 --section SpeedOfLight --section WarpStateStats --section Occupancy"
 for part in ${PARTS:-newint8 probe13 xasm xasmvec xasmcap norefine oldint8 xasmlane0}; do case $part in

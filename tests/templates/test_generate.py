@@ -384,7 +384,8 @@ for quant in ("none", "int8"):
     # each product's first candidate tile, as a GPU's tuner might pick: int8 then runs as it
     # does there (MAGIC's bias, the head's accumulator a 16-byte run)
     g.GEMV_PICKS.clear()
-    g._GEMV_RECORD["calls"] = calls = {}
+    g.X_ASM, g._GEMV_RECORD["calls"] = 0, {}  # tl.load first (X_ASM's default is 1)
+    calls = g._GEMV_RECORD["calls"]
     m.decode_fast(torch.tensor([[1]]), torch.tensor([5]))
     g._GEMV_RECORD["calls"] = None
     g.GEMV_PICKS.update({key: g.gemv_tiles(key)[0] for key in calls})
