@@ -1,6 +1,6 @@
-"""What the int8 decode products and attention compile to on Hopper, counted without a GPU.
+"""What the decode products and attention compile to on Hopper, counted without a GPU.
 
-Each of generate's int8 products (qkv, proj, fc, fc_proj, the head: the fused work and the run
+Each of generate's int8 (or, --weights bf16, bf16) products (qkv, proj, fc, fc_proj, the head: the fused work and the run
 accumulators the decode step gives them) is compiled for sm_90 by Triton's own ptxas at one
 tile, with x read by tl.load (X_ASM 0) and by PTX loads (_x_load: 1 an element a load, 2 eight
 a load), and its SASS counted (cuobjdump, shipped with Triton): instructions, barriers
@@ -10,6 +10,7 @@ shared-memory stores and loads, global loads, registers a thread, and the progra
 at once (registers, warps and shared memory, Hopper's limits). Round 18 read the barriers as
 x's layout changes after gdc_wait (docs/benchmarks-gpu.md). Attention
 (_attn_kernel, at its chunk and warps) too: its q, k and v of this step, read after the wait.
+
 "LDG before wait": global loads ptxas placed before griddepcontrol.wait (ACQBULK in the SASS):
 what never depends on the kernel before (weights, scales); x read by PTX loads must not add
 any. "x8 apart" counts X_ASM 2's loads (eight 16-bit elements a load, packed by Triton from the
@@ -19,7 +20,7 @@ the others (round 19's prep found one in every int8 fc and fc_proj tile, and in 
 
     python bench/gpu/sass_count.py                      # from the repo root; any machine
     python bench/gpu/sass_count.py --only qkv,head --template OLD.py
-    python bench/gpu/sass_count.py --all-tiles            # every int8 candidate, not the picks
+    python bench/gpu/sass_count.py --all-tiles            # every candidate tile, not the picks
     python bench/gpu/sass_count.py --maxnreg 128          # registers capped (STL: spills)
     python bench/gpu/sass_count.py --weights bf16         # the bf16 products
 """
@@ -195,7 +196,7 @@ def main() -> None:
     ap.add_argument(
         "--only", default=",".join((*PRODUCTS, "attention")), help="products, comma-separated"
     )
-    ap.add_argument("--all-tiles", action="store_true", help="every int8 tile the tuner tries")
+    ap.add_argument("--all-tiles", action="store_true", help="every tile the tuner tries")
     ap.add_argument("--maxnreg", type=int, default=0, help="cap the products' registers")
     ap.add_argument("--weights", choices=("int8", "bf16"), default="int8")
     ap.add_argument("--x-asm", default="0,1,2", help="X_ASM modes, comma-separated")
