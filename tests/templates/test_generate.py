@@ -829,7 +829,7 @@ def test_the_latest_round_script_finds_every_text_it_edits_in_the_template(tmp_p
     )
     text = script.read_text()
     parts = re.search(r"\$\{PARTS:-([^}]*)\}", text).group(1).split()  # the first call's
-    parts += re.search(r'PARTS="([^"]*)"', text).group(1).split()  # the next call's
+    parts += " ".join(re.findall(r'PARTS="([^"]*)"', text)).split()  # any next call's
     parts += re.findall(r"^(\w+)\) ", text, re.M)  # and any other the script knows
     env = {**os.environ, "DRY": "1", "OUT": str(tmp_path), "W": str(tmp_path / "w"), "TAG": "dry"}
     env["PARTS"] = " ".join(dict.fromkeys(parts))
