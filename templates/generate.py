@@ -1330,12 +1330,15 @@ if triton is not None:
         )
 
 
-# x read by PTX loads in the weights' layout (_x_load): 0 tl.load, 1 an element a load, 2 eight
-# bf16 a load where x allows (right only where Triton gives a thread runs of 8 neighbours:
-# bench/gpu/sass_count.py's "x8 apart", a test's). Round 19 (H200): attention's q, k, v read
-# so took ~0.5 us a layer off (int8 1,550 -> 1,580 tok/s, bf16 1,146 -> 1,165); every product
-# kept its tl.load twin in the whole step (refine_in_step), so 2 adds nothing over 1
+# The products' x read by PTX loads in the weights' layout (_x_load): 0 tl.load, 1 an element
+# a load, 2 eight bf16 a load where x allows (right only where Triton gives a thread runs of 8
+# neighbours: bench/gpu/sass_count.py's "x8 apart", a test's). With it, refine_in_step times
+# each product's fastest tiles both ways (tl_load_twin); in round 19 (H200) every 1.3B product
+# kept its tl.load twin, so 2 adds nothing over 1
 X_ASM = 1
+# Attention's q, k, v read so (0 or 1): round 19 (H200), ~0.5 us a layer off (int8 1,550 ->
+# 1,580 tok/s, bf16 1,146 -> 1,165)
+ATTN_X_ASM = 1
 # A cap on a tuned product's registers a thread (ptxas's .maxnreg; 0: Triton's choice). With
 # X_ASM, Triton 3.6 gives some int8 tiles more registers than without, so fewer programs an SM
 # (fc_proj's 8 x 2048 x 8: 1 for 2); at 128 they spill 0-3 stores (bench/gpu/sass_count.py
@@ -1381,11 +1384,13 @@ GEMV_PICKS: dict[tuple, tuple[int, ...]] = {}  # gemv_key -> tile (tune_gemv's c
 _GEMV_RECORD: dict = {"calls": None}  # tune_gemv: each product's arguments, by gemv_key
 
 
-def x_asm_for(x: torch.Tensor, k: int, tile: tuple = ()) -> int:
-    """X_ASM for a kernel reading x in runs of k: its eight-a-load form (2) only where every
-    run starts 16-byte aligned (k % 8 == 0, x aligned). A tile's fourth element, where it has
-    one, is its own X_ASM (0: the twin refine_in_step tries, x read by tl.load)."""
-    return min(tile[3] if len(tile) > 3 else X_ASM, 1 if k % 8 or x.data_ptr() % 16 else 2)
+def x_asm_for(x: torch.Tensor, k: int, tile: tuple = (), want: int | None = None) -> int:
+    """How a kernel reading x in runs of k reads it: `want` (X_ASM if None), but its
+    eight-a-load form (2) only where every run starts 16-byte aligned (k % 8 == 0, x aligned).
+    A tile's fourth element, where it has one, is its own X_ASM (0: the twin refine_in_step
+    tries, x read by tl.load)."""
+    want = X_ASM if want is None else want
+    return min(tile[3] if len(tile) > 3 else want, 1 if k % 8 or x.data_ptr() % 16 else 2)
 
 
 def gemv_key(
@@ -1708,7 +1713,7 @@ def decode_attention(qkv, attn: nn.Module, pos):
     _attn_kernel[(H, triton.cdiv(T, ATTN_CHUNK))](
         qkv, attn.k_cache, attn.v_cache, pos, attn.sums, T, 1.0 / math.sqrt(HD), C=H * HD, HD=HD,
         CHUNK=ATTN_CHUNK, **pdl_args(), **({"num_warps": ATTN_WARPS} if qkv.is_cuda else {}),
-        COMPILED=qkv.is_cuda, X_ASM=x_asm_for(qkv, HD),
+        COMPILED=qkv.is_cuda, X_ASM=x_asm_for(qkv, HD, want=ATTN_X_ASM),
     )  # fmt: skip
     return attn.sums
 

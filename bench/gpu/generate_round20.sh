@@ -10,6 +10,11 @@
 #    standard library's sources (1,000 steps), then `generate --ckpt --eval-data` scores the
 #    last 400,000 bytes, 128 windows, with int8 and bf16 weights from the same checkpoint;
 #  - new124, probe124, newbf16: the other sizes beside their probe;
+#  - gemvload (and gemvloadw, its restart; gemvbf16, gemv124): X_ASM = 0 with ATTN_X_ASM = 1
+#    (a sed copy): attention's q, k, v by PTX loads as round 19's X_ASM 1, the products by
+#    tl.load without timing the twins. Round 19 found every 1.3B product kept its tl.load twin,
+#    so the same kernels are expected at the same rate, ready ~10 s sooner cold (no twins
+#    compiled and timed: X_ASM's tuning 34.5 s vs 26.7 s before);
 #  - xasmcheck (last: left out if the budget is spent): every int8 tile the tuner tries, with
 #    X_ASM = 2 (the option, not the default), checked against torch's product on the GPU.
 # Run with carry [".gpuwork"] (the probe; gitignored). TAG names the log, PARTS picks the
@@ -17,7 +22,14 @@
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 xasm() { sed "s/^X_ASM = [0-9]$/X_ASM = ${1:-1}/" $W/gen.py > $W/gen_xa.py; grep -c "^X_ASM = ${1:-1}$" $W/gen_xa.py >> $LOG; }
-for part in ${PARTS:-probe13 newint8 newint8w train sampleint8 samplebf16 new124 probe124 newbf16 xasmcheck}; do case $part in
+for part in ${PARTS:-probe13 newint8 gemvload newint8w gemvloadw train sampleint8 samplebf16 new124 gemv124 probe124 newbf16 gemvbf16 xasmcheck}; do case $part in
+gemvload) xasm 0; cp $W/gen_xa.py $W/gen_gl.py
+  step g20-int8-gemvload 100 python3 $W/gen_gl.py --size 1.3b $BENCH --compile-cache /tmp/cigl --quant int8 ;;
+gemvloadw) step g20-int8-gemvload-warm 40 python3 $W/gen_gl.py --size 1.3b $BENCH --compile-cache /tmp/cigl --quant int8 ;;
+gemvbf16) xasm 0; cp $W/gen_xa.py $W/gen_gl.py
+  step g20-bf16-gemvload 80 python3 $W/gen_gl.py --size 1.3b $BENCH --compile-cache /tmp/cbgl ;;
+gemv124) xasm 0; cp $W/gen_xa.py $W/gen_gl.py
+  step g20-124m-gemvload 50 python3 $W/gen_gl.py --size 124m $BENCH --compile-cache /tmp/c124gl ;;
 xasmcheck) xasm 2; cp $W/gen_xa.py /tmp/gen_xv.py
   step check-int8-xasmvec 150 python3 bench/gpu/gemv_cost.py --sweep --head --quant int8 --tiles all --template /tmp/gen_xv.py ;;
 *) generate_part g20 $part || echo "unknown part: $part" ;;

@@ -611,6 +611,9 @@ for quant in ("none", "int8"):
     twin = g.tl_load_twin(picks[keys[3]])
     x = torch.zeros(64, dtype=torch.bfloat16)  # what the kernel is told: the twin's X_ASM 0
     assert g.x_asm_for(x, 64, twin) == 0 and g.x_asm_for(x, 64, picks[keys[3]]) == g.X_ASM
+    # attention's own setting, whatever the products': eight a load only where runs allow
+    assert g.x_asm_for(x, 64, want=2) == 2 and g.x_asm_for(x, 63, want=2) == 1
+    assert g.x_asm_for(x, 64, want=0) == 0 and g.x_asm_for(x[1:], 64, want=2) == 1
     def step_time():
         t = 1e-3
         for k in keys:
