@@ -17,12 +17,13 @@
 #    compiled and timed: X_ASM's tuning 34.5 s vs 26.7 s before);
 #  - xasmcheck (last: left out if the budget is spent): every int8 tile the tuner tries, with
 #    X_ASM = 2 (the option, not the default), checked against torch's product on the GPU.
-# Run with carry [".gpuwork"] (the probe; gitignored). TAG names the log, PARTS picks the
-# steps, BUDGET the seconds this call may use.
+# Run with carry [".gpuwork"] (the probe; gitignored), e.g. TAG=call1 BUDGET=480 (parts in the
+# order below, the loss first: a spent budget leaves the last out). TAG names the log, PARTS
+# picks the steps, BUDGET the seconds this call may use.
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
 xasm() { sed "s/^X_ASM = [0-9]$/X_ASM = ${1:-1}/" $W/gen.py > $W/gen_xa.py; grep -c "^X_ASM = ${1:-1}$" $W/gen_xa.py >> $LOG; }
-for part in ${PARTS:-probe13 newint8 gemvload newint8w gemvloadw train sampleint8 samplebf16 new124 gemv124 probe124 newbf16 gemvbf16 xasmcheck}; do case $part in
+for part in ${PARTS:-train sampleint8 samplebf16 probe13 newint8 gemvload newint8w gemvloadw probe124 new124 gemv124 newbf16 gemvbf16 xasmcheck}; do case $part in
 gemvload) xasm 0; cp $W/gen_xa.py $W/gen_gl.py
   step g20-int8-gemvload 100 python3 $W/gen_gl.py --size 1.3b $BENCH --compile-cache /tmp/cigl --quant int8 ;;
 gemvloadw) step g20-int8-gemvload-warm 40 python3 $W/gen_gl.py --size 1.3b $BENCH --compile-cache /tmp/cigl --quant int8 ;;
