@@ -22,16 +22,14 @@
 # picks the steps, BUDGET the seconds this call may use.
 set -u
 source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
-xasm() { sed "s/^X_ASM = [0-9]$/X_ASM = ${1:-1}/" $W/gen.py > $W/gen_xa.py; grep -c "^X_ASM = ${1:-1}$" $W/gen_xa.py >> $LOG; }
+xasm() { sed "s/^X_ASM = [0-9]$/X_ASM = $1/" $W/gen.py > $2; grep -c "^X_ASM = $1$" $2 >> $LOG; }
+xasm 0 $W/gen_gl.py; GL="python3 $W/gen_gl.py"  # the gemvload parts' template
 for part in ${PARTS:-train sampleint8 samplebf16 probe13 newint8 gemvload newint8w gemvloadw probe124 new124 gemv124 newbf16 gemvbf16 xasmcheck}; do case $part in
-gemvload) xasm 0; cp $W/gen_xa.py $W/gen_gl.py
-  step g20-int8-gemvload 100 python3 $W/gen_gl.py --size 1.3b $BENCH --compile-cache /tmp/cigl --quant int8 ;;
-gemvloadw) step g20-int8-gemvload-warm 40 python3 $W/gen_gl.py --size 1.3b $BENCH --compile-cache /tmp/cigl --quant int8 ;;
-gemvbf16) xasm 0; cp $W/gen_xa.py $W/gen_gl.py
-  step g20-bf16-gemvload 80 python3 $W/gen_gl.py --size 1.3b $BENCH --compile-cache /tmp/cbgl ;;
-gemv124) xasm 0; cp $W/gen_xa.py $W/gen_gl.py
-  step g20-124m-gemvload 50 python3 $W/gen_gl.py --size 124m $BENCH --compile-cache /tmp/c124gl ;;
-xasmcheck) xasm 2; cp $W/gen_xa.py /tmp/gen_xv.py
+gemvload) step g20-int8-gemvload 100 $GL --size 1.3b $BENCH --compile-cache /tmp/cigl --quant int8 ;;
+gemvloadw) step g20-int8-gemvload-warm 40 $GL --size 1.3b $BENCH --compile-cache /tmp/cigl --quant int8 ;;
+gemvbf16) step g20-bf16-gemvload 80 $GL --size 1.3b $BENCH --compile-cache /tmp/cbgl ;;
+gemv124) step g20-124m-gemvload 50 $GL --size 124m $BENCH --compile-cache /tmp/c124gl ;;
+xasmcheck) xasm 2 /tmp/gen_xv.py
   step check-int8-xasmvec 150 python3 bench/gpu/gemv_cost.py --sweep --head --quant int8 --tiles all --template /tmp/gen_xv.py ;;
 *) generate_part g20 $part || echo "unknown part: $part" ;;
 esac; done

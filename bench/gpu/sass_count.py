@@ -1,7 +1,7 @@
 """What the decode products and attention compile to on Hopper, counted without a GPU.
 
-Each of generate's int8 (or, --weights bf16, bf16) products (qkv, proj, fc, fc_proj, the head: the fused work and the run
-accumulators the decode step gives them) is compiled for sm_90 by Triton's own ptxas at one
+Each of generate's int8 products (bf16 with --weights bf16: qkv, proj, fc, fc_proj, the head,
+with the fused work and the run accumulators the decode step gives them) is compiled for sm_90 by Triton's own ptxas at one
 tile, with x read by tl.load (X_ASM 0) and by PTX loads (_x_load: 1 an element a load, 2 eight
 a load), and its SASS counted (cuobjdump, shipped with Triton): instructions, barriers
 (BAR.SYNC, each a wait for every warp of the program) and those inside the K loop (between a
