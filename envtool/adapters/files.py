@@ -158,8 +158,15 @@ def read_text_or_none(path: Path, limit: int | None = None) -> str | None:
 def file_digest(path: Path | str, algo: str) -> str:
     """The hex digest of a file envtool hashes in place (an archive in its cache, a file in a
     prefix), read in chunks of at most 1 MiB — a small file in one read of its size (thousands
-    of small files are hashed per install: no buffer larger than the file)."""
-    with open(path, "rb", buffering=0) as fh:
+    of small files are hashed per install: no buffer larger than the file). Callers lstat
+    first; the file is opened without following a link or blocking, and must still be a regular
+    file: one swapped for a FIFO or a link to /dev/zero in between (a shared cache) is an
+    OSError, never a hang."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    with open(fd, "rb", buffering=0) as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
         return stream_digest(fh, algo)
 
 

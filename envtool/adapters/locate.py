@@ -262,12 +262,19 @@ def project_env_paths(name: str, directory: str | None = None) -> tuple[Path, Pa
     # a cloned repository can commit environments/NAME as a link to anywhere: create and lock
     # would write there; links that stay inside the project are fine
     for folder in (root / "environments", env_dir):
-        if folder.is_symlink() and not folder.resolve().is_relative_to(root.resolve()):
-            raise UsageError(
-                f"{folder} is a link to {printable(str(folder.resolve()))}, outside the project",
-                "replace the link with a folder (envtool writes and reads the env's files there)",
-            )
+        refuse_link_out_of(folder, root, "envtool writes and reads the env's files there")
     return env_dir, env_dir / "environment.yml", env_dir / "conda-lock.yml"
+
+
+def refuse_link_out_of(folder: Path, root: Path, why: str) -> None:
+    """A folder envtool writes in under a project (environments/NAME, runs/) may be a link
+    that stays inside the project; one a cloned repository commits as a link to anywhere else
+    is refused: envtool would write there."""
+    if folder.is_symlink() and not folder.resolve().is_relative_to(root.resolve()):
+        raise UsageError(
+            f"{folder} is a link to {printable(str(folder.resolve()))}, outside the project",
+            f"replace the link with a folder ({why})",
+        )
 
 
 def local_channel(channel: str, base: str | Path | None = None) -> Path | None:

@@ -150,6 +150,9 @@ def cmd(**opts: Any) -> Result:
         raise UsageError(
             f"{opts['script']}: no such training script", "pass the path of a .py file"
         )
+    from envtool.adapters.launch.launcher import check_runs_root
+
+    check_runs_root(Path(opts["run_dir"]))  # as given: launch_slurm resolves it
     run_id = new_run_id()
     if opts["requeue"] and not opts["slurm"]:
         raise UsageError(

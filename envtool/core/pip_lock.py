@@ -1,7 +1,7 @@
 """The pip section of a lock, pure: the one structured writer of requirements files (each lock
 entry one checked `NAME @ URL --hash=sha256:HEX` line: a newline or a `${VAR}` in any field is
-refused), uv's pylock.toml read into PipPackage entries (the wheel for the platform, else the
-sdist), and uv's --python-platform per conda platform. Running uv is adapters/install/uv_pip.py.
+refused), uv's pylock.toml read into PipPackage entries (the wheel for the platform: an sdist is
+refused, building it runs its code), and uv's --python-platform per conda platform. Running uv is adapters/install/uv_pip.py.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from envtool.core.lockfile import PipPackage
+from envtool.core.lockfile import PipPackage, file_name_of
 from envtool.core.shell_quote import printable
 from envtool.core.spec import PIP_NAME
 from envtool.errors import UsageError
@@ -61,6 +61,15 @@ def locked_requirement(name: str, version: str, url: str, sha256: str | None, wh
             "digits",
             "re-lock so every pip entry carries a hash",
         )
+    # conda-lock may lock an sdist (a package without wheels); installing one runs its build
+    # backend, code that came in with the lock. Read, exported: yes. Installed: wheels only.
+    if not file_name_of(url).endswith(".whl"):
+        raise UsageError(
+            f"{where}: pip package {name}: {printable(file_name_of(url))[:120]} is a source "
+            "distribution; installing it runs its build code, and envtool installs wheels only",
+            f"re-lock with a version of {name} that has a wheel, or build the wheel yourself and "
+            "lock that",
+        )
     return f"{name} @ {url} --hash=sha256:{sha256.lower()}"
 
 
@@ -91,18 +100,22 @@ def python_platform(platform: str, glibc: str = "2.28") -> str:
 
 
 def parse_pylock(text: str, platform: str) -> list[PipPackage]:
-    """uv's pylock.toml -> PipPackage per distribution (the wheel for this platform, else sdist)."""
+    """uv's pylock.toml -> PipPackage per distribution (the wheel for this platform; a package
+    with only an sdist is refused: installing it would run its build code)."""
     import tomllib
 
     data = tomllib.loads(text)
     out: list[PipPackage] = []
     for pkg in data.get("packages", []):
         wheels = pkg.get("wheels") or []
-        pick = _pick_wheel(wheels, platform) or pkg.get("sdist")
+        pick = _pick_wheel(wheels, platform)
         if not pick:
+            only = " (only a source distribution)" if pkg.get("sdist") else ""
             raise UsageError(
-                f"pip package {pkg.get('name')}: no wheel or sdist URL in the resolution",
-                "use an index or --find-links folder that serves files",
+                f"pip package {printable(str(pkg.get('name')))}: no wheel for {platform} in the "
+                f"resolution{only}; envtool locks wheels only (building runs the package's code)",
+                "pin a version that has a wheel for this platform, or use an index or "
+                "--find-links folder that serves one",
             )
         out.append(
             PipPackage(

@@ -227,6 +227,37 @@ def parse_pip_line(text: str) -> PipLine:
     return PipLine("requirement", text, name=m.group("name"), specifier=spec)
 
 
+# Flags the pip section may carry besides _PIP_OPTIONS: they change where uv looks, never what
+# it reads or runs.
+_PIP_PLAIN_FLAGS = ("--no-index", "--offline")
+_VCS = ("git+", "hg+", "svn+", "bzr+")
+_PIP_DIRECT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*\s*(?:\[[^\]]*\])?\s*@\s*(\S.*)$")
+
+
+def pip_lock_problem(line: PipLine) -> str | None:
+    """Why a pip entry cannot be locked without running code or reading a file envtool does not
+    check, or None. A lock is wheels only: an sdist, a VCS checkout, a local folder or `-e` is
+    built by running its setup code (a cloned repo's environment.yml is data, not a program),
+    and `-r`/`-c` pull in a file whose lines uv expands (`${GITHUB_TOKEN}`) and fetches."""
+    s = re.split(r"\s#", line.raw, maxsplit=1)[0].strip()
+    if line.kind != "other" or s in _PIP_PLAIN_FLAGS:
+        return None
+    if s.startswith("-"):
+        flag = s.split(None, 1)[0].split("=", 1)[0]
+        if flag in ("-e", "--editable"):
+            return "an editable install is built by running the project's setup code"
+        if flag in ("-r", "--requirement", "-c", "--constraint"):
+            return f"{flag} reads another file, which the lock would not record or check"
+        return f"the pip option {flag} is not one envtool passes on"
+    direct = _PIP_DIRECT.match(s)  # `name @ URL`, else a bare URL or path
+    target = (direct.group(1) if direct else s).split(";")[0].strip()
+    if target.startswith(_VCS):
+        return "a VCS checkout is built by running its setup code"
+    if not re.split(r"[?#]", target, maxsplit=1)[0].endswith(".whl"):
+        return "a source (not a .whl) is built by running its setup code"
+    return None
+
+
 def normalize_pip_name(name: str) -> str:
     """PEP 503: 'Torch_Vision' -> 'torch-vision'."""
     return re.sub(r"[-_.]+", "-", name).lower()

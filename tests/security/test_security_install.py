@@ -391,6 +391,32 @@ def test_a_changed_file_in_the_extracted_cache_is_repaired_and_verify_reports_dr
     assert compute_drift(demo, setup.lock, "linux-64", check_files=True, full=True)["clean"]
 
 
+@pytest.mark.parametrize("swap", ["fifo", "dev-zero"])
+def test_a_fifo_or_dev_zero_in_an_extracted_cache_entry_does_not_hang_an_install(
+    setup: cb.CudaSetup,
+    demo: Path,
+    cache: Path,
+    env: dict[str, str],
+    tmp_path: Path,
+    swap: str,
+) -> None:
+    """A shared RATTLER_CACHE_DIR: another user swaps an entry's info/index.json for a FIFO (the
+    check's read blocked forever) or a link to /dev/zero (it read without end). The entry is
+    not the archive's: it is extracted again, and the install finishes."""
+    entry = next(p for p in (cache / "rattler").glob("libtorch-*") if p.is_dir())
+    index = entry / "info" / "index.json"
+    original = index.read_bytes()
+    index.unlink()
+    if swap == "fifo":
+        os.mkfifo(index)
+    else:
+        index.symlink_to("/dev/zero")
+    out = run_envtool("install", "other", "--lock", str(setup.lock), env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert index.read_bytes() == original  # extracted again
+    assert (tmp_path / "envs" / "other" / "lib" / "libtorch_cuda.so").is_file()
+
+
 def test_verify_full_flag_reports_a_changed_file(
     setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -110,6 +110,40 @@ def test_an_environments_link_out_of_the_project_is_refused(tmp_path: Path) -> N
 
 
 @pytest.mark.integration
+def test_a_runs_folder_that_leaves_the_project_or_others_may_write_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A cloned repo commits `runs` as a link to a folder its author can write: launch --slurm
+    wrote job.sbatch there and printed `sbatch <it>`, so the author could swap the script the
+    user then submits. A root that every user may write without the sticky bit is the same."""
+    project, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "train.py").write_text("print('hi')\n")
+    (project / "runs").symlink_to(elsewhere)
+    argv = [sys.executable, "-m", "envtool", "launch", "train.py", "--slurm", "--nodes", "1"]
+
+    def launch() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*argv, "--cpu"], cwd=project, env=_env(tmp_path), capture_output=True, text=True
+        )
+
+    out = launch()
+    assert out.returncode == 2 and "outside the project" in out.stderr, out.stderr
+    assert list(elsewhere.iterdir()) == []
+    (project / "runs").unlink()
+    (project / "runs").mkdir()
+    os.chmod(project / "runs", 0o777)
+    out = launch()
+    assert out.returncode == 2 and "writable by every user" in out.stderr, out.stderr
+    assert list((project / "runs").iterdir()) == []
+    os.chmod(project / "runs", 0o1777)  # sticky, like /tmp: others cannot rename what is ours
+    out = launch()
+    assert out.returncode == 0, out.stderr
+    assert len(list((project / "runs").glob("*/job.sbatch"))) == 1
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", ["bash", "fish"])
 def test_shell_hook_of_a_non_utf8_prefix_is_exact_and_printable(shell: str, tmp_path: Path) -> None:
     import shutil

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters.files import file_digest, stream_digest
+from envtool.adapters.files import file_digest, read_bytes, stream_digest
 from envtool.core.lockfile import LockedPackage
 from envtool.errors import UsageError, first_line
 
@@ -289,11 +289,11 @@ def verify_extracted(
         ("info/index.json", contents.index_bytes),
         ("info/paths.json", contents.paths_bytes),
     ):
-        try:
-            if (entry / rel).read_bytes() != want:
+        try:  # no link followed, no FIFO waited on, no more read than the archive's copy
+            if read_bytes(entry / rel, len(want), follow_symlinks=False) != want:
                 return f"{rel} differs from the archive's"
-        except OSError:
-            return f"{rel} is missing"
+        except UsageError:
+            return f"{rel} is missing, not a regular file or not the archive's"
     base = os.fspath(entry)  # str paths: pathlib's parsing cost more than the hashing here
     for item in contents.paths:
         rel = item["_path"]
@@ -332,8 +332,11 @@ def verify_extracted(
         if isinstance(size, int) and st.st_size != size:
             return f"{rel} has {st.st_size} bytes, the package {size}"
         sha = item.get("sha256")
-        if isinstance(sha, str) and file_digest(target, "sha256") != sha.lower():
-            return f"{rel} does not match its sha256"
+        try:
+            if isinstance(sha, str) and file_digest(target, "sha256") != sha.lower():
+                return f"{rel} does not match its sha256"
+        except OSError:  # swapped since the lstat (a FIFO, a link)
+            return f"{rel} is not a regular file"
     return None
 
 
@@ -361,8 +364,6 @@ def read_extracted_contents(entry: Path, pkg: LockedPackage) -> ArchiveContents 
     root = entry.parent
     if not pkg.sha256 or pkg.manager != "conda" or entry.resolve().parent != root.resolve():
         return None
-    from envtool.adapters.files import read_bytes
-
     try:
         if not entry.is_dir() or entry.is_symlink():
             return None

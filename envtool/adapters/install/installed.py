@@ -10,9 +10,10 @@ from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
 
-from envtool.adapters.files import file_digest
+from envtool.adapters.files import file_digest, read_bytes
 from envtool.adapters.host.env_probe import site_packages_dirs
 from envtool.core.drift import PackageId, diff_packages
+from envtool.errors import UsageError
 
 
 def read_conda_meta(prefix: Path) -> list[dict[str, Any]]:
@@ -30,9 +31,8 @@ def read_conda_meta(prefix: Path) -> list[dict[str, Any]]:
 
 def load_record(meta: Path) -> Any:
     """One record's JSON, or None when it cannot be read (truncated, not JSON, too large)."""
-    from envtool.adapters.files import RECORD_LIMIT, read_bytes
+    from envtool.adapters.files import RECORD_LIMIT
     from envtool.core.safe_load import parse_json
-    from envtool.errors import UsageError
 
     try:
         return parse_json(read_bytes(meta, RECORD_LIMIT, what="package record"), str(meta))
@@ -94,7 +94,6 @@ def check_prefix_records(prefix: Path) -> list[Path]:
     delete files outside the env. Such a record is refused with one line naming it. Records
     that do not parse (truncated, not JSON) are returned: the caller sets them aside and their
     package is linked again, so one bad file cannot block every later install."""
-    from envtool.errors import UsageError
 
     prefix = Path(prefix)
     meta_dir = prefix / "conda-meta"
@@ -146,6 +145,18 @@ def set_aside_records(prefix: Path, records: list[Path], say: Any = None) -> lis
     return moved
 
 
+METADATA_LIMIT = 8 << 20  # a dist-info METADATA with its long description; far above any real one
+
+
+def _read_small(path: Path, limit: int) -> str:
+    """A pip dist-info file's text, bounded, no link followed ("" when it cannot be read so:
+    the dist is still listed, by its folder's name)."""
+    try:
+        return read_bytes(path, limit, follow_symlinks=False).decode("utf-8", errors="replace")
+    except UsageError:
+        return ""
+
+
 def read_pip_dists(
     prefix: Path, conda_records: list[dict[str, Any]] | None = None
 ) -> list[dict[str, str]]:
@@ -162,9 +173,11 @@ def read_pip_dists(
                 continue
             if str(metadata.relative_to(prefix)) in owned:
                 continue
-            headers = HeaderParser().parsestr(metadata.read_text(errors="replace"))
+            headers = HeaderParser().parsestr(_read_small(metadata, METADATA_LIMIT))
             installer = (
-                (dist / "INSTALLER").read_text().strip() if (dist / "INSTALLER").is_file() else ""
+                _read_small(dist / "INSTALLER", 1024).strip()
+                if (dist / "INSTALLER").is_file()
+                else ""
             )
             if installer == "conda":
                 continue
@@ -272,11 +285,7 @@ def damaged_packages(
                 continue
             sha = e.get("sha256_in_prefix") or (None if rewritten else e.get("sha256"))
             suspect = full or (linked_at is not None and st.st_mtime > linked_at)
-            if (
-                suspect
-                and isinstance(sha, str)
-                and file_digest(prefix / f, "sha256") != sha.lower()
-            ):
+            if suspect and isinstance(sha, str) and not _digest_is(prefix / f, sha):
                 changed.append(f)
         if gone or changed:
             out.append(
@@ -288,6 +297,14 @@ def damaged_packages(
                 }
             )
     return sorted(out, key=lambda row: row["name"])
+
+
+def _digest_is(path: Path, sha: str) -> bool:
+    """Does the file hash to `sha`? A file swapped for a FIFO or a link since its lstat does not."""
+    try:
+        return file_digest(path, "sha256") == sha.lower()
+    except OSError:
+        return False
 
 
 def _softlink_changed(path: Path, st: os.stat_result, entry: dict[str, Any]) -> bool:

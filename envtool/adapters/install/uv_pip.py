@@ -23,6 +23,10 @@ from envtool.errors import DiagnosedFailure, UsageError
 # conda package -> the pip distributions it provides (only the ones pip must never replace)
 TORCH_FAMILY = {"pytorch": "torch", "torchvision": "torchvision", "torchaudio": "torchaudio"}
 _PASS_OPTIONS = ("--index-url", "--extra-index-url", "--find-links")
+# Every uv run: build nothing (an sdist's build backend is code that came in as data), and read
+# no uv.toml / pyproject.toml [tool.uv] from the working folder: a cloned repo's file could set
+# `target` and send the install outside the prefix. uv's UV_* environment variables still apply.
+UV_GUARDS = ("--no-build", "--no-config")
 
 
 def uv_binary() -> str:
@@ -46,7 +50,7 @@ def compile_pip(
     glibc: str = "2.28",
 ) -> list[PipPackage]:
     """Resolve environment.yml pip entries for this platform and the conda solution's python."""
-    from envtool.core.spec import normalize_pip_name, parse_pip_line
+    from envtool.core.spec import normalize_pip_name, parse_pip_line, pip_lock_problem
 
     conda_names = {p.name for p in conda}
     guarded = {TORCH_FAMILY[n] for n in conda_names if n in TORCH_FAMILY}
@@ -55,6 +59,14 @@ def compile_pip(
     options: list[str] = []
     for text in pip_lines:
         line = parse_pip_line(text)
+        problem = pip_lock_problem(line)
+        if problem:
+            raise UsageError(
+                f"environment.yml pip entry {text.strip()[:120]!r}: {problem}; envtool locks "
+                "wheels only",
+                "name a released version or a .whl instead, or install it into the environment "
+                "after create: envtool run -n NAME -- pip install …",
+            )
         if line.kind == "option" and line.option in _PASS_OPTIONS and line.value:
             options += [line.option, line.value]
         elif line.kind == "option" or text.strip() in ("--no-index", "--offline"):
@@ -89,6 +101,7 @@ def compile_pip(
             "--generate-hashes",
             "--no-header",
             "--quiet",
+            *UV_GUARDS,
             *options,
         ]
         res = run_capture(argv, timeout=600)
@@ -157,6 +170,7 @@ def install_pip(
         "copy",
         "--cache-dir",
         str(uv_cache),
+        *UV_GUARDS,
         "-r",
         str(req),
     ]

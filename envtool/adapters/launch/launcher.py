@@ -96,6 +96,30 @@ def probe_git_commit(script: Path, run: Runner = run_capture) -> str | None:
     return res.stdout.strip() if res.ok and res.stdout.strip() else None
 
 
+def check_runs_root(root: Path) -> None:
+    """The root of run folders (`runs/`, --run-dir), as given, before anything is made in it: a
+    relative one that a cloned repository committed as a link out of the project is refused,
+    and so is one others may write in without the sticky bit (they could swap a run's folder and
+    its job.sbatch after envtool wrote them, before the user submits it)."""
+    import stat
+
+    from envtool.adapters.locate import refuse_link_out_of
+    from envtool.core.shell_quote import printable
+
+    if not root.is_absolute():
+        for depth in range(1, len(root.parts) + 1):
+            refuse_link_out_of(Path(*root.parts[:depth]), Path("."), "or pass --run-dir")
+    try:
+        mode = root.stat().st_mode
+    except OSError:
+        return  # made by make_run_dir, by this user
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        raise UsageError(
+            f"the run folder root {printable(str(root))} is writable by every user",
+            "pass --run-dir a folder only you can write to (or chmod o-w it)",
+        )
+
+
 def make_run_dir(path: Path) -> None:
     """The run's folder, parents included; one that cannot be made is the user's to fix."""
     try:
