@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -74,6 +75,42 @@ gpus_mistake_option = click.option(
     callback=_refuse_gpu_count,
     is_eager=True,
 )  # its own name: create's `--gpu` is stored as `gpus`, and sharing it fed --gpu 8.0 here
+
+
+def confirmed(question: str) -> bool:
+    """Ask on the terminal. No answer at all (stdin at its end: a script, CI, `< /dev/null`)
+    is a "no", not click's Abort, which the CLI reports as a Ctrl-C (exit 130)."""
+    import sys
+
+    try:
+        return click.confirm(question, default=False, err=True)
+    except click.Abort:
+        if sys.stdin.isatty():  # Ctrl-C / Ctrl-D at the prompt: the user interrupted
+            raise
+        click.echo("", err=True)
+        return False
+
+
+def adopt_confirmed(target: Path | str, yes: bool) -> bool:
+    """May an install replace the environment at target that envtool did not install (conda's,
+    pixi's)? --yes, or a "y" at the terminal (conda create asks the same of an existing env)."""
+    from envtool.adapters.install.install_state import foreign_packages
+
+    if yes:
+        return True
+    n = foreign_packages(target)
+    return bool(n) and confirmed(
+        f"{target} is an environment envtool did not install ({n} packages); replace its "
+        "packages with the lock's?"
+    )
+
+
+yes_option = click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Replace an existing environment envtool did not install (conda's, pixi's) without asking.",
+)
 
 
 def env_name(

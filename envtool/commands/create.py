@@ -9,10 +9,12 @@ from __future__ import annotations
 import click
 
 from envtool.commands import (
+    adopt_confirmed,
     env_name,
     gpus_mistake_option,
     project_dir_option,
     renders,
+    yes_option,
 )
 from envtool.core.plan import PLATFORMS
 from envtool.errors import UsageError
@@ -82,6 +84,7 @@ from envtool.workflows.lock_outcome import summarize_lock
     is_flag=True,
     help="Install even if this host's driver/GPUs can't run the build (as install --force).",
 )
+@yes_option
 @click.option("--dry-run", is_flag=True, help="Print the plan and solution summary; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 @click.option("--quiet", "-q", is_flag=True, help="No install progress lines.")
@@ -106,6 +109,7 @@ def cmd(
     as_json: bool,
     force: bool = False,
     quiet: bool = False,
+    yes: bool = False,
 ) -> Result:
     """Plan, solve, verify and lock environments/NAME (then install it, unless --no-install)."""
     if file_ and profile:
@@ -151,6 +155,8 @@ def cmd(
     from envtool.output import note
 
     target = None if no_install else env_prefix(name, prefix)
+    # asked before the solve and any mutex: a "no" costs nothing
+    adopt = target is not None and adopt_confirmed(target, yes)
     with ExitStack() as held:
         # One create at a time per environment: the lock written and the env installed from it
         # agree (two creates racing left a 6-package lock beside an 806-package env). The
@@ -173,7 +179,7 @@ def cmd(
                     note(f"locked {lock_path}; not installed")
                 raise
             finish_interrupted_removal(target, name)
-            report = apply_install(plan, progress=not (as_json or quiet), force=force)
+            report = apply_install(plan, progress=not (as_json or quiet), force=force, adopt=adopt)
             result.data["install"] = report.to_dict()
             result.text.append(f"installed {name} into {target}")
     return result

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from envtool.commands import env_name, renders
+from envtool.commands import adopt_confirmed, env_name, renders, yes_option
 from envtool.core.shell_quote import quote_posix
 from envtool.errors import UsageError
 from envtool.output import Result
@@ -93,6 +93,7 @@ def resolve_install_args(
     "pixi_env",
     help="With --lock pixi.lock: the pixi environment to install (default: `default`).",
 )
+@yes_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope; no progress.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines (errors are still printed).")
 @renders
@@ -109,6 +110,7 @@ def cmd(
     variant: str | None = None,
     quiet: bool = False,
     pixi_env: str | None = None,
+    yes: bool = False,
 ) -> Result:
     """Install an environment from its lock: hash-verified, resumable, offline-capable."""
     if variant is not None and (lock_file or not (name or from_dir)):
@@ -172,10 +174,11 @@ def cmd(
         download = plan_download(planned, probe_download_sizes(planned))
         data = {"dry_run": True, "name": label, **planned.to_dict(), "download": download}
         return Result("install", data, [*planned.render(), render_download(download)])
+    adopt = adopt_confirmed(target, yes)  # asked before any mutex is held
     with hold_install_mutexes(lock_path, target, label):
         # the lock is read (once) with its project folder held: what is planned is what runs
         planned = plan()
-        result = apply_plan(planned, label, progress=not (as_json or quiet), force=force)
+        result = apply_plan(planned, label, not (as_json or quiet), force, adopt)
     return result
 
 
@@ -202,11 +205,13 @@ def read_pixi_target(lock_file: str | None, environment: str | None, platform: s
     )
 
 
-def apply_plan(plan: InstallPlan, label: str, progress: bool, force: bool) -> Result:
+def apply_plan(
+    plan: InstallPlan, label: str, progress: bool, force: bool, adopt: bool = False
+) -> Result:
     """Execute `plan` (the caller holds the mutexes: hold_install_mutexes) and report it."""
     from envtool.adapters.install.installer import apply_install
 
-    report = apply_install(plan, progress=progress, force=force)
+    report = apply_install(plan, progress=progress, force=force, adopt=adopt)
     text = [
         f"installed {label} at {plan.prefix} ({report.conda_packages} conda, "
         f"{report.pip_packages} pip)"

@@ -6,23 +6,9 @@ from pathlib import Path
 
 import click
 
-from envtool.commands import env_name, renders
+from envtool.commands import confirmed, env_name, renders
 from envtool.errors import UsageError
 from envtool.output import Result, note
-
-
-def _confirmed(question: str) -> bool:
-    """Ask on the terminal. No answer at all (stdin at its end: a script, CI, `< /dev/null`)
-    is a "no", not click's Abort, which the CLI reports as a Ctrl-C (exit 130)."""
-    import sys
-
-    try:
-        return click.confirm(question, default=False, err=True)
-    except click.Abort:
-        if sys.stdin.isatty():  # Ctrl-C / Ctrl-D at the prompt: the user interrupted
-            raise
-        click.echo("", err=True)
-        return False
 
 
 @click.command("remove")
@@ -48,7 +34,7 @@ def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json:
     what += [f"{p} (an interrupted removal)" for p in leftovers]
     if dry_run:
         return Result("remove", data, [f"would remove {w}" for w in what])
-    if not yes and not _confirmed(f"Remove the whole environment {label} ({target})?"):
+    if not yes and not confirmed(f"Remove the whole environment {label} ({target})?"):
         raise UsageError("not removed", "pass --yes to remove without asking")
     with hold_env_mutex(target, label, on_wait=note):
         # act on what is there now: another envtool may have removed or re-created it meanwhile
@@ -84,3 +70,47 @@ def _check_removable(target: Path) -> None:
             f"{target} does not look like a conda environment (no conda-meta/ records)",
             "refusing to delete it; remove it by hand if you are sure",
         )
+    nested = _nested_envs(target)
+    if nested or (target / "condabin").is_dir():
+        held = f": its envs/ holds {nested} environment(s)" if nested else ""
+        raise UsageError(
+            f"{target} is a conda installation (base){held}",
+            "refusing to delete it; remove one environment by name (envtool remove NAME)",
+        )
+    active = _active_here(target)
+    if active:
+        raise UsageError(
+            f"{target} is the environment {active}",
+            "deactivate it first (conda deactivate / deactivate), then remove it",
+        )
+
+
+def _nested_envs(target: Path) -> int:
+    """How many environments live under target/envs (a conda root's; bounded look)."""
+    import itertools
+
+    try:
+        children = itertools.islice((target / "envs").iterdir(), 10_000)
+        return sum((c / "conda-meta").is_dir() for c in children)
+    except OSError:
+        return 0
+
+
+def _active_here(target: Path) -> str | None:
+    """Which activation points into target: removing it would pull the floor from under the
+    shell (conda refuses to remove the active env too), or from under envtool itself."""
+    import os
+    import sys
+
+    try:
+        real = target.resolve()
+    except OSError:
+        return None
+    for what, value in (
+        ("active in this shell (CONDA_PREFIX)", os.environ.get("CONDA_PREFIX")),
+        ("active in this shell (VIRTUAL_ENV)", os.environ.get("VIRTUAL_ENV")),
+        ("envtool itself runs from", sys.prefix),
+    ):
+        if value and Path(value).resolve() == real:
+            return what
+    return None

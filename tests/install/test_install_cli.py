@@ -103,6 +103,55 @@ def test_remove_refuses_a_directory_that_is_not_an_env(env: dict[str, str], tmp_
     assert (victim / "precious.txt").exists()
 
 
+def test_remove_refuses_a_conda_installation_and_the_active_env(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """`remove --prefix <conda root>` deleted base and every env under it; the active env went
+    too (conda refuses both)."""
+    root = tmp_path / "miniforge"
+    for meta in (root / "conda-meta", root / "envs" / "a" / "conda-meta"):
+        meta.mkdir(parents=True)
+        (meta / "history").write_text("==> 2024-01-01 <==\n")
+    out = run_envtool("remove", "--prefix", str(root), "--yes", env=env)
+    assert out.returncode == 2 and "conda installation" in out.stderr, out.stderr
+    assert (root / "envs" / "a" / "conda-meta" / "history").exists()
+    one = root / "envs" / "a"
+    out = run_envtool(
+        "remove", "--prefix", str(one), "--yes", env={**env, "CONDA_PREFIX": str(one)}
+    )
+    assert out.returncode == 2 and "deactivate" in out.stderr, out.stderr
+    assert one.exists()
+    out = run_envtool("remove", "--prefix", str(one), "--yes", env=env)
+    assert out.returncode == 0, out.stderr
+    assert not one.exists() and root.exists()
+
+
+def test_install_into_an_env_envtool_did_not_install_asks_first(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """A conda-made env of the same name: installing the lock removes its other packages, so
+    envtool asks (as `conda create` does of an existing env); no answer is a no."""
+    import shutil
+
+    prefix = tmp_path / "envs" / "mine"
+    assert run_envtool("install", "mine", "--lock", str(setup.lock), env=env).returncode == 0
+    shutil.rmtree(prefix / "conda-meta" / "envtool")  # now it looks like conda's own
+    record = next((prefix / "conda-meta").glob("python-*.json"))
+    extra = prefix / "conda-meta" / "scipy-1.0-0.json"  # a package the lock does not hold
+    extra.write_text(record.read_text())
+    before = sorted(p.name for p in (prefix / "conda-meta").iterdir())
+    out = run_envtool("install", "mine", "--lock", str(setup.lock), env=env, input="")
+    assert out.returncode == 2 and "envtool did not install" in out.stderr, out.stderr
+    assert "--yes" in out.stderr
+    assert sorted(p.name for p in (prefix / "conda-meta").iterdir()) == before
+    out = run_envtool("install", "mine", "--lock", str(setup.lock), env=env, input="y\n")
+    assert out.returncode == 0, out.stderr
+    assert (prefix / "conda-meta" / "envtool" / "state.json").is_file()
+    # envtool's own now: no question the next time
+    out = run_envtool("install", "mine", "--lock", str(setup.lock), env=env, input="")
+    assert out.returncode == 0, out.stderr
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -57,6 +57,18 @@ def read_install_state(prefix: Path | str) -> str | None:
     return None
 
 
+def foreign_packages(prefix: Path | str) -> int:
+    """How many packages an environment holds that envtool did not install (conda's, pixi's,
+    mamba's: package records, no envtool state or marker); 0 for envtool's own, an empty or a
+    missing folder. Installing a lock there removes what the lock does not hold."""
+    if read_install_state(prefix) is not None:
+        return 0
+    try:
+        return sum(1 for _ in (Path(prefix) / "conda-meta").glob("*.json"))
+    except OSError:
+        return 0
+
+
 def read_state_record(prefix: Path | str) -> dict[str, Any] | None:
     """conda-meta/envtool/state.json of a finished install (lock hash, lock path, plan, time)."""
     return _read_marker(envtool_meta_dir(prefix) / STATE)

@@ -156,12 +156,15 @@ def install_from_lock(
     return apply_install(plan, progress=progress, force=force)
 
 
-def apply_install(plan: InstallPlan, progress: bool = True, force: bool = False) -> InstallReport:
+def apply_install(
+    plan: InstallPlan, progress: bool = True, force: bool = False, adopt: bool = False
+) -> InstallReport:
     """Execute `plan`: exactly its packages, from its URLs, for its platform, into its prefix,
     with its caches; the state records its lock's sha256 and metadata. Nothing is planned
     again and the lock is not read again; every archive is still checked against the lock's
     hashes (a cached copy the plan counted on that fails is fetched again). `force`: recorded
-    in the env's state (the caller skipped the host check)."""
+    in the env's state (the caller skipped the host check). `adopt`: the user agreed to replace
+    an environment envtool did not install (conda's, pixi's); without it that is refused."""
     started = time.monotonic()
     prefix = Path(plan.prefix)
     lock_path = Path(plan.lock_path)
@@ -171,6 +174,13 @@ def apply_install(plan: InstallPlan, progress: bool = True, force: bool = False)
         raise UsageError(
             f"{prefix} exists and is not a conda environment (no conda-meta/)",
             "install into a new or empty directory, or an existing environment",
+        )
+    foreign = 0 if adopt else install_state.foreign_packages(prefix)
+    if foreign:
+        raise UsageError(
+            f"{prefix} is an environment envtool did not install ({foreign} packages, made by "
+            "conda, mamba or pixi); installing the lock would remove what the lock does not hold",
+            "pick another name or --prefix, or pass --yes to make it this lock's environment",
         )
     cache = Path(plan.cache_dir)
     extracted = Path(plan.package_cache)
