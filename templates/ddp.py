@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> None:
         batches = micro_batches()
         samples_per_step = cfg.batch_size * cfg.grad_accum * world_size
         loss_sum = torch.zeros((), device=device)
-        loss_value, samples_per_s, stopped = float("nan"), None, "max_steps"
+        loss_value, samples_per_s, stopped = None, None, "max_steps"
         t_log, step_log, t_first, step, saved_step = None, start_step, None, start_step, start_step
         model.train()
         for step in range(start_step + 1, cfg.max_steps + 1):
@@ -483,7 +483,10 @@ def main(argv: list[str] | None = None) -> None:
         if master:
             result = {
                 "step": step,
-                "loss": loss_value,
+                # null, not NaN (no JSON): nothing trained (a resume at --max-steps), or diverged
+                "loss": loss_value
+                if loss_value is not None and math.isfinite(loss_value)
+                else None,
                 "samples_per_s": samples_per_s,
                 "world_size": world_size,
                 "params": sum(p.numel() for p in raw_model.parameters()),

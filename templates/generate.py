@@ -10,6 +10,7 @@ Run it:
                                                             # random 1.3B weights: a benchmark
     python gen.py --size tiny --seq-len 128 --prompt-len 16 --max-new-tokens 32   # CPU smoke test
     python gen.py --ckpt out --serve 8000                   # HTTP on 127.0.0.1 (OpenAI API too)
+    GENERATE_API_KEY=KEY python gen.py --ckpt out --serve 8000 --host 0.0.0.0  # others, a key
     envtool launch gen.py --gpus 1 -- --ckpt out --serve 8000   # the same, through envtool
     torchrun --standalone --nproc-per-node 4 gen.py --ckpt out  # tensor-parallel over 4 GPUs
     envtool launch gen.py --gpus 4 -- --ckpt out                # the same, through envtool
@@ -80,7 +81,9 @@ import codecs
 import contextlib
 import dataclasses
 import datetime
+import errno
 import functools
+import hmac
 import http
 import http.server
 import importlib
@@ -97,6 +100,7 @@ import statistics
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,9 +251,21 @@ class Config:
     grace: float = field(
         default=30.0, metadata={"help": "--serve: seconds a stop signal waits for answers"}
     )
+    request_timeout: float = field(
+        default=60.0,
+        metadata={"help": "--serve: seconds a request (line, headers, body) has to arrive"},
+    )
     model_name: str | None = field(
         default=None,
         metadata={"type": str, "help": "--serve: the OpenAI model id (None: the ckpt dir's name)"},
+    )
+    api_key: str | None = field(
+        default=None,
+        metadata={
+            "type": str,
+            "help": "--serve: require `Authorization: Bearer KEY` on /generate and /v1/ (None: "
+            "$GENERATE_API_KEY; the variable keeps it out of `ps`)",
+        },
     )
     compile: bool | None = field(
         default=None,
@@ -325,6 +341,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
         fail("--vocab must be auto, bytes or ids")
     if not (cfg.grace >= 0 and math.isfinite(cfg.grace)):
         fail("--grace must be >= 0 seconds")
+    if not (cfg.request_timeout > 0 and math.isfinite(cfg.request_timeout)):
+        fail("--request-timeout must be > 0 seconds")
     if cfg.model_name is not None and not (
         0 < len(cfg.model_name) <= 128 and cfg.model_name.isprintable()
     ):
@@ -1947,9 +1965,11 @@ class Engine:
         top_p: float = 1.0,
         seed: int = 0,
         on_token=None,
+        cancelled=None,
     ) -> dict:
         """Prompt ids -> {"tokens", "ttft_s", "decode_s"}. on_token(id) is called per token
-        (a host sync per token: streaming only); returning True from it stops early."""
+        (a host sync per token: streaming only); returning True from it stops early.
+        cancelled() is asked every step, without a sync: True stops early too."""
         P = len(ids)
         if P < 1 or P + max_new > self.ctx:
             raise ValueError(f"prompt {P} + new tokens {max_new} must fit the context {self.ctx}")
@@ -1970,7 +1990,7 @@ class Engine:
         stop = on_token(first_id) if on_token else False
         t1 = time.perf_counter()
         n = 1
-        while n < max_new and not stop:
+        while n < max_new and not stop and not (cancelled and cancelled()):
             pos = P + n - 1  # the input token's position
             logits = self.run_decode(self.decode_bucket(pos + 1))
             if not greedy:  # the step wrote the argmax; replace it with a sampled token
@@ -2113,14 +2133,25 @@ GET_PATHS = ("/health", "/v1/models", "/metrics")
 LINGER_S, LINGER_BYTES = 2.0, 1 << 20  # closing: what a client still sends is read, this much
 
 
+def connection_cap(max_queue: int) -> int:
+    """Connections served at once; more get an immediate 503. Each is a thread and a file: a
+    flood of idle ones must not exhaust the process's files (then accept() fails in a loop)."""
+    return max(64, 8 * max_queue)
+
+
 class BadRequest(Exception):
     """A request answered with an error status; param and code fill OpenAI's error object."""
 
     def __init__(
-        self, status: int, message: str, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict | None = None,
     ):
         super().__init__(message)
-        self.status, self.param, self.code = status, param, code
+        self.status, self.param, self.code, self.headers = status, param, code, headers
 
 
 def read_json(body: bytes) -> dict:
@@ -2202,9 +2233,9 @@ def parse_request(body: bytes, ctx: int) -> dict:
 def check_seed(seed: int | None) -> int:
     if seed is None:
         return random.randrange(2**62)
-    if not 0 <= seed < 2**63:
-        raise BadRequest(400, "seed must be in [0, 2**63)", "seed")
-    return seed
+    if not -(2**63) <= seed < 2**64:  # OpenAI's and vLLM's: any 64-bit integer
+        raise BadRequest(400, "seed must be a 64-bit integer", "seed")
+    return seed % 2**63
 
 
 # The chat template. A byte-level model has no special tokens, so a conversation is plain text:
@@ -2318,17 +2349,20 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str) -> dict:
         raise BadRequest(400, "stop must be a non-empty string or a list of up to 4", "stop")
     stops = [encode_text(s, "stop") for s in stop] + (CHAT_STOPS if chat else [])
     room = ctx - len(ids)
-    max_new = get.get("max_completion_tokens") or get["max_tokens"]
-    if max_new is None:  # OpenAI's defaults: 16 for a completion, the rest of the context for chat
-        max_new = room if chat else min(16, room)
+    limit = (
+        "max_completion_tokens" if get.get("max_completion_tokens") is not None else "max_tokens"
+    )
+    max_new = get.get(limit)
     if max_new is not None and max_new < 1:
-        raise BadRequest(400, "max_tokens must be >= 1", "max_tokens")
-    if room < 1 or len(ids) + max_new > ctx:
+        raise BadRequest(400, f"{limit} must be >= 1", limit)
+    if max_new is None:  # OpenAI's defaults: 16 for a completion, the rest of the context for chat
+        max_new = max(1, room if chat else min(16, room))
+    if len(ids) + max_new > ctx:
         raise BadRequest(
             400,
             f"This model's maximum context length is {ctx} tokens; the request needs "
-            f"{len(ids) + max(max_new, 1)} ({len(ids)} in the {where}, {max(max_new, 1)} for "
-            "the completion): shorten it or lower max_tokens",
+            f"{len(ids) + max_new} ({len(ids)} in the {where}, {max_new} for the completion): "
+            f"shorten it or lower {limit}",
             where,
             "context_length_exceeded",
         )
@@ -2376,15 +2410,21 @@ class StreamText:
 
     def __init__(self, stops: list[bytes]):
         self.stops, self.buf, self.sent, self.end = stops, bytearray(), 0, None
-        self.hold = max((len(s) for s in stops), default=1) - 1
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def held(self) -> int:
+        """How many bytes at the end may yet begin a stop sequence (only those wait)."""
+        for k in range(max((len(s) for s in self.stops), default=1) - 1, 0, -1):
+            if any(len(s) > k and self.buf.endswith(s[:k]) for s in self.stops):
+                return k
+        return 0
 
     def feed(self, token: int) -> str:
         if self.end is not None or token > 255:  # after a stop, or not a byte
             return ""
         self.buf.append(token)
         self.end = stop_cut(self.buf, self.stops)
-        return self.take(self.end if self.end is not None else len(self.buf) - self.hold)
+        return self.take(self.end if self.end is not None else len(self.buf) - self.held())
 
     def finish(self) -> str:
         return self.take(self.end if self.end is not None else len(self.buf), final=True)
@@ -2472,17 +2512,43 @@ class ServerState:
     """What the handler threads and the worker share: the bounded job queue, admission and the
     drain, the counts the drain waits on, the metrics, and what the endpoints report."""
 
-    def __init__(self, cfg: Config, ctx: int, model_name: str, byte_level: bool | None):
+    def __init__(
+        self,
+        cfg: Config,
+        ctx: int,
+        model_name: str,
+        byte_level: bool | None,
+        api_key: str | None = None,
+    ):
         self.jobs: queue.Queue = queue.Queue(maxsize=cfg.max_queue)
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.draining = False
         self.admitted = 0  # requests in the queue, generating, or writing their answer
         self.connections = 0  # handler threads alive
+        self.cap = connection_cap(cfg.max_queue)
+        self.request_s = cfg.request_timeout
+        # connections whose request has not fully arrived: socket -> [deadline, handler]
+        self.reading: dict = {}
         self.metrics = Metrics()
         self.ctx, self.max_body, self.model_name = ctx, cfg.max_body, model_name
         self.byte_level = byte_level
+        self.api_key = api_key
         self.created = int(time.time())
+
+    def expire_reading(self, now: float, cut_to: float | None = None) -> None:
+        """Stop reading requests past their deadline (a slow or idle client holds no thread
+        past --request-timeout, however it trickles): the read returns at once, as at end of input.
+        cut_to: the drain's nearer deadline for every connection still sending."""
+        with self.lock:
+            for sock, entry in list(self.reading.items()):
+                if cut_to is not None:
+                    entry[0] = min(entry[0], cut_to)
+                if entry[0] <= now:
+                    entry[1].expired = True
+                    del self.reading[sock]
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RD)  # its answer (408) can still be written
 
     def admit(self, job: Job) -> None:
         """Queue the job, or refuse at once: no wait on the worker, so a 503 is immediate."""
@@ -2528,9 +2594,32 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     server_version = "generate/2"
     default_request_version = "HTTP/1.0"  # a malformed request line still gets a status line
-    timeout = 60  # a client that stops sending mid-request does not hold a thread forever
+    timeout = 60.0  # one read or write (setup); the whole request: expire_reading
     replied = False  # a status line went out: an error after it cannot change the status
     openai = False  # errors in OpenAI's shape (/v1/...) or this template's ({"error": "..."})
+    expired = False  # the request did not arrive within --request-timeout
+    head_only = False  # HEAD: the status and headers of GET, no body
+
+    def setup(self) -> None:
+        state = self.server.state
+        # past the request's deadline: the watchdog's cut comes first, and a 408 goes out
+        self.timeout = max(60.0, state.request_s + 5)
+        super().setup()
+        with state.lock:  # draining: the kernel's backlog, answered 503 once its request is in
+            wait = LINGER_S if state.draining else state.request_s
+            state.reading[self.connection] = [time.monotonic() + wait, self]
+
+    def request_read(self) -> None:
+        """The whole request is in: no deadline from here (answers take as long as they take)."""
+        with self.server.state.lock:
+            self.server.state.reading.pop(self.connection, None)
+        if self.expired:
+            raise BadRequest(408, f"request not received within {self.server.state.request_s:g} s")
+
+    def finish(self) -> None:
+        with self.server.state.lock:
+            self.server.state.reading.pop(self.connection, None)
+        super().finish()
 
     def log_request(self, code="-", size="-") -> None:  # every status line passes here
         self.replied = True
@@ -2554,7 +2643,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
-        self.wfile.write(body)
+        if not self.head_only:  # HEAD: what GET would send, without the body (RFC 9110 9.3.2)
+            self.wfile.write(body)
 
     def send_json(self, status: int, obj: dict, headers: dict | None = None) -> None:
         self.send_body(status, (json.dumps(obj) + "\n").encode(), "application/json", headers)
@@ -2566,12 +2656,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             obj = {"error": error}
         else:
             obj = {"error": str(exc)}
-        self.send_json(exc.status, obj, {"Retry-After": "1"} if exc.status == 503 else None)
+        headers = dict(exc.headers or {})
+        if exc.status == 503:
+            headers["Retry-After"] = "1"
+        self.send_json(exc.status, obj, headers)
 
     def answer(self, method) -> None:
         """Every request gets a status, whatever happens; a client gone is not an error."""
         self.openai = route(self.path).startswith("/v1/")
         try:
+            if self.expired:  # cut mid-headers: what arrived is no request to act on
+                raise BadRequest(
+                    408, f"request not received within {self.server.state.request_s:g} s"
+                )
             method()
         except BadRequest as exc:
             if not self.replied:
@@ -2592,31 +2689,78 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.answer(self.get)
 
+    def do_HEAD(self) -> None:
+        self.head_only = True
+        self.answer(self.get)
+
     def do_POST(self) -> None:
         self.answer(self.post)
 
+    def check_key(self) -> None:
+        """With an API key: /generate and /v1/ need `Authorization: Bearer KEY` (vLLM's
+        --api-key); /health and /metrics stay open, for probes and scrapers."""
+        key = self.server.state.api_key
+        if key is None:
+            return
+        given = self.headers.get("Authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), key.encode()
+        ):
+            raise BadRequest(
+                401,
+                "Incorrect API key provided: send `Authorization: Bearer KEY` (the server's key)",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
     def get(self) -> None:
         state, path = self.server.state, route(self.path)
+        self.request_read()
+        if path.startswith("/v1/"):
+            self.check_key()
         if path == "/health":
             ok = not (state.draining or STOP["signal"])
             self.send_json(200 if ok else 503, {"ok": ok, "queued": state.jobs.qsize()})
         elif path == "/v1/models":
-            model = {"id": state.model_name, "object": "model", "created": state.created}
-            self.send_json(200, {"object": "list", "data": [{**model, "owned_by": "envtool"}]})
+            self.send_json(200, {"object": "list", "data": [self.model_object()]})
+        elif path.startswith("/v1/models/"):
+            name = urllib.parse.unquote(path.removeprefix("/v1/models/"))
+            if name != state.model_name:
+                raise BadRequest(
+                    404,
+                    f"The model `{name[:80]}` does not exist: this server has `{state.model_name}`",
+                    "model",
+                    "model_not_found",
+                )
+            self.send_json(200, self.model_object())
         elif path == "/metrics":
             text = state.metrics.render(state.jobs.qsize(), state.admitted)
             self.send_body(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
         elif path in POST_PATHS:
-            raise BadRequest(405, f"{path} takes POST")
+            raise BadRequest(405, f"{path} takes POST", headers={"Allow": "POST"})
         else:
-            raise BadRequest(404, f"no such path {path[:80]}: POST /generate, /v1/completions")
+            raise BadRequest(
+                404,
+                f"no such path {path[:80]}: POST {', '.join(POST_PATHS)}; GET "
+                f"{', '.join(GET_PATHS)}, /v1/models/ID",
+            )
+
+    def model_object(self) -> dict:
+        state = self.server.state
+        model = {"id": state.model_name, "object": "model", "created": state.created}
+        return {**model, "owned_by": "envtool"}
 
     def post(self) -> None:
         state, path = self.server.state, route(self.path)
         if path not in POST_PATHS:
-            status = 405 if path in GET_PATHS else 404
-            raise BadRequest(status, f"no such POST path {path[:80]}: {', '.join(POST_PATHS)}")
+            self.request_read()
+            if path in GET_PATHS or path.startswith("/v1/models/"):
+                raise BadRequest(405, f"{path[:80]} takes GET", headers={"Allow": "GET, HEAD"})
+            raise BadRequest(404, f"no such POST path {path[:80]}: {', '.join(POST_PATHS)}")
+        self.check_key()
         body = self.read_body()
+        self.request_read()
         if path == "/generate":
             spec = parse_request(body, state.ctx)
         else:
@@ -2648,6 +2792,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except TimeoutError:
             raise BadRequest(408, f"body not received within {self.timeout} s") from None
         if len(body) < int(size):
+            if self.expired:
+                raise BadRequest(
+                    408, f"request not received within {self.server.state.request_s:g} s"
+                )
             raise BadRequest(400, "body shorter than its Content-Length")
         return body
 
@@ -2667,11 +2815,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if not job.cancelled and self.client_gone():
                     job.cancelled = True  # waiting in the queue: the worker skips it
 
+    def gone(self) -> None:
+        """The client left and generation stopped early: no answer (nginx's 499). Above all
+        not a 200 whose text was cut short as if it had ended."""
+        self.close_connection = True
+        self.server.state.metrics.count_request(endpoint_label(self.path), 499)
+
     def reply_generate(self, job: Job) -> None:
         kind, value = self.next_event(job)  # the first event decides the status
         if kind == "error":
             raise BadRequest(*value)
         if not job.spec["stream"]:
+            if value["cancelled"]:
+                return self.gone()
             self.send_json(200, generate_reply(value))
             return
         self.send_response(200)
@@ -2683,6 +2839,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 piece = decoder.decode(bytes([value])) if value < 256 else ""
                 line = {"token": value, "text": piece}
             elif kind == "done":
+                if value["cancelled"]:
+                    return self.gone()
+                # a character the last token left unfinished: its U+FFFD, so the pieces add
+                # up to the text (a line of no token)
+                if tail := decoder.decode(b"", final=True):
+                    self.wfile.write((json.dumps({"token": None, "text": tail}) + "\n").encode())
                 line = {"done": True, **generate_reply(value)}
             else:
                 line = {"error": value[1], "status": value[0]}
@@ -2705,6 +2867,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "model": state.model_name,
         }
         if not spec["stream"]:  # kind is "done"
+            if value["cancelled"]:
+                return self.gone()
             reason = value["finish_reason"]
             if chat:
                 message = {"role": "assistant", "content": value["completion"]}
@@ -2720,6 +2884,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if chat:
             head["object"] = "chat.completion.chunk"
+        if spec["include_usage"]:  # OpenAI: every chunk has the field, null until the last
+            head["usage"] = None
 
         def chunk(piece: str | None, reason: str | None = None) -> None:
             if chat:
@@ -2731,25 +2897,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_event({**head, "choices": [choice]})
 
         if chat:  # OpenAI's first chunk names the role
-            self.send_event(
-                {
-                    **head,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        }
-                    ],
-                }
-            )
+            role = {"role": "assistant", "content": ""}
+            choice = {"index": 0, "delta": role, "logprobs": None, "finish_reason": None}
+            self.send_event({**head, "choices": [choice]})
         text = StreamText(spec["stop"])
         while True:
             if kind == "token":
                 if piece := text.feed(value):
                     chunk(piece)
             elif kind == "done":
+                if value["cancelled"]:
+                    return self.gone()
                 if piece := text.finish():
                     chunk(piece)
                 chunk(None, value["finish_reason"])
@@ -2777,11 +2935,38 @@ class Server(http.server.ThreadingHTTPServer):
 
     def __init__(self, address: tuple, state: ServerState):
         self.state = state
+        # the host's own family: `--host ::1` or `::` (IPv6) binds as well as 127.0.0.1
+        self.address_family = socket.getaddrinfo(*address, type=socket.SOCK_STREAM)[0][0]
         super().__init__(address, Handler)
 
-    def process_request_thread(self, request, client_address) -> None:
+    def get_request(self):
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):  # out of files: the listening socket
+                time.sleep(0.05)  # stays readable, and serve_forever would spin on it
+            raise
+
+    def process_request(self, request, client_address) -> None:
         with self.state.lock:
-            self.state.connections += 1
+            full = self.state.connections >= self.state.cap
+            if not full:
+                self.state.connections += 1
+        if full:  # answered here, in the accept loop: a short write, then closed
+            body = b'{"error": "busy: too many connections"}\n'
+            with contextlib.suppress(OSError):
+                request.settimeout(0.5)
+                request.sendall(
+                    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                )
+                request.shutdown(socket.SHUT_WR)
+            self.close_request(request)
+            self.state.metrics.count_request("other", 503)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -2836,6 +3021,9 @@ def run_job(engine: Engine, job: Job, master: bool, state: ServerState | None = 
         if stops and stop_cut(text, stops) is not None:
             stopped.append(True)
             return True
+        return cancelled()
+
+    def cancelled() -> bool:
         # A client gone stops generation early, but only with one rank: the others would run
         # on alone and wait forever in the next step's all-reduce.
         return job.cancelled and engine.world == 1
@@ -2849,6 +3037,7 @@ def run_job(engine: Engine, job: Job, master: bool, state: ServerState | None = 
         spec["top_p"],
         spec["seed"],
         on_token=on_token if stream or stops else None,  # a host sync per token: only then
+        cancelled=cancelled,  # no sync: a plain request stops too when its client leaves
     )
     if not master:
         return
@@ -2866,9 +3055,10 @@ def run_job(engine: Engine, job: Job, master: bool, state: ServerState | None = 
             {
                 "text": to_text(tokens, state.byte_level if state else None),
                 "completion": bytes(text[:cut]).decode("utf-8", errors="replace"),
-                "finish_reason": "stop"
-                if stopped or len(tokens) < spec["max_new_tokens"]
-                else "length",
+                # "stop": a stop sequence ended it (a byte model has no end-of-text token);
+                # cut short by a client that left: no answer at all (Handler.gone)
+                "finish_reason": "stop" if stopped else "length",
+                "cancelled": not stopped and len(tokens) < spec["max_new_tokens"],
                 "tokens": tokens,
                 "prompt_tokens": len(spec["ids"]),
                 "ttft_ms": r["ttft_s"] * 1e3,
@@ -2890,6 +3080,15 @@ def model_name_of(cfg: Config) -> str:
     return f"random-{cfg.size}"
 
 
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def drain(server: Server, thread: threading.Thread, state: ServerState, grace: float) -> None:
     """Stop serving (SIGTERM/SIGINT; the request that was generating has finished): the queued
     requests get 503, new ones too, admitted ones finish writing their answers; then the
@@ -2907,6 +3106,9 @@ def drain(server: Server, thread: threading.Thread, state: ServerState, grace: f
             state.changed.wait(left)
     server.shutdown()  # no more accept()s by serve_forever
     thread.join()
+    # connections still sending a request (an idle keep-alive of a load balancer): LINGER_S to
+    # finish it and get their 503, then cut, not waited on for the whole grace
+    state.expire_reading(time.monotonic(), cut_to=time.monotonic() + LINGER_S)
     server.socket.setblocking(False)
     while True:  # connections already in the listen backlog: answered (503), not reset
         try:
@@ -2937,7 +3139,8 @@ def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
             run_job(engine, Job(box[0]), master=False)
             served += 1
     byte_level = {"bytes": True, "ids": False}.get(cfg.vocab)
-    state = ServerState(cfg, engine.ctx, model_name_of(cfg), byte_level)
+    api_key = cfg.api_key or os.environ.get("GENERATE_API_KEY") or None
+    state = ServerState(cfg, engine.ctx, model_name_of(cfg), byte_level, api_key)
     try:
         server = Server((cfg.host, cfg.serve), state)
     except OSError as exc:
@@ -2947,9 +3150,24 @@ def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
     host, port = server.server_address[:2]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
     thread.start()
+    watch_stop = threading.Event()
+
+    def watch_reading() -> None:  # until the socket closes: the drain's connections too
+        while not watch_stop.wait(0.2):
+            state.expire_reading(time.monotonic())
+
+    threading.Thread(target=watch_reading, daemon=True).start()
     after = time.time() - STARTED
+    if api_key is None and not is_loopback(host):
+        print(
+            f"warning: serving on {host} without an API key: anyone who reaches port {port} "
+            "can use it (set GENERATE_API_KEY, or --host 127.0.0.1)",
+            file=sys.stderr,
+            flush=True,
+        )
+    shown = f"[{host}]" if ":" in host else host
     print(
-        f"serving http://{host}:{port}/generate (also POST /v1/completions, "
+        f"serving http://{shown}:{port}/generate (also POST /v1/completions, "
         f"/v1/chat/completions as model {state.model_name!r}; GET /v1/models, /metrics, /health)"
         f"; ready {after:.1f} s after the imports{since_start(after)}",
         flush=True,
@@ -2975,6 +3193,7 @@ def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
                 print(f"request failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     finally:
         drain(server, thread, state, cfg.grace)
+        watch_stop.set()
         if ctrl is not None:
             dist.broadcast_object_list([None], src=0, group=ctrl)
     print(f"stopped by {STOP['signal']}: served {served} request(s)", flush=True)
@@ -3069,10 +3288,17 @@ def main(argv: list[str] | None = None) -> None:
         evaluated = eval_loss(model, cfg, device) if cfg.eval_data else None
 
         if cfg.serve is not None:
-            if s.vocab_size < 256 or cfg.vocab == "ids":
+            # "auto" is an older checkpoint that records nothing: bytes only at 256 words (the
+            # others would sample ids that are no text: empty answers)
+            if (
+                s.vocab_size < 256
+                or cfg.vocab == "ids"
+                or (cfg.vocab == "auto" and s.vocab_size != 256)
+            ):
                 fail(
                     f"--serve needs a byte-level model (prompts are UTF-8 bytes); this one has "
-                    f"{s.vocab_size} token ids (train it with lm's --data and --vocab-size 256)"
+                    f"{s.vocab_size} token ids (train it with lm's --data and --vocab-size 256; "
+                    "--vocab bytes serves one trained on bytes that does not record it)"
                 )
             result = serve(engine, cfg, master, ctrl)
         else:

@@ -739,7 +739,7 @@ def main(argv: list[str] | None = None) -> None:
         tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * world_size
         peak = peak_tflops_for(device, cfg.peak_tflops)
         loss_sum = torch.zeros((), device=device)
-        loss_value, tokens_per_s, mfu, stopped = float("nan"), None, None, "max_steps"
+        loss_value, tokens_per_s, mfu, stopped = None, None, None, "max_steps"
         t_log, step_log, t_first, step, saved_step = None, start_step, None, start_step, start_step
         model.train()
         # Profile before tuning: N steps after compile/warm-up, rank 0 prints where time goes.
@@ -830,7 +830,10 @@ def main(argv: list[str] | None = None) -> None:
         if master:
             result = {
                 "step": step,
-                "loss": loss_value,
+                # null, not NaN (no JSON): nothing trained (a resume at --max-steps), or diverged
+                "loss": loss_value
+                if loss_value is not None and math.isfinite(loss_value)
+                else None,
                 "tokens_per_s": tokens_per_s,
                 "mfu": mfu,
                 "world_size": world_size,

@@ -107,6 +107,11 @@ class Target:
             return "venv"
         return "environment"
 
+    @property
+    def is_own(self) -> bool:
+        """Nothing was named and nothing is active: the fallback is envtool's own python."""
+        return self.choice is None or self.choice.source == OWN
+
     def describe(self, verb: str) -> str:
         """The one line that says which environment a command acts on and why."""
         choice = self.choice or TargetChoice(OWN, str(self.python))

@@ -109,7 +109,9 @@ yes_option = click.option(
     "--yes",
     "-y",
     is_flag=True,
-    help="Replace an existing environment envtool did not install (conda's, pixi's) without asking.",
+    help="Replace without asking: an existing environment envtool did not install (conda's, "
+    "pixi's); for create also an environment.yml edited since create wrote it, and an env of "
+    "this name that another project's lock installed.",
 )
 
 
@@ -163,6 +165,18 @@ def resolve_and_say(
     target = resolve_target(name, prefix, python)
     _PENDING[:] = [f"envtool {command}: {target.describe(verb)}"]
     return target
+
+
+def refuse_own_env(target: Target, command: str) -> None:
+    """For commands about an envtool environment (its lock, its drift): with nothing named and
+    nothing active, envtool's own python is not what the user meant; say what is missing."""
+    from envtool.errors import UsageError
+
+    if target.is_own:
+        raise UsageError(
+            f"{command}: no environment is active and none was named",
+            f"pass NAME (see `envtool list`), or activate the environment: envtool {command} NAME",
+        )
 
 
 # The target line waits until the command does its work (say_target: before a launch, an exec,

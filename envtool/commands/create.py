@@ -6,6 +6,8 @@ Writes environments/NAME/environment.yml (the request) and environments/NAME/con
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from envtool.commands import (
@@ -141,7 +143,6 @@ def cmd(
         "gpus": list(gpus),
         "virtual_overrides": parse_virtual_overrides(virtual),
     }
-    from pathlib import Path
 
     file_dir = Path(file_).absolute().parent if file_ else None
     request = request_from_yml(text, source, flags, file_dir=file_dir, directory=directory)
@@ -155,6 +156,8 @@ def cmd(
     from envtool.output import note
 
     target = None if no_install else env_prefix(name, prefix)
+    if not yes:
+        refuse_lost_work(name, directory, target)
     # asked before the solve and any mutex: a "no" costs nothing
     adopt = target is not None and adopt_confirmed(target, yes)
     with ExitStack() as held:
@@ -183,3 +186,37 @@ def cmd(
             result.data["install"] = report.to_dict()
             result.text.append(f"installed {name} into {target}")
     return result
+
+
+def refuse_lost_work(name: str, directory: str | None, target: Path | None) -> None:
+    """What create would destroy, refused before the solve (--yes replaces it): an
+    environments/NAME/environment.yml edited since it was locked (the lock records the sha256
+    of the file it was solved from; a file with no lock is someone's own), and an installed
+    NAME that another project's lock made (env names are global, like conda's; projects are
+    not). A file edited and then locked is the request as it stands: create replaces it, and
+    says so."""
+    from envtool.adapters.files import LOCK_FILE_LIMIT, read_text_or_none
+    from envtool.adapters.install.install_state import read_state_record
+    from envtool.adapters.locate import project_env_paths
+    from envtool.core.lockfile import parse_lock_file_sha256, request_file_sha256
+    from envtool.core.shell_quote import quote_posix
+
+    env_dir, yml_path, lock_path = project_env_paths(name, directory)
+    old = read_text_or_none(yml_path)
+    if old is not None:
+        lock_text = read_text_or_none(lock_path, LOCK_FILE_LIMIT) or ""
+        if parse_lock_file_sha256(lock_text) != request_file_sha256(old):
+            raise UsageError(
+                f"{yml_path} was edited since it was locked; create would replace it with the "
+                "request its flags make",
+                f"keep it: `envtool lock {quote_posix(name)}` locks it as it is; replace it: add "
+                "--yes",
+            )
+    recorded = (read_state_record(target) or {}).get("lock_path") if target else None
+    if isinstance(recorded, str) and Path(recorded).is_file():
+        if not Path(recorded).resolve().is_relative_to(env_dir.resolve()):
+            raise UsageError(
+                f"{name} ({target}) is installed from {recorded}, another project's lock; create "
+                "would replace that environment",
+                "pick another name here, or add --yes to replace it",
+            )

@@ -183,9 +183,10 @@ def active_env_lock() -> Path:
     """No NAME, no --lock: the lock the active environment (core/target's rule) was installed
     from, as its install record names it."""
     from envtool.adapters.install.installed import describe_env
-    from envtool.commands import resolve_and_say
+    from envtool.commands import refuse_own_env, resolve_and_say
 
     target = resolve_and_say("export", "exporting the lock of", None, None, None)
+    refuse_own_env(target, "export")
     recorded = describe_env(target.prefix or target.python.parent).get("lock_path")
     if not recorded or not Path(recorded).is_file():
         what = "was not installed by envtool" if not recorded else f"names {recorded}, not here"

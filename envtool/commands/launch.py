@@ -42,8 +42,26 @@ def _bounded_nproc(value: int | None) -> int | None:
     return value
 
 
+class _LaunchCommand(click.Command):
+    """torchrun passes everything after the script to it; envtool takes its own options on
+    both sides of the script, so the script's go after `--`. An unknown option says so."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            name = exc.option_name.split("=", 1)[0]
+            example = "envtool launch train.py --gpus 4 -- " + name + " …"
+            raise click.UsageError(
+                f"{exc.format_message()} If it is the training script's, put it after `--`: "
+                f"{example}",
+                ctx,
+            ) from None
+
+
 @click.command(
     "launch",
+    cls=_LaunchCommand,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.argument("script", type=click.Path(dir_okay=False))
@@ -55,6 +73,12 @@ def _bounded_nproc(value: int | None) -> int | None:
     "gpus",
     default=None,
     help="GPUs (processes) on this node: a count or 'all' (torchrun: --nproc-per-node).",
+)
+@click.option(
+    "--standalone",
+    is_flag=True,
+    hidden=True,
+    help="torchrun's flag, accepted: one node is standalone unless --nnodes is more than 1.",
 )
 @click.option("-n", "--name", default=None, help="Environment name.")
 @click.option("--prefix", default=None, help="Environment prefix path.")
@@ -145,6 +169,11 @@ def cmd(**opts: Any) -> Result:
     target = resolve_and_say(
         "launch", "launching in", opts["name"], opts["prefix"], opts["python_path"]
     )
+    if opts["standalone"] and (opts["nnodes"] or 1) > 1:
+        raise UsageError(
+            f"--standalone runs one node; --nnodes {opts['nnodes']} asks for more",
+            "drop --standalone (or --nnodes)",
+        )
     script = Path(opts["script"])
     if not script.is_file():
         raise UsageError(

@@ -89,6 +89,9 @@ def cmd(
             if not lock_path.is_file():
                 state = "missing"
             elif stamp is None:  # conda-lock's own, or hand-edited: no way to tell if it is fresh
+                from envtool.adapters.lockfile.lock_io import read_lock
+
+                read_lock(lock_path)  # a lock that does not parse says so, naming the line
                 state = "not envtool's (it records no input hash, so freshness is unknown)"
             elif edited == "edited":
                 state = "edited since envtool wrote it (its content digest no longer matches)"

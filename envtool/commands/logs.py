@@ -64,6 +64,12 @@ def cmd(**opts: Any) -> Result:
             f"{run_dir.name} is a Slurm job: its console output is {run_dir}/slurm-<job id>.out",
             f"every rank's log is under {run_dir}/torchrun/node-N/ (no merged log for Slurm jobs)",
         )
+    world = _world_size(manifest)
+    if rank is not None and world is not None and rank >= world:
+        raise UsageError(
+            f"--rank {rank}: run {run_dir.name} has ranks 0-{world - 1}",
+            "pick one of those (or leave --rank out for every rank)",
+        )
     if not opts["follow"] and not path.exists():
         raise UsageError(
             f"{run_dir}: no merged log ({MERGED_LOG})",
@@ -80,6 +86,17 @@ def cmd(**opts: Any) -> Result:
         return Result("logs", exit_code=130)
     show(lines.flush())
     return Result("logs")  # the log itself was streamed as it came
+
+
+def _world_size(manifest: Any) -> int | None:
+    """nnodes x nproc_per_node as the manifest records them; None when it does not (an older
+    or edited manifest: then no rank is refused)."""
+    if not isinstance(manifest, dict):
+        return None
+    nnodes, nproc = manifest.get("nnodes"), manifest.get("nproc_per_node")
+    if type(nnodes) is int and type(nproc) is int and nnodes > 0 and nproc > 0:
+        return nnodes * nproc
+    return None
 
 
 def _ended(manifest: Any) -> bool:

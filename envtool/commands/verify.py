@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from envtool.commands import env_name, renders, resolve_and_say, target_data
+from envtool.commands import env_name, refuse_own_env, renders, resolve_and_say, target_data
 from envtool.output import Result
 
 
@@ -46,6 +46,7 @@ def cmd(
     from envtool.errors import UsageError
 
     chosen = resolve_and_say("verify", "verifying", name, prefix)
+    refuse_own_env(chosen, "verify")
     target = chosen.prefix
     if target is None or not looks_like_env(target):
         raise UsageError(

@@ -26,7 +26,11 @@ if TYPE_CHECKING:  # an annotation only: importing core.plan costs every lock re
 # custom_metadata keys envtool writes (conda-lock wants str -> str).
 KEY_HASH = "envtool_input_hash"
 KEY_REQUEST = "envtool_request"
+# sha256 of the environment.yml text the lock was solved from: tells a file envtool wrote (and
+# may replace) from one edited since (create must not discard the edits)
+KEY_FILE = "envtool_request_file_sha256"
 HASH_LINE = re.compile(r"^\s*" + KEY_HASH + r":\s*'?([0-9a-f]{64})'?\s*$", re.MULTILINE)
+_FILE_LINE = re.compile(r"^\s*" + KEY_FILE + r":\s*'?([0-9a-f]{64})'?\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,17 @@ def parse_lock_options(lock_text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def request_file_sha256(environment_yml: str) -> str:
+    return hashlib.sha256(environment_yml.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def parse_lock_file_sha256(lock_text: str) -> str | None:
+    """The sha256 of the environment.yml the lock was solved from (None: an older envtool's
+    lock, or not envtool's), found without a YAML parser."""
+    m = _FILE_LINE.search(lock_text)
+    return m.group(1) if m else None
+
+
 def parse_lock_stamp(lock_text: str) -> str | None:
     """The input hash recorded in a conda-lock.yml, found without a YAML parser (fast no-op path)."""
     m = HASH_LINE.search(lock_text)
@@ -153,11 +168,14 @@ def plan_custom_metadata(
     input_hash: str,
     envtool_version: str,
     solved_torch: str = "",
+    request_file: str | None = None,
 ) -> dict[str, str]:
     """What envtool records about the plan inside the lock (all str, sorted by the writer).
     `envtool_cuda_arch` (the plan's `__cuda_arch`) only when the plan has one: a CPU plan or one
     made without GPUs records no GPU assumption."""
     arch = {"envtool_cuda_arch": plan.cuda_arch} if plan.cuda_arch else {}
+    if request_file is not None:
+        arch[KEY_FILE] = request_file_sha256(request_file)
     return {
         **arch,
         "envtool_version": envtool_version,

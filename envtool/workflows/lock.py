@@ -174,13 +174,21 @@ def lock_environment(
             channels=[resolve_channel(c, base) for c in plan.channels],
             content_hash={pp.platform: input_hash for pp in plan.platforms},
             custom_metadata=plan_custom_metadata(
-                plan, options, input_hash, __version__, solved_torch(solved)
+                plan,
+                options,
+                input_hash,
+                __version__,
+                solved_torch(solved),
+                yml_text,  # a later create replaces the file only while it is still this one
             ),
             sources=["environment.yml"],
         )
         write_lock(lock_path, content)
-        if read_text_or_none(yml_path) != yml_text:
+        before = read_text_or_none(yml_path)
+        if before != yml_text:
             write_atomic(yml_path, yml_text)  # unchanged request: keep file and mtime
+            if before is not None and write_yml:  # create's flags made another request
+                note(f"note: rewrote {yml_path} from create's flags (the lock diff follows)")
     outcome.written = True
     return outcome
 

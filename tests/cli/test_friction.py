@@ -33,6 +33,27 @@ def test_launch_takes_torchruns_nproc_per_node(flag, run_cli, tmp_path) -> None:
     assert json.loads(out)["plan"]["nproc_per_node"] == 3
 
 
+def test_launch_takes_torchruns_standalone_and_says_where_script_options_go(
+    run_cli, tmp_path
+) -> None:
+    """torchrun habits: `--standalone`, and the script's own options right after the script
+    (torchrun passes those on; envtool takes its options on both sides, so they go after --)."""
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code, out, err = run_cli(
+        ["launch", "--standalone", "--nproc-per-node=2", "--cpu", str(script), "--dry-run"],
+        tmp_path,
+    )
+    assert code == 0, err
+    code, out, err = run_cli(["launch", str(script), "--max-steps", "5"], tmp_path)
+    assert code == 2 and "No such option '--max-steps'" in err
+    assert "put it after `--`: envtool launch train.py --gpus 4 -- --max-steps" in err
+    code, out, err = run_cli(
+        ["launch", "--standalone", "--nnodes", "2", "--cpu", str(script)], tmp_path
+    )
+    assert code == 2 and "--standalone runs one node" in err
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -152,6 +152,13 @@ def test_verify_sees_a_file_deleted_from_an_installed_package_and_install_repair
     assert "relinking 1 damaged package(s): cuda-version" in again.stderr
     assert (prefix / victim).is_file()
     assert run_envtool("verify", "--prefix", str(prefix), env=env).returncode == 0
+    # rattler unlinks pytorch before relinking it: said as that, not as a removal
+    record = json.loads(next((prefix / "conda-meta").glob("pytorch-*.json")).read_text())
+    (prefix / record["files"][0]).unlink()
+    again = run_envtool("install", "--lock", str(setup.lock), "--prefix", str(prefix), env=env)
+    assert again.returncode == 0, again.stderr
+    assert "unlinking pytorch (linked again as the lock has it)" in again.stderr
+    assert "pytorch (not in the lock)" not in again.stderr
 
 
 def test_info_on_an_unfinished_env_given_by_path_prints_a_command_that_finishes_it(

@@ -55,6 +55,8 @@ def test_merged_log_holds_every_rank_prefixed_and_logs_filters_a_rank(tmp_path: 
     assert lines and all(line.startswith("[node 0 rank 1] ") for line in lines)
     everything = run_envtool("logs", run_dir.name, cwd=tmp_path)
     assert everything.stdout.splitlines() == merged
+    beyond = run_envtool("logs", "--rank", "2", cwd=tmp_path)  # a typo, not silence
+    assert beyond.returncode == 2 and "has ranks 0-1" in beyond.stderr, beyond.stderr
 
 
 @pytest.mark.slow

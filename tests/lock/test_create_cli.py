@@ -241,6 +241,16 @@ def test_lock_check_of_a_conda_lock_made_lock_says_it_cannot_tell(
     assert "envtool lock theirs" in err
 
 
+def test_lock_check_of_a_broken_lock_names_the_broken_yaml(run_cli, tmp_path) -> None:
+    """It said "not envtool's (records no input hash)", blaming the wrong thing."""
+    env = tmp_path / "environments" / "broken"
+    env.mkdir(parents=True)
+    (env / "environment.yml").write_text("dependencies:\n  - pytorch\n")
+    (env / "conda-lock.yml").write_text("version: 1\nmetadata: [\n")
+    rc, _, err = run_cli(["lock", "broken", "--check"], tmp_path)
+    assert rc == 2 and "not valid YAML" in err and "line 3" in err, err
+
+
 def test_lock_of_a_non_utf8_environment_yml_is_a_usage_error(run_cli, tmp_path) -> None:
     env = tmp_path / "environments" / "latin1"
     env.mkdir(parents=True)
@@ -299,6 +309,39 @@ def test_create_installs_the_lock_it_wrote(setup, run_cli, tmp_path, monkeypatch
     assert f"installed e2e into {prefix}" in out
     metas = [p.name for p in (prefix / "conda-meta").glob("pytorch-*.json")]
     assert len(metas) == 1 and "cuda126" in metas[0]
+
+
+@pytest.mark.integration
+def test_create_keeps_hand_edits_and_other_projects_envs_unless_told(
+    setup, run_cli, tmp_path, monkeypatch
+) -> None:
+    """create again rewrote environments/NAME/environment.yml from its flags, dropping hand
+    edits; and `create hello` in project B replaced project A's installed `hello`."""
+    monkeypatch.setenv("ENVTOOL_DRIVER_VERSION", "580.65.06")
+    monkeypatch.setenv("ENVTOOL_ENVS_DIR", str(tmp_path / "envs"))
+    monkeypatch.setenv("ENVTOOL_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "env.yml").write_text("dependencies:\n  - python\n  - pytorch\n")
+    base = ["--cuda", "12.6", "--channel", str(setup.channel), *H200]
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    create = ["create", "hello", "-f", str(tmp_path / "env.yml"), *base]
+    assert run_cli(create, one)[0] == 0
+    assert run_cli([*create, "--no-install"], one)[0] == 0  # create's own file: replaced freely
+    yml = one / "environments" / "hello" / "environment.yml"
+    yml.write_text(yml.read_text() + "# my notes: keep numpy <2\n")
+    rc, _, err = run_cli([*create, "--no-install"], one)
+    assert rc == 2 and "was edited since it was locked" in err and "envtool lock hello" in err
+    assert yml.read_text().endswith("# my notes: keep numpy <2\n")
+    assert run_cli(["lock", "hello"], one)[0] == 0  # the edits locked: the request as it is
+    rc, _, err = run_cli([*create, "--no-install"], one)
+    assert rc == 0 and "rewrote environments/hello/environment.yml" in err
+
+    rc, _, err = run_cli(create, two)  # the installed hello is project one's
+    assert rc == 2 and "another project's lock" in err, err
+    assert not (two / "environments").exists()
+    rc, _, err = run_cli([*create, "--yes"], two)
+    assert rc == 0, err
 
 
 def _error_line(err: str) -> str:

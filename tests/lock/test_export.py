@@ -230,13 +230,24 @@ def test_name_and_lock_are_exclusive(tmp_path, run_cli) -> None:
     assert code == 2 and "give NAME or --lock FILE" in err
 
 
-def test_no_name_exports_the_active_envs_lock_or_says_it_has_none(tmp_path, run_cli) -> None:
-    """No NAME, no --lock: the active environment (here the test interpreter, which envtool did
-    not install) is named, and why nothing can be exported from it."""
+def test_no_name_exports_the_active_envs_lock_or_says_it_has_none(
+    tmp_path, run_cli, monkeypatch
+) -> None:
+    """No NAME, no --lock: the active environment (here the test interpreter's venv, which
+    envtool did not install) is named, and why nothing can be exported from it; with nothing
+    active, envtool's own venv is not blamed: nothing was named."""
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    monkeypatch.setenv("VIRTUAL_ENV", sys.prefix)
     code, _, err = run_cli(["export"])
     assert code == 2 and len(err.splitlines()) == 1
     assert f"error: {sys.prefix}: this venv was not installed by envtool (no lock to export)" in err
     assert "pass NAME (environments/NAME/conda-lock.yml) or --lock FILE" in err
+    monkeypatch.delenv("VIRTUAL_ENV")
+    for command in ("export", "verify"):
+        code, _, err = run_cli([command])
+        assert code == 2 and len(err.splitlines()) == 1, err
+        assert f"{command}: no environment is active and none was named" in err
+        assert sys.prefix not in err
 
 
 @pytest.mark.parametrize(

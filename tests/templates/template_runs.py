@@ -57,7 +57,11 @@ def single_process(name: str, args: list[str], cwd: Path) -> subprocess.Complete
 def result_of(stdout: str) -> dict:
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     assert len(lines) == 1, stdout  # rank 0 only, exactly once
-    return json.loads(lines[0].removeprefix("RESULT "))
+
+    def not_json(constant: str) -> None:  # Python's json reads NaN; jq and JSON do not
+        raise AssertionError(f"{constant} in RESULT: {lines[0]}")
+
+    return json.loads(lines[0].removeprefix("RESULT "), parse_constant=not_json)
 
 
 def step_losses(stdout: str) -> dict[int, str]:

@@ -997,13 +997,20 @@ class Server:
     processes; the port is read off rank 0's first line. Its own process group, so that a
     hung run can be killed whole."""
 
-    def __init__(self, args: list[str], cwd: Path, ranks: int = 0, guard_s: float = 120) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        cwd: Path,
+        ranks: int = 0,
+        guard_s: float = 120,
+        env: dict[str, str] | None = None,
+    ) -> None:
         launcher = [*TORCHRUN, str(ranks)] if ranks else [sys.executable]
         argv = [*launcher, str(GENERATE), "--cpu", *args, "--serve", "0"]
         self.proc = subprocess.Popen(
             argv,
             cwd=cwd,
-            env=child_env(),
+            env={**child_env(), **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -1254,6 +1261,12 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
         ({"prompt": "x", "model": "gpt-4"}, 404, "model"),
         ({"prompt": "x", "max_tokens": 64}, 400, "prompt"),  # context_length_exceeded
         ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+        ({"prompt": "x" * 64}, 400, "prompt"),  # full without max_tokens: the context, not 0
+        (
+            {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0},
+            400,
+            "max_completion_tokens",
+        ),
         ({"prompt": "x", "temperature": 2.5}, 400, "temperature"),
         ({"prompt": "x", "temperature": True}, 400, "temperature"),
         ({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
@@ -1271,6 +1284,34 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
     with pytest.raises(gen.BadRequest) as caught:
         parse({"messages": [{"role": "tool", "content": "x"}]}, "/v1/chat/completions")
     assert caught.value.status == 400 and "role" in str(caught.value)
+    with pytest.raises(gen.BadRequest) as caught:
+        parse({"prompt": "x" * 64})
+    assert caught.value.code == "context_length_exceeded"
+    assert parse({"prompt": "x", "seed": -5})["seed"] == 2**63 - 5  # any 64-bit seed, as OpenAI
+
+
+def test_a_chat_stream_holds_back_only_what_may_begin_a_stop(gen) -> None:
+    """Chat's stops are "\nuser:" and the like: text that cannot begin one goes out at once
+    (it used to wait for 10 more bytes, so a short answer came in one piece at the end)."""
+    stream = gen.StreamText(gen.CHAT_STOPS)
+    assert [stream.feed(b) for b in b"hello"] == list("hello")
+    assert stream.feed(ord("\n")) == "" and stream.feed(ord("u")) == ""  # "\nu" may be "\nuser:"
+    assert stream.feed(ord("x")) == "\nux"
+    assert [stream.feed(b) for b in b"\nuser:"] == [""] * 6 and stream.finish() == ""
+
+
+def test_the_server_binds_ipv6_hosts(gen) -> None:
+    import socket
+
+    state = gen.ServerState(gen.Config(), 64, "m", True)
+    try:
+        server = gen.Server(("::1", 0), state)
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    try:
+        assert server.address_family == socket.AF_INET6
+    finally:
+        server.server_close()
 
 
 # --- issue 23 item 7, issue 24 item 4: the server under attack, the OpenAI API ---
@@ -1358,6 +1399,107 @@ def test_crafted_requests_each_get_a_status_and_leave_no_traceback(trained: Path
         assert status == 200 and len(reply["tokens"]) == 5  # still serving
         code, _, err = s.stop(signal.SIGTERM)
         assert code == 0 and err == "", err[-3000:]
+    finally:
+        s.close()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_slow_idle_and_departed_clients_cost_the_server_nothing(tmp_path: Path) -> None:
+    """A client that trickles its request, a flood of idle connections, a client that leaves
+    a long plain (not streamed) request, one idle connection at SIGTERM; and the API key, HEAD,
+    405's Allow, /v1/models/ID and the /generate stream's last piece of a cut character."""
+    import http.client
+    import socket
+
+    key = "test-key-123"
+    args = ["--size", "tiny", "--vocab-size", "256", "--seq-len", "2048", "--max-queue", "1"]
+    s = Server([*args, "--request-timeout", "1"], tmp_path, env={"GENERATE_API_KEY": key})
+    host, port = s.base.removeprefix("http://").split(":")
+    auth = b"Authorization: Bearer " + key.encode() + b"\r\n"
+
+    def get(path: str, headers: bytes = b"", method: bytes = b"GET") -> tuple[int | None, bytes]:
+        return raw_request(
+            s.base, method + b" " + path.encode() + b" HTTP/1.1\r\n" + headers + b"\r\n"
+        )
+
+    def metric(name: str) -> float:
+        text = urllib.request.urlopen(s.base + "/metrics").read().decode()
+        return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(name))
+
+    try:
+        # the key: /v1 and /generate need it, the probes do not
+        status, body = get("/v1/models")
+        assert status == 401 and json.loads(body)["error"]["code"] == "invalid_api_key"
+        assert get("/v1/models", b"Authorization: Bearer wrong\r\n")[0] == 401
+        status, body = get("/v1/models/random-tiny", auth)
+        assert status == 200 and json.loads(body)["id"] == "random-tiny"
+        assert get("/v1/models/other", auth)[0] == 404
+        assert raw_request(s.base, post_bytes("/generate", b'{"prompt": "a"}'))[0] == 401
+        assert get("/health")[0] == 200
+        # HEAD: GET's status and headers, no body; a wrong method names the right one
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("HEAD", "/health")
+        head = conn.getresponse()
+        assert head.status == 200 and head.read() == b"" and head.getheader("Content-Length")
+        conn.close()
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("POST", "/health", body=b"{}")
+        refused = conn.getresponse()
+        assert refused.status == 405 and refused.getheader("Allow") == "GET, HEAD"
+        conn.close()
+
+        # a request that never finishes arriving: 408 after --request-timeout, not a held thread
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST /generate HTTP/1.1\r\nContent-Length: 100\r\n")
+            assert sock.recv(100).startswith(b"HTTP/1.0 408")
+
+        # idle connections beyond the cap (64 at --max-queue 1) are refused at once (503);
+        # the rest are cut at --request-timeout, and the server answers again
+        idle = [socket.create_connection((host, int(port)), timeout=30) for _ in range(70)]
+        try:
+            statuses = []
+            for sock in idle:
+                sock.sendall(b"GET /health HTTP/1.1\r\n")  # no blank line: never complete
+            for sock in idle:
+                statuses.append(sock.recv(12)[9:12])
+            assert statuses.count(b"503") >= 6 and statuses.count(b"408") >= 58, statuses
+        finally:
+            for sock in idle:
+                sock.close()
+        assert get("/health")[0] == 200
+
+        # a plain request whose client leaves: generation stops (no answer: 499), and the
+        # next request does not wait behind it
+        before = metric("generate_tokens_generated_total")
+        body = json.dumps({"prompt": "a", "max_tokens": 2000, "temperature": 0}).encode()
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(post_bytes("/v1/completions", body, auth))
+            time.sleep(0.3)
+        short = json.dumps({"prompt": "a", "max_tokens": 1}).encode()
+        status, reply = raw_request(s.base, post_bytes("/v1/completions", short, auth))
+        assert status == 200 and json.loads(reply)["choices"][0]["finish_reason"] == "length"
+        assert metric('generate_requests_total{endpoint="/v1/completions",status="499"}') == 1
+        assert metric("generate_tokens_generated_total") - before < 2000 + 1
+
+        # /generate's stream: pieces add up to the text, a cut character's U+FFFD included
+        tails = 0
+        for seed in range(40):
+            ask = {"prompt": "ab", "max_new_tokens": 7, "temperature": 1, "top_k": 0}
+            data = json.dumps({**ask, "seed": seed, "stream": True}).encode()
+            status, reply = raw_request(s.base, post_bytes("/generate", data, auth))
+            lines = [json.loads(x) for x in reply.splitlines()]
+            assert status == 200 and lines[-1]["done"] is True
+            assert "".join(x["text"] for x in lines[:-1]) == lines[-1]["text"], lines
+            tails += any(x["token"] is None for x in lines[:-1])
+        assert tails > 0  # the case was met: 10 seeds of 40 end inside a character
+
+        # SIGTERM with a connection that never sends its request: cut at once, not waited on
+        # for the whole --grace (30 s)
+        with socket.create_connection((host, int(port)), timeout=30):
+            s.proc.send_signal(signal.SIGTERM)
+            out, err = s.proc.communicate(timeout=15)
+        assert s.proc.returncode == 0 and "Traceback" not in err, err[-3000:]
     finally:
         s.close()
 

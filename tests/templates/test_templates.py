@@ -105,6 +105,11 @@ def test_resume_continues_at_the_checkpointed_step_with_identical_losses(
     uninterrupted = step_losses(full_runs[name][0].stdout)
     resumed = {**step_losses(first.stdout), **step_losses(second.stdout)}
     assert resumed == uninterrupted
+    # the same command again: nothing left to train, and RESULT is still JSON (it said NaN)
+    third = torchrun(name, [*args, "--max-steps", "6"], tmp_path)
+    assert third.returncode == 0, third.stderr[-3000:]
+    again = result_of(third.stdout)  # strict JSON
+    assert again["loss"] is None and again["step"] == 6
 
 
 # --- --fp8 (lm, fsdp): what a CPU can check; the speed and loss curves are GPU evidence

@@ -38,7 +38,14 @@ class _LinkReporter:
     """rattler InstallerReporter: linked packages counted on the progress line; hosts the
     mid-link hook."""
 
-    def __init__(self, progress: Progress, total: int, on_first_link: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        progress: Progress,
+        total: int,
+        on_first_link: Callable[[], None],
+        locked: frozenset[str] = frozenset(),
+    ) -> None:
+        self.locked = locked  # names the lock holds: unlinked to be linked again, not removed
         self.progress = progress
         self.on_first_link = on_first_link
         self.say = progress.say
@@ -57,7 +64,10 @@ class _LinkReporter:
             self.on_first_link()
 
     def on_unlink_start(self, operation: int, package_name: str) -> int:
-        self.say(f"  removing {package_name} (not in the lock)")
+        if package_name in self.locked:  # another build of it, or a damaged one relinked
+            self.say(f"  unlinking {package_name} (linked again as the lock has it)")
+        else:
+            self.say(f"  removing {package_name} (not in the lock)")
         return operation
 
 
@@ -159,7 +169,9 @@ def link_packages(
             cache_dir=rattler_cache,
             platform=Subdir(platform),
             show_progress=False,
-            reporter=_LinkReporter(progress, len(records), on_first_link),
+            reporter=_LinkReporter(
+                progress, len(records), on_first_link, frozenset(p.name for p in pkgs)
+            ),
             reinstall_packages=damaged or None,  # rattler skips a package it sees as installed
         )
         await asyncio.sleep(0.05)  # let rattler's background tasks finish before the loop closes
