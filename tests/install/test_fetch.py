@@ -318,6 +318,24 @@ def test_a_channel_whose_first_answers_are_503_is_retried_not_called_unreadable(
     assert (tmp_path / "project" / "environments" / "net" / "conda-lock.yml").is_file()
 
 
+def test_a_channel_nobody_answers_names_the_host_the_cause_and_the_mirror_fix(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """It was rattler's error chain cut at 300 characters mid-cause, exit 2 (bad usage), and no
+    word of the mirror config the README offers for exactly this."""
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env["RATTLER_CACHE_DIR"] = str(tmp_path / "rattler-cache")
+    out = _create_over(f"http://127.0.0.1:{port}/conda-forge", env, tmp_path / "project")
+    assert out.returncode == 1, out.stderr
+    line = _one_error_line(out.stderr)
+    assert f"cannot reach the channel for linux-64: 127.0.0.1:{port}: Connection refused" in line
+    assert "[mirrors]" in line and "Caused by" not in line
+
+
 def test_a_sharded_channel_is_solved_from_its_shards(
     setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
 ) -> None:

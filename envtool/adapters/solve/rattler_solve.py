@@ -249,18 +249,42 @@ async def _discover(
     return builds
 
 
+MIRROR_HINT = (
+    "offline or behind a firewall: point the channel at a mirror in "
+    "~/.config/rattler/config.toml ([mirrors], docs/network.md), or --channel a local channel "
+    "folder"
+)
+
+
 def _raise_channel_error(exc: Exception, platform: str) -> None:
-    if type(exc).__name__ in (
+    """rattler's error chain ("Request failed after 3 retries Caused by: … dns error …") as one
+    line a user acts on: a host that cannot be reached is named with the cause found by asking
+    it (DNS, connect; exit 1: the network, not the command); anything else (a 404, a folder
+    with no repodata) is the channel named wrong (exit 2)."""
+    if type(exc).__name__ not in (
         "GatewayError",
         "FetchRepoDataError",
         "IoError",
         "InvalidChannelError",
     ):
-        raise UsageError(
-            f"cannot read channel repodata for {platform}: {one_line(str(exc), 300)}",
-            "check --channel (name, URL or a folder with <subdir>/repodata.json); offline, "
-            "point --channel at a local channel",
+        return
+    import re
+
+    from envtool.adapters.solve.network import describe_unreachable
+    from envtool.errors import DiagnosedFailure
+
+    text = str(exc)
+    url = re.search(r"url \((https?://[^)\s]+)\)", text)
+    cause = describe_unreachable(url.group(1)) if url else None
+    if cause:
+        raise DiagnosedFailure(
+            f"cannot reach the channel for {platform}: {cause} (after rattler's retries)",
+            MIRROR_HINT,
         ) from None
+    raise UsageError(
+        f"cannot read channel repodata for {platform}: {one_line(text, 300)}",
+        "check --channel (name, URL or a folder with <subdir>/repodata.json); " + MIRROR_HINT,
+    ) from None
 
 
 async def _solve_one(gateway, channel_urls: list[str], pp: PlatformPlan) -> list[SolvedPackage]:
