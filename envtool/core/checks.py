@@ -173,6 +173,17 @@ def _name(env: EnvFacts) -> str:
     return quote_posix(env.name) if env.name else "NAME"  # pasted into a shell
 
 
+def _reinstall_fix(env: EnvFacts) -> str | None:
+    """An env envtool installed from a lock is repaired by installing that lock again (it
+    relinks what is gone); create --cuda auto would plan anew and rewrite environment.yml."""
+    if env.install_state is None or not env.install_lock:
+        return None
+    return (
+        f"{finish_install_command(env.name, env.prefix, env.install_lock)} relinks what is "
+        f"missing (`envtool verify {_name(env)}` lists it)"
+    )
+
+
 def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
     ev: list[str] = []
     if env.python_exe:
@@ -194,12 +205,15 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
         }[env.status]
         if env.error:
             ev.append(env.error)
+        if env.status == "no-python" and env.install_state is None and not env.conda_packages:
+            summary = f"{env.prefix or 'this folder'} holds no python (is it an environment?)"
         return Check(
             "torch-present",
             FAIL,
             summary,
             ev,
-            "run `python -c 'import torch'` in the environment to see the error; "
+            _reinstall_fix(env)
+            or "run `python -c 'import torch'` in the environment to see the error; "
             f"recreate it with `envtool create {_name(env)} --cuda auto` if it is broken",
         )
     if env.torch is None:
@@ -210,7 +224,9 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
                 FAIL,
                 "torch is not importable in this environment",
                 ev,
-                f"envtool create {_name(env)} --cuda auto (or `pip install torch` in the environment)",
+                _reinstall_fix(env)
+                or f"envtool create {_name(env)} --cuda auto (or `pip install torch` in the "
+                "environment)",
             )
         if env.status == "not-probed" and not env.prefix:
             return Check("torch-present", SKIP, "the environment was not probed", ev)
@@ -893,7 +909,13 @@ def check_lock_drift(host: HostFacts, env: EnvFacts) -> Check:
             f"envtool verify {_name(env)}",
         )
     if drift.get("clean", not drift):
-        return Check(cid, OK, "installed packages match the lock", [])
+        # records only (doctor stays fast): a file deleted from a package is verify's to see
+        return Check(
+            cid,
+            OK,
+            "installed package records match the lock (their files: `envtool verify`)",
+            [],
+        )
     ev: list[str] = []
     for kind in ("changed", "missing", "extra"):
         for item in drift.get(kind) or []:

@@ -100,6 +100,28 @@ def test_torch_present_reports_probe_timeout_and_import_error():
     assert "envtool create" in c.fix
 
 
+def test_a_broken_env_envtool_installed_is_repaired_from_its_lock_not_created_anew():
+    """A file deleted from an installed package: the fix was `create --cuda auto`, which plans
+    anew and rewrites environment.yml; installing the recorded lock again relinks it."""
+    lock = "/p/environments/o1/conda-lock.yml"
+    broken = EnvFacts(
+        name="o1",
+        torch_import_error="ModuleNotFoundError: No module named 'torch'",
+        install_state="complete",
+        install_lock=lock,
+    )
+    c = check_torch_present(HostFacts(), broken)
+    assert c.status == "fail" and c.fix.startswith(f"envtool install o1 --lock {lock}")
+    assert "envtool verify o1" in c.fix and "create" not in c.fix
+    gone = EnvFacts(name="o2", status="no-python", install_state="complete", install_lock=lock)
+    assert check_torch_present(HostFacts(), gone).fix.startswith("envtool install o2 --lock")
+    nothing = EnvFacts(prefix="/tmp", status="no-python")
+    assert (
+        "/tmp holds no python (is it an environment?)"
+        == check_torch_present(HostFacts(), nothing).summary
+    )
+
+
 def test_minor_version_compat_warns_with_the_native_floor():
     host = HostFacts(driver_version="530.30.02", gpus=gpus(1))
     c = check_minor_version_compat(host, cuda_env("2.6.0+cu126", "12.6"))
