@@ -23,6 +23,8 @@ def run_inspect(path: Path) -> Result:
 
     if path.is_file() and looks_like_pixi_lock(path):
         return inspect_pixi_lock(path)
+    if path.is_file() and looks_like_conda_lock(path):
+        return inspect_conda_lock(path)
     from envtool.core.inspect import inspect_env, render_inspect_text
     from envtool.core.spec import parse_environment_yml
 
@@ -45,6 +47,35 @@ def inspect_pixi_lock(path: Path) -> Result:
     return Result(command="inspect", data=data, text=text)
 
 
+def looks_like_conda_lock(path: Path) -> bool:
+    """A conda-lock.yml by name, or a file whose first keys are conda-lock's (`version:` then
+    `metadata:`); reads at most 4 KiB. It was read as an environment.yml with no dependencies:
+    "asks for no torch" of a lock that holds one."""
+    if path.name.endswith("conda-lock.yml"):
+        return True
+    try:
+        with open(path, "rb") as f:  # the reader reads the file bounded afterwards
+            head = f.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return False
+    keys = [x for x in head.splitlines() if x.strip() and not x.startswith(("#", " ", "-"))]
+    return len(keys) >= 2 and keys[0].startswith("version:") and keys[1] == "metadata:"
+
+
+def inspect_conda_lock(path: Path) -> Result:
+    """Each platform of a conda-lock.yml, judged as a pixi.lock's (core/pixi.judge_target: the
+    one reading of what a lock's packages need of a host)."""
+    from envtool.adapters.lockfile.lock_io import read_lock
+    from envtool.core.pixi import judge_target
+
+    lock = read_lock(path)
+    targets = [judge_target("lock", p, lock.for_platform(p)) for p in sorted(lock.platforms)]
+    text = [f"{path.name}: conda-lock, {len(targets)} platform(s)"]
+    text += [f"  {t.describe().removeprefix('lock ')}" for t in targets]
+    data = {"file": str(path), "kind": "conda-lock", "targets": [t.to_dict() for t in targets]}
+    return Result(command="inspect", data=data, text=text)
+
+
 @click.command("inspect")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
@@ -53,6 +84,7 @@ def cmd(file: Path, as_json: bool) -> Result:
     """Report what CUDA an environment file asks for, the driver it needs, and its problems.
 
     FILE is any conda environment.yml (conda-forge, pytorch channel, cudatoolkit or pip wheels),
-    or a pixi.lock (each environment × platform: its torch build, CUDA and driver floor).
+    a conda-lock.yml (each platform) or a pixi.lock (each environment × platform): its torch
+    build, CUDA and driver floor.
     """
     return run_inspect(file)

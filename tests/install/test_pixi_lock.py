@@ -43,6 +43,26 @@ def test_inspect_names_the_cuda_per_platform(run_cli) -> None:
     assert "default osx-arm64: pytorch 2.8.0 cpu_generic" in out and "no driver needed" in out
 
 
+def test_inspect_reads_a_conda_lock_as_a_lock_not_as_an_environment_yml(
+    run_cli, fixtures, tmp_path
+) -> None:
+    """It said "asks for no torch with no CUDA request" of a lock holding a CUDA pytorch (the
+    file went to the environment.yml reader, which found no dependencies)."""
+    real = fixtures / "locks" / "konstantinjdobler__nlp-research-template__conda-lock.yml"
+    renamed = tmp_path / "locked.yml"  # found by its first keys, not only by its name
+    renamed.write_bytes(real.read_bytes())
+    for path in (real, renamed):
+        code, out, err = run_cli(["inspect", str(path), "--json"])
+        assert code == 0, err
+        data = json.loads(out)
+        rows = {t["platform"]: t for t in data["targets"]}
+        assert data["kind"] == "conda-lock" and set(rows) == {"linux-64", "osx-arm64", "win-64"}
+        assert (rows["linux-64"]["torch"], rows["linux-64"]["cuda"]) == ("2.3.1", "11.8")
+        assert rows["osx-arm64"]["cuda"] is None
+    code, out, _ = run_cli(["inspect", str(real)])
+    assert "linux-64: pytorch 2.3.1 py3.10_cuda11.8_cudnn8.7.0_0 — CUDA 11.8, driver >=" in out
+
+
 def test_a_real_lock_becomes_envtools_lock_model() -> None:
     pixi = read_pixi_lock(PIXI / "pytorch-gpu-pixi-example.pixi.lock")
     lock = pixi.as_lock("default", "linux-64")
