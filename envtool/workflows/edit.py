@@ -210,6 +210,17 @@ def edit_verb(
             f"envtool {command}: no package given",
             f"name one or more: `envtool {command} {quote_posix(name)} numpy`",
         )
+    from envtool.core.pixi import TORCH_NAMES
+
+    torch = [p for p in drop if p in TORCH_NAMES]
+    if torch:  # the plan adds the torch build --cuda picked to every solve: a drop would not hold
+        raise UsageError(
+            f"envtool drop: {torch[0]} is what {name} is built around (its CUDA build comes from "
+            "create's --cuda, and every re-lock asks for it again)",
+            "to change its build: `envtool create "
+            f"{quote_posix(name)} --cuda …`; an env without torch is another env "
+            "(envtool create OTHER -f FILE)",
+        )
     yml_path, old = read_request_file(name, directory)
     specs = parse_package_args(add, command) if add else []
     edit = edit_dependencies(old, str(yml_path), specs, list(dict.fromkeys(drop)))

@@ -146,6 +146,12 @@ def test_update_moves_to_the_newest_build_and_drop_takes_it_out(project) -> None
     assert f"- {TOOL}\n" not in (root / "environments" / "e1" / "environment.yml").read_text()
     gone = run_envtool("drop", "e1", TOOL, env=env, cwd=root)
     assert gone.returncode == 2 and "is not among the conda dependencies" in gone.stderr
+    # pytorch: every re-lock asks for the build --cuda picked again, so a drop would only edit
+    # the file ("lock diff: no package changed"); said, and nothing written
+    before = (root / "environments" / "e1" / "environment.yml").read_bytes()
+    torch = run_envtool("drop", "e1", "pytorch", "--no-install", env=env, cwd=root)
+    assert torch.returncode == 2 and "built around" in torch.stderr, torch.stderr
+    assert (root / "environments" / "e1" / "environment.yml").read_bytes() == before
 
 
 def test_add_relocks_every_variant(project) -> None:
