@@ -96,6 +96,10 @@ def run_export(
         lock_file = active_env_lock()
     if lock_file is None:
         lock_file = project_env_paths(str(name), directory)[2].absolute()
+        installed_from = None if directory else installed_lock(str(name))
+        if not lock_file.is_file() and installed_from is not None:
+            note(f"no {lock_file} here: exporting the lock {name} was installed from")
+            lock_file = installed_from
         if not lock_file.is_file():
             where = f" --dir {quote_posix(directory)}" if directory else ""
             raise UsageError(
@@ -177,6 +181,21 @@ def run_pixi_export(name: str, directory: str | None) -> str:
     return render_pixi_toml(
         spec.name or name, channels, platforms, spec.dependencies, pypi, variants, str(yml_path)
     )
+
+
+def installed_lock(name: str) -> Path | None:
+    """The lock the installed env NAME records it came from, when that file is still there
+    (export NAME run outside its project: the env knows its project)."""
+    from envtool.adapters.install.install_state import read_state_record
+    from envtool.adapters.locate import env_prefix
+
+    try:
+        recorded = (read_state_record(env_prefix(name, None)) or {}).get("lock_path")
+    except UsageError:
+        return None
+    if isinstance(recorded, str) and Path(recorded).is_file():
+        return Path(recorded)
+    return None
 
 
 def active_env_lock() -> Path:

@@ -126,6 +126,19 @@ def test_remove_refuses_a_conda_installation_and_the_active_env(
     assert not one.exists() and root.exists()
 
 
+def test_export_name_outside_its_project_exports_the_lock_it_was_installed_from(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """It pointed at ./environments/NAME (absent) and told the user to start a new project."""
+    assert run_envtool("install", "demo", "--lock", str(setup.lock), env=env).returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = run_envtool("export", "demo", "--format", "explicit", env=env, cwd=elsewhere)
+    assert out.returncode == 0, out.stderr
+    assert "exporting the lock demo was installed from" in out.stderr
+    assert "@EXPLICIT" in out.stdout and "pytorch-2.7.1" in out.stdout
+
+
 def test_install_into_an_env_envtool_did_not_install_asks_first(
     setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
 ) -> None:
