@@ -58,6 +58,7 @@ from envtool.workflows.lock_outcome import summarize_lock
     help="Target platform (repeatable; default: the environment file's platforms:, else this host's).",
 )
 @click.option(
+    "-c",
     "--channel",
     "channels",
     multiple=True,
@@ -79,7 +80,13 @@ from envtool.workflows.lock_outcome import summarize_lock
     help="Override a virtual package: __glibc=2.17.",
 )
 @project_dir_option
-@click.option("--prefix", default=None, help="Install prefix (default: <conda root>/envs/NAME).")
+@click.option(
+    "-p",
+    "--prefix",
+    default=None,
+    help="Install prefix (default: <envs dir>/NAME: conda's envs/ when conda is installed, "
+    "else ~/.local/share/envtool/envs).",
+)
 @click.option("--no-install", is_flag=True, help="Solve and lock only.")
 @click.option(
     "--force",

@@ -151,7 +151,7 @@ def _deep_gpu_count(host: HostFacts, env: EnvFacts) -> int:
 
 @click.command("doctor")
 @env_name
-@click.option("--prefix", help="Diagnose the environment at this prefix.")
+@click.option("-p", "--prefix", help="Diagnose the environment at this prefix.")
 @click.option("--python", "python_exe", help="Diagnose the environment of this python.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (schema version 1).")
 @click.option("--verbose", "-v", is_flag=True, help="Also list passing checks and evidence.")

@@ -14,10 +14,16 @@ from envtool.output import Result
 
 @click.command("info")
 @env_name
-@click.option("--prefix", help="The environment's directory instead of NAME.")
+@click.option("-p", "--prefix", help="The environment's directory instead of NAME.")
+@click.option(
+    "--packages",
+    is_flag=True,
+    help="List the installed packages instead (conda list -n NAME): name, version, build, "
+    "channel; pip's as pypi.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 @renders
-def cmd(name: str | None, prefix: str | None, as_json: bool) -> Result:
+def cmd(name: str | None, prefix: str | None, as_json: bool, packages: bool = False) -> Result:
     """Show where NAME lives, what it was installed from, and whether the install finished.
     NAME not installed yet but locked in this project (environments/NAME/conda-lock.yml): what
     its lock would install. No NAME or --prefix: the active conda env, else the active venv."""
@@ -25,6 +31,8 @@ def cmd(name: str | None, prefix: str | None, as_json: bool) -> Result:
     from envtool.adapters.install.installed import describe_env, finish_command
     from envtool.adapters.locate import env_prefix, project_lock_path
 
+    if packages:
+        return _packages(name, prefix)
     if name and not prefix and not env_prefix(name).is_dir():
         lock = project_lock_path(name)
         if lock.is_file():  # locked, not installed: what the lock holds
@@ -48,6 +56,44 @@ def cmd(name: str | None, prefix: str | None, as_json: bool) -> Result:
         text.append(f"the last install did not finish: run `{row['finish_command']}` to finish it")
     row["target"] = target_data(chosen, "showing")
     return Result("info", row, text)
+
+
+def _packages(name: str | None, prefix: str | None) -> Result:
+    """What `conda list -n NAME` prints: every package record of the prefix (channel by name),
+    then the pip distributions no conda package owns, as channel `pypi`."""
+    from envtool.adapters.install.installed import read_conda_meta, read_pip_dists
+    from envtool.errors import UsageError
+
+    chosen = resolve_and_say("info", "listing the packages of", name, prefix)
+    target = chosen.prefix or chosen.python.parent
+    if not (target / "conda-meta").is_dir():
+        raise UsageError(
+            f"{target}: not a conda environment (no conda-meta/)", "for a venv: pip list"
+        )
+    records = read_conda_meta(target)
+    rows = [
+        {
+            "name": str(r.get("name", "")),
+            "version": str(r.get("version", "")),
+            "build": str(r.get("build", "")),
+            "channel": str(r.get("channel", "")).rstrip("/").rsplit("/", 1)[-1],
+        }
+        for r in records
+    ]
+    rows += [
+        {"name": d["name"], "version": d["version"], "build": "", "channel": "pypi"}
+        for d in read_pip_dists(target, records)
+    ]
+    rows.sort(key=lambda r: r["name"].lower())
+    from envtool.core.shell_quote import printable
+
+    width = max((len(r["name"]) for r in rows), default=4) + 2
+    text = [f"# packages in environment at {target}:", "#"]
+    text += [
+        printable(f"{r['name']:{width}}{r['version']:16} {r['build']:24} {r['channel']}".rstrip())
+        for r in rows
+    ]
+    return Result("info", {"prefix": str(target), "packages": rows}, text)
 
 
 def _info_from_lock(name: str, lock_path: Path) -> Result:

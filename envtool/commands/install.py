@@ -68,9 +68,10 @@ def resolve_install_args(
     "lock_file",
     help="Install this conda-lock.yml (default: environments/NAME/conda-lock.yml).",
 )
-@click.option("--prefix", help="Install into this directory instead of <envs dir>/NAME.")
+@click.option("-p", "--prefix", help="Install into this directory instead of <envs dir>/NAME.")
 @click.option("--from", "from_dir", help="Offline: a directory written by `envtool bundle`.")
 @click.option(
+    "-c",
     "--channel",
     "channels",
     multiple=True,

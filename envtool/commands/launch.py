@@ -81,7 +81,7 @@ class _LaunchCommand(click.Command):
     help="torchrun's flag, accepted: one node is standalone unless --nnodes is more than 1.",
 )
 @click.option("-n", "--name", default=None, help="Environment name.")
-@click.option("--prefix", default=None, help="Environment prefix path.")
+@click.option("-p", "--prefix", default=None, help="Environment prefix path.")
 @click.option("--python", "python_path", default=None, help="The environment's python.")
 @click.option("--cpu", is_flag=True, help="CPU processes with gloo; ranks see no GPU.")
 @click.option(

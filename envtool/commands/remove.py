@@ -13,7 +13,7 @@ from envtool.output import Result, note
 
 @click.command("remove")
 @env_name
-@click.option("--prefix", help="The environment's directory instead of NAME.")
+@click.option("-p", "--prefix", help="The environment's directory instead of NAME.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")

@@ -33,7 +33,7 @@ class RunCommand(click.Command):
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
 @click.option("-n", "--name", help="Environment name (the same as NAME before --).")
-@click.option("--prefix", help="The environment's directory (a conda env or a venv).")
+@click.option("-p", "--prefix", help="The environment's directory (a conda env or a venv).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @renders
 def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:

@@ -12,7 +12,7 @@ from envtool.output import Result
 
 @click.command("verify")
 @env_name
-@click.option("--prefix", help="The environment's directory instead of NAME.")
+@click.option("-p", "--prefix", help="The environment's directory instead of NAME.")
 @click.option(
     "--lock", "lock_file", help="Compare with this lock (default: the one it was installed from)."
 )

@@ -260,3 +260,33 @@ def test_no_hint_contradicts_the_flags_given(run_cli, tmp_path) -> None:
     assert code == 2 and "--variant cpu and --lock x.yml both pick the lock" in err
     code, _, err = run_cli(["export", "--variant", "cpu"], tmp_path)
     assert code == 2 and "give NAME as well" in err
+
+
+def test_shell_hook_speaks_the_login_shell_and_conda_short_flags_work(
+    run_cli, tmp_path, monkeypatch
+) -> None:
+    """pixi's shell-hook follows $SHELL; conda users type -p PREFIX and -c CHANNEL."""
+    from envtool.commands.shell_hook import login_shell
+
+    prefix = tmp_path / "env"
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "conda-meta" / "history").write_text("")
+    monkeypatch.setenv("SHELL", "/usr/bin/fish")
+    code, out, err = run_cli(["shell-hook", "-p", str(prefix)], tmp_path)
+    assert code == 0, err
+    assert "set -gx CONDA_PREFIX" in out
+    for shell, expected in (
+        ("/bin/zsh", "zsh"),
+        ("/opt/pwsh", "powershell"),
+        ("/bin/tcsh", "bash"),
+    ):
+        monkeypatch.setenv("SHELL", shell)
+        assert login_shell() == expected
+    monkeypatch.delenv("SHELL")
+    assert login_shell() == "bash"
+    code, out, err = run_cli(["shell-hook", "-p", str(prefix), "--shell", "bash"], tmp_path)
+    assert code == 0 and "export CONDA_PREFIX=" in out
+    code, out, err = run_cli(
+        ["create", "x", "-c", str(tmp_path / "nochannel"), "--dry-run", "--cuda", "cpu"], tmp_path
+    )
+    assert "No such option" not in err

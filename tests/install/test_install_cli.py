@@ -137,6 +137,12 @@ def test_export_name_outside_its_project_exports_the_lock_it_was_installed_from(
     assert out.returncode == 0, out.stderr
     assert "exporting the lock demo was installed from" in out.stderr
     assert "@EXPLICIT" in out.stdout and "pytorch-2.7.1" in out.stdout
+    # conda list -n demo: every package, pip's as pypi
+    listed = run_envtool("info", "demo", "--packages", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["name"]: r for r in json.loads(listed.stdout)["packages"]}
+    assert rows["pytorch"]["version"] == "2.7.1" and "cuda126" in rows["pytorch"]["build"]
+    assert rows["envtool_demo"]["channel"] == "pypi"
 
 
 def test_install_into_an_env_envtool_did_not_install_asks_first(
