@@ -26,7 +26,7 @@ from envtool.workflows.lock_outcome import summarize_lock
 
 
 @click.command("create")
-@env_name(required=True)
+@env_name
 @click.option(
     "--cuda",
     default=None,
@@ -99,7 +99,7 @@ from envtool.workflows.lock_outcome import summarize_lock
 @click.option("--quiet", "-q", is_flag=True, help="No install progress lines.")
 @renders
 def cmd(
-    name: str,
+    name: str | None,
     cuda: str | None,
     torch_version: str | None,
     python_version: str | None,
@@ -123,6 +123,8 @@ def cmd(
     """Plan, solve, verify and lock environments/NAME (then install it, unless --no-install)."""
     if file_ and profile:
         raise UsageError("give -f FILE or --profile, not both", "pick one starting point")
+    if name is None and not file_:
+        raise UsageError("no environment NAME given", "pass NAME (or -n NAME)")
     if file_:
         from envtool.adapters.files import ENV_FILE_LIMIT, read_text
 
@@ -132,6 +134,14 @@ def cmd(
             if exc.message.startswith(f"{file_}:"):
                 exc.message = f"-f {exc.message}"
             raise
+        if name is None:  # conda env create -f: the file's `name:`
+            from envtool.core.spec import parse_environment_yml
+
+            name = parse_environment_yml(text, source).name
+            if not name:
+                raise UsageError(
+                    f"-f {file_} has no `name:` and no NAME was given", "pass NAME (or -n NAME)"
+                )
     else:
         from envtool.adapters.shipped.profiles import DEFAULT_PROFILE, read_profile
 

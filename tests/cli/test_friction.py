@@ -290,3 +290,18 @@ def test_shell_hook_speaks_the_login_shell_and_conda_short_flags_work(
         ["create", "x", "-c", str(tmp_path / "nochannel"), "--dry-run", "--cuda", "cpu"], tmp_path
     )
     assert "No such option" not in err
+
+
+def test_create_f_without_name_takes_the_files_name_as_conda_does(
+    run_cli, tmp_path, harvested
+) -> None:
+    (tmp_path / "env.yml").write_text("name: fromfile\ndependencies:\n  - python\n")
+    channel = ["--channel", str(harvested / "conda-forge"), "--cuda", "cpu", "--dry-run"]
+    code, out, err = run_cli(["create", "-f", "env.yml", *channel, "--json"], tmp_path)
+    assert code == 0, err
+    assert "solving fromfile" in err
+    (tmp_path / "nameless.yml").write_text("dependencies:\n  - python\n")
+    code, _, err = run_cli(["create", "-f", "nameless.yml", *channel], tmp_path)
+    assert code == 2 and "has no `name:` and no NAME was given" in err
+    code, _, err = run_cli(["create", "--cuda", "cpu"], tmp_path)
+    assert code == 2 and "no environment NAME given" in err
