@@ -177,6 +177,16 @@ class Plan:
         }
 
 
+def _cuda_spelled_otherwise(text: str) -> str | None:
+    """X.Y from the other spellings users bring: a variant's `cuda12.6`, a wheel tag's `cu126`,
+    nvcc's `12.8.1`."""
+    m = re.fullmatch(r"(?:cuda-?)?(\d+)\.(\d+)(?:\.\d+)?", text)
+    if m:
+        return f"{int(m.group(1))}.{int(m.group(2))}"
+    m = re.fullmatch(r"cu(\d{2})(\d)", text)
+    return f"{int(m.group(1))}.{m.group(2)}" if m else None
+
+
 def parse_cuda_builds(
     records: list[tuple[str, str, list[str]]], platform: str | None = None
 ) -> list[CudaBuild]:
@@ -386,9 +396,12 @@ def check_request(request: Request, host: HostFacts | None = None) -> None:
             mm = None
         if mm is None or cu.min_driver(mm) is None or not re.fullmatch(r"\d+\.\d+", want):
             known = ", ".join(cu.known_cuda_versions())
+            meant = _cuda_spelled_otherwise(want)
             raise UsageError(
                 f"--cuda {request.cuda}: not a known CUDA version",
-                f"use auto, cpu or one of {known}",
+                f"did you mean --cuda {meant}?"
+                if meant in cu.known_cuda_versions()
+                else f"use auto, cpu or one of {known}",
             )
     for value, flag, example in (
         (request.driver, "--driver", "535.54.03"),

@@ -33,6 +33,12 @@ def conda_forge(harvested) -> str:
             "the pytorch channel stopped at 2.5 — use --flavor conda-forge",
         ),
         (["--cuda", "12.7"], "--cuda 12.7: not a known CUDA version — use auto, cpu or one of"),
+        (
+            ["--cuda", "cuda12.6"],
+            "--cuda cuda12.6: not a known CUDA version — did you mean --cuda 12.6?",
+        ),
+        (["--cuda", "cu118"], "did you mean --cuda 11.8?"),
+        (["--cuda", "12.8.1"], "did you mean --cuda 12.8?"),
         (["--gpu", "eight"], "--gpu eight: not a compute capability"),
         (["--gpu", "sm_xx"], "--gpu sm_xx: not a compute capability"),
         (["--virtual-package", "glibc"], "--virtual-package glibc: expected NAME=VER"),
