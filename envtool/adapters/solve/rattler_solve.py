@@ -16,7 +16,7 @@ from urllib.parse import unquote
 from envtool.core.credentials import redact_credentials
 from envtool.core.lockfile import SolvedPackage
 from envtool.core.shell_quote import printable
-from envtool.errors import UsageError, fit_words
+from envtool.errors import DiagnosedFailure, UsageError, fit_words
 
 if TYPE_CHECKING:  # annotations only: rattler is imported where a solve runs, core/plan where
     # a plan is used (the no-op lock reads read_channel_identity from here without either)
@@ -120,7 +120,8 @@ async def _session(
         if discover_platforms:
             try:
                 builds = await _discover(gateway, channels, discover_platforms, base)
-            except UsageError as unreadable:  # offline: a refusal needs no channel, say it first
+            # offline or a channel named wrong: a refusal needs no channel, say it first
+            except (UsageError, DiagnosedFailure) as unreadable:
                 _raise_offline_refusal(planner, unreadable)
                 raise
 
@@ -179,7 +180,7 @@ async def _session(
         await asyncio.sleep(0.05)  # let rattler's background tasks finish before the loop closes
 
 
-def _raise_offline_refusal(planner: Planner, unreadable: UsageError) -> None:
+def _raise_offline_refusal(planner: Planner, unreadable: UsageError | DiagnosedFailure) -> None:
     """A request refused without channel data (a driver too old for --cuda X.Y or for the GPU) is
     refused as such when the channels cannot be read; no --cuda is suggested (none could be
     checked)."""
@@ -271,7 +272,6 @@ def _raise_channel_error(exc: Exception, platform: str) -> None:
     import re
 
     from envtool.adapters.solve.network import describe_unreachable
-    from envtool.errors import DiagnosedFailure
 
     text = str(exc)
     url = re.search(r"url \((https?://[^)\s]+)\)", text)
