@@ -777,6 +777,6 @@ def render_plan(plan: Plan) -> list[str]:
         lines.append("    virtual: " + " ".join(p.virtual_specs()))
     if plan.pip_specs:
         lines.append(f"  pip: {'  '.join(plan.pip_specs)}")
-    lines += [f"  warning: {w}" for w in plan.warnings]
-    lines += [f"  note: {n}" for n in plan.notes]
+    # warnings and notes are not repeated here: the lock workflow says them on stderr as the
+    # solve starts (with --json too), and the JSON plan carries them
     return lines
