@@ -51,7 +51,16 @@ def cmd(
     if dry_run:
         return Result("init", data, [f"would {verb} {plan.target} (template {template})"])
     size = apply_init(plan)
+    import os
+
     text = render_written(plan.target, template, visible_gpus(), TEMPLATES[template].cpu_args)
+    if not (os.environ.get("CONDA_PREFIX") or os.environ.get("VIRTUAL_ENV")):
+        # nothing active: `python` here is likely one without torch
+        text.insert(
+            1,
+            "(no environment is active: run these in yours — activate it, or "
+            "`envtool run -n NAME -- python …`, `envtool launch … -n NAME`)",
+        )
     data.update(written=True, bytes=size, launch=text[-1].strip())
     return Result("init", data, text)
 

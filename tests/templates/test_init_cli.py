@@ -102,6 +102,20 @@ def test_cli_choices_catalogue_and_files_agree() -> None:
         assert (templates_dir() / f"{name}.py").is_file()
 
 
+def test_the_run_it_lines_say_where_to_run_when_no_env_is_active(
+    in_tmp: Path, run_cli, monkeypatch
+) -> None:
+    """`python train.py` from a shell with nothing active runs a python without torch."""
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    code, out, _ = run_cli(["init", "a.py", "-t", "lm"])
+    assert code == 0 and "no environment is active" in out and "envtool run -n NAME" in out
+    assert out.strip().splitlines()[-1].lstrip().startswith("envtool launch")  # still last
+    monkeypatch.setenv("VIRTUAL_ENV", str(in_tmp))
+    code, out, _ = run_cli(["init", "b.py", "-t", "lm"])
+    assert code == 0 and "no environment is active" not in out
+
+
 def test_unknown_template_is_a_usage_error(run_cli) -> None:
     code, _, err = run_cli(["init", "-t", "transformer"])
     assert code == 2 and "transformer" in err
