@@ -139,7 +139,9 @@ def parse_config(argv: list[str] | None = None) -> Config:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
-        helptext = f.metadata.get("help", "") + f" (default: {f.default})"
+        helptext = f.metadata.get("help", "")
+        if "(default" not in helptext:  # a help that says its default itself keeps it
+            helptext += f" (default: {f.default})"
         if f.type in (bool, "bool"):
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=f.default, help=helptext
