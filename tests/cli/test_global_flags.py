@@ -87,6 +87,15 @@ def test_offline_after_the_command_beats_the_project_file(run_cli, tmp_path, mon
     assert code == 0 and row == {**row, "value": "1", "source": "flag --offline"}
 
 
+def test_config_shows_what_a_default_is_here(run_cli, tmp_path, monkeypatch) -> None:
+    """It printed `(default)`: the user still did not know where envs and the cache go."""
+    monkeypatch.delenv("ENVTOOL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    code, out, _ = run_cli(["config"], tmp_path)
+    assert code == 0 and "(default)" not in out
+    assert f"cache-dir = {tmp_path / 'xdg' / 'envtool'}  [default]" in out
+
+
 @pytest.mark.integration
 def test_a_flag_after_runs_command_is_the_programs_not_envtools(tmp_path, env) -> None:
     """`envtool run` stops reading its own options at the program: `--debug` there is the
