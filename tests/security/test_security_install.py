@@ -787,6 +787,51 @@ def test_tar_bz2_packages_are_validated_and_installed(env: dict[str, str], tmp_p
     assert "the archive is other 2.0" in _one_line_error(out)
 
 
+def test_an_archive_rattler_refuses_to_unpack_is_said_to_be_the_archives_fault(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A hash-matching .tar.bz2 whose package part holds a hardlink member to a file outside
+    (not in paths.json): rattler refuses it, nothing is written outside; the error said
+    "failed to fetch … run the same install again", which only fails the same way."""
+    import bz2
+    import io
+    import tarfile
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    noarch = tmp_path / "ch" / "noarch"
+    noarch.mkdir(parents=True)
+    (tmp_path / "ch" / "linux-64").mkdir()
+    content = b"hello\n"
+    index = {"name": "slip", "version": "1.0", "build": "h0_0", "build_number": 0}
+    index.update(depends=[], noarch="generic", subdir="noarch", arch=None, platform=None)
+    entry = {"_path": "share/slip/ok.txt", "path_type": "hardlink", "size_in_bytes": len(content)}
+    entry["sha256"] = hashlib.sha256(content).hexdigest()
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in (
+            ("info/index.json", json.dumps(index).encode()),
+            ("info/paths.json", json.dumps({"paths_version": 1, "paths": [entry]}).encode()),
+            ("share/slip/ok.txt", content),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("share/slip/hl")
+        link.type, link.linkname = tarfile.LNKTYPE, str(victim)
+        tar.addfile(link)
+    (noarch / "slip-1.0-h0_0.tar.bz2").write_bytes(bz2.compress(raw.getvalue()))
+    cb.index_channel(tmp_path / "ch")
+    records = cb.solve_records(tmp_path / "ch", ["slip"], cuda=None)
+    lock = cb.write_lock(tmp_path / "l.yml", records, (tmp_path / "ch").as_uri())
+    for _ in range(2):
+        out = run_envtool("install", "slip", "--lock", str(lock), env=env)
+        line = _one_line_error(out, 1)
+        assert "slip-1.0-h0_0.tar.bz2 (its bytes match the lock's sha256) could not be" in line
+        assert "gets the same" in line and "failed to fetch" not in line
+    assert victim.read_text() == "keep\n"
+
+
 def test_a_decompression_bomb_in_the_info_part_is_refused_after_a_bounded_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -200,11 +200,35 @@ def link_packages(
             full.message = full.message.replace("nothing was linked", "linking stopped")
             full.hint = "free space there, then run the same install again to finish it"
             raise full from None
+        unpacked = _unpack_refusal(failure, from_local)
+        if unpacked is not None:  # our verified copy: the archive itself, not the network
+            name, cause = unpacked
+            raise DiagnosedFailure(
+                f"linking into {prefix} failed: {name} (its bytes match the lock's sha256) could "
+                f"not be unpacked: {cause}",
+                "the archive itself is broken or unsafe, so running the install again gets the "
+                "same; ask the channel to rebuild it (the environment is marked incomplete)",
+            ) from None
         raise DiagnosedFailure(
             f"linking into {prefix} failed: {first_line(failure)}{captured.summary()}",
             "the environment is marked incomplete; run the same install again to finish it",
         ) from None
     return from_local
+
+
+def _unpack_refusal(failure: BaseException, local: set[str]) -> tuple[str, str] | None:
+    """rattler's "failed to fetch NAME … Caused by: failed to unpack …" for an archive envtool
+    handed it from its own verified cache (a member rattler refuses: a hardlink or a path out
+    of the package): (NAME, the last cause), else None. Said as "failed to fetch … run it
+    again", a rerun would only fail the same way."""
+    lines = [x.strip() for x in str(failure).splitlines() if x.strip()]
+    if not lines or not lines[0].startswith("failed to fetch "):
+        return None
+    name = lines[0].removeprefix("failed to fetch ").strip()
+    causes = [x.removeprefix("Caused by:").strip() for x in lines[1:] if x.startswith("Caused by:")]
+    if name not in local or not any("unpack" in c for c in causes):
+        return None
+    return name, causes[-1][:200]
 
 
 def _wait_for_rattler(timeout: float = 2.0, quiet: float = 0.05) -> None:
