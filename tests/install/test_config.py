@@ -138,6 +138,10 @@ def test_a_bad_settings_file_is_one_line_naming_the_file_and_key(
         "network-idle-timeout = -3\n": "network-idle-timeout: expected seconds",
         'default-channels = "conda-forge"\n': "default-channels: expected a list",
         "offline = [\n": "not valid TOML",
+        # a cloned repository's file choosing where envtool writes: inside the project only
+        'cache-dir = "/tmp/elsewhere"\n': "cache-dir = /tmp/elsewhere is outside the project",
+        'envs-dir = "../envs"\n': "is outside the project",
+        'envs-dir = "~"\n': "is outside the project",
     }
     for text, want in cases.items():
         (project / "envtool.toml").write_text(text)
