@@ -76,10 +76,17 @@ def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
         if os.sep in command[0] and Path(command[0]).exists():  # which() found it unrunnable
             kind = "a directory" if Path(command[0]).is_dir() else "not executable"
             raise UsageError(f"{command[0]}: {kind}", "run a program or script file")
-        raise UsageError(
-            f"{command[0]}: command not found in {target.label}",
-            "check the name, or install it into the env",
-        )
+        from envtool.adapters.locate import env_prefix
+        from envtool.core.shell_quote import join_posix
+
+        hint = "check the name, or install it into the env"
+        try:  # `envtool run demo python x.py`: demo is an environment, not the command
+            is_env = len(command) > 1 and env_prefix(command[0]).is_dir()
+        except UsageError:
+            is_env = False
+        if is_env:
+            hint = f"{command[0]} is an environment: {join_posix(['envtool', 'run', command[0], '--', *command[1:]])}"
+        raise UsageError(f"{command[0]}: command not found in {target.label}", hint)
     say_target()
     # exec: signals, stdin and the exit code are the command's own, with no wrapper process.
     os.execve(exe, [command[0], *command[1:]], env)

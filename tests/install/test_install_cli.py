@@ -137,6 +137,10 @@ def test_export_name_outside_its_project_exports_the_lock_it_was_installed_from(
     assert out.returncode == 0, out.stderr
     assert "exporting the lock demo was installed from" in out.stderr
     assert "@EXPLICIT" in out.stdout and "pytorch-2.7.1" in out.stdout
+    # `run demo python …` without `--`: demo was taken for the command; the hint says so
+    missed = run_envtool("run", "demo", "python", "-c", "1", env=env, cwd=elsewhere)
+    assert missed.returncode == 2
+    assert "demo is an environment: envtool run demo -- python -c 1" in missed.stderr
     # conda list -n demo: every package, pip's as pypi
     listed = run_envtool("info", "demo", "--packages", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
