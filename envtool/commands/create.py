@@ -219,6 +219,7 @@ def refuse_lost_work(name: str, directory: str | None, target: Path | None) -> N
     from envtool.core.shell_quote import quote_posix
 
     env_dir, yml_path, lock_path = project_env_paths(name, directory)
+    _refuse_unwritable(env_dir)
     old = read_text_or_none(yml_path)
     if old is not None:
         lock_text = read_text_or_none(lock_path, LOCK_FILE_LIMIT) or ""
@@ -237,3 +238,21 @@ def refuse_lost_work(name: str, directory: str | None, target: Path | None) -> N
                 "would replace that environment",
                 "pick another name here, or add --yes to replace it",
             )
+
+
+def _refuse_unwritable(env_dir: Path) -> None:
+    """A project folder create cannot write (read-only, another user's): said before the solve,
+    not after it (the lock would be solved, then lost)."""
+    import os
+
+    from envtool.core.shell_quote import printable
+
+    probe = env_dir
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if probe.is_dir() and not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"cannot write {printable(str(env_dir))}: {printable(str(probe.absolute()))} is not "
+            "writable",
+            "run create in a project folder you can write (or pass --dir DIR)",
+        )

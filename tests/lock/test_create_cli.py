@@ -350,6 +350,30 @@ def test_create_keeps_hand_edits_and_other_projects_envs_unless_told(
     assert rc == 0, err
 
 
+@pytest.mark.integration
+def test_create_in_a_read_only_project_says_so_before_solving(tmp_path) -> None:
+    """It solved first (minutes, on a real channel), then failed to write the lock."""
+    import shutil
+    import subprocess
+    import sys
+
+    project = tmp_path / "ro"
+    project.mkdir()
+    argv = [sys.executable, "-m", "envtool", "create", "x", "--cuda", "cpu", "--no-install"]
+    if os.geteuid() == 0:  # root writes anywhere; without its capabilities it cannot
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("needs setpriv(1) to drop root's capabilities")
+        argv = [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--", *argv]
+    project.chmod(0o555)
+    try:
+        out = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=120)
+    finally:
+        project.chmod(0o755)
+    assert out.returncode == 2, out.stderr
+    assert f"{project} is not writable" in out.stderr and "solving" not in out.stderr
+
+
 def _error_line(err: str) -> str:
     (line,) = [x for x in err.splitlines() if x.startswith("envtool: error: ")]
     return line
