@@ -254,6 +254,11 @@ def plan_environment(
     want = request.cuda.lower()
     if want == "cpu":
         cuda, mode = None, "cpu"
+        if request.gpus or request.driver:  # said, not silently dropped
+            given = " and ".join(
+                f for f, v in (("--gpu", request.gpus), ("--driver", request.driver)) if v
+            )
+            notes.append(f"{given} plan for a GPU machine; --cuda cpu plans the CPU build")
     elif want == "auto" or want.isdigit():
         if not cuda_platforms:
             cuda, mode = None, "cpu"
@@ -513,7 +518,7 @@ def _pair_hint(request: Request, torch_series: str | None, builds: list[CudaBuil
             f"{t}: {', '.join(sorted(cs, key=parse_version))}"
             for t, cs in sorted(by_torch.items(), key=lambda kv: parse_version(kv[0]))
         ]
-    return "builds that exist — " + ("; ".join(pairs) if pairs else "none in these channels")
+    return "builds that exist: " + ("; ".join(pairs) if pairs else "none in these channels")
 
 
 def _pick_cuda(

@@ -181,7 +181,7 @@ def auto_variants(
             "--variants auto: no torch release"
             + (f" {series}" if series else "")
             + " has both a CPU and a CUDA build here",
-            "builds that exist — " + describe_lines(table) + "; list the variants instead",
+            "builds that exist: " + describe_lines(table) + "; list the variants instead",
         )
     torch = max(good, key=parse_version)
     by_floor: dict[str, str] = {}

@@ -58,6 +58,15 @@ def test_no_driver_plans_cpu_with_a_note() -> None:
     assert all(name != "__cuda" for name, _, _ in plan.platforms[0].virtual_packages)
 
 
+def test_cuda_cpu_with_gpu_or_driver_flags_says_they_plan_nothing() -> None:
+    plan = plan_environment(Request(cuda="cpu", gpus=("8.0",), driver="570.86.10"), HostFacts(), [])
+    assert plan.cuda is None
+    assert "--gpu and --driver plan for a GPU machine; --cuda cpu plans the CPU build" in plan.notes
+    assert not any(
+        "--gpu" in n for n in plan_environment(Request(cuda="cpu"), HostFacts(), []).notes
+    )
+
+
 def test_driver_470_auto_picks_cuda11_with_minor_compat_warning(fixtures) -> None:
     plan = plan_environment(
         Request(driver="470.182.03"), HostFacts(), _builds_from_fixture(fixtures)
