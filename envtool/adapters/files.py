@@ -155,6 +155,21 @@ def read_text_or_none(path: Path, limit: int | None = None) -> str | None:
         return None
 
 
+def head_keys(path: Path, limit: int = 4096) -> list[str]:
+    """The top-level lines of a YAML file's first `limit` bytes (no comments, nothing
+    indented, no list items): how a lock is told apart (conda-lock: `version:` then
+    `metadata:`; pixi: `version:` then `environments:`) before it is read, bounded, in full."""
+    try:  # regular files only, never waited on (a FIFO there is no lock)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return []
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        head = f.read(limit).decode("utf-8", "replace")
+    return [x for x in head.splitlines() if x.strip() and not x.startswith(("#", " ", "-"))]
+
+
 def file_digest(path: Path | str, algo: str) -> str:
     """The hex digest of a file envtool hashes in place (an archive in its cache, a file in a
     prefix), read in chunks of at most 1 MiB — a small file in one read of its size (thousands

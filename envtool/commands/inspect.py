@@ -53,12 +53,9 @@ def looks_like_conda_lock(path: Path) -> bool:
     "asks for no torch" of a lock that holds one."""
     if path.name.endswith("conda-lock.yml"):
         return True
-    try:
-        with open(path, "rb") as f:  # the reader reads the file bounded afterwards
-            head = f.read(4096).decode("utf-8", "replace")
-    except OSError:
-        return False
-    keys = [x for x in head.splitlines() if x.strip() and not x.startswith(("#", " ", "-"))]
+    from envtool.adapters.files import head_keys
+
+    keys = head_keys(path)  # the reader reads the file bounded afterwards
     return len(keys) >= 2 and keys[0].startswith("version:") and keys[1] == "metadata:"
 
 

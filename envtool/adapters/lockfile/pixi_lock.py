@@ -115,13 +115,10 @@ def looks_like_pixi_lock(path: Path) -> bool:
     (conda-lock's say `version: 1` then `metadata:`); reads at most 4 KiB."""
     if path.name.endswith("pixi.lock"):
         return True
-    try:
-        with open(path, "rb") as f:  # the caller reads the file bounded afterwards
-            head = f.read(4096).decode("utf-8", "replace")
-    except OSError:
-        return False
-    lines = [line for line in head.splitlines() if line.strip() and not line.startswith("#")]
-    return len(lines) >= 2 and lines[0].startswith("version:") and lines[1] == "environments:"
+    from envtool.adapters.files import head_keys
+
+    keys = head_keys(path)  # the caller reads the file bounded afterwards
+    return len(keys) >= 2 and keys[0].startswith("version:") and keys[1] == "environments:"
 
 
 def read_pixi_lock(path: Path | str) -> PixiLock:
