@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from envtool.commands import renders, resolve_and_say, say_target, target_data
+from envtool.core.credentials import redact_secret_args
 from envtool.core.slurm import PREFLIGHT_TOKEN_VAR
 from envtool.errors import DiagnosedFailure, UsageError
 from envtool.output import Result, note
@@ -303,8 +304,9 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         "script": str(script),
         "host": socket.gethostname(),
         "pid": os.getpid(),  # `envtool runs`/`logs --follow`: is the run still being written
-        "command": plan.argv,
-        "envtool_argv": ["envtool", *sys.argv[1:]],
+        # as a record: a secret passed on the command line is not written down
+        "command": redact_secret_args(list(plan.argv)),
+        "envtool_argv": redact_secret_args(["envtool", *sys.argv[1:]]),
         "env_prefix": str(target.prefix) if target.prefix else None,
         "python": str(target.python),
         "torch_version": torch_version,
@@ -596,7 +598,7 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     manifest: dict[str, Any] = {
         "run_id": run_id,
         "script": str(script),
-        "envtool_argv": ["envtool", *sys.argv[1:]],
+        "envtool_argv": redact_secret_args(["envtool", *sys.argv[1:]]),
         "env_prefix": req.prefix,
         "python": req.python,
         "lock_hash": read_lock_hash(target.prefix),

@@ -36,3 +36,32 @@ def redact_credentials(text: str, strip: bool = False) -> str:
 def has_credentials(text: str) -> bool:
     """Does `text` hold a URL with credentials (a user:password@ part or an anaconda.org token)?"""
     return redact_credentials(text, strip=True) != text
+
+
+# an option whose name says it carries a secret: --hf-token, --api-key, --wandb_key, --password
+_SECRET_OPTION = re.compile(
+    r"^--?(?:[A-Za-z0-9_-]*[-_])?(token|secret|passw(?:or)?d|apikey|key)$", re.IGNORECASE
+)
+
+
+def redact_secret_args(argv: list[str]) -> list[str]:
+    """A command line as a record keeps it (a run's manifest.json): the values of options named
+    like secrets (`--hf-token X`, `--api-key=X`) masked, URL credentials masked; the rest as is.
+    The command that runs is not touched, only what is written down."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if _SECRET_OPTION.match(name):
+            if eq:
+                out.append(f"{name}={MASK}")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(redact_credentials(arg))
+    return out

@@ -147,3 +147,16 @@ def test_a_credentialed_mirror_from_rattlers_config_is_not_printed(
     assert SECRET not in out.stdout + out.stderr
     assert _files_holding(tmp_path / "p", SECRET) == [] if (tmp_path / "p").exists() else True
     assert _files_holding(Path(env["ENVTOOL_CACHE_DIR"]), SECRET) == []
+
+
+def test_secret_options_are_masked_in_a_recorded_command_line_and_nothing_else() -> None:
+    from envtool.core.credentials import redact_secret_args
+
+    argv = ["python", "train.py", "--hf-token", "hf_x", "--api-key=sk-x", "--wandb_key", "w"]
+    argv += ["--PASSWORD", "p", "--key", "k", "--keyboard", "1", "--monkey", "z", "--lr", "3e-4"]
+    argv += ["https://user:pw@host/ch"]
+    assert redact_secret_args(argv) == [
+        "python", "train.py", "--hf-token", "***", "--api-key=***", "--wandb_key", "***",
+        "--PASSWORD", "***", "--key", "***", "--keyboard", "1", "--monkey", "z", "--lr", "3e-4",
+        "https://***@host/ch",
+    ]  # fmt: skip

@@ -144,6 +144,26 @@ def test_a_runs_folder_that_leaves_the_project_or_others_may_write_is_refused(
 
 
 @pytest.mark.integration
+def test_a_secret_on_the_command_line_is_not_written_into_the_runs_manifest(
+    tmp_path: Path,
+) -> None:
+    """The job script must carry it (the job runs with it); the record of the run must not."""
+    import json
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    argv = [sys.executable, "-m", "envtool", "launch", "train.py", "--slurm", "--nodes", "1"]
+    argv += ["--cpu", "--", "--hf-token", "hf_S3CRET", "--api-key=sk-S3CRET", "--lr", "3e-4"]
+    out = subprocess.run(argv, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    manifest = (run / "manifest.json").read_text()
+    assert "S3CRET" not in manifest
+    tail = ["--", "--hf-token", "***", "--api-key=***", "--lr", "3e-4"]
+    assert json.loads(manifest)["envtool_argv"][-6:] == tail
+    assert "hf_S3CRET" in (run / "job.sbatch").read_text()  # what runs keeps its arguments
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", ["bash", "fish"])
 def test_shell_hook_of_a_non_utf8_prefix_is_exact_and_printable(shell: str, tmp_path: Path) -> None:
     import shutil
