@@ -110,7 +110,7 @@ yes_option = click.option(
     "-y",
     is_flag=True,
     help="Replace without asking: an existing environment envtool did not install (conda's, "
-    "pixi's); for create also an environment.yml edited since create wrote it, and an env of "
+    "pixi's); for create also an environment.yml edited since it was locked, and an env of "
     "this name that another project's lock installed.",
 )
 

@@ -222,19 +222,23 @@ def refuse_lost_work(name: str, directory: str | None, target: Path | None) -> N
     _refuse_unwritable(env_dir)
     old = read_text_or_none(yml_path)
     if old is not None:
-        lock_text = read_text_or_none(lock_path, LOCK_FILE_LIMIT) or ""
-        if parse_lock_file_sha256(lock_text) != request_file_sha256(old):
+        # conda-lock.yml, or a variant's conda-lock.<variant>.yml (`lock --variants`)
+        locks = [lock_path, *sorted(env_dir.glob("conda-lock.*.yml"))]
+        recorded = {
+            parse_lock_file_sha256(read_text_or_none(p, LOCK_FILE_LIMIT) or "") for p in locks
+        }
+        if request_file_sha256(old) not in recorded:
             raise UsageError(
                 f"{yml_path} was edited since it was locked; create would replace it with the "
                 "request its flags make",
                 f"keep it: `envtool lock {quote_posix(name)}` locks it as it is; replace it: add "
                 "--yes",
             )
-    recorded = (read_state_record(target) or {}).get("lock_path") if target else None
-    if isinstance(recorded, str) and Path(recorded).is_file():
-        if not Path(recorded).resolve().is_relative_to(env_dir.resolve()):
+    installed_from = (read_state_record(target) or {}).get("lock_path") if target else None
+    if isinstance(installed_from, str) and Path(installed_from).is_file():
+        if not Path(installed_from).resolve().is_relative_to(env_dir.resolve()):
             raise UsageError(
-                f"{name} ({target}) is installed from {recorded}, another project's lock; create "
+                f"{name} ({target}) is installed from {installed_from}, another project's lock; create "
                 "would replace that environment",
                 "pick another name here, or add --yes to replace it",
             )
