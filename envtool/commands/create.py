@@ -173,10 +173,15 @@ def cmd(
     from envtool.output import note
 
     target = None if no_install else env_prefix(name, prefix)
+    _refuse_unwritable(project_env_paths(name, directory)[0])
     if not yes:
         refuse_lost_work(name, directory, target)
-    # asked before the solve and any mutex: a "no" costs nothing
+    # asked before the solve and any mutex: a "no" costs nothing (no solve, nothing written)
     adopt = target is not None and adopt_confirmed(target, yes)
+    if target is not None and not adopt:
+        from envtool.adapters.install.install_state import refuse_foreign_env
+
+        refuse_foreign_env(target)
     with ExitStack() as held:
         # One create at a time per environment: the lock written and the env installed from it
         # agree (two creates racing left a 6-package lock beside an 806-package env). The
@@ -219,15 +224,25 @@ def refuse_lost_work(name: str, directory: str | None, target: Path | None) -> N
     from envtool.core.shell_quote import quote_posix
 
     env_dir, yml_path, lock_path = project_env_paths(name, directory)
-    _refuse_unwritable(env_dir)
     old = read_text_or_none(yml_path)
     if old is not None:
         # conda-lock.yml, or a variant's conda-lock.<variant>.yml (`lock --variants`)
-        locks = [lock_path, *sorted(env_dir.glob("conda-lock.*.yml"))]
-        recorded = {
-            parse_lock_file_sha256(read_text_or_none(p, LOCK_FILE_LIMIT) or "") for p in locks
-        }
-        if request_file_sha256(old) not in recorded:
+        locks = [p for p in [lock_path, *sorted(env_dir.glob("conda-lock.*.yml"))] if p.is_file()]
+        texts = [read_text_or_none(p, LOCK_FILE_LIMIT) or "" for p in locks]
+        recorded = {parse_lock_file_sha256(t) for t in texts} - {None}
+        if not locks:
+            raise UsageError(
+                f"{yml_path} exists and no lock was made from it; create would replace it with "
+                "the request its flags make",
+                f"lock it as it is: `envtool lock {quote_posix(name)}`; replace it: add --yes",
+            )
+        if recorded:
+            edited = request_file_sha256(old) not in recorded
+        else:  # a lock from before the file's sha256 was recorded: its input hash says
+            from envtool.workflows.lock_fresh import lock_freshness
+
+            edited = not lock_freshness(old, lock_path, env_dir).fresh
+        if edited:
             raise UsageError(
                 f"{yml_path} was edited since it was locked; create would replace it with the "
                 "request its flags make",
@@ -238,8 +253,8 @@ def refuse_lost_work(name: str, directory: str | None, target: Path | None) -> N
     if isinstance(installed_from, str) and Path(installed_from).is_file():
         if not Path(installed_from).resolve().is_relative_to(env_dir.resolve()):
             raise UsageError(
-                f"{name} ({target}) is installed from {installed_from}, another project's lock; create "
-                "would replace that environment",
+                f"{name} ({target}) is installed from {installed_from}, not from this "
+                f"project's environments/{name}; create would replace that environment",
                 "pick another name here, or add --yes to replace it",
             )
 

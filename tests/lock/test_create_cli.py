@@ -335,6 +335,25 @@ def test_create_keeps_hand_edits_and_other_projects_envs_unless_told(
     assert run_cli(create, one)[0] == 0
     assert run_cli([*create, "--no-install"], one)[0] == 0  # create's own file: replaced freely
     yml = one / "environments" / "hello" / "environment.yml"
+    lock = one / "environments" / "hello" / "conda-lock.yml"
+
+    def as_an_older_envtool_wrote_it() -> None:  # no file sha256 recorded, a valid digest
+        import re
+
+        from envtool.core.lockfile import DIGEST_PLACEHOLDER, with_content_digest
+
+        raw = re.sub(rb"(?m)^\s*envtool_request_file_sha256:.*\n", b"", lock.read_bytes())
+        raw = re.sub(
+            rb"(envtool_lock_sha256:\s*)'?[0-9a-f]{64}'?",
+            rb"\g<1>" + DIGEST_PLACEHOLDER.encode(),
+            raw,
+        )
+        lock.write_bytes(with_content_digest(raw))
+        assert b"envtool_request_file_sha256" not in lock.read_bytes()
+
+    as_an_older_envtool_wrote_it()
+    assert run_cli([*create, "--no-install"], one)[0] == 0  # its input hash: the same file
+    as_an_older_envtool_wrote_it()
     yml.write_text(yml.read_text() + "# my notes: keep numpy <2\n")
     rc, _, err = run_cli([*create, "--no-install"], one)
     assert rc == 2 and "was edited since it was locked" in err and "envtool lock hello" in err
@@ -344,10 +363,21 @@ def test_create_keeps_hand_edits_and_other_projects_envs_unless_told(
     assert rc == 0 and "rewrote environments/hello/environment.yml" in err
 
     rc, _, err = run_cli(create, two)  # the installed hello is project one's
-    assert rc == 2 and "another project's lock" in err, err
+    assert rc == 2 and "not from this project's environments/hello" in err, err
     assert not (two / "environments").exists()
     rc, _, err = run_cli([*create, "--yes"], two)
     assert rc == 0, err
+
+    # an env envtool did not install (here: made one, then its envtool state removed, as a
+    # conda-made env looks): refused before the solve, nothing written (stdin: no answer)
+    import shutil
+
+    shutil.rmtree(tmp_path / "envs" / "hello" / "conda-meta" / "envtool")
+    three = tmp_path / "three"
+    three.mkdir()
+    rc, _, err = run_cli(create, three)
+    assert rc == 2 and "envtool did not install" in err and "solving" not in err, err
+    assert not (three / "environments").exists()
 
 
 @pytest.mark.integration

@@ -69,6 +69,19 @@ def foreign_packages(prefix: Path | str) -> int:
         return 0
 
 
+def refuse_foreign_env(prefix: Path | str) -> None:
+    """The one refusal of an install over an env envtool did not install (create asks it before
+    the solve, apply_install again before it touches the prefix)."""
+    n = foreign_packages(prefix)
+    if n:
+        raise UsageError(
+            f"{prefix} is an environment envtool did not install ({n} packages, made by conda, "
+            "mamba or pixi); installing the lock would remove what the lock does not hold",
+            "pick another name or --prefix, or replace it: `envtool install` or `create` with "
+            "--yes",
+        )
+
+
 def read_state_record(prefix: Path | str) -> dict[str, Any] | None:
     """conda-meta/envtool/state.json of a finished install (lock hash, lock path, plan, time)."""
     return _read_marker(envtool_meta_dir(prefix) / STATE)

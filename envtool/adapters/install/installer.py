@@ -175,13 +175,8 @@ def apply_install(
             f"{prefix} exists and is not a conda environment (no conda-meta/)",
             "install into a new or empty directory, or an existing environment",
         )
-    foreign = 0 if adopt else install_state.foreign_packages(prefix)
-    if foreign:
-        raise UsageError(
-            f"{prefix} is an environment envtool did not install ({foreign} packages, made by "
-            "conda, mamba or pixi); installing the lock would remove what the lock does not hold",
-            "pick another name or --prefix, or pass --yes to make it this lock's environment",
-        )
+    if not adopt:
+        install_state.refuse_foreign_env(prefix)
     cache = Path(plan.cache_dir)
     extracted = Path(plan.package_cache)
     shown = Progress(quiet=not progress)
