@@ -53,13 +53,14 @@ def read_config_file(path: Path, shared_with_rattler: bool = False) -> dict[str,
         if s.kind == "path" and s.env in values:
             p = Path(values[s.env]).expanduser()
             values[s.env] = str(p if p.is_absolute() else (path.parent / p).absolute())
-            # a project's file comes with the repository: it may keep envs or the cache inside
-            # the project, never send envtool's writes elsewhere (~/.ssh, another user's tree)
-            root = path.parent.resolve()
-            if not shared_with_rattler and not Path(values[s.env]).resolve().is_relative_to(root):
+            # A project's file comes with the repository. Where envtool installs and caches is
+            # the user's to choose: outside, a repo would send envtool's writes anywhere; inside,
+            # it could ship a "cache" of extracted packages (or a ready prefix) that installs
+            # link as verified.
+            if not shared_with_rattler:
                 raise UsageError(
-                    f"{path}: {s.key} = {printable(values[s.env])} is outside the project; a "
-                    "project's envtool.toml may only name folders inside it",
+                    f"{path}: {s.key}: a project's envtool.toml does not choose where envtool "
+                    "installs or caches (a cloned repository could plant packages there)",
                     f"set it in {user_config_path()} or {s.env} instead",
                 )
         if s.kind == "channels" and s.env in values:  # a local folder too, from the file's folder

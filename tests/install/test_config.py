@@ -40,23 +40,23 @@ def test_precedence_flag_variable_project_user(
     setup: cb.CudaSetup, cfg_env: dict[str, str], tmp_path: Path
 ) -> None:
     user = tmp_path / "xdg" / "envtool" / "config.toml"
-    user.write_text('envs-dir = "/nonexistent-user-envs"\nnetwork-idle-timeout = 7.5\n')
+    user.write_text('envs-dir = "user-envs"  # relative to this file\nnetwork-idle-timeout = 7.5\n')
     project = tmp_path / "project"
     project.mkdir()
-    (project / "envtool.toml").write_text('envs-dir = "envs-here"  # relative to this file\n')
+    (project / "envtool.toml").write_text("network-idle-timeout = 9\n")
 
     s = _settings(cfg_env, project)
-    assert s["envs-dir"]["value"] == str(project / "envs-here")  # project over user
-    assert s["envs-dir"]["source"] == str(project / "envtool.toml")
     assert s["network-idle-timeout"] == {
         "key": "network-idle-timeout",
         "env": "ENVTOOL_NETWORK_IDLE_TIMEOUT",
-        "value": "7.5",
-        "source": str(user),
+        "value": "9",
+        "source": str(project / "envtool.toml"),  # project over user
     }
+    assert s["envs-dir"]["value"] == str(user.parent / "user-envs")
+    assert s["envs-dir"]["source"] == str(user)
     installed = run_envtool("install", "p1", "--lock", str(setup.lock), env=cfg_env, cwd=project)
     assert installed.returncode == 0, installed.stderr
-    assert (project / "envs-here" / "p1" / "conda-meta").is_dir()
+    assert (user.parent / "user-envs" / "p1" / "conda-meta").is_dir()
 
     # an environment variable beats both files
     cfg_env["ENVTOOL_ENVS_DIR"] = str(tmp_path / "from-var")
@@ -138,10 +138,11 @@ def test_a_bad_settings_file_is_one_line_naming_the_file_and_key(
         "network-idle-timeout = -3\n": "network-idle-timeout: expected seconds",
         'default-channels = "conda-forge"\n': "default-channels: expected a list",
         "offline = [\n": "not valid TOML",
-        # a cloned repository's file choosing where envtool writes: inside the project only
-        'cache-dir = "/tmp/elsewhere"\n': "cache-dir = /tmp/elsewhere is outside the project",
-        'envs-dir = "../envs"\n': "is outside the project",
-        'envs-dir = "~"\n': "is outside the project",
+        # a cloned repository's file choosing where envtool installs or caches: never (outside,
+        # it sends envtool's writes anywhere; inside, it could ship a planted package cache)
+        'cache-dir = "/tmp/elsewhere"\n': "cache-dir: a project's envtool.toml does not choose",
+        'cache-dir = ".cache"\n': "cache-dir: a project's envtool.toml does not choose",
+        'envs-dir = "envs"\n': "envs-dir: a project's envtool.toml does not choose",
     }
     for text, want in cases.items():
         (project / "envtool.toml").write_text(text)
