@@ -593,7 +593,7 @@ def launch_slurm(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
     from envtool.core.slurm import plan_nproc_per_node
 
     make_run_dir(run_dir)
-    write_atomic(path, text)
+    write_atomic(path, text, mode=0o600)  # it carries the script's arguments, secrets too
     # `envtool runs` lists the job too; requeues keep this folder (the script names it)
     manifest: dict[str, Any] = {
         "run_id": run_id,

@@ -110,17 +110,15 @@ def test_an_environments_link_out_of_the_project_is_refused(tmp_path: Path) -> N
 
 
 @pytest.mark.integration
-def test_a_runs_folder_that_leaves_the_project_or_others_may_write_is_refused(
-    tmp_path: Path,
-) -> None:
-    """A cloned repo commits `runs` as a link to a folder its author can write: launch --slurm
-    wrote job.sbatch there and printed `sbatch <it>`, so the author could swap the script the
-    user then submits. A root that every user may write without the sticky bit is the same."""
-    project, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+def test_a_run_root_another_user_could_swap_a_job_script_in_is_refused(tmp_path: Path) -> None:
+    """A cloned repo commits `runs` as a link to a folder its author owns: launch --slurm wrote
+    job.sbatch there and printed `sbatch <it>`, so the author could swap the script the user
+    then submits. Refused: a root owned by another user, or writable by every user without the
+    sticky bit. The user's own link (runs -> /scratch/$USER/runs) is fine."""
+    project, mine = tmp_path / "proj", tmp_path / "scratch-mine"
     project.mkdir()
-    elsewhere.mkdir()
+    mine.mkdir()
     (project / "train.py").write_text("print('hi')\n")
-    (project / "runs").symlink_to(elsewhere)
     argv = [sys.executable, "-m", "envtool", "launch", "train.py", "--slurm", "--nodes", "1"]
 
     def launch() -> subprocess.CompletedProcess[str]:
@@ -128,16 +126,27 @@ def test_a_runs_folder_that_leaves_the_project_or_others_may_write_is_refused(
             [*argv, "--cpu"], cwd=project, env=_env(tmp_path), capture_output=True, text=True
         )
 
+    (project / "runs").symlink_to(mine)  # the user's own scratch folder
     out = launch()
-    assert out.returncode == 2 and "outside the project" in out.stderr, out.stderr
-    assert list(elsewhere.iterdir()) == []
+    assert out.returncode == 0, out.stderr
+    (job,) = mine.glob("*/job.sbatch")
+    assert job.stat().st_mode & 0o077 == 0  # the script keeps the script's secrets to itself
+    if os.geteuid() == 0:  # the author's folder: another uid
+        theirs = tmp_path / "scratch-theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        (project / "runs").unlink()
+        (project / "runs").symlink_to(theirs)
+        out = launch()
+        assert out.returncode == 2 and "belongs to another user" in out.stderr, out.stderr
+        assert list(theirs.iterdir()) == []
     (project / "runs").unlink()
     (project / "runs").mkdir()
     os.chmod(project / "runs", 0o777)
     out = launch()
     assert out.returncode == 2 and "writable by every user" in out.stderr, out.stderr
     assert list((project / "runs").iterdir()) == []
-    os.chmod(project / "runs", 0o1777)  # sticky, like /tmp: others cannot rename what is ours
+    os.chmod(project / "runs", 0o1777)  # sticky, like /tmp, and ours: others cannot rename
     out = launch()
     assert out.returncode == 0, out.stderr
     assert len(list((project / "runs").glob("*/job.sbatch"))) == 1

@@ -97,25 +97,33 @@ def probe_git_commit(script: Path, run: Runner = run_capture) -> str | None:
 
 
 def check_runs_root(root: Path) -> None:
-    """The root of run folders (`runs/`, --run-dir), as given, before anything is made in it: a
-    relative one that a cloned repository committed as a link out of the project is refused,
-    and so is one others may write in without the sticky bit (they could swap a run's folder and
-    its job.sbatch after envtool wrote them, before the user submits it)."""
+    """The root of run folders (`runs/`, --run-dir), before anything is made in it: the folder
+    it is (a link followed: `runs -> /scratch/$USER/runs` is the user's own), or the nearest
+    one that exists, must not let another user swap a run's folder and its job.sbatch after
+    envtool wrote them and before the user submits it: not owned by another user (a cloned
+    repo's `runs` link to its author's folder), not writable by every user unless sticky."""
+    import os
     import stat
 
-    from envtool.adapters.locate import refuse_link_out_of
     from envtool.core.shell_quote import printable
 
-    if not root.is_absolute():
-        for depth in range(1, len(root.parts) + 1):
-            refuse_link_out_of(Path(*root.parts[:depth]), Path("."), "or pass --run-dir")
+    probe = root.resolve()
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
     try:
-        mode = root.stat().st_mode
+        st = probe.stat()
     except OSError:
-        return  # made by make_run_dir, by this user
-    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        return  # make_run_dir says what is wrong with the path
+    where = printable(str(root)) + (f" ({printable(str(probe))})" if probe != root else "")
+    if st.st_uid not in (os.geteuid(), 0):
         raise UsageError(
-            f"the run folder root {printable(str(root))} is writable by every user",
+            f"the run folder root {where} belongs to another user (uid {st.st_uid}): they could "
+            "replace a run's job.sbatch before you submit it",
+            "pass --run-dir a folder of your own (an absolute path)",
+        )
+    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        raise UsageError(
+            f"the run folder root {where} is writable by every user",
             "pass --run-dir a folder only you can write to (or chmod o-w it)",
         )
 
