@@ -2821,7 +2821,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         """The client left and generation stopped early: no answer (nginx's 499). Above all
         not a 200 whose text was cut short as if it had ended."""
         self.close_connection = True
-        self.server.state.metrics.count_request(endpoint_label(self.path), 499)
+        if not self.replied:  # a stream's 200 went out (and was counted) already
+            self.server.state.metrics.count_request(endpoint_label(self.path), 499)
 
     def reply_generate(self, job: Job) -> None:
         kind, value = self.next_event(job)  # the first event decides the status
@@ -2937,8 +2938,9 @@ class Server(http.server.ThreadingHTTPServer):
 
     def __init__(self, address: tuple, state: ServerState):
         self.state = state
-        # the host's own family: `--host ::1` or `::` (IPv6) binds as well as 127.0.0.1
-        self.address_family = socket.getaddrinfo(*address, type=socket.SOCK_STREAM)[0][0]
+        # an IPv6 address (`--host ::1`, `::`) binds IPv6; a name (localhost) stays IPv4 as
+        # before: where /etc/hosts lists ::1 first, the first answer would drop 127.0.0.1
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, Handler)
 
     def get_request(self):
@@ -2963,6 +2965,11 @@ class Server(http.server.ThreadingHTTPServer):
                     b"Retry-After: 1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
                 )
                 request.shutdown(socket.SHUT_WR)
+                # what the client sent already is read (not waited for): closing with unread
+                # bytes sends a reset, which can destroy the 503
+                for _ in range(16):
+                    if not request.recv(65536, socket.MSG_DONTWAIT):
+                        break
             self.close_request(request)
             self.state.metrics.count_request("other", 503)
             return

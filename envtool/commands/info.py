@@ -62,9 +62,11 @@ def _packages(name: str | None, prefix: str | None) -> Result:
     """What `conda list -n NAME` prints: every package record of the prefix (channel by name),
     then the pip distributions no conda package owns, as channel `pypi`."""
     from envtool.adapters.install.installed import read_conda_meta, read_pip_dists
+    from envtool.commands import refuse_own_env
     from envtool.errors import UsageError
 
     chosen = resolve_and_say("info", "listing the packages of", name, prefix)
+    refuse_own_env(chosen, "info --packages")
     target = chosen.prefix or chosen.python.parent
     if not (target / "conda-meta").is_dir():
         raise UsageError(

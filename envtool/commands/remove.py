@@ -71,7 +71,9 @@ def _check_removable(target: Path) -> None:
             "refusing to delete it; remove it by hand if you are sure",
         )
     nested = _nested_envs(target)
-    if nested or (target / "condabin").is_dir():
+    # a base install: envs/ beside pkgs/ (an env with the conda package has condabin/ too,
+    # and neither of those)
+    if nested or ((target / "pkgs").is_dir() and (target / "envs").is_dir()):
         held = f": its envs/ holds {nested} environment(s)" if nested else ""
         raise UsageError(
             f"{target} is a conda installation (base){held}",

@@ -212,7 +212,7 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
             FAIL,
             summary,
             ev,
-            _reinstall_fix(env)
+            (_reinstall_fix(env) if env.status == "no-python" else None)
             or "run `python -c 'import torch'` in the environment to see the error; "
             f"recreate it with `envtool create {_name(env)} --cuda auto` if it is broken",
         )
@@ -224,7 +224,9 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
                 FAIL,
                 "torch is not importable in this environment",
                 ev,
-                _reinstall_fix(env)
+                # files gone (no torch module at all): relink; any other import error (a missing
+                # libcuda, an ABI clash) is not fixed by installing the same lock again
+                (_reinstall_fix(env) if "No module named" in env.torch_import_error else None)
                 or f"envtool create {_name(env)} --cuda auto (or `pip install torch` in the "
                 "environment)",
             )
@@ -236,7 +238,9 @@ def check_torch_present(host: HostFacts, env: EnvFacts) -> Check:
                 FAIL,
                 "torch is not installed in this environment",
                 ev,
-                f"envtool create {_name(env)} --cuda auto (or `pip install torch` in the environment)",
+                _reinstall_fix(env)
+                or f"envtool create {_name(env)} --cuda auto (or `pip install torch` in the "
+                "environment)",
             )
     if env.torch and env.torch.path:
         ev.append(f"imported from {env.torch.path}")

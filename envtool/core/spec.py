@@ -248,7 +248,10 @@ def pip_lock_problem(line: PipLine) -> str | None:
             return "an editable install is built by running the project's setup code"
         if flag in ("-r", "--requirement", "-c", "--constraint"):
             return f"{flag} reads another file, which the lock would not record or check"
-        return f"the pip option {flag} is not one envtool passes on"
+        return (
+            f"the pip option {flag} is not one envtool passes to uv (it passes --index-url, "
+            "--extra-index-url, --find-links and --no-index)"
+        )
     direct = _PIP_DIRECT.match(s)  # `name @ URL`, else a bare URL or path
     target = (direct.group(1) if direct else s).split(";")[0].strip()
     if target.startswith(_VCS):

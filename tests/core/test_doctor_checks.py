@@ -115,6 +115,14 @@ def test_a_broken_env_envtool_installed_is_repaired_from_its_lock_not_created_an
     assert "envtool verify o1" in c.fix and "create" not in c.fix
     gone = EnvFacts(name="o2", status="no-python", install_state="complete", install_lock=lock)
     assert check_torch_present(HostFacts(), gone).fix.startswith("envtool install o2 --lock")
+    # an import error a reinstall does not fix (a missing driver library): the old hint stays
+    lib = EnvFacts(
+        name="o1",
+        torch_import_error="ImportError: libcuda.so.1: cannot open shared object file",
+        install_state="complete",
+        install_lock=lock,
+    )
+    assert "envtool install" not in check_torch_present(HostFacts(), lib).fix
     nothing = EnvFacts(prefix="/tmp", status="no-python")
     assert (
         "/tmp holds no python (is it an environment?)"

@@ -124,6 +124,15 @@ def test_remove_refuses_a_conda_installation_and_the_active_env(
     out = run_envtool("remove", "--prefix", str(one), "--yes", env=env)
     assert out.returncode == 0, out.stderr
     assert not one.exists() and root.exists()
+    # an env with the conda package installed has condabin/ too: still just an env
+    two = root / "envs" / "b"
+    (two / "conda-meta").mkdir(parents=True)
+    (two / "conda-meta" / "history").write_text("")
+    (two / "condabin").mkdir()
+    assert run_envtool("remove", "--prefix", str(two), "--yes", env=env).returncode == 0
+    (root / "pkgs").mkdir()  # a base with no env left: envs/ beside pkgs/
+    out = run_envtool("remove", "--prefix", str(root), "--yes", env=env)
+    assert out.returncode == 2 and "conda installation" in out.stderr, out.stderr
 
 
 def test_export_name_outside_its_project_exports_the_lock_it_was_installed_from(

@@ -1480,7 +1480,8 @@ def test_slow_idle_and_departed_clients_cost_the_server_nothing(tmp_path: Path) 
         status, reply = raw_request(s.base, post_bytes("/v1/completions", short, auth))
         assert status == 200 and json.loads(reply)["choices"][0]["finish_reason"] == "length"
         assert metric('generate_requests_total{endpoint="/v1/completions",status="499"}') == 1
-        assert metric("generate_tokens_generated_total") - before < 2000 + 1
+        # stopped within about half a second of the hang-up (~800 tokens here), not at 2,000
+        assert metric("generate_tokens_generated_total") - before < 1500
 
         # /generate's stream: pieces add up to the text, a cut character's U+FFFD included
         tails = 0

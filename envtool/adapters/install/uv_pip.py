@@ -60,6 +60,11 @@ def compile_pip(
     for text in pip_lines:
         line = parse_pip_line(text)
         problem = pip_lock_problem(line)
+        if problem and text.strip().startswith("-") and "pip option" in problem:
+            raise UsageError(
+                f"environment.yml pip entry {text.strip()[:120]!r}: {problem}",
+                "drop the line from the pip section",
+            )
         if problem:
             raise UsageError(
                 f"environment.yml pip entry {text.strip()[:120]!r}: {problem}; envtool locks "
