@@ -93,16 +93,21 @@ def confirmed(question: str) -> bool:
 
 def adopt_confirmed(target: Path | str, yes: bool) -> bool:
     """May an install replace the environment at target that envtool did not install (conda's,
-    pixi's)? --yes, or a "y" at the terminal (conda create asks the same of an existing env)."""
-    from envtool.adapters.install.install_state import foreign_packages
+    pixi's)? True with --yes or a "y" at the terminal (conda create asks the same of an
+    existing env); False when there is none there; a "no" (or no terminal) is the refusal,
+    raised here, before any solve or mutex."""
+    from envtool.adapters.install.install_state import foreign_packages, refuse_foreign_env
 
     if yes:
         return True
     n = foreign_packages(target)
-    return bool(n) and confirmed(
-        f"{target} is an environment envtool did not install ({n} packages); replace its "
-        "packages with the lock's?"
-    )
+    if not n:
+        return False
+    question = f"{target} is an environment envtool did not install ({n} packages); replace "
+    if confirmed(question + "its packages with the lock's?"):
+        return True
+    refuse_foreign_env(target, n)
+    return False
 
 
 yes_option = click.option(

@@ -178,10 +178,6 @@ def cmd(
         refuse_lost_work(name, directory, target)
     # asked before the solve and any mutex: a "no" costs nothing (no solve, nothing written)
     adopt = target is not None and adopt_confirmed(target, yes)
-    if target is not None and not adopt:
-        from envtool.adapters.install.install_state import refuse_foreign_env
-
-        refuse_foreign_env(target)
     with ExitStack() as held:
         # One create at a time per environment: the lock written and the env installed from it
         # agree (two creates racing left a 6-package lock beside an 806-package env). The

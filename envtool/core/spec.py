@@ -234,30 +234,41 @@ _VCS = ("git+", "hg+", "svn+", "bzr+")
 _PIP_DIRECT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*\s*(?:\[[^\]]*\])?\s*@\s*(\S.*)$")
 
 
-def pip_lock_problem(line: PipLine) -> str | None:
+_BUILD_FIX = (
+    "name a released version or a .whl instead, or install it into the environment after "
+    "create: envtool run -n NAME -- pip install …"
+)
+
+
+def pip_lock_problem(line: PipLine) -> tuple[str, str] | None:
     """Why a pip entry cannot be locked without running code or reading a file envtool does not
-    check, or None. A lock is wheels only: an sdist, a VCS checkout, a local folder or `-e` is
-    built by running its setup code (a cloned repo's environment.yml is data, not a program),
-    and `-r`/`-c` pull in a file whose lines uv expands (`${GITHUB_TOKEN}`) and fetches."""
+    check, and the fix; None when it can. A lock is wheels only: an sdist, a VCS checkout, a
+    local folder or `-e` is built by running its setup code (a cloned repo's environment.yml is
+    data, not a program), and `-r`/`-c` pull in a file whose lines uv expands
+    (`${GITHUB_TOKEN}`) and fetches."""
     s = re.split(r"\s#", line.raw, maxsplit=1)[0].strip()
     if line.kind != "other" or s in _PIP_PLAIN_FLAGS:
         return None
+    wheels = "; envtool locks wheels only"
     if s.startswith("-"):
         flag = s.split(None, 1)[0].split("=", 1)[0]
         if flag in ("-e", "--editable"):
-            return "an editable install is built by running the project's setup code"
+            reason = "an editable install is built by running the project's setup code"
+            return reason + wheels, _BUILD_FIX
         if flag in ("-r", "--requirement", "-c", "--constraint"):
-            return f"{flag} reads another file, which the lock would not record or check"
+            reason = f"{flag} reads another file, which the lock would not record or check"
+            return reason + wheels, "list the packages in the pip section itself"
         return (
             f"the pip option {flag} is not one envtool passes to uv (it passes --index-url, "
-            "--extra-index-url, --find-links and --no-index)"
+            "--extra-index-url, --find-links and --no-index)",
+            "drop the line from the pip section",
         )
     direct = _PIP_DIRECT.match(s)  # `name @ URL`, else a bare URL or path
     target = (direct.group(1) if direct else s).split(";")[0].strip()
     if target.startswith(_VCS):
-        return "a VCS checkout is built by running its setup code"
+        return "a VCS checkout is built by running its setup code" + wheels, _BUILD_FIX
     if not re.split(r"[?#]", target, maxsplit=1)[0].endswith(".whl"):
-        return "a source (not a .whl) is built by running its setup code"
+        return "a source (not a .whl) is built by running its setup code" + wheels, _BUILD_FIX
     return None
 
 

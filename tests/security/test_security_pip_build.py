@@ -77,7 +77,7 @@ def test_which_pip_entries_a_lock_refuses(entry: str, refused: str | None) -> No
     if refused is None:
         assert problem is None
     else:
-        assert problem is not None and refused in problem
+        assert problem is not None and refused in problem[0] and problem[1]
 
 
 @pytest.mark.integration

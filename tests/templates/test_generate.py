@@ -1303,15 +1303,23 @@ def test_a_chat_stream_holds_back_only_what_may_begin_a_stop(gen) -> None:
 def test_the_server_binds_ipv6_hosts(gen) -> None:
     import socket
 
-    state = gen.ServerState(gen.Config(), 64, "m", True)
-    try:
-        server = gen.Server(("::1", 0), state)
+    try:  # the machine's own IPv6 loopback, asked apart from the server under test
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
     except OSError as exc:
         pytest.skip(f"no IPv6 loopback here: {exc}")
+    state = gen.ServerState(gen.Config(), 64, "m", True)
+    server = gen.Server(("::1", 0), state)  # it bound IPv4 only: "address family not supported"
     try:
         assert server.address_family == socket.AF_INET6
+        assert server.server_address[0] == "::1"
     finally:
         server.server_close()
+    legacy = gen.Server(("localhost", 0), state)  # a name stays IPv4, as before
+    try:
+        assert legacy.address_family == socket.AF_INET
+    finally:
+        legacy.server_close()
 
 
 # --- issue 23 item 7, issue 24 item 4: the server under attack, the OpenAI API ---

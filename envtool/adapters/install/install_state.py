@@ -69,10 +69,11 @@ def foreign_packages(prefix: Path | str) -> int:
         return 0
 
 
-def refuse_foreign_env(prefix: Path | str) -> None:
-    """The one refusal of an install over an env envtool did not install (create asks it before
-    the solve, apply_install again before it touches the prefix)."""
-    n = foreign_packages(prefix)
+def refuse_foreign_env(prefix: Path | str, n: int | None = None) -> None:
+    """The one refusal of an install over an env envtool did not install (create and install
+    ask before the solve or the mutex, apply_install again before it touches the prefix).
+    `n`: foreign_packages(prefix), when the caller counted already."""
+    n = foreign_packages(prefix) if n is None else n
     if n:
         raise UsageError(
             f"{prefix} is an environment envtool did not install ({n} packages, made by conda, "

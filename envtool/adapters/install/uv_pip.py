@@ -59,18 +59,10 @@ def compile_pip(
     options: list[str] = []
     for text in pip_lines:
         line = parse_pip_line(text)
-        problem = pip_lock_problem(line)
-        if problem and text.strip().startswith("-") and "pip option" in problem:
+        refused = pip_lock_problem(line)
+        if refused:
             raise UsageError(
-                f"environment.yml pip entry {text.strip()[:120]!r}: {problem}",
-                "drop the line from the pip section",
-            )
-        if problem:
-            raise UsageError(
-                f"environment.yml pip entry {text.strip()[:120]!r}: {problem}; envtool locks "
-                "wheels only",
-                "name a released version or a .whl instead, or install it into the environment "
-                "after create: envtool run -n NAME -- pip install …",
+                f"environment.yml pip entry {text.strip()[:120]!r}: {refused[0]}", refused[1]
             )
         if line.kind == "option" and line.option in _PASS_OPTIONS and line.value:
             options += [line.option, line.value]
