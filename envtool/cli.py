@@ -291,8 +291,9 @@ def main(argv: list[str] | None = None) -> None:
         rc = cli.main(args=args, prog_name="envtool", standalone_mode=False)
         if type(rc) is int and rc != 0:
             sys.exit(rc)
-    except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
+    except click.exceptions.Abort as exc:  # a question answered no, or Ctrl-C (click's Abort)
+        ctrl_c = isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt)
+        click.echo("Interrupted." if ctrl_c else "Aborted.", err=True)
         sys.exit(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -58,6 +58,12 @@ def not_utf8(path: object, exc: UnicodeDecodeError, hint: str = "save it as UTF-
     return UsageError(f"{path}: not a UTF-8 text file ({exc.reason} at byte {exc.start})", hint)
 
 
+class Interrupted(EnvtoolError):
+    """Ctrl-C (or SIGINT) where envtool can say what it left behind. Exit 130, as a shell does."""
+
+    exit_code = 130
+
+
 class DiagnosedFailure(EnvtoolError):
     """envtool worked and found a problem (doctor fail, stale lock, drift, failed job). Exit 1."""
 

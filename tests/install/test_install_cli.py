@@ -7,6 +7,8 @@ channels are file:// only, so nothing here touches the network.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import signal
 import subprocess
 from pathlib import Path
@@ -310,6 +312,27 @@ def test_killed_install_reads_incomplete_and_the_next_install_converges(
     assert again.returncode == 0, again.stderr
     assert list_json(env)["demo"]["state"] == "complete"
     assert run_envtool("verify", "demo", env=env).returncode == 0
+
+
+@pytest.mark.parametrize("point", ["after-download", "mid-link"])
+def test_ctrl_c_says_what_it_left_and_the_command_it_prints_finishes(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path, point: str
+) -> None:
+    """Ctrl-C used to print click's bare "Aborted.": now one line says whether the env was
+    touched and the fix, and the printed command (run elsewhere, as pasted) finishes it."""
+    proc = _start_paused(setup, env, point)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Aborted" not in err
+    line = next(x for x in err.splitlines() if x.startswith("envtool: error: interrupted"))
+    assert "is marked incomplete" in line, line
+    assert list_json(env)["demo"]["state"] == "incomplete"
+    fix = re.search(r"`(envtool install [^`]+)`", line)
+    assert fix is not None, line
+    done = run_envtool(*shlex.split(fix.group(1))[1:], env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert list_json(env)["demo"]["state"] == "complete"
 
 
 def test_two_installs_of_one_env_serialize(setup: cb.CudaSetup, env: dict[str, str]) -> None:

@@ -164,6 +164,9 @@ def test_ctrl_c_mid_fetch_exits_130_and_the_rerun_resumes_the_partial_download(
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+    # the user is told the env is untouched and that the rerun goes on from the cache
+    assert f"interrupted before anything was installed into {tmp_path / 'p'}" in err, err
+    assert "run the same command to go on" in err
     assert len(_cached(env)) == 4  # the finished ones stay verified in the cache
     assert not (tmp_path / "p" / "conda-meta").exists()
     partial = list(archives.glob(".libtorch-*.part"))

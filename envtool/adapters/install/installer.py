@@ -52,7 +52,7 @@ from envtool.core.install_plan import (
     PlannedPackage,
 )
 from envtool.core.lockfile import Lock, LockedPackage
-from envtool.errors import UsageError
+from envtool.errors import Interrupted, UsageError
 from envtool.output import note
 
 
@@ -197,61 +197,83 @@ def apply_install(
         damaged_records = check_prefix_records(prefix) if prefix.is_dir() else []
         # every downloaded or cached archive validated before linking: by fetch_all, in the
         # pass that checks its hash (cached) or right after its download
-        archives, contents = fetch_all(
-            conda_pkgs,
-            urls,
-            cache / "archives",
-            report,
-            shown,
-            lock_path.name,
-            extracted,
-            validate=lambda path, pkg, data: read_archive_contents(path, pkg, data),
-        )
-        for p in conda_pkgs:  # none is left unvalidated, whatever fetch_all did
-            if p.file_name not in contents:
-                contents[p.file_name] = read_archive_contents(archives[p.file_name], p)
-        install_state.write_incomplete_marker(prefix, plan.lock_sha256, lock_path)
-        _pause_hook("after-download")
-        set_aside_records(prefix, damaged_records, say)
-        shown.start_link(len(conda_pkgs), str(prefix))
+        marked = False  # Ctrl-C: what it left is said by whether the marker is written
         try:
-            from_local = link_packages(
+            archives, contents = fetch_all(
                 conda_pkgs,
-                archives,
-                contents,
-                prefix,
-                plan.platform,
-                extracted,
+                urls,
+                cache / "archives",
+                report,
                 shown,
-                on_first_link=lambda: _pause_hook("mid-link"),
+                lock_path.name,
+                extracted,
+                validate=lambda path, pkg, data: read_archive_contents(path, pkg, data),
             )
-        finally:
-            shown.end_link()
-        restore_locked_urls(prefix, [p for p in conda_pkgs if p.file_name in from_local])
-        _pause_hook("after-link")
-        if pip_pkgs:
-            say(f"installing {len(pip_pkgs)} pip packages (--require-hashes --no-deps)")
-            install_pip(pip_pkgs, urls, prefix, cache / "uv")
-        report.conda_packages = len(conda_pkgs)
-        report.pip_packages = len(pip_pkgs)
-        report.seconds = round(time.monotonic() - started, 3)
-        install_state.write_complete_state(
-            prefix,
-            {
-                "lock_sha256": plan.lock_sha256,
-                "lock_path": str(lock_path.resolve()),
-                "platform": plan.platform,
-                "plan": plan.lock_metadata,
-                "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "conda_packages": len(conda_pkgs),
-                "pip_packages": len(pip_pkgs),
-                "forced": force,
-            },
-        )
+            for p in conda_pkgs:  # none is left unvalidated, whatever fetch_all did
+                if p.file_name not in contents:
+                    contents[p.file_name] = read_archive_contents(archives[p.file_name], p)
+            install_state.write_incomplete_marker(prefix, plan.lock_sha256, lock_path)
+            marked = True
+            _pause_hook("after-download")
+            set_aside_records(prefix, damaged_records, say)
+            shown.start_link(len(conda_pkgs), str(prefix))
+            try:
+                from_local = link_packages(
+                    conda_pkgs,
+                    archives,
+                    contents,
+                    prefix,
+                    plan.platform,
+                    extracted,
+                    shown,
+                    on_first_link=lambda: _pause_hook("mid-link"),
+                )
+            finally:
+                shown.end_link()
+            restore_locked_urls(prefix, [p for p in conda_pkgs if p.file_name in from_local])
+            _pause_hook("after-link")
+            if pip_pkgs:
+                say(f"installing {len(pip_pkgs)} pip packages (--require-hashes --no-deps)")
+                install_pip(pip_pkgs, urls, prefix, cache / "uv")
+            report.conda_packages = len(conda_pkgs)
+            report.pip_packages = len(pip_pkgs)
+            report.seconds = round(time.monotonic() - started, 3)
+            install_state.write_complete_state(
+                prefix,
+                {
+                    "lock_sha256": plan.lock_sha256,
+                    "lock_path": str(lock_path.resolve()),
+                    "platform": plan.platform,
+                    "plan": plan.lock_metadata,
+                    "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "conda_packages": len(conda_pkgs),
+                    "pip_packages": len(pip_pkgs),
+                    "forced": force,
+                },
+            )
+        except KeyboardInterrupt:
+            shown.close()
+            raise _interrupted(prefix, marked) from None
     pip_part = f", {len(pip_pkgs)} pip package{'s' * (len(pip_pkgs) != 1)}" if pip_pkgs else ""
     say(f"{shown.summary()}{pip_part}; {report.seconds:.1f} s in all")
     shown.close()
     return report
+
+
+def _interrupted(prefix: Path, marked: bool) -> Interrupted:
+    """What Ctrl-C left: before the marker nothing in the prefix changed (and finished downloads
+    stay cached); after it the prefix is marked incomplete until the same install finishes."""
+    if not marked:
+        return Interrupted(
+            f"interrupted before anything was installed into {prefix}",
+            "finished downloads stay in the cache: run the same command to go on",
+        )
+    from envtool.adapters.install.installed import describe_env, finish_command
+
+    return Interrupted(
+        f"interrupted while installing: {prefix} is marked incomplete",
+        f"`{finish_command(describe_env(prefix))}` finishes it",  # what info and doctor say
+    )
 
 
 def _pause_hook(point: str) -> None:
