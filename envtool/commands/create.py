@@ -142,9 +142,9 @@ def cmd(
                 raise UsageError(
                     f"-f {file_} has no `name:` and no NAME was given", "pass NAME (or -n NAME)"
                 )
-    else:
-        from envtool.adapters.shipped.profiles import DEFAULT_PROFILE, read_profile
+    from envtool.adapters.shipped.profiles import DEFAULT_PROFILE, read_profile
 
+    if not file_:
         text, source = read_profile(profile or DEFAULT_PROFILE)
     from envtool.adapters.locate import written_channel
     from envtool.core.request import parse_virtual_overrides
@@ -175,7 +175,8 @@ def cmd(
     target = None if no_install else env_prefix(name, prefix)
     _refuse_unwritable(project_env_paths(name, directory)[0])
     if not yes:
-        refuse_lost_work(name, directory, target)
+        asked = f"-f {file_}" if file_ else f"profile {profile or DEFAULT_PROFILE}"
+        refuse_lost_work(name, directory, target, (text, source, asked))
     # asked before the solve and any mutex: a "no" costs nothing (no solve, nothing written)
     adopt = target is not None and adopt_confirmed(target, yes)
     with ExitStack() as held:
@@ -206,13 +207,17 @@ def cmd(
     return result
 
 
-def refuse_lost_work(name: str, directory: str | None, target: Path | None) -> None:
+def refuse_lost_work(
+    name: str, directory: str | None, target: Path | None, request: tuple[str, str, str]
+) -> None:
     """What create would destroy, refused before the solve (--yes replaces it): an
     environments/NAME/environment.yml edited since it was locked (the lock records the sha256
-    of the file it was solved from; a file with no lock is someone's own), and an installed
-    NAME that another project's lock made (env names are global, like conda's; projects are
-    not). A file edited and then locked is the request as it stands: create replaces it, and
-    says so."""
+    of the file it was solved from; a file with no lock is someone's own), one whose packages
+    the new request (`request`: its text, source and how it was asked for) would drop — asked
+    at a terminal, as conda create asks before replacing an env — and an installed NAME that
+    another project's lock made (env names are global, like conda's; projects are not). A
+    locked file whose packages the request keeps is replaced (new pins, another CUDA), and
+    create says so."""
     from envtool.adapters.files import LOCK_FILE_LIMIT, read_text_or_none
     from envtool.adapters.install.install_state import read_state_record
     from envtool.adapters.locate import project_env_paths
@@ -245,6 +250,7 @@ def refuse_lost_work(name: str, directory: str | None, target: Path | None) -> N
                 f"keep it: `envtool lock {quote_posix(name)}` locks it as it is; replace it: add "
                 "--yes",
             )
+        _refuse_dropping(name, yml_path, old, request)
     installed_from = (read_state_record(target) or {}).get("lock_path") if target else None
     if isinstance(installed_from, str) and Path(installed_from).is_file():
         if not Path(installed_from).resolve().is_relative_to(env_dir.resolve()):
@@ -253,6 +259,35 @@ def refuse_lost_work(name: str, directory: str | None, target: Path | None) -> N
                 f"project's environments/{name}; create would replace that environment",
                 "pick another name here, or add --yes to replace it",
             )
+
+
+def _refuse_dropping(name: str, yml_path: Path, old: str, request: tuple[str, str, str]) -> None:
+    """The packages of a locked environments/NAME/environment.yml that create's request would
+    drop (`create NAME` again without -f: the default profile): asked, else refused."""
+    from envtool.commands import confirmed
+    from envtool.core.request import dropped_packages
+    from envtool.core.shell_quote import quote_posix
+    from envtool.core.spec import parse_environment_yml
+
+    try:
+        before = parse_environment_yml(old, str(yml_path))
+    except UsageError:  # a broken file holds no packages to keep; the lock's check says the rest
+        return
+    text, source, asked = request
+    lost = dropped_packages(before, parse_environment_yml(text, source))
+    if not lost:
+        return
+    what = ", ".join(lost[:6]) + (f" and {len(lost) - 6} more" if len(lost) > 6 else "")
+    if confirmed(
+        f"{yml_path} asks for {what}, which create's request ({source}) drops; replace it?"
+    ):
+        return
+    keep = f"envtool create {quote_posix(name)} -f {quote_posix(str(yml_path))}"
+    raise UsageError(
+        f"{yml_path} asks for {what}; create's request ({asked}) would drop them",
+        f"keep them: `{keep}` starts from that file (your flags still apply); replace it: add "
+        "--yes",
+    )
 
 
 def _refuse_unwritable(env_dir: Path) -> None:

@@ -54,7 +54,7 @@ TOOLKIT_VERSIONED = (
     "cuda-libraries",
 )
 # Names the plan owns: any user spec for these is replaced by the plan's own (idempotent re-plan).
-_PLAN_OWNED = {"pytorch", "cuda-version", "pytorch-cuda", "pytorch-mutex", "cpuonly", "cudatoolkit"}
+PLAN_OWNED = {"pytorch", "cuda-version", "pytorch-cuda", "pytorch-mutex", "cpuonly", "cudatoolkit"}
 _DEFAULT_VIRTUAL = {
     "linux-64": {"__glibc": "2.28", "__linux": "5.10", "__unix": "0", "__archspec": "1=x86_64"},
     "linux-aarch64": {
@@ -703,7 +703,7 @@ def _plan_platform(
 ) -> PlatformPlan:
     """Specs that force the intended build: a CUDA build for CUDA plans (never the newer CPU build
     a bare `pytorch` + `cuda-version` lets win), the CPU build for CPU plans."""
-    user = [s for s in request.conda_specs if _spec_name(s) not in _PLAN_OWNED]
+    user = [s for s in request.conda_specs if _spec_name(s) not in PLAN_OWNED]
     if request.pip_specs and not any(_spec_name(s) == "pip" for s in user):
         user.append("pip")  # a pip section needs pip in the environment
     if request.python:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from envtool.core.inspect import PLAIN_VERSION
-from envtool.core.plan import Plan, Request, planned_gpus
+from envtool.core.plan import PLAN_OWNED, Plan, Request, planned_gpus
 from envtool.errors import UsageError
 
 if TYPE_CHECKING:
@@ -157,6 +157,23 @@ def render_request_yml(name: str, text: str, source: str, plan: Plan, request: R
     from envtool.core.credentials import redact_credentials
 
     return redact_credentials(render_environment_yml(spec), strip=True)  # a file: no secrets
+
+
+def dropped_packages(old: EnvSpec, new: EnvSpec) -> list[str]:
+    """The packages `old` asks for that `new` does not (conda names, then pip's by their
+    normalized names): what replacing one request file with the other would lose. The names the
+    plan owns (cuda-version, cpuonly, …) are the plan's to write, not the user's to lose."""
+    from envtool.core.spec import normalize_pip_name
+
+    conda = {d.name.lower() for d in new.dependencies} | PLAN_OWNED
+    pip = {normalize_pip_name(p.name) for p in new.pip_lines() if p.name}
+    lost = [d.name for d in old.dependencies if d.name.lower() not in conda]
+    lost += [
+        f"{p.name} (pip)"
+        for p in old.pip_lines()
+        if p.name and normalize_pip_name(p.name) not in pip
+    ]
+    return list(dict.fromkeys(lost))
 
 
 def file_limits(conda_specs: tuple[str, ...] | list[str]) -> list[str]:

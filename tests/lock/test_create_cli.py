@@ -381,6 +381,40 @@ def test_create_keeps_hand_edits_and_other_projects_envs_unless_told(
 
 
 @pytest.mark.integration
+def test_create_again_without_f_asks_before_dropping_the_files_packages(
+    setup, run_cli, tmp_path, monkeypatch
+) -> None:
+    """`create team -f team.yml`, then `create team --cuda …` ("make it again") rewrote the locked
+    environments/team/environment.yml from the default profile: the file's other packages left
+    the file, the lock and the env, exit 0. Now it is refused (no terminal to ask) before the
+    solve, and the printed command keeps them; switching CUDA with the same packages is not."""
+    import io
+    import shlex
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # a script: nobody answers
+    monkeypatch.setenv("ENVTOOL_DRIVER_VERSION", "580.65.06")
+    (tmp_path / "team.yml").write_text("dependencies:\n  - python\n  - pytorch\n  - python_abi\n")
+    base = ["--channel", str(setup.channel), "--no-install", *H200]
+    assert run_cli(["create", "team", "-f", "team.yml", "--cuda", "12.6", *base], tmp_path)[0] == 0
+    yml = tmp_path / "environments" / "team" / "environment.yml"
+    locked = yml.read_text()
+    assert "python_abi" in locked and "cuda-version" in locked
+
+    rc, _, err = run_cli(["create", "team", "--cuda", "12.6", *base], tmp_path)
+    assert rc == 2, err
+    line = _error_line(err)
+    assert "asks for python_abi; create's request (profile pytorch) would drop them" in line, line
+    assert "solving" not in err and yml.read_text() == locked  # nothing solved or written
+    keep = re.search(r"`(envtool create [^`]+)`", line)
+    assert keep is not None, line
+    argv = [*shlex.split(keep.group(1))[1:], "--cuda", "cpu", *base]
+    rc, _, err = run_cli(argv, tmp_path)  # the hint's command, another CUDA: cuda-version goes
+    assert rc == 0, err
+    text = yml.read_text()
+    assert "python_abi" in text and "cpu*" in text and "cuda-version" not in text
+
+
+@pytest.mark.integration
 def test_create_in_a_read_only_project_says_so_before_solving(tmp_path) -> None:
     """It solved first (minutes, on a real channel), then failed to write the lock."""
     import shutil
