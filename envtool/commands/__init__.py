@@ -172,15 +172,17 @@ def resolve_and_say(
     return target
 
 
-def refuse_own_env(target: Target, command: str) -> None:
-    """For commands about an envtool environment (its lock, its drift): with nothing named and
-    nothing active, envtool's own python is not what the user meant; say what is missing."""
+def refuse_own_env(target: Target, command: str, rest: str = "") -> None:
+    """For commands about an environment the user owns (its lock, its drift, `run`): with
+    nothing named and nothing active, envtool's own python is not what the user meant; say
+    what is missing. `rest`: what follows NAME in the example (run's ` -- CMD`)."""
     from envtool.errors import UsageError
 
     if target.is_own:
         raise UsageError(
             f"{command}: no environment is active and none was named",
-            f"pass NAME (see `envtool list`), or activate the environment: envtool {command} NAME",
+            f"pass NAME (see `envtool list`) or --prefix PATH, or activate the environment: "
+            f"envtool {command} NAME{rest}",
         )
 
 

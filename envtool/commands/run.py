@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from envtool.commands import renders, resolve_and_say, say_target
+from envtool.commands import refuse_own_env, renders, resolve_and_say, say_target
 
 _AFTER_DASHES = "envtool_run_command"
 
@@ -38,7 +38,8 @@ class RunCommand(click.Command):
 @renders
 def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
     """Activate the environment (activate.d scripts included) and exec COMMAND; its exit code is
-    ours. With no NAME, -n or --prefix: the active conda env, else the active venv.
+    ours. With no NAME, -n or --prefix: the active conda env, else the active venv (none
+    active: an error, never envtool's own python).
 
     \b
     envtool run myenv -- python train.py
@@ -62,6 +63,9 @@ def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
     if not command:
         raise UsageError("no command to run", "envtool run NAME -- CMD (e.g. python train.py)")
     target = resolve_and_say("run", "running in", name, prefix)
+    # envtool's own venv (pipx, uv tool) is never where a command was meant to run, and
+    # `envtool run pip install X` there would change envtool itself
+    refuse_own_env(target, "run", " -- CMD")
     assert target.prefix is not None  # resolve_target gives every env-like target its prefix
     if read_install_state(target.prefix) == "incomplete":
         from envtool.adapters.install.installed import describe_env, finish_command

@@ -343,6 +343,15 @@ def parse_environment_yml(text: str, source: str) -> EnvSpec:
             "start the file with `name: ...` and `dependencies:` keys",
         )
 
+    lock = _lock_kind(data)
+    if lock is not None:  # every key below is missing: it used to lock an empty request
+        from envtool.core.shell_quote import quote_posix
+
+        raise UsageError(
+            f"{source} is a {lock}, not an environment.yml",
+            f"install it: `envtool install NAME --lock {quote_posix(source)}`",
+        )
+
     def where(key: str, index: int | None = None) -> str:
         return f"{source}:{_line(_child(root, key, index))}"
 
@@ -428,6 +437,16 @@ def parse_environment_yml(text: str, source: str) -> EnvSpec:
         has_pip_section=has_pip_section,
         platforms=[str(p) for p in platforms],
     )
+
+
+def _lock_kind(data: dict[Any, Any]) -> str | None:
+    """A lock file given where a request belongs: conda-lock's v1 (`metadata:` + `package:`) or
+    rattler's (pixi.lock: `version:` + `environments:` + `packages:`)."""
+    if "package" in data and "metadata" in data:
+        return "conda-lock file"
+    if {"version", "environments", "packages"} <= data.keys():
+        return "pixi.lock"
+    return None
 
 
 def _kind(value: Any) -> str:

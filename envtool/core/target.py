@@ -112,5 +112,5 @@ def render_target_line(
         return f"{verb} the active {kind} {where} ({why})"
     return (
         f"{verb} envtool's own python {where} (no conda env or venv is active: "
-        "activate one, or name one: NAME or -n NAME, --prefix, --python)"
+        "activate one, or name one: NAME or -n NAME, or --prefix)"
     )

@@ -142,6 +142,24 @@ def test_with_nothing_active_it_checks_its_own_python_and_says_so(
     assert json.loads(proc.stdout)["target"]["source"] == "own"
 
 
+def test_run_with_nothing_active_refuses_instead_of_changing_envtools_own_venv(
+    pipx_envtool: Path, tmp_path: Path
+) -> None:
+    """`envtool run pip install X` with nothing active ran pip in envtool's own (pipx) venv,
+    exit 0: the user's package went into envtool itself."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CONDA_PREFIX", "VIRTUAL_ENV")}
+    own = pipx_envtool.parent.parent
+    before = sorted(p.name for p in own.glob("lib/python*/site-packages/*"))
+    argv = [str(pipx_envtool), "run", "pip", "install", "--no-index", "nothing-here"]
+    proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "envtool: error: run: no environment is active and none was named — pass NAME (see "
+        "`envtool list`) or --prefix PATH, or activate the environment: envtool run NAME -- CMD"
+    ]
+    assert sorted(p.name for p in own.glob("lib/python*/site-packages/*")) == before
+
+
 def test_a_stale_activation_is_one_line_not_the_wrong_env(tmp_path: Path) -> None:
     env = _activated(tmp_path / "gone", "VIRTUAL_ENV")
     proc = run_envtool("doctor", "--fast", env=env, cwd=tmp_path)

@@ -65,6 +65,29 @@ def test_binary_file_given_to_f_is_a_usage_error(run_cli, tmp_path) -> None:
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "lock, kind",
+    [
+        ("locks/konstantinjdobler__nlp-research-template__conda-lock.yml", "a conda-lock file"),
+        ("pixi/pytorch-gpu-pixi-example.pixi.lock", "a pixi.lock"),
+    ],
+)
+def test_a_lock_given_to_f_names_install_not_an_empty_env(
+    lock, kind, fixtures, run_cli, tmp_path
+) -> None:
+    """`create x -f conda-lock.yml` locked and installed `pytorch *` alone (3 packages), exit 0:
+    every key of an environment.yml is missing from a lock, so the request was empty."""
+    import shutil
+
+    base = fixtures if lock.startswith("locks/") else Path(__file__).parents[1] / "fixtures"
+    shutil.copy(base / lock, tmp_path / "their.lock")
+    rc, _, err = run_cli(["create", "x", "-f", "their.lock", "--cuda", "cpu"], tmp_path)
+    assert rc == 2, err
+    assert f"their.lock is {kind}, not an environment.yml" in err
+    assert "`envtool install NAME --lock their.lock`" in err and "solving" not in err
+    assert not (tmp_path / "environments").exists()
+
+
 def test_pair_never_built_lists_real_builds(conda_forge, run_cli, tmp_path) -> None:
     rc, _, err = run_cli(
         [
