@@ -138,6 +138,9 @@ def env_name(
         name = kwargs.get("name")
         if rest is not None and name_option is not None and name is not None:
             kwargs[rest], name = (name, *kwargs[rest]), None  # click put the first PKG in NAME
+        for given in (name, name_option):
+            if given is not None and any(c in given for c in "=<>"):
+                raise _spec_as_name(given)
         if name_option is not None and name is not None and name_option != name:
             raise UsageError(
                 f"NAME {name!r} and -n {name_option!r} disagree", "name the environment once"
@@ -154,6 +157,21 @@ def env_name(
     # line says NAME, not [NAME]
     metavar = "NAME" if required else None
     return click.argument("name", required=False, metavar=metavar)(wrapper)
+
+
+def _spec_as_name(given: str) -> Exception:
+    """`envtool create -n foo python=3.11` (conda's habit: packages after the name): a NAME with
+    = < or > is a package spec, never an env name; create took `pytorch=2.13` as one."""
+    from envtool.core.shell_quote import printable
+    from envtool.errors import UsageError
+
+    command = click.get_current_context().info_name
+    if command == "create":
+        hint = "create takes no packages: pin with --python 3.11 / --torch 2.7, then add others "
+        hint += "with `envtool add NAME PKG`"
+    else:
+        hint = "name the environment (see `envtool list`); packages go to `envtool add NAME PKG`"
+    return UsageError(f"NAME {printable(given)!r} is a package spec, not an environment name", hint)
 
 
 def resolve_and_say(

@@ -43,3 +43,31 @@ def test_a_name_that_leaves_the_folder_is_refused_without_a_flag_the_command_lac
     assert code == 2 and "'../x': not a valid environment name" in err, err
     assert "a NAME is one folder name" in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["create", "-n", "foo", "python=3.11"], "'python=3.11'"),  # conda's habit
+        (["create", "pytorch=2.13", "--cuda", "cpu"], "'pytorch=2.13'"),  # was an env's name
+        (["install", "numpy>=2"], "'numpy>=2'"),
+    ],
+)
+def test_a_package_spec_where_the_name_goes_is_named_as_one(run_cli, tmp_path, args, said) -> None:
+    """`create -n foo python=3.11` said NAME and -n "disagree"; `create pytorch=2.13` planned an
+    environment called `pytorch=2.13`."""
+    code, _, err = run_cli([*args, "--dir", str(tmp_path)] if args[0] == "create" else args)
+    assert code == 2 and f"NAME {said} is a package spec, not an environment name" in err, err
+    assert len(err.strip().splitlines()) == 1
+    if args[0] == "create":
+        assert "create takes no packages: pin with --python 3.11 / --torch 2.7" in err
+    else:
+        assert "packages go to `envtool add NAME PKG`" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_add_with_n_still_takes_a_pinned_package_first(run_cli, tmp_path) -> None:
+    """`add -n train numpy=1.26`: the first positional is a package (conda install -n), not NAME."""
+    code, _, err = run_cli(["add", "-n", "train", "numpy=1.26", "--dir", str(tmp_path)])
+    assert "package spec, not an environment name" not in err
+    assert code == 2 and "train" in err, err
