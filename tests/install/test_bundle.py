@@ -124,6 +124,22 @@ def test_a_platform_the_lock_lacks_is_a_usage_error(command, fixtures, run_cli, 
     assert out == "" and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("platform", "fix"),
+    [
+        ("linux64", "did you mean --platform linux-64?"),  # the fix was `--platform linux64`
+        ("linux-aarch64", "re-lock with `--platform linux-aarch64` or install on a linux-64 host"),
+        ("bogus", "'bogus' is not a platform: pick one of linux-64, osx-arm64, win-64"),
+    ],
+)
+def test_the_fix_for_a_platform_the_lock_lacks_never_repeats_a_typo(
+    platform, fix, fixtures, run_cli, tmp_path
+) -> None:
+    lock = fixtures / "locks" / "konstantinjdobler__nlp-research-template__conda-lock.yml"
+    rc, _, err = run_cli(["install", "--dry-run", "--lock", str(lock), "--platform", platform])
+    assert rc == 2 and err.rstrip().endswith(f" — {fix}"), err
+
+
 def test_an_output_that_is_a_file_is_a_usage_error(fixtures, run_cli, tmp_path) -> None:
     lock = fixtures / "locks" / "konstantinjdobler__nlp-research-template__conda-lock.yml"
     (tmp_path / "out").touch()

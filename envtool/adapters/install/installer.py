@@ -72,7 +72,19 @@ def rattler_package_cache(cache: Path) -> Path:
 
 
 def _install_hint(lock: Lock, platform: str) -> str:
-    return f"re-lock with `--platform {platform}` or install on a {lock.platforms[0]} host"
+    """The fix for a platform the lock lacks: a platform envtool locks for (re-lock for it), a
+    near miss of one the lock has (`linux64`), else the lock's own platforms."""
+    import difflib
+
+    from envtool.core.plan import PLATFORMS
+    from envtool.core.shell_quote import printable
+
+    if platform in PLATFORMS:
+        return f"re-lock with `--platform {platform}` or install on a {lock.platforms[0]} host"
+    close = difflib.get_close_matches(platform, lock.platforms, n=1, cutoff=0.75)
+    if close:
+        return f"did you mean --platform {close[0]}?"
+    return f"{printable(platform)!r} is not a platform: pick one of {', '.join(lock.platforms)}"
 
 
 def plan_install(
