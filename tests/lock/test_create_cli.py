@@ -438,6 +438,22 @@ def test_create_again_without_f_asks_before_dropping_the_files_packages(
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("cuda", [[], ["--cuda", "cpu"]])
+def test_a_package_no_channel_has_is_named_not_blamed_on_cuda(
+    cuda, setup, run_cli, tmp_path, monkeypatch
+) -> None:
+    """The default profile asks for torchvision, which this channel lacks: the error said "no
+    CUDA build (12.6) solves with this request: pass --cuda cpu", and --cuda cpu failed alike."""
+    monkeypatch.setenv("ENVTOOL_DRIVER_VERSION", "580.65.06")
+    args = ["create", "g1", "--channel", str(setup.channel), "--dry-run", *cuda, *H200]
+    rc, _, err = run_cli(args, tmp_path)
+    assert rc == 2, err
+    line = _error_line(err)
+    assert f"no torchvision package in {setup.channel.as_uri()}" in line, line
+    assert "the request asks for torchvision: drop it" in line and "--cuda cpu" not in line
+
+
+@pytest.mark.integration
 def test_create_in_a_read_only_project_says_so_before_solving(tmp_path) -> None:
     """It solved first (minutes, on a real channel), then failed to write the lock."""
     import shutil

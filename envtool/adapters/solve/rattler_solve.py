@@ -141,6 +141,8 @@ async def _session(
                 cuda = flag.split()[-1]
                 try:
                     await solve(planner(usable, cuda))
+                except MissingPackage:
+                    raise
                 except UsageError:
                     if cuda != "cpu" and builds is not None:
                         unsolvable.append(cuda)
@@ -160,6 +162,8 @@ async def _session(
                 raise
             try:
                 solved = await solve(plan)
+            except MissingPackage:
+                raise
             except UsageError as exc:
                 if not plan.picked or plan.cuda is None or builds is None:
                     raise
@@ -313,6 +317,14 @@ async def _solve_one(gateway, channel_urls: list[str], pp: PlatformPlan) -> list
         )
     except SolverError as exc:
         lead, tree = solver_explanation(str(exc))
+        missing = _missing_asked_package(str(exc), specs)
+        if missing is not None:  # no --cuda changes that: said as the package it is
+            where = ", ".join(redact_credentials(u.rstrip("/")) for u in channel_urls)
+            raise MissingPackage(
+                f"no solution for {pp.platform}: no {missing} package in {printable(where)}",
+                f"the request asks for {missing}: drop it (from the -f file, or pick another "
+                "--profile), or add a --channel that has it",
+            ) from None
         raise UsageError(
             f"no solution for {pp.platform}: {lead}" + (" (why, below)" if tree else ""),
             "relax a pin, pick another --cuda/--torch/--python, or add a channel",
@@ -322,6 +334,26 @@ async def _solve_one(gateway, channel_urls: list[str], pp: PlatformPlan) -> list
         _raise_channel_error(exc, pp.platform)
         raise
     return sorted((to_solved(r, pp.platform) for r in records), key=lambda p: p.name)
+
+
+class MissingPackage(UsageError):
+    """A package the request names that no channel has for the platform: no CUDA build solves
+    it either, so the solve loop tries no other --cuda."""
+
+
+def _missing_asked_package(text: str, specs: list) -> str | None:
+    """rattler's "No candidates were found for NAME …" about a package the request itself asks
+    for (not a dependency, not a name the plan owns: a missing cuda-version is a CUDA matter)."""
+    import re
+
+    from envtool.core.plan import PLAN_OWNED
+
+    m = re.search(r"No candidates were found for ([A-Za-z0-9_.-]+)", text)
+    if m is None:
+        return None
+    asked = {s.name.normalized for s in specs if s.name is not None}
+    name = m.group(1).lower()
+    return name if name in asked and name not in PLAN_OWNED else None
 
 
 def to_solved(record: RepoDataRecord, platform: str) -> SolvedPackage:
