@@ -356,7 +356,16 @@ def existing_env(name: str | None, prefix: str | None = None) -> Path:
             f"no environment named {name!r} under {envs_dir()}", missing_env_hint(name)
         )
     if not looks_like_env(target):
-        raise UsageError(f"no environment at {target}", "see `envtool list`, or pass --prefix PATH")
+        from envtool.core.shell_quote import quote_posix
+
+        if (target / "pyvenv.cfg").is_file():  # a venv activates with its own script
+            activate = quote_posix(str(target / "bin" / "activate"))
+            raise UsageError(
+                f"{printable(str(target))} is a venv, not a conda environment",
+                f"activate it with `source {activate}`",
+            )
+        fix = "see `envtool list`" + ("" if prefix else ", or pass --prefix PATH")
+        raise UsageError(f"no environment at {target}", fix)
     return target
 
 

@@ -62,6 +62,8 @@ def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
             name = _one_name(before[0], name)
     if not command:
         raise UsageError("no command to run", "envtool run NAME -- CMD (e.g. python train.py)")
+    if _AFTER_DASHES not in ctx.meta and name is None and prefix is None:
+        _refuse_env_as_command(command)
     target = resolve_and_say("run", "running in", name, prefix)
     # envtool's own venv (pipx, uv tool) is never where a command was meant to run, and
     # `envtool run pip install X` there would change envtool itself
@@ -80,20 +82,32 @@ def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
         if os.sep in command[0] and Path(command[0]).exists():  # which() found it unrunnable
             kind = "a directory" if Path(command[0]).is_dir() else "not executable"
             raise UsageError(f"{command[0]}: {kind}", "run a program or script file")
-        from envtool.adapters.locate import env_prefix
-        from envtool.core.shell_quote import join_posix
-
-        hint = "check the name, or install it into the env"
-        try:  # `envtool run demo python x.py`: demo is an environment, not the command
-            is_env = len(command) > 1 and env_prefix(command[0]).is_dir()
-        except UsageError:
-            is_env = False
-        if is_env:
-            hint = f"{command[0]} is an environment: {join_posix(['envtool', 'run', command[0], '--', *command[1:]])}"
-        raise UsageError(f"{command[0]}: command not found in {target.label}", hint)
+        raise UsageError(
+            f"{command[0]}: command not found in {target.label}",
+            "check the name, or install it into the env",
+        )
     say_target()
     # exec: signals, stdin and the exit code are the command's own, with no wrapper process.
     os.execve(exe, [command[0], *command[1:]], env)
+
+
+def _refuse_env_as_command(command: tuple[str, ...]) -> None:
+    """`envtool run demo python x.py` or `envtool run demo` (no `--`): demo is an environment
+    and no program of that name is on PATH, so the `--` was forgotten; say where it goes."""
+    from envtool.adapters.locate import env_prefix
+    from envtool.core.shell_quote import join_posix
+    from envtool.errors import UsageError
+
+    try:
+        is_env = shutil.which(command[0]) is None and env_prefix(command[0]).is_dir()
+    except UsageError:  # not a name an env could have
+        return
+    if not is_env:
+        return
+    fixed = join_posix(["envtool", "run", command[0], "--", *command[1:]])
+    if len(command) == 1:
+        raise UsageError(f"{command[0]} is an environment and no command followed", fixed + " CMD")
+    raise UsageError(f"{command[0]} is an environment", fixed)
 
 
 def _one_name(positional: str, option: Any) -> str:

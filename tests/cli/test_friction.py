@@ -305,3 +305,19 @@ def test_create_f_without_name_takes_the_files_name_as_conda_does(
     assert code == 2 and "has no `name:` and no NAME was given" in err
     code, _, err = run_cli(["create", "--cuda", "cpu"], tmp_path)
     assert code == 2 and "no environment NAME given" in err
+
+
+def test_shell_hook_on_a_venv_says_how_a_venv_activates(run_cli, tmp_path) -> None:
+    """`shell-hook -p VENV` said "no environment at VENV — … or pass --prefix PATH", to a user
+    who had passed --prefix."""
+    import venv
+
+    venv.create(tmp_path / "my venv", with_pip=False)
+    code, out, err = run_cli(["shell-hook", "-p", str(tmp_path / "my venv")], tmp_path)
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        f"envtool: error: {tmp_path / 'my venv'} is a venv, not a conda environment — activate "
+        f"it with `source '{tmp_path / 'my venv' / 'bin' / 'activate'}'`"
+    ]
+    code, _, err = run_cli(["shell-hook", "-p", str(tmp_path)], tmp_path)  # neither
+    assert code == 2 and err.rstrip().endswith(f"no environment at {tmp_path} — see `envtool list`")

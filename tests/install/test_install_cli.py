@@ -151,7 +151,13 @@ def test_export_name_outside_its_project_exports_the_lock_it_was_installed_from(
     # `run demo python …` without `--`: demo was taken for the command; the hint says so
     missed = run_envtool("run", "demo", "python", "-c", "1", env=env, cwd=elsewhere)
     assert missed.returncode == 2
-    assert "demo is an environment: envtool run demo -- python -c 1" in missed.stderr
+    assert "demo is an environment — envtool run demo -- python -c 1" in missed.stderr
+    alone = run_envtool("run", "demo", env=env, cwd=elsewhere)  # no command at all
+    assert alone.returncode == 2
+    assert alone.stderr.splitlines() == [
+        "envtool: error: demo is an environment and no command followed — "
+        "envtool run demo -- CMD"
+    ]
     # conda list -n demo: every package, pip's as pypi
     listed = run_envtool("info", "demo", "--packages", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
