@@ -19,7 +19,7 @@ GROUP_HELP = "envtool: CUDA-correct, reproducible PyTorch multi-GPU environments
 DEBUG_HELP = "Show tracebacks instead of one-line errors."
 VERSION_HELP = "Show the version and exit."
 HELP_HELP = "Show this message and exit."
-OFFLINE_HELP = "Install from the package cache only."
+OFFLINE_HELP = "Installs take packages from the cache only (no downloads)."
 NO_COLOR_HELP = "No color (also: NO_COLOR=1; none when not a terminal)."
 
 # name -> (module, one-line help). Help text lives here so `--help` needs no imports.
@@ -37,7 +37,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("envtool.commands.config", "Show the settings in force and where each comes from."),
     "add": ("envtool.commands.add", "Add packages to an environment, re-lock, install."),
     "drop": ("envtool.commands.drop", "Drop packages from an environment, re-lock, install."),
-    "update": ("envtool.commands.update", "Update packages to the newest allowed, re-lock."),
+    "update": (
+        "envtool.commands.update",
+        "Update packages to the newest allowed, re-lock, install.",
+    ),
     "export": ("envtool.commands.export", "Write a portable environment.yml (or @EXPLICIT file)."),
     "install": ("envtool.commands.install", "Install an environment from its lock."),
     "list": ("envtool.commands.list", "List installed environments and their state."),

@@ -155,8 +155,7 @@ def test_export_name_outside_its_project_exports_the_lock_it_was_installed_from(
     alone = run_envtool("run", "demo", env=env, cwd=elsewhere)  # no command at all
     assert alone.returncode == 2
     assert alone.stderr.splitlines() == [
-        "envtool: error: demo is an environment and no command followed — "
-        "envtool run demo -- CMD"
+        "envtool: error: demo is an environment and no command followed — envtool run demo -- CMD"
     ]
     # conda list -n demo: every package, pip's as pypi
     listed = run_envtool("info", "demo", "--packages", "--json", env=env)
