@@ -29,7 +29,8 @@ TEMPLATE_NAMES = ("ddp", "lm", "fsdp", "generate")
 def cmd(
     dest: str | None, template: str, force: bool, list_: bool, dry_run: bool, as_json: bool
 ) -> Result:
-    """Write a training script to DEST (default train.py; a directory gets DEST/train.py).
+    """Write a script template to DEST (default train.py, sample.py for generate; a directory
+    gets that name inside it).
 
     Each template is one file that imports only torch and the standard library and runs with
     plain `python`, `torchrun` or `envtool launch`.

@@ -45,6 +45,16 @@ def test_directory_destination_gets_train_py_inside(in_tmp: Path, run_cli) -> No
     assert (in_tmp / "new" / "run1" / "train.py").is_file()
 
 
+def test_the_generate_template_is_written_as_sample_py(in_tmp: Path, run_cli) -> None:
+    """It samples a trained model: `init -t generate` wrote it as train.py, beside (or over
+    the name of) the training script README's walkthrough writes first."""
+    assert run_cli(["init", "-t", "lm"])[0] == 0
+    assert run_cli(["init", "-t", "generate"])[0] == 0
+    assert (in_tmp / "sample.py").read_text() == (REPO / "templates" / "generate.py").read_text()
+    assert run_cli(["init", "exp/", "-t", "generate"])[0] == 0
+    assert (in_tmp / "exp" / "sample.py").is_file()
+
+
 def test_a_destination_under_a_file_is_a_usage_error(in_tmp: Path, run_cli) -> None:
     (in_tmp / "a-file").touch()
     code, _, err = run_cli(["init", "a-file/train.py"])

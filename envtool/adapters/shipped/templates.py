@@ -14,6 +14,12 @@ from pathlib import Path
 from envtool.errors import UsageError
 
 DEFAULT_FILENAME = "train.py"
+SAMPLE_FILENAME = "sample.py"  # the generate template samples, it does not train (README's name)
+
+
+def default_filename(template: str) -> str:
+    """What `envtool init` names the script when DEST is a folder or absent."""
+    return SAMPLE_FILENAME if template == "generate" else DEFAULT_FILENAME
 
 
 @dataclass(frozen=True)
@@ -101,9 +107,9 @@ def template_path(name: str) -> Path:
 def plan_init(name: str, dest: str | os.PathLike[str] | None, force: bool) -> InitPlan:
     """Where `envtool init` would write, refusing to clobber a file without --force."""
     source = template_path(name)
-    target = Path(dest) if dest else Path(DEFAULT_FILENAME)
+    target = Path(dest) if dest else Path(default_filename(name))
     if target.is_dir() or str(dest or "").endswith(("/", os.sep)):
-        target = target / DEFAULT_FILENAME
+        target = target / default_filename(name)
     if target.is_dir():
         raise UsageError(f"{target} is a directory", "give a file name for the script")
     exists = target.exists()
