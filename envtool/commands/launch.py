@@ -93,11 +93,20 @@ class _LaunchCommand(click.Command):
     help=f"Processes per node (at most {MAX_NPROC}).",
 )
 @click.option("--nnodes", type=click.IntRange(min=1), default=None, help="Number of nodes.")
-@click.option("--node-rank", type=click.IntRange(min=0), default=None, help="This node's rank.")
-@click.option("--rdzv-endpoint", default=None, help="HOST:PORT of the head node.")
-@click.option("--rdzv-id", default=None, help="Run id shared by all nodes (c10d rendezvous).")
 @click.option(
-    "--local-addr", default=None, help="Address other nodes reach this node by (multi-NIC)."
+    "--node-rank", "--node_rank", type=click.IntRange(min=0), default=None, help="This node's rank."
+)
+@click.option(
+    "--rdzv-endpoint", "--rdzv_endpoint", default=None, help="HOST:PORT of the head node."
+)
+@click.option(
+    "--rdzv-id", "--rdzv_id", default=None, help="Run id shared by all nodes (c10d rendezvous)."
+)
+@click.option(
+    "--local-addr",
+    "--local_addr",
+    default=None,
+    help="Address other nodes reach this node by (multi-NIC).",
 )
 @click.option(
     "--rdzv-timeout",
@@ -109,6 +118,7 @@ class _LaunchCommand(click.Command):
 )
 @click.option(
     "--max-restarts",
+    "--max_restarts",  # torchrun takes both spellings of each of its flags
     type=click.IntRange(min=0),
     default=0,
     show_default=True,

@@ -33,6 +33,24 @@ def test_launch_takes_torchruns_nproc_per_node(flag, run_cli, tmp_path) -> None:
     assert json.loads(out)["plan"]["nproc_per_node"] == 3
 
 
+def test_launch_takes_torchruns_underscore_spellings(run_cli, tmp_path) -> None:
+    """torchrun reads --max_restarts as --max-restarts (each of its flags both ways); envtool
+    said "No such option: --max_restarts"."""
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    args = ["--max_restarts", "2", "--nnodes", "2", "--node_rank", "1"]
+    args += ["--rdzv_endpoint", "10.0.0.1:29400", "--rdzv_id", "job7", "--local_addr", "10.0.0.2"]
+    code, out, err = run_cli(
+        ["launch", str(script), *args, "--cpu", "--dry-run", "--json"], tmp_path
+    )
+    assert code == 0, err
+    argv = json.loads(out)["plan"]["argv"]
+    pairs = (("--max-restarts", "2"), ("--node-rank", "1"), ("--local-addr", "10.0.0.2"))
+    pairs += (("--master-addr", "10.0.0.1"), ("--master-port", "29400"))
+    for flag, value in pairs:
+        assert argv[argv.index(flag) + 1] == value, argv
+
+
 def test_launch_takes_torchruns_standalone_and_says_where_script_options_go(
     run_cli, tmp_path
 ) -> None:
