@@ -177,6 +177,23 @@ class Plan:
         }
 
 
+def _cuda_fix(want: str) -> str:
+    """The fix for a --cuda value that is not one: the X.Y or the major it spells otherwise
+    (`cu126`, `cuda12`), auto for "any GPU build" (`gpu`), else every accepted form."""
+    known = cu.known_cuda_versions()
+    majors = sorted({v.split(".")[0] for v in known}, key=int)
+    meant = _cuda_spelled_otherwise(want)
+    if meant in known:
+        return f"did you mean --cuda {meant}?"
+    m = re.fullmatch(r"(?:cuda-?|cu)(\d+)", want)
+    if m and str(int(m.group(1))) in majors:
+        major = int(m.group(1))
+        return f"did you mean --cuda {major} (the newest {major}.x this host runs)?"
+    if want in ("gpu", "cuda", "nvidia", "yes", "true", "on"):
+        return "--cuda auto picks the CUDA build this host's driver and GPUs run"
+    return f"use auto, cpu, a major ({', '.join(majors)}) or one of {', '.join(known)}"
+
+
 def _cuda_spelled_otherwise(text: str) -> str | None:
     """X.Y from the other spellings users bring: a variant's `cuda12.6`, a wheel tag's `cu126`,
     nvcc's `12.8.1`."""
@@ -400,14 +417,7 @@ def check_request(request: Request, host: HostFacts | None = None) -> None:
         except ValueError:
             mm = None
         if mm is None or cu.min_driver(mm) is None or not re.fullmatch(r"\d+\.\d+", want):
-            known = ", ".join(cu.known_cuda_versions())
-            meant = _cuda_spelled_otherwise(want)
-            raise UsageError(
-                f"--cuda {request.cuda}: not a known CUDA version",
-                f"did you mean --cuda {meant}?"
-                if meant in cu.known_cuda_versions()
-                else f"use auto, cpu or one of {known}",
-            )
+            raise UsageError(f"--cuda {request.cuda}: not a known CUDA version", _cuda_fix(want))
     for value, flag, example in (
         (request.driver, "--driver", "535.54.03"),
         (request.torch, "--torch", "2.5"),

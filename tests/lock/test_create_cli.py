@@ -32,7 +32,12 @@ def conda_forge(harvested) -> str:
             ["--torch", "2.7", "--flavor", "pytorch"],
             "the pytorch channel stopped at 2.5 — use --flavor conda-forge",
         ),
-        (["--cuda", "12.7"], "--cuda 12.7: not a known CUDA version — use auto, cpu or one of"),
+        (
+            ["--cuda", "12.7"],
+            "--cuda 12.7: not a known CUDA version — use auto, cpu, a major (9, 10, 11, 12, 13) or one",
+        ),
+        (["--cuda", "cuda12"], "did you mean --cuda 12 (the newest 12.x this host runs)?"),
+        (["--cuda", "gpu"], "--cuda auto picks the CUDA build this host's driver and GPUs run"),
         (
             ["--cuda", "cuda12.6"],
             "--cuda cuda12.6: not a known CUDA version — did you mean --cuda 12.6?",
