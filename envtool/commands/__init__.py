@@ -110,13 +110,14 @@ def adopt_confirmed(target: Path | str, yes: bool) -> bool:
     return False
 
 
-yes_option = click.option(
+_YES = "Replace without asking: an existing environment envtool did not install (conda's, pixi's)"
+yes_option = click.option("--yes", "-y", is_flag=True, help=_YES + ".")
+create_yes_option = click.option(
     "--yes",
     "-y",
     is_flag=True,
-    help="Replace without asking: an existing environment envtool did not install (conda's, "
-    "pixi's); for create also an environment.yml edited since it was locked, and an env of "
-    "this name that another project's lock installed.",
+    help=_YES + "; an environment.yml edited since it was locked or whose packages this "
+    "request drops; an env of this name that another project's lock installed.",
 )
 
 

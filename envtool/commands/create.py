@@ -12,11 +12,11 @@ import click
 
 from envtool.commands import (
     adopt_confirmed,
+    create_yes_option,
     env_name,
     gpus_mistake_option,
     project_dir_option,
     renders,
-    yes_option,
 )
 from envtool.core.plan import PLATFORMS
 from envtool.errors import UsageError
@@ -93,7 +93,7 @@ from envtool.workflows.lock_outcome import summarize_lock
     is_flag=True,
     help="Install even if this host's driver/GPUs can't run the build (as install --force).",
 )
-@yes_option
+@create_yes_option
 @click.option("--dry-run", is_flag=True, help="Print the plan and solution summary; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON envelope.")
 @click.option("--quiet", "-q", is_flag=True, help="No install progress lines.")
