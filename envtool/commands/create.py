@@ -279,7 +279,7 @@ def _refuse_dropping(name: str, yml_path: Path, old: str, request: tuple[str, st
         return
     what = ", ".join(lost[:6]) + (f" and {len(lost) - 6} more" if len(lost) > 6 else "")
     if confirmed(
-        f"{yml_path} asks for {what}, which create's request ({source}) drops; replace it?"
+        f"{yml_path} asks for {what}, which create's request ({asked}) drops; replace it?"
     ):
         return
     keep = f"envtool create {quote_posix(name)} -f {quote_posix(str(yml_path))}"
