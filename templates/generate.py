@@ -881,10 +881,13 @@ if triton is not None:
         each thread reads the elements it multiplies, from L1. Addresses are clamped into x
         and the masked elements zeroed after."""
         if COMPILED and X_ASM:
-            # a vector's 8 addresses stay in x: an aligned 8 past K reads x's last 8
-            at = [ptr + tl.minimum(rk, K - (8 if X_ASM == 2 else 1)), dep]
             ty = ptr.dtype.element_ty
-            if ty.primitive_bitwidth == 16 and X_ASM == 2:  # 8 at a time (gemv: K % 8 == 0,
+            WIDE: tl.constexpr = X_ASM == 2 and ty.primitive_bitwidth == 16
+            # a vector's 8 addresses stay in x: an aligned 8 past K reads x's last 8. Only a
+            # vector's: proj's fp64 weight sums (16 a layer) clamped to K - 8 read head 8's
+            # for heads 9-15 (round 20's check, every proj tile WRONG with X_ASM 2)
+            at = [ptr + tl.minimum(rk, K - (8 if WIDE else 1)), dep]
+            if WIDE:  # 8 at a time (gemv: K % 8 == 0,
                 # x 16-byte aligned); a thread's 8 neighbouring elements are its 8 neighbours
                 # in x in the products' layouts (8-16 columns a thread): one 16-byte load
                 v = tl.inline_asm_elementwise(
