@@ -19,7 +19,7 @@ GROUP_HELP = "envtool: CUDA-correct, reproducible PyTorch multi-GPU environments
 DEBUG_HELP = "Show tracebacks instead of one-line errors."
 VERSION_HELP = "Show the version and exit."
 HELP_HELP = "Show this message and exit."
-OFFLINE_HELP = "Installs take packages from the cache only (no downloads)."
+OFFLINE_HELP = "No network: packages and repodata from the cache only."
 NO_COLOR_HELP = "No color (also: NO_COLOR=1; none when not a terminal)."
 
 # name -> (module, one-line help). Help text lives here so `--help` needs no imports.

@@ -115,7 +115,8 @@ def apply_offline_flag(origin: dict[str, str]) -> None:
 
 
 def offline_mode() -> bool:
-    """--offline, ENVTOOL_OFFLINE or `offline = true`: installs use the package cache only."""
+    """--offline, ENVTOOL_OFFLINE or `offline = true`: no network (installs from the package
+    cache, solves from cached repodata)."""
     return parse_offline(os.environ.get("ENVTOOL_OFFLINE"))
 
 

@@ -40,7 +40,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("envs-dir", "ENVTOOL_ENVS_DIR", "path", "where NAME is installed (<dir>/NAME)"),
     Setting("cache-dir", "ENVTOOL_CACHE_DIR", "path", "the package and repodata cache"),
-    Setting("offline", "ENVTOOL_OFFLINE", "bool", "install from the package cache only"),
+    Setting(
+        "offline", "ENVTOOL_OFFLINE", "bool", "no network: packages and repodata from the cache"
+    ),
     Setting(
         "network-idle-timeout",
         "ENVTOOL_NETWORK_IDLE_TIMEOUT",

@@ -155,10 +155,16 @@ def describe_unreachable(url: str, wait: float = 3.0) -> str | None:
 def gateway(cache_dir: Path | None = None) -> Gateway:
     """A repodata gateway over the command's client (so a 503 on repodata is retried, and
     credentials and mirrors apply to channels as to packages); sharded repodata (CEP-16) is used
-    where a channel publishes it. Its cache: repodata_cache_dir."""
+    where a channel publishes it. Its cache: repodata_cache_dir. Offline (`--offline`): that
+    cache only, stale or not (rattler's force-cache-only); a channel never fetched is refused."""
     import rattler
 
+    from envtool.adapters.config import offline_mode
+
     cache_dir = repodata_cache_dir(cache_dir)
+    if offline_mode():  # --offline: the cached repodata however old, never a request
+        offline = rattler.SourceConfig(cache_action="force-cache-only")
+        return rattler.Gateway(cache_dir=cache_dir, default_config=offline, client=client())
     config = rattler_config()
     if config is not None:
         return rattler.Gateway.from_config(config, cache_dir=cache_dir, client=client())

@@ -278,6 +278,14 @@ def _raise_channel_error(exc: Exception, platform: str) -> None:
     from envtool.adapters.solve.network import describe_unreachable
 
     text = str(exc)
+    uncached = re.search(r"no usable repodata cache for (\S+)", text)
+    if uncached:  # --offline and this channel's repodata was never fetched here
+        where = printable(redact_credentials(uncached.group(1).rstrip("/")))
+        raise UsageError(
+            f"--offline: no cached repodata for {where}",
+            "run the command once online (the channels' repodata is cached for the next "
+            "offline solve), or --channel a local channel folder",
+        ) from None
     url = re.search(r"url \((https?://[^)\s]+)\)", text)
     cause = describe_unreachable(url.group(1)) if url else None
     if cause:
