@@ -41,6 +41,7 @@ def test_offline_relocks_from_cached_repodata_and_names_a_channel_never_fetched(
 
     online = run_envtool("lock", "demo", "--force", env=env, cwd=tmp_path)  # not offline
     assert online.returncode == 1 and "cannot reach the channel" in online.stderr, online.stderr
+    assert "solved here before: `envtool --offline …` reads the cached repodata" in online.stderr
 
     shutil.rmtree(Path(env["ENVTOOL_CACHE_DIR"]) / "repodata")  # nothing cached
     bare = run_envtool("--offline", "lock", "demo", "--force", env=env, cwd=tmp_path)

@@ -291,7 +291,7 @@ def _raise_channel_error(exc: Exception, platform: str) -> None:
     if cause:
         raise DiagnosedFailure(
             f"cannot reach the channel for {platform}: {cause} (after rattler's retries)",
-            MIRROR_HINT,
+            MIRROR_HINT + "; solved here before: `envtool --offline …` reads the cached repodata",
         ) from None
     raise UsageError(
         f"cannot read channel repodata for {platform}: {one_line(text, 300)}",
