@@ -28,8 +28,13 @@ def test_offline_relocks_from_cached_repodata_and_names_a_channel_never_fetched(
     with MirrorServer(setup.channel) as server:
         url = server.url
         args = ["create", "demo", "-f", "env.yml", "--channel", url, "--cuda", "12.6"]
-        made = run_envtool(*args, "--no-install", env=env, cwd=tmp_path)
+        made = run_envtool(*args, env=env, cwd=tmp_path)
         assert made.returncode == 0, made.stderr
+    # on a plane: another env from the same request, solved and installed with no server
+    args[1] = "again"
+    plane = run_envtool("--offline", *args, env=env, cwd=tmp_path)
+    assert plane.returncode == 0, plane.stderr
+    assert (Path(env["ENVTOOL_ENVS_DIR"]) / "again" / "conda-meta").is_dir()
     lock = tmp_path / "environments" / "demo" / "conda-lock.yml"
     before = lock.read_text()
     lock.unlink()  # the server is gone: only the cache can answer
