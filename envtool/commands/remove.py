@@ -35,6 +35,10 @@ def cmd(name: str | None, prefix: str | None, yes: bool, dry_run: bool, as_json:
     if dry_run:
         return Result("remove", data, [f"would remove {w}" for w in what])
     if not yes and not confirmed(f"Remove the whole environment {label} ({target})?"):
+        import sys
+
+        if sys.stdin.isatty():  # the user said no: an answer, not an error (exit 1, as apt's)
+            return Result("remove", data, [f"not removed: {target}"], exit_code=1)
         raise UsageError("not removed", "pass --yes to remove without asking")
     with hold_env_mutex(target, label, on_wait=note):
         # act on what is there now: another envtool may have removed or re-created it meanwhile

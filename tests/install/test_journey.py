@@ -61,6 +61,37 @@ def test_remove_without_yes_and_no_answer_is_bad_usage_not_a_ctrl_c(
     assert prefix.is_dir()  # nothing removed without a yes
 
 
+def test_remove_answered_no_at_a_terminal_is_an_answer_not_an_error(
+    setup: cb.CudaSetup, env: dict[str, str]
+) -> None:
+    """A "n" at the question printed "envtool: error: not removed — pass --yes", exit 2, as if
+    the user had made a mistake; now "not removed: PREFIX", exit 1 (apt's "Abort."), no error."""
+    import os
+    import pty
+
+    from conftest import envtool_argv
+
+    prefix = Path(env["ENVTOOL_ENVS_DIR"]) / "demo"
+    installed = run_envtool("install", "--lock", str(setup.lock), "--prefix", str(prefix), env=env)
+    assert installed.returncode == 0, installed.stderr
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [*envtool_argv(), "remove", "--prefix", str(prefix)],
+        env=env,
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(terminal)
+    os.write(controller, b"n\n")
+    out, err = proc.communicate(timeout=60)
+    os.close(controller)
+    assert proc.returncode == 1, err
+    assert out.strip() == f"not removed: {prefix}" and "error" not in err, (out, err)
+    assert (prefix / "conda-meta").is_dir()
+
+
 def test_a_failed_bundle_leaves_no_half_bundle_and_the_retry_works(
     setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
 ) -> None:
