@@ -362,7 +362,7 @@ def existing_env(name: str | None, prefix: str | None = None) -> Path:
             activate = quote_posix(str(target / "bin" / "activate"))
             raise UsageError(
                 f"{printable(str(target))} is a venv, not a conda environment",
-                f"activate it with `source {activate}`",
+                f"activate it with `source {activate}` (fish: activate.fish)",
             )
         fix = "see `envtool list`" + ("" if prefix else ", or pass --prefix PATH")
         raise UsageError(f"no environment at {target}", fix)

@@ -140,7 +140,7 @@ def env_name(
         if rest is not None and name_option is not None and name is not None:
             kwargs[rest], name = (name, *kwargs[rest]), None  # click put the first PKG in NAME
         for given in (name, name_option):
-            if given is not None and any(c in given for c in "=<>"):
+            if given is not None and _looks_like_spec(given):
                 raise _spec_as_name(given)
         if name_option is not None and name is not None and name_option != name:
             raise UsageError(
@@ -158,6 +158,22 @@ def env_name(
     # line says NAME, not [NAME]
     metavar = "NAME" if required else None
     return click.argument("name", required=False, metavar=metavar)(wrapper)
+
+
+def _looks_like_spec(given: str) -> bool:
+    """A NAME with = < or > that names nothing: conda allows `=` in env names, so one that
+    exists (or a path: `/scratch/job=42/env`) is still a name."""
+    import os
+
+    if not any(c in given for c in "=<>") or os.path.isabs(given):
+        return False
+    from envtool.adapters.locate import env_prefix
+    from envtool.errors import UsageError
+
+    try:
+        return not os.path.lexists(env_prefix(given))
+    except UsageError:  # not a name an env could have either: the spec reading is the likelier
+        return True
 
 
 def _spec_as_name(given: str) -> Exception:
@@ -191,16 +207,19 @@ def resolve_and_say(
     return target
 
 
-def refuse_own_env(target: Target, command: str, rest: str = "") -> None:
+def refuse_own_env(
+    target: Target, command: str, rest: str = "", other: str = "--prefix PATH"
+) -> None:
     """For commands about an environment the user owns (its lock, its drift, `run`): with
     nothing named and nothing active, envtool's own python is not what the user meant; say
-    what is missing. `rest`: what follows NAME in the example (run's ` -- CMD`)."""
+    what is missing. `rest`: what follows NAME in the example (run's ` -- CMD`); `other`: the
+    command's other way to name one (export's --lock FILE)."""
     from envtool.errors import UsageError
 
     if target.is_own:
         raise UsageError(
             f"{command}: no environment is active and none was named",
-            f"pass NAME (see `envtool list`) or --prefix PATH, or activate the environment: "
+            f"pass NAME (see `envtool list`) or {other}, or activate the environment: "
             f"envtool {command} NAME{rest}",
         )
 

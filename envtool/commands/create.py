@@ -250,7 +250,7 @@ def refuse_lost_work(
                 f"keep it: `envtool lock {quote_posix(name)}` locks it as it is; replace it: add "
                 "--yes",
             )
-        _refuse_dropping(name, yml_path, old, request)
+        _refuse_dropping(name, directory, yml_path, old, request)
     installed_from = (read_state_record(target) or {}).get("lock_path") if target else None
     if isinstance(installed_from, str) and Path(installed_from).is_file():
         if not Path(installed_from).resolve().is_relative_to(env_dir.resolve()):
@@ -261,12 +261,14 @@ def refuse_lost_work(
             )
 
 
-def _refuse_dropping(name: str, yml_path: Path, old: str, request: tuple[str, str, str]) -> None:
+def _refuse_dropping(
+    name: str, directory: str | None, yml_path: Path, old: str, request: tuple[str, str, str]
+) -> None:
     """The packages of a locked environments/NAME/environment.yml that create's request would
     drop (`create NAME` again without -f: the default profile): asked, else refused."""
     from envtool.commands import confirmed
     from envtool.core.request import dropped_packages
-    from envtool.core.shell_quote import quote_posix
+    from envtool.core.shell_quote import printable, quote_posix
     from envtool.core.spec import parse_environment_yml
 
     try:
@@ -279,14 +281,19 @@ def _refuse_dropping(name: str, yml_path: Path, old: str, request: tuple[str, st
         return
     what = ", ".join(lost[:6]) + (f" and {len(lost) - 6} more" if len(lost) > 6 else "")
     if confirmed(
-        f"{yml_path} asks for {what}, which create's request ({asked}) drops; replace it?"
+        printable(
+            f"{yml_path} asks for {what}, which create's request ({asked}) drops; replace it?"
+        )
     ):
         return
     keep = f"envtool create {quote_posix(name)} -f {quote_posix(str(yml_path))}"
+    if directory:
+        keep += f" --dir {quote_posix(directory)}"
+    them = "them" if len(lost) > 1 else "it"
     raise UsageError(
-        f"{yml_path} asks for {what}; create's request ({asked}) would drop them",
-        f"keep them: `{keep}` starts from that file (your flags still apply); replace it: add "
-        "--yes",
+        f"{yml_path} asks for {what}; create's request ({asked}) would drop {them}",
+        f"keep {them}: `{keep}` starts from that file (your flags still apply); replace it: "
+        "add --yes",
     )
 
 

@@ -205,7 +205,7 @@ def active_env_lock() -> Path:
     from envtool.commands import refuse_own_env, resolve_and_say
 
     target = resolve_and_say("export", "exporting the lock of", None, None, None)
-    refuse_own_env(target, "export")
+    refuse_own_env(target, "export", other="--lock FILE")
     recorded = describe_env(target.prefix or target.python.parent).get("lock_path")
     if not recorded or not Path(recorded).is_file():
         what = "was not installed by envtool" if not recorded else f"names {recorded}, not here"

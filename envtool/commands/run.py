@@ -94,14 +94,17 @@ def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
 def _refuse_env_as_command(command: tuple[str, ...]) -> None:
     """`envtool run demo python x.py` or `envtool run demo` (no `--`): demo is an environment
     and no program of that name is on PATH, so the `--` was forgotten; say where it goes."""
-    from envtool.adapters.locate import env_prefix
+    from envtool.adapters.locate import env_prefix, looks_like_env
     from envtool.core.shell_quote import join_posix
     from envtool.errors import UsageError
 
     try:
-        is_env = shutil.which(command[0]) is None and env_prefix(command[0]).is_dir()
+        where = env_prefix(command[0])
     except UsageError:  # not a name an env could have
         return
+    # a conda env or a venv, not any folder (`run /tmp/plain python`)
+    env_like = looks_like_env(where) or (where / "pyvenv.cfg").is_file()
+    is_env = shutil.which(command[0]) is None and env_like
     if not is_env:
         return
     fixed = join_posix(["envtool", "run", command[0], "--", *command[1:]])

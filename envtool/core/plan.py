@@ -55,6 +55,9 @@ TOOLKIT_VERSIONED = (
 )
 # Names the plan owns: any user spec for these is replaced by the plan's own (idempotent re-plan).
 PLAN_OWNED = {"pytorch", "cuda-version", "pytorch-cuda", "pytorch-mutex", "cpuonly", "cudatoolkit"}
+# ...and the names it may add to the request it records (_plan_platform): python for --python
+# (or the stored pin), pip for a pip section
+PLAN_WRITES = PLAN_OWNED | {"python", "pip"}
 _DEFAULT_VIRTUAL = {
     "linux-64": {"__glibc": "2.28", "__linux": "5.10", "__unix": "0", "__archspec": "1=x86_64"},
     "linux-aarch64": {
@@ -181,7 +184,7 @@ def _cuda_fix(want: str) -> str:
     """The fix for a --cuda value that is not one: the X.Y or the major it spells otherwise
     (`cu126`, `cuda12`), auto for "any GPU build" (`gpu`), else every accepted form."""
     known = cu.known_cuda_versions()
-    majors = sorted({v.split(".")[0] for v in known}, key=int)
+    majors = _cuda_majors()
     meant = _cuda_spelled_otherwise(want)
     if meant in known:
         return f"did you mean --cuda {meant}?"
@@ -192,6 +195,11 @@ def _cuda_fix(want: str) -> str:
     if want in ("gpu", "cuda", "nvidia", "yes", "true", "on"):
         return "--cuda auto picks the CUDA build this host's driver and GPUs run"
     return f"use auto, cpu, a major ({', '.join(majors)}) or one of {', '.join(known)}"
+
+
+def _cuda_majors() -> list[str]:
+    """The CUDA majors the data knows (`--cuda 12`: the newest 12.x that runs)."""
+    return sorted({v.split(".")[0] for v in cu.known_cuda_versions()}, key=int)
 
 
 def _cuda_spelled_otherwise(text: str) -> str | None:
@@ -405,7 +413,7 @@ def check_request(request: Request, host: HostFacts | None = None) -> None:
             "`platforms: [linux-64]` in environment.yml)",
         )
     if re.fullmatch(r"\d+", want):
-        majors = sorted({v.split(".")[0] for v in cu.known_cuda_versions()}, key=int)
+        majors = _cuda_majors()
         if want not in majors:
             raise UsageError(
                 f"--cuda {request.cuda}: no CUDA {want}.x is known",

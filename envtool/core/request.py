@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from envtool.core.inspect import PLAIN_VERSION
-from envtool.core.plan import PLAN_OWNED, Plan, Request, planned_gpus
+from envtool.core.plan import PLAN_WRITES, Plan, Request, planned_gpus
 from envtool.errors import UsageError
 
 if TYPE_CHECKING:
@@ -162,10 +162,11 @@ def render_request_yml(name: str, text: str, source: str, plan: Plan, request: R
 def dropped_packages(old: EnvSpec, new: EnvSpec) -> list[str]:
     """The packages `old` asks for that `new` does not (conda names, then pip's by their
     normalized names): what replacing one request file with the other would lose. The names the
-    plan owns (cuda-version, cpuonly, …) are the plan's to write, not the user's to lose."""
+    plan writes (cuda-version, cpuonly, python's pin, pip for a pip section: PLAN_WRITES) are
+    the plan's, not the user's to lose."""
     from envtool.core.spec import normalize_pip_name
 
-    conda = {d.name.lower() for d in new.dependencies} | PLAN_OWNED
+    conda = {d.name.lower() for d in new.dependencies} | PLAN_WRITES
     pip = {normalize_pip_name(p.name) for p in new.pip_lines() if p.name}
     lost = [d.name for d in old.dependencies if d.name.lower() not in conda]
     lost += [

@@ -335,7 +335,21 @@ def test_shell_hook_on_a_venv_says_how_a_venv_activates(run_cli, tmp_path) -> No
     assert code == 2 and out == ""
     assert err.splitlines() == [
         f"envtool: error: {tmp_path / 'my venv'} is a venv, not a conda environment — activate "
-        f"it with `source '{tmp_path / 'my venv' / 'bin' / 'activate'}'`"
+        f"it with `source '{tmp_path / 'my venv' / 'bin' / 'activate'}'` (fish: activate.fish)"
     ]
     code, _, err = run_cli(["shell-hook", "-p", str(tmp_path)], tmp_path)  # neither
     assert code == 2 and err.rstrip().endswith(f"no environment at {tmp_path} — see `envtool list`")
+
+
+def test_run_calls_only_an_environment_an_environment(run_cli, tmp_path, monkeypatch) -> None:
+    """`run /tmp/plain python` (a folder, no `--`) was told "/tmp/plain is an environment" with a
+    command that then failed; a conda env or a venv is one, a plain folder is not."""
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    (tmp_path / "plain").mkdir()
+    code, _, err = run_cli(["run", str(tmp_path / "plain"), "python"], tmp_path)
+    assert code == 2 and "is an environment" not in err, err
+    (tmp_path / "env" / "conda-meta").mkdir(parents=True)
+    (tmp_path / "env" / "conda-meta" / "history").write_text("")
+    code, _, err = run_cli(["run", str(tmp_path / "env"), "python"], tmp_path)
+    assert code == 2 and f"{tmp_path / 'env'} is an environment — envtool run " in err, err

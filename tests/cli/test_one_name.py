@@ -4,6 +4,8 @@ NAME and without the alias fails here."""
 
 from __future__ import annotations
 
+import json
+
 import click
 import pytest
 
@@ -71,3 +73,20 @@ def test_add_with_n_still_takes_a_pinned_package_first(run_cli, tmp_path) -> Non
     code, _, err = run_cli(["add", "-n", "train", "numpy=1.26", "--dir", str(tmp_path)])
     assert "package spec, not an environment name" not in err
     assert code == 2 and "train" in err, err
+
+
+def test_an_existing_env_or_a_path_with_an_equals_sign_is_still_a_name(
+    run_cli, tmp_path, monkeypatch
+) -> None:
+    """conda allows `=` in env names: `remove py=3.11` of an env `list` shows, or an env at
+    `/scratch/job=42/env`, must not be read as a package spec."""
+    monkeypatch.setenv("ENVTOOL_ENVS_DIR", str(tmp_path / "envs"))
+    (tmp_path / "envs" / "py=3.11" / "conda-meta").mkdir(parents=True)
+    (tmp_path / "envs" / "py=3.11" / "conda-meta" / "history").write_text("")
+    code, out, err = run_cli(["info", "py=3.11", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["prefix"] == str(tmp_path / "envs" / "py=3.11")
+    (tmp_path / "job=42" / "env" / "conda-meta").mkdir(parents=True)
+    (tmp_path / "job=42" / "env" / "conda-meta" / "history").write_text("")
+    code, _, err = run_cli(["info", str(tmp_path / "job=42" / "env"), "--json"])
+    assert code == 0, err

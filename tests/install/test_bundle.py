@@ -130,6 +130,8 @@ def test_a_platform_the_lock_lacks_is_a_usage_error(command, fixtures, run_cli, 
         ("linux64", "did you mean --platform linux-64?"),  # the fix was `--platform linux64`
         ("linux-aarch64", "re-lock with `--platform linux-aarch64` or install on a linux-64 host"),
         ("bogus", "'bogus' is not a platform: pick one of linux-64, osx-arm64, win-64"),
+        # conda's, not envtool's (it was "did you mean --platform linux-64?")
+        ("linux-ppc64le", "install on a host of one of: linux-64, osx-arm64, win-64"),
     ],
 )
 def test_the_fix_for_a_platform_the_lock_lacks_never_repeats_a_typo(

@@ -431,15 +431,21 @@ def test_create_again_without_f_asks_before_dropping_the_files_packages(
     rc, _, err = run_cli(["create", "team", "--cuda", "12.6", *base], tmp_path)
     assert rc == 2, err
     line = _error_line(err)
-    assert "asks for python_abi; create's request (profile pytorch) would drop them" in line, line
+    assert "asks for python_abi; create's request (profile pytorch) would drop it" in line, line
     assert "solving" not in err and yml.read_text() == locked  # nothing solved or written
     keep = re.search(r"`(envtool create [^`]+)`", line)
     assert keep is not None, line
-    argv = [*shlex.split(keep.group(1))[1:], "--cuda", "cpu", *base]
+    argv = [*shlex.split(keep.group(1))[1:], "--cuda", "cpu", "--python", "3.11", *base]
     rc, _, err = run_cli(argv, tmp_path)  # the hint's command, another CUDA: cuda-version goes
     assert rc == 0, err
     text = yml.read_text()
     assert "python_abi" in text and "cpu*" in text and "cuda-version" not in text
+    # the same create again, from a file without python: the pin --python writes, pip for a
+    # pip section and cuda-version are the plan's; nothing of the user's is dropped
+    (tmp_path / "t2.yml").write_text("dependencies:\n  - pytorch\n  - python_abi\n")
+    again = ["create", "team", "-f", "t2.yml", "--cuda", "12.6", "--python", "3.11", *base]
+    assert run_cli(again, tmp_path)[0] == 0
+    assert run_cli(again, tmp_path)[0] == 0
 
 
 @pytest.mark.integration
@@ -456,6 +462,21 @@ def test_a_package_no_channel_has_is_named_not_blamed_on_cuda(
     line = _error_line(err)
     assert f"no torchvision package in {setup.channel.as_uri()}" in line, line
     assert "the request asks for torchvision: drop it" in line and "--cuda cpu" not in line
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("file", ["  - python_abi >=9\n", "  - conda-forge::python_abi >=9\n"])
+def test_a_version_no_channel_has_is_not_called_a_missing_package(
+    file, setup, run_cli, tmp_path
+) -> None:
+    """The channel has python_abi 3.11 only: ">=9" is a pin to relax, not a package to drop."""
+    (tmp_path / "e.yml").write_text("dependencies:\n  - python\n  - pytorch\n" + file)
+    args = ["create", "v", "-f", "e.yml", "--channel", str(setup.channel), "--cuda", "cpu"]
+    rc, _, err = run_cli([*args, "--dry-run"], tmp_path)
+    assert rc == 2, err
+    line = _error_line(err)
+    assert "no solution for linux-64" in line and "relax a pin" in line, line
+    assert "package in" not in line and "drop it" not in line
 
 
 @pytest.mark.integration

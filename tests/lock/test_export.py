@@ -247,6 +247,7 @@ def test_no_name_exports_the_active_envs_lock_or_says_it_has_none(
         code, _, err = run_cli([command])
         assert code == 2 and len(err.splitlines()) == 1, err
         assert f"{command}: no environment is active and none was named" in err
+        assert ("--lock FILE" if command == "export" else "--prefix PATH") in err
         assert sys.prefix not in err
 
 

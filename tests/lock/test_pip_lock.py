@@ -141,3 +141,15 @@ def test_create_locks_pip_section_as_pip_entries(harvested, wheels, run_cli, tmp
     assert pip["tinyalpha"]["platform"] == "linux-64"
     written = (tmp_path / "environments" / "p" / "environment.yml").read_text()
     assert "tinyalpha" in written and "pip:" in written
+
+
+@pytest.mark.integration
+def test_offline_pip_compile_asks_no_index(wheels, monkeypatch) -> None:
+    """`--offline` said "No network" but the pip section's `uv pip compile` still asked the
+    index; now it runs with uv's --offline (its cache only) and says so when that is not enough."""
+    monkeypatch.setenv("ENVTOOL_OFFLINE", "1")
+    with pytest.raises(UsageError) as err:  # an index nothing answers: uv must not even try it
+        compile_pip(["--index-url http://127.0.0.1:9/simple", "tinyalpha"], CONDA, "linux-64")
+    assert "network was disabled" in err.value.message, err.value.message
+    locked = compile_pip([*offline(wheels), "tinyalpha"], CONDA, "linux-64")  # local wheels: fine
+    assert {p.name for p in locked} == {"tinyalpha", "tinybeta"}

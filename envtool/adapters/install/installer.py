@@ -81,10 +81,19 @@ def _install_hint(lock: Lock, platform: str) -> str:
 
     if platform in PLATFORMS:
         return f"re-lock with `--platform {platform}` or install on a {lock.platforms[0]} host"
+    if platform in _conda_platforms():  # real, but not one envtool locks for (linux-ppc64le)
+        return f"install on a host of one of: {', '.join(lock.platforms)}"
     close = difflib.get_close_matches(platform, lock.platforms, n=1, cutoff=0.75)
     if close:
         return f"did you mean --platform {close[0]}?"
     return f"{printable(platform)!r} is not a platform: pick one of {', '.join(lock.platforms)}"
+
+
+def _conda_platforms() -> set[str]:
+    """Every platform conda knows (rattler's list), linux-ppc64le and win-arm64 among them."""
+    from rattler import Platform
+
+    return {str(p) for p in Platform.all()}
 
 
 def plan_install(
@@ -224,8 +233,8 @@ def apply_install(
             for p in conda_pkgs:  # none is left unvalidated, whatever fetch_all did
                 if p.file_name not in contents:
                     contents[p.file_name] = read_archive_contents(archives[p.file_name], p)
+            marked = True  # before the write: a Ctrl-C inside it may have left the marker
             install_state.write_incomplete_marker(prefix, plan.lock_sha256, lock_path)
-            marked = True
             _pause_hook("after-download")
             set_aside_records(prefix, damaged_records, say)
             shown.start_link(len(conda_pkgs), str(prefix))
@@ -264,7 +273,10 @@ def apply_install(
                 },
             )
         except KeyboardInterrupt:
-            shown.close()
+            try:
+                shown.close()
+            except KeyboardInterrupt:  # a second Ctrl-C: still say what was left
+                pass
             raise _interrupted(prefix, marked) from None
     pip_part = f", {len(pip_pkgs)} pip package{'s' * (len(pip_pkgs) != 1)}" if pip_pkgs else ""
     say(f"{shown.summary()}{pip_part}; {report.seconds:.1f} s in all")

@@ -101,6 +101,10 @@ def compile_pip(
             *UV_GUARDS,
             *options,
         ]
+        from envtool.adapters.config import offline_mode
+
+        if offline_mode() and "--offline" not in argv:  # uv's cache only, as rattler's for conda
+            argv.append("--offline")
         res = run_capture(argv, timeout=600)
         if not res.ok:
             err = res.stderr.strip() or res.stdout.strip()

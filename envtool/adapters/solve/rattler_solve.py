@@ -356,7 +356,11 @@ def _missing_asked_package(text: str, specs: list) -> str | None:
 
     from envtool.core.plan import PLAN_OWNED
 
-    m = re.search(r"No candidates were found for ([A-Za-z0-9_.-]+)", text)
+    # "NAME *" (maybe "[channel=…]"): no record of NAME at all; "NAME 3.12.*" is a version
+    # the channels lack, which the generic "relax a pin" answers
+    m = re.search(
+        r"No candidates were found for ([A-Za-z0-9_.-]+) \*(?:\[[^\]\n]*\])?\.?\s*$", text, re.M
+    )
     if m is None:
         return None
     asked = {s.name.normalized for s in specs if s.name is not None}
