@@ -491,3 +491,26 @@ def paused_argv(point: str, seconds: float, *args: str) -> list[str]:
         "cb.run_paused(sys.argv[2], float(sys.argv[3]), sys.argv[4:])"
     )
     return [sys.executable, "-c", code, str(Path(__file__).parent), point, str(seconds), *args]
+
+
+def sharded_copy(channel: Path, dest: Path) -> Path:
+    """A copy of `channel` with sharded repodata (CEP-16) and no repodata.json: a solve that
+    read repodata.json would fail."""
+    import asyncio
+    import shutil
+
+    from rattler.index import index_fs
+
+    shutil.copytree(channel, dest)
+    for sub in dest.iterdir():
+        for name in ("repodata.json", "repodata.json.zst", "repodata.json.bz2"):
+            (sub / name).unlink(missing_ok=True)
+
+    async def index() -> None:
+        await index_fs(dest, write_zst=False, write_shards=True, force=True)
+        await asyncio.sleep(0.05)
+
+    asyncio.run(index())
+    for sub in dest.iterdir():
+        (sub / "repodata.json").unlink(missing_ok=True)
+    return dest

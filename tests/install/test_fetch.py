@@ -339,24 +339,8 @@ def test_a_channel_nobody_answers_names_the_host_the_cause_and_the_mirror_fix(
 def test_a_sharded_channel_is_solved_from_its_shards(
     setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
 ) -> None:
-    import asyncio
-
-    from rattler.index import index_fs
-
-    sharded = tmp_path / "sharded"
-    shutil.copytree(setup.channel, sharded)
-    for sub in sharded.iterdir():  # shards only: a solve that read repodata.json would fail
-        for name in ("repodata.json", "repodata.json.zst", "repodata.json.bz2"):
-            (sub / name).unlink(missing_ok=True)
-
-    async def index() -> None:
-        await index_fs(sharded, write_zst=False, write_shards=True, force=True)
-        await asyncio.sleep(0.05)
-
-    asyncio.run(index())
+    sharded = cb.sharded_copy(setup.channel, tmp_path / "sharded")
     assert (sharded / "linux-64" / "repodata_shards.msgpack.zst").is_file()
-    for sub in sharded.iterdir():
-        (sub / "repodata.json").unlink(missing_ok=True)
     env["RATTLER_CACHE_DIR"] = str(tmp_path / "rattler-cache")
     with MirrorServer(sharded) as server:
         out = _create_over(server.url, env, tmp_path / "project")

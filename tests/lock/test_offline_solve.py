@@ -20,12 +20,15 @@ def _error_line(stderr: str) -> str:
     return line
 
 
+@pytest.mark.parametrize("sharded", [False, True])
 def test_offline_relocks_from_cached_repodata_and_names_a_channel_never_fetched(
-    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path, sharded: bool
 ) -> None:
-    """It used to need the network for every solve: `--offline` only meant installs."""
+    """It used to need the network for every solve: `--offline` only meant installs. Sharded
+    repodata (CEP-16) is cached shard by shard and read back the same way."""
     (tmp_path / "env.yml").write_text("dependencies:\n  - python\n  - pytorch\n")
-    with MirrorServer(setup.channel) as server:
+    channel = cb.sharded_copy(setup.channel, tmp_path / "sharded") if sharded else setup.channel
+    with MirrorServer(channel) as server:
         url = server.url
         args = ["create", "demo", "-f", "env.yml", "--channel", url, "--cuda", "12.6"]
         made = run_envtool(*args, env=env, cwd=tmp_path)

@@ -162,10 +162,18 @@ def gateway(cache_dir: Path | None = None) -> Gateway:
     from envtool.adapters.config import offline_mode
 
     cache_dir = repodata_cache_dir(cache_dir)
-    if offline_mode():  # --offline: the cached repodata however old, never a request
-        offline = rattler.SourceConfig(cache_action="force-cache-only")
-        return rattler.Gateway(cache_dir=cache_dir, default_config=offline, client=client())
     config = rattler_config()
+    if offline_mode():  # --offline: the cached repodata however old, never a request
+        # from_config takes no cache action: the user's [repodata-config] defaults by hand, so
+        # the offline read looks for the forms the online run cached (sharded or not)
+        rc = (config.repodata_config if config is not None else None) or {}
+        offline = rattler.SourceConfig(
+            zstd_enabled=not rc.get("disable-zstd", False),
+            bz2_enabled=not rc.get("disable-bzip2", False),
+            sharded_enabled=not rc.get("disable-sharded", False),
+            cache_action="force-cache-only",
+        )
+        return rattler.Gateway(cache_dir=cache_dir, default_config=offline, client=client())
     if config is not None:
         return rattler.Gateway.from_config(config, cache_dir=cache_dir, client=client())
     return rattler.Gateway(cache_dir=cache_dir, client=client())
