@@ -305,6 +305,13 @@ def main(argv: list[str] | None = None) -> None:
 
         from envtool.output import terminal_text
 
+        if _command_name(args) == "create" and exc.message.startswith("Got unexpected extra"):
+            # conda's `create -n foo python=3.11 numpy`: packages after the name
+            exc.message += (
+                "; create takes no packages: pin with --python 3.11 / --torch 2.7, then add "
+                "others with `envtool add NAME PKG`"
+            )
+
         if _asked("json", args):  # a usage error is an answer too: the envelope, like any error
             from envtool.output import render_error_json
 

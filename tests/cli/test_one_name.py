@@ -47,6 +47,16 @@ def test_a_name_that_leaves_the_folder_is_refused_without_a_flag_the_command_lac
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+@pytest.mark.parametrize("args", [["create", "foo", "numpy"], ["create", "-n", "foo", "a", "b"]])
+def test_packages_after_creates_name_say_create_takes_none(run_cli, tmp_path, args) -> None:
+    """`create -n foo python=3.11 numpy` (conda's habit) got click's bare "Got unexpected extra
+    argument (numpy)"."""
+    code, _, err = run_cli([*args, "--dir", str(tmp_path)])
+    assert code == 2 and "Got unexpected extra argument" in err, err
+    assert "create takes no packages: pin with --python 3.11 / --torch 2.7" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
