@@ -305,6 +305,20 @@ def parse_last_exception(log_text: str) -> str | None:
     return None
 
 
+def parse_last_lines(log_text: str, count: int = 10, limit: int = 300) -> list[str]:
+    """The last non-empty lines of a rank's stderr log, rank prefixes removed: what a rank that
+    exited with a code said without a traceback (`sys.exit("fatal: …")`, argparse's error, a
+    template's own check); its last line is the cause."""
+    lines: list[str] = []
+    for raw in reversed(log_text.splitlines()[-200:]):
+        line = _LINE_PREFIX.sub("", raw).rstrip()
+        if line.strip():
+            lines.append(line[:limit])
+            if len(lines) == count:
+                break
+    return lines[::-1]
+
+
 def parse_last_traceback(log_text: str, max_lines: int = 20) -> list[str]:
     """The last traceback in a rank's stderr log, from its `Traceback` line to its exception
     line, rank prefixes removed; a longer one keeps its first line and its last lines (the

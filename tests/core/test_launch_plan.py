@@ -241,3 +241,12 @@ def test_gpus_that_are_not_a_plain_positive_count_are_a_usage_error(value: str) 
 
     with pytest.raises(UsageError, match="is not a count"):
         parse_gpus(value)
+
+
+def test_parse_last_lines_takes_a_ranks_last_words_prefixes_off() -> None:
+    from envtool.core.launch_plan import parse_last_lines
+
+    log = "[rank1]: rank 1 up\n[default1]:[rank1]: fatal: bad config\n\n   \n"
+    assert parse_last_lines(log) == ["rank 1 up", "fatal: bad config"]
+    assert parse_last_lines(log, 1) == ["fatal: bad config"]
+    assert parse_last_lines("") == []

@@ -113,6 +113,23 @@ def test_a_failing_rank_is_named_with_its_exception(tmp_path: Path) -> None:
     assert manifest["failed_rank"] == 1 and manifest["exit_code"] == 1
 
 
+def test_a_rank_that_exits_with_a_message_and_no_traceback_is_named_with_it(
+    tmp_path: Path,
+) -> None:
+    """`sys.exit` after a message (argparse, a template's own check): the verdict said only
+    "rank 1 failed first (exit 3 …)" and the console never showed the message torchrun shows."""
+    out = tmp_path / "out"
+    args = [str(out), "--exit-rank", "1", "--at-step", "2", "--steps", "600", "--sleep", "0.05"]
+    proc = envtool(["launch", str(RANK_FILE), "--cpu", "--", *args], tmp_path)
+    assert proc.returncode == 1
+    verdict = next(x for x in proc.stderr.splitlines() if "failed first" in x)
+    assert "rank 1 failed first (exit 3 at " in verdict
+    assert "): fatal: bad config on rank 1 — logs: " in verdict, verdict
+    assert "[rank1]: fatal: bad config on rank 1" in proc.stderr  # its last lines, shown
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    assert manifest["failed_rank"] == 1
+
+
 def test_a_rank_killed_mid_run_ends_the_job_and_is_named(tmp_path: Path) -> None:
     out = tmp_path / "out"
     marker = uuid.uuid4().hex

@@ -1,7 +1,7 @@
 """Each rank writes <out>/rank-<RANK> when it finishes; one rank can be made to fail or die.
 
 usage: rank_file.py OUT [--steps N] [--sleep S] [--fail-rank R] [--kill-rank R] [--at-step K]
-                        [--ready-dir D] [--ignore-signals]
+                        [--exit-rank R] [--ready-dir D] [--ignore-signals]
 Stdlib only (no torch import), so a 2-rank run costs little more than torchrun itself.
 """
 
@@ -20,6 +20,7 @@ def main() -> None:
     p.add_argument("--sleep", type=float, default=0.0)
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--kill-rank", type=int, default=-1)
+    p.add_argument("--exit-rank", type=int, default=-1, help="exit 3 with a message, no traceback")
     p.add_argument("--at-step", type=int, default=1)
     p.add_argument("--ready-dir", default=None, help="write rank-<RANK> (a timestamp) at step 1")
     p.add_argument(
@@ -45,6 +46,9 @@ def main() -> None:
             raise ValueError(f"planted failure on rank {rank} at step {step}")
         if rank == a.kill_rank and step == a.at_step:
             os.kill(os.getpid(), signal.SIGKILL)
+        if rank == a.exit_rank and step == a.at_step:
+            print(f"fatal: bad config on rank {rank}", file=sys.stderr, flush=True)
+            sys.exit(3)
         time.sleep(a.sleep)
     (out / f"rank-{rank}").write_text(os.environ.get(a.env_var, "?"))
     print(f"rank {rank} done", file=sys.stderr, flush=True)

@@ -29,6 +29,7 @@ from envtool.core.launch_plan import (
     RankFailure,
     parse_error_file,
     parse_last_exception,
+    parse_last_lines,
     parse_last_traceback,
     parse_root_cause,
 )
@@ -853,12 +854,16 @@ class CrashConsole:
 
     def finish(self, failure: RankFailure | None) -> list[bytes]:
         """After torchrun ended: the failed rank's traceback (the last lines of its own log)
-        when one rank is to blame (none when it was killed: envtool's cause line says so),
-        else everything held (nothing is lost)."""
+        when one rank is to blame — or, where it exited with a code and no traceback, its last
+        lines (none when it was killed: envtool's cause line says so) — else everything held
+        (nothing is lost)."""
         held = self._take()
         if failure is None:
             return held
-        tail = parse_last_traceback(_read_text(Path(failure.log))) if failure.log else []
+        text = _read_text(Path(failure.log)) if failure.log else ""
+        tail = parse_last_traceback(text)
+        if not tail and (failure.exitcode or 0) > 0:  # no traceback: its last lines say why
+            tail = parse_last_lines(text)
         label = f"[rank{failure.rank}]: ".encode()
         return [label + line.encode(errors="replace") + b"\n" for line in tail]
 
@@ -982,6 +987,11 @@ def read_failure(plan: LaunchPlan, launcher_text: str) -> RankFailure | None:
         if log:
             failure.log = log
             failure.error = _error_from_rank_dir(Path(log).parent)
+            if failure.error is None and (failure.exitcode or 0) > 0:
+                # exited with a code and no traceback: its last words are the cause (a signal's
+                # death has none of its own, so a last line there would be a guess)
+                last = parse_last_lines(_read_text(Path(log)), 1)
+                failure.error = last[0].strip() if last else None
         return failure
     candidates = []
     for local, log in logs.items():
