@@ -101,7 +101,9 @@ def render_written(
             f"  torchrun --standalone --nproc-per-node {gpus} {path}",
             f"  envtool launch {path} --gpus {gpus}",
         ]
-    args = "".join(" " + quote_posix(a) for a in cpu_args)
+    from envtool.adapters.shipped.templates import SCRIPT
+
+    args = "".join(" " + quote_posix(str(target) if a == SCRIPT else a) for a in cpu_args)
     return [
         f"wrote {target} (template {template})",
         "run it (no GPU visible here: CPU processes, a CPU-sized run):",

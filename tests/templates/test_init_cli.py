@@ -159,7 +159,7 @@ def test_the_suggested_commands_fit_the_gpus_this_host_has() -> None:
 
     cpu_args = TEMPLATES["lm"].cpu_args
     cpu = render_written("train.py", "lm", 0, cpu_args)
-    tail = " --size tiny --seq-len 128 --batch-size 8 --max-steps 200"
+    tail = " --size tiny --seq-len 128 --batch-size 8 --max-steps 200 --data train.py"
     assert cpu[-1] == "  envtool launch train.py --cpu --nproc 2 --" + tail
     assert "  torchrun --standalone --nproc-per-node 2 train.py" + tail in cpu
     assert "  python train.py" + tail in cpu and "--gpus" not in "".join(cpu)
@@ -181,6 +181,7 @@ def test_the_cpu_command_init_prints_logs_a_step_before_anything_else(tmp_path: 
 
     (tmp_path / "train.py").write_text((REPO / "templates" / "lm.py").read_text())
     python_line = render_written("train.py", "lm", 0, TEMPLATES["lm"].cpu_args)[2]
+    assert python_line.endswith(" --data train.py")  # its own text: a loss that falls
     argv = shlex.split(python_line)[1:] + ["--max-steps", "20", "--out-dir", "out"]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")

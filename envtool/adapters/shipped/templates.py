@@ -29,7 +29,12 @@ class TemplateInfo:
     prints: str
     # Flags that size a run for a laptop CPU (init prints them when no GPU is visible): the
     # defaults are GPU-sized, and a 124M model on a CPU logs its first step after minutes.
+    # SCRIPT stands for the written script's path: the lm templates train on its own text
+    # (on synthetic tokens the loss stays at ln 256 and a sample of it is noise).
     cpu_args: tuple[str, ...] = ()
+
+
+SCRIPT = "{script}"
 
 
 # The catalogue `envtool init --list` shows; each name is templates/<name>.py.
@@ -48,7 +53,11 @@ TEMPLATES: dict[str, TemplateInfo] = {
         "tokens, or --data FILE as bytes).",
         'per step "step N loss X lr Y tokens/s Z mfu W"; last line RESULT {"step", "loss", '
         '"tokens_per_s", "mfu", ...}',
-        cpu_args=tuple("--size tiny --seq-len 128 --batch-size 8 --max-steps 200".split()),
+        cpu_args=(
+            *"--size tiny --seq-len 128 --batch-size 8 --max-steps 200".split(),
+            "--data",
+            SCRIPT,
+        ),
     ),
     "fsdp": TemplateInfo(
         "fsdp",
@@ -56,7 +65,11 @@ TEMPLATES: dict[str, TemplateInfo] = {
         "torch.distributed.checkpoint (DCP) checkpoints: for models too big for one GPU.",
         'per step "step N loss X lr Y tokens/s Z mfu W"; last line RESULT {"step", "loss", '
         '"tokens_per_s", "mfu", ...}',
-        cpu_args=tuple("--size tiny --seq-len 128 --batch-size 8 --max-steps 200".split()),
+        cpu_args=(
+            *"--size tiny --seq-len 128 --batch-size 8 --max-steps 200".split(),
+            "--data",
+            SCRIPT,
+        ),
     ),
     "generate": TemplateInfo(
         "generate",
