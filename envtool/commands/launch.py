@@ -198,6 +198,12 @@ def cmd(**opts: Any) -> Result:
         raise UsageError(
             "--requeue requeues a Slurm job", "add --slurm (a local run resumes when relaunched)"
         )
+    if opts["startup_grace"] is not None and opts["hang_timeout"] is None and not opts["slurm"]:
+        # alone it bounded nothing: the run only warned, as without it
+        raise UsageError(
+            f"--startup-grace {opts['startup_grace']:g} bounds start-up under --hang-timeout",
+            "add --hang-timeout SECONDS (the bound once ranks print)",
+        )
     if opts["slurm"]:
         if opts["hang_timeout"] is not None or opts["startup_grace"] is not None:
             # the batch job runs torchrun without envtool

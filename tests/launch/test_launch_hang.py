@@ -107,6 +107,20 @@ def test_startup_grace_with_slurm_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--startup-grace watches a local run" in proc.stderr
 
 
+def test_startup_grace_alone_is_refused_not_ignored(tmp_path: Path) -> None:
+    """It was accepted and bounded nothing (a silent start was only warned about)."""
+    proc = run_envtool(
+        "launch", STALL, "--cpu", "--startup-grace", "4", cwd=tmp_path,
+        env=launch_env(uuid.uuid4().hex),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "envtool: error: --startup-grace 4 bounds start-up under --hang-timeout — add "
+        "--hang-timeout SECONDS (the bound once ranks print)"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
 def _aged_logs(tmp_path: Path, ages: dict[int, float | None]):  # type: ignore[no-untyped-def]
     """A one-node plan and its rank logs as torchrun leaves them; None: created, never written."""
     import os
