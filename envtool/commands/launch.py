@@ -403,33 +403,31 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         hang = outcome.hang
         logs = hang.log or plan.run_dir + "/"
         if hang.startup:
-            note(
-                f"envtool: no rank printed anything for {hang.all_silent:.0f} s after the start "
+            verdict = (
+                f"no rank printed anything for {hang.all_silent:.0f} s after the start "
                 f"({hang.label}) — stopped by --startup-grace (with --hang-timeout "
                 f"{opts['hang_timeout']:g}); raise --startup-grace if start-up takes longer; "
                 f"logs: {logs}"
             )
         else:
-            note(
-                f"envtool: {hang.label} made no progress for {hang.rank_silent:.0f} s "
+            verdict = (
+                f"{hang.label} made no progress for {hang.rank_silent:.0f} s "
                 f"({hang.why}; no rank's log grew for {hang.all_silent:.0f} s) — stopped by "
                 f"--hang-timeout {opts['hang_timeout']:g}; logs: {logs}"
             )
     elif outcome.interrupted_by:
-        note(
-            f"envtool: stopped by {outcome.interrupted_by}; every rank ended — logs: {plan.run_dir}/"
-        )
+        verdict = f"stopped by {outcome.interrupted_by}; every rank ended — logs: {plan.run_dir}/"
     elif outcome.failure is not None:
-        note(f"envtool: {render_failure(outcome.failure)}")
+        verdict = render_failure(outcome.failure)
     elif outcome.exit_code != 0:
-        note(f"envtool: job failed (exit {outcome.exit_code}) — logs: {plan.run_dir}/")
+        verdict = f"job failed (exit {outcome.exit_code}) — logs: {plan.run_dir}/"
     else:
-        note(f"envtool: run {run_id} finished — manifest: {manifest_path}")
-    return Result(
-        "launch",
-        data={"manifest": manifest, "target": target_data(target, "launching in")},
-        exit_code=outcome.exit_code,
-    )
+        verdict = f"run {run_id} finished — manifest: {manifest_path}"
+    note(f"envtool: {verdict}")
+    data = {"manifest": manifest, "target": target_data(target, "launching in")}
+    if outcome.exit_code != 0:  # the same line as the terminal's, where --json readers look
+        data["error"] = {"message": verdict, "hint": f"logs: {plan.run_dir}/"}
+    return Result("launch", data=data, exit_code=outcome.exit_code)
 
 
 def render_token_lines(environ: Any) -> tuple[str | None, list[str]]:

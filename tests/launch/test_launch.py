@@ -128,6 +128,13 @@ def test_a_rank_that_exits_with_a_message_and_no_traceback_is_named_with_it(
     assert "[rank1]: fatal: bad config on rank 1" in proc.stderr  # its last lines, shown
     manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
     assert manifest["failed_rank"] == 1
+    # --json: the same verdict as the error object every failed command's envelope has
+    (tmp_path / "j").mkdir()
+    again = envtool(["launch", str(RANK_FILE), "--cpu", "--json", "--", *args], tmp_path / "j")
+    envelope = json.loads(again.stdout)
+    message = envelope["error"]["message"]
+    assert envelope["exit_code"] == 1 and message.startswith("rank 1 failed first (exit 3 at ")
+    assert "): fatal: bad config on rank 1 — logs: " in message, message
 
 
 def test_a_rank_killed_mid_run_ends_the_job_and_is_named(tmp_path: Path) -> None:
