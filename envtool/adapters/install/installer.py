@@ -91,9 +91,9 @@ def _install_hint(lock: Lock, platform: str) -> str:
 
 def _conda_platforms() -> set[str]:
     """Every platform conda knows (rattler's list), linux-ppc64le and win-arm64 among them."""
-    from rattler import Platform
+    from rattler import Subdir
 
-    return {str(p) for p in Platform.all()}
+    return {str(p) for p in Subdir.all()}
 
 
 def plan_install(
