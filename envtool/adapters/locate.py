@@ -103,7 +103,7 @@ class Target:
         """conda env (conda-meta/), venv (pyvenv.cfg) or environment (anything else)."""
         if self.prefix is not None and (self.prefix / "conda-meta").is_dir():
             return "conda env"
-        if self.prefix is not None and (self.prefix / "pyvenv.cfg").is_file():
+        if self.prefix is not None and is_venv(self.prefix):
             return "venv"
         return "environment"
 
@@ -358,7 +358,7 @@ def existing_env(name: str | None, prefix: str | None = None) -> Path:
     if not looks_like_env(target):
         from envtool.core.shell_quote import quote_posix
 
-        if (target / "pyvenv.cfg").is_file():  # a venv activates with its own script
+        if is_venv(target):  # a venv activates with its own script
             activate = quote_posix(str(target / "bin" / "activate"))
             raise UsageError(
                 f"{printable(str(target))} is a venv, not a conda environment",
@@ -367,6 +367,11 @@ def existing_env(name: str | None, prefix: str | None = None) -> Path:
         fix = "see `envtool list`" + ("" if prefix else ", or pass --prefix PATH")
         raise UsageError(f"no environment at {target}", fix)
     return target
+
+
+def is_venv(prefix: Path) -> bool:
+    """A venv (virtualenv, uv, poetry) marks its root with pyvenv.cfg."""
+    return (Path(prefix) / "pyvenv.cfg").is_file()
 
 
 def looks_like_env(prefix: Path) -> bool:

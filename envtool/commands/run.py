@@ -94,7 +94,7 @@ def cmd(name: str | None, prefix: str | None, command: tuple[str, ...]) -> None:
 def _refuse_env_as_command(command: tuple[str, ...]) -> None:
     """`envtool run demo python x.py` or `envtool run demo` (no `--`): demo is an environment
     and no program of that name is on PATH, so the `--` was forgotten; say where it goes."""
-    from envtool.adapters.locate import env_prefix, looks_like_env
+    from envtool.adapters.locate import env_prefix, is_venv, looks_like_env
     from envtool.core.shell_quote import join_posix
     from envtool.errors import UsageError
 
@@ -103,7 +103,7 @@ def _refuse_env_as_command(command: tuple[str, ...]) -> None:
     except UsageError:  # not a name an env could have
         return
     # a conda env or a venv, not any folder (`run /tmp/plain python`)
-    env_like = looks_like_env(where) or (where / "pyvenv.cfg").is_file()
+    env_like = looks_like_env(where) or is_venv(where)
     is_env = shutil.which(command[0]) is None and env_like
     if not is_env:
         return
