@@ -342,6 +342,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         "failed_rank": None,
         "failure": None,
         "rank_logs": {},
+        "restarts": [],
         "merged_log": str(Path(plan.run_dir) / "all.log"),
     }
     manifest_path = Path(plan.run_dir) / "manifest.json"
@@ -378,6 +379,8 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         exit_code=outcome.exit_code,
         interrupted_by=outcome.interrupted_by,
         rank_logs=outcome.rank_logs,
+        # each attempt torchrun restarted the workers after: how it ended (None: no rank failed)
+        restarts=[f.__dict__ if f else None for f in outcome.restarts],
     )
     if outcome.hang is not None:  # the hung rank, not the one torchrun saw die of our SIGTERM
         outcome.failure = None
@@ -397,7 +400,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         raise DiagnosedFailure(f"run {run_id} {ended}, and {disk_error.message}", disk_error.hint)
     if disk_error is not None:
         note(f"envtool: warning: {disk_error.message}: launcher.log is incomplete")
-    from envtool.core.launch_plan import render_failure
+    from envtool.core.launch_plan import render_failure, render_restarts
 
     if outcome.hang is not None:
         hang = outcome.hang
@@ -421,8 +424,15 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         verdict = render_failure(outcome.failure)
     elif outcome.exit_code != 0:
         verdict = f"job failed (exit {outcome.exit_code}) — logs: {plan.run_dir}/"
+    elif outcome.restarts:
+        verdict = (
+            f"run {run_id} finished {render_restarts(len(outcome.restarts))} — "
+            f"manifest: {manifest_path}"
+        )
     else:
         verdict = f"run {run_id} finished — manifest: {manifest_path}"
+    if outcome.restarts and outcome.exit_code != 0:  # "… — logs: … (after 2 restarts)"
+        verdict += f" ({render_restarts(len(outcome.restarts))})"
     note(f"envtool: {verdict}")
     data = {"manifest": manifest, "target": target_data(target, "launching in")}
     if outcome.exit_code != 0:  # the same line as the terminal's, where --json readers look

@@ -64,6 +64,7 @@ class LaunchPlan:
     node_rank: int | None
     rendezvous: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    max_restarts: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -235,6 +236,7 @@ def plan_launch(req: LaunchRequest) -> LaunchPlan:
         node_rank=req.node_rank,
         rendezvous=rendezvous,
         notes=notes,
+        max_restarts=req.max_restarts,
     )
 
 
@@ -356,12 +358,42 @@ def parse_error_file(data: dict[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
+# torchrun's agent logs one such line each time a worker group fails (the first failure of it)
+_ATTEMPT_FAILED = re.compile(r"failed \(exitcode: (-?\d{1,9})\) local_rank: (\d{1,9}) ")
+
+
+def parse_attempt_failures(text: str) -> list[tuple[int, int]]:
+    """(local rank, exit code) of each worker group's failure in torchrun's stderr, in order:
+    under --max-restarts, the k-th one ended attempt k."""
+    return [(int(m.group(2)), int(m.group(1))) for m in _ATTEMPT_FAILED.finditer(text)]
+
+
+def render_restart(failure: RankFailure | None, number: int, max_restarts: int) -> str:
+    """ "restart 1 of 2: rank 1 failed (exit 1): ValueError: boom — torchrun started every rank
+    again; its logs: runs/…/attempt_0/1/stderr.log" (no rank to blame: only the restart)."""
+    text = f"restart {number} of {max_restarts}"
+    if failure is None:
+        return text + ": torchrun started every rank again"
+    text += f": rank {failure.rank} failed ({_render_how(failure)})"
+    if failure.error:
+        text += f": {failure.error}"
+    text += " — torchrun started every rank again"
+    return text + (f"; its logs: {failure.log}" if failure.log else "")
+
+
+def render_restarts(count: int) -> str:
+    return f"after {count} restart{'s' if count != 1 else ''}"
+
+
+def _render_how(failure: RankFailure) -> str:
+    if failure.exitcode is not None and failure.exitcode < 0:
+        return f"killed by {_signal_name(-failure.exitcode)}"
+    return f"exit {failure.exitcode}" if failure.exitcode is not None else "failed"
+
+
 def render_failure(failure: RankFailure) -> str:
     """ "rank 1 failed first (exit 1 at 03:16:14): ValueError: boom — logs: runs/…/stderr.log"."""
-    if failure.exitcode is not None and failure.exitcode < 0:
-        how = f"killed by {_signal_name(-failure.exitcode)}"
-    else:
-        how = f"exit {failure.exitcode}" if failure.exitcode is not None else "failed"
+    how = _render_how(failure)
     when = f" at {failure.time.split('_')[-1]}" if failure.time else ""
     text = f"rank {failure.rank} failed first ({how}{when})"
     if failure.error:

@@ -19,7 +19,7 @@ class RunRow:
     script: str | None
     nnodes: int | None
     nproc_per_node: int | None
-    status: str  # running | finished | failed | stopped | submitted | unknown
+    status: str  # running | finished | failed | stopped | submitted | unknown (", restarted Nx")
     exit_code: int | None
     duration_s: float | None
     lock_hash: str | None
@@ -70,6 +70,9 @@ def summarize_manifest(
         status = "stopped"
     else:
         status = "finished" if code == 0 else "failed"
+    restarts = m.get("restarts")  # torchrun restarted the workers (--max-restarts)
+    if isinstance(restarts, list) and restarts and not m.get("slurm"):
+        status += f", restarted {len(restarts)}x"
     slurm = m.get("slurm") if isinstance(m.get("slurm"), dict) else {}
     return RunRow(
         id=run_id,

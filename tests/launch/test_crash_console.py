@@ -6,8 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envtool.adapters.launch.launcher import CrashConsole
-from envtool.core.launch_plan import RankFailure, parse_last_traceback
+from envtool.adapters.launch.launcher import CrashConsole, read_restarts
+from envtool.core.launch_plan import (
+    LaunchPlan,
+    RankFailure,
+    parse_attempt_failures,
+    parse_last_traceback,
+)
 
 TORCHRUN_FAILING = [
     b"W1201 22:20:29.914000 10505 torch/distributed/elastic/multiprocessing/api.py:1028] "
@@ -99,3 +104,90 @@ def test_what_is_held_stays_bounded(monkeypatch) -> None:
     assert (
         feed(c, TORCHRUN_FAILING) == TORCHRUN_FAILING[:6] and c.finish(None) == TORCHRUN_FAILING[6:]
     )
+
+
+def _restart_plan(tmp_path: Path, max_restarts: int) -> LaunchPlan:
+    """A run folder as torchrun 2.13 leaves it: torchrun/<id>_<rand>/attempt_N/<local>/."""
+    return LaunchPlan(
+        argv=[],
+        env_add={},
+        run_id="r",
+        run_dir=str(tmp_path),
+        log_dir=str(tmp_path / "torchrun"),
+        backend="gloo",
+        nproc_per_node=2,
+        nnodes=1,
+        node_rank=None,
+        rendezvous={},
+        max_restarts=max_restarts,
+    )
+
+
+def _attempt(plan: LaunchPlan, n: int, rank1_log: str = "") -> Path:
+    attempt = Path(plan.log_dir) / "r_x1y2" / f"attempt_{n}"
+    for local in (0, 1):
+        (attempt / str(local)).mkdir(parents=True)
+        (attempt / str(local) / "stderr.log").write_text(rank1_log if local == 1 else "")
+    return attempt
+
+
+PLANTED = (
+    "[rank1]: Traceback (most recent call last):\n"
+    '[rank1]:   File "/t/train.py", line 9, in <module>\n'
+    "[rank1]: ValueError: planted\n"
+)
+
+
+def test_a_restart_is_named_with_the_rank_that_caused_it(tmp_path: Path) -> None:
+    """--max-restarts: the held failure is shown, then one envtool line: which restart, which
+    rank failed and why, and where its log is (the attempt torchrun replaced)."""
+    plan = _restart_plan(tmp_path, max_restarts=2)
+    first = _attempt(plan, 0, PLANTED)
+    _attempt(plan, 1)  # torchrun made the next attempt's folders before the ranks speak
+    c = CrashConsole(plan)
+    feed(c, [b"[default0]:step 1\n", *TORCHRUN_FAILING[:2]])
+    shown = feed(c, [b"[default0]:step 1\n"])
+    assert shown[:2] == TORCHRUN_FAILING[:2] and shown[-1] == b"[default0]:step 1\n"
+    assert shown[2].decode() == (
+        "envtool: restart 1 of 2: rank 1 failed (exit 1): ValueError: planted — torchrun "
+        f"started every rank again; its logs: {first}/1/stderr.log\n"
+    )
+
+
+def test_a_late_line_of_the_failed_attempt_is_no_restart(tmp_path: Path) -> None:
+    """A rank line that comes after torchrun's failure line but before any next attempt (or
+    with no restarts allowed) shows what was held, and claims no restart."""
+    plan = _restart_plan(tmp_path, max_restarts=1)
+    _attempt(plan, 0, PLANTED)
+    c = CrashConsole(plan)
+    feed(c, TORCHRUN_FAILING[:2])
+    assert feed(c, [b"[default0]:late\n"]) == [*TORCHRUN_FAILING[:2], b"[default0]:late\n"]
+    plan.max_restarts = 0
+    _attempt(plan, 1)
+    c = CrashConsole(plan)
+    feed(c, TORCHRUN_FAILING[:2])
+    assert not any(b"restart" in line for line in feed(c, [b"[default0]:x\n"]))
+
+
+def test_the_restarts_are_read_from_the_attempts_torchrun_left(tmp_path: Path) -> None:
+    """The manifest's record: each attempt but the last, with the rank torchrun's failure line
+    named (or, without one, the rank whose log holds an exception) and its error."""
+    plan = _restart_plan(tmp_path, max_restarts=3)
+    _attempt(plan, 0, PLANTED)
+    _attempt(plan, 1, "[rank1]: fatal: no data at /d\n")
+    _attempt(plan, 2)
+    text = b"".join(TORCHRUN_FAILING[:2]).decode()
+    text += text.replace("exitcode: 1", "exitcode: 3")
+    assert parse_attempt_failures(text) == [(1, 1), (1, 3)]
+    first, second = read_restarts(plan, text)
+    assert first is not None and (first.rank, first.exitcode, first.error) == (
+        1,
+        1,
+        "ValueError: planted",
+    )
+    assert second is not None and (second.exitcode, second.error) == (3, "fatal: no data at /d")
+    # no failure line at all (torchrun's log lost): the rank that left a traceback is named
+    first, second = read_restarts(plan, "")
+    assert first is not None and (first.rank, first.error) == (1, "ValueError: planted")
+    assert second is None  # exited without a traceback and unnamed: no rank is guessed
+    assert read_restarts(_restart_plan(tmp_path / "none", 1), text) == []

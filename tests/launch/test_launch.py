@@ -497,6 +497,16 @@ def test_max_restarts_recovers_from_a_failing_rank(tmp_path: Path) -> None:
     assert {p.name for p in out.iterdir()} == {"rank-0", "rank-1"}
     manifest = json.loads(next((tmp_path / "r2").glob("*/manifest.json")).read_text())
     assert "/attempt_1/" in manifest["rank_logs"]["1"]  # the logs of the attempt that finished
+    # the restart is named as it happens, counted at the end and recorded
+    assert "envtool: restart 1 of 1: rank 1 failed (exit 1): ValueError: planted" in (
+        restarted.stderr
+    )
+    assert f"{manifest['run_id']} finished after 1 restart" in restarted.stderr
+    (restart,) = manifest["restarts"]
+    assert (restart["rank"], restart["exitcode"]) == (1, 1)
+    assert "/attempt_0/1/" in restart["log"] and restart["error"].startswith("ValueError")
+    listed = envtool(["runs", "--run-dir", "r2"], tmp_path)
+    assert "finished, restarted 1x" in listed.stdout
 
 
 def test_manifest_lock_hash_comes_from_the_installers_state_record(tmp_path: Path) -> None:

@@ -251,3 +251,16 @@ def test_following_a_run_with_a_log_and_no_manifest_ends(tmp_path: Path) -> None
     proc = run_envtool("logs", "--follow", run.name, cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["[node 0 rank 0] hello"]
+
+
+def test_a_run_torchrun_restarted_says_so_in_its_status() -> None:
+    from envtool.core.runs import summarize_manifest
+
+    base = {"exit_code": 0, "start_time": "2026-12-01T00:00:00+00:00"}
+    assert summarize_manifest("r", {**base, "restarts": [None, {}]}).status == (
+        "finished, restarted 2x"
+    )
+    failed = summarize_manifest("r", {**base, "exit_code": 1, "restarts": [{}]})
+    assert failed.status == "failed, restarted 1x"
+    for odd in ([], "3", 3, {"a": 1}):  # none, or not a list (an edited manifest): no claim
+        assert summarize_manifest("r", {**base, "restarts": odd}).status == "finished"

@@ -27,11 +27,13 @@ from envtool.core.launch_plan import (
     RUN_MARKER_VAR,
     LaunchPlan,
     RankFailure,
+    parse_attempt_failures,
     parse_error_file,
     parse_last_exception,
     parse_last_lines,
     parse_last_traceback,
     parse_root_cause,
+    render_restart,
 )
 from envtool.core.runs import MAX_LINE_BYTES, LineSplitter
 from envtool.errors import DiagnosedFailure, UsageError
@@ -50,6 +52,7 @@ class LaunchOutcome:
     killed_leftovers: int = 0
     log_error: RunDirError | None = None  # the run folder stopped taking writes (full disk)
     hang: Hang | None = None  # stopped by --hang-timeout
+    restarts: list[RankFailure | None] = field(default_factory=list)  # --max-restarts used
 
 
 def _now() -> str:
@@ -227,7 +230,7 @@ def apply_launch(
             if received:  # a signal that came while torchrun was being started
                 _signal_group(proc.pid, received[0])
             launcher_log = run_dir / "launcher.log"
-            crash = CrashConsole()
+            crash = CrashConsole(plan)
             copier = threading.Thread(
                 target=_copy_stream,
                 args=(proc.stderr, console, launcher_log, log_errors, stopped_by, crash),
@@ -263,8 +266,10 @@ def apply_launch(
         log_error=log_errors[0] if log_errors else None,
         hang=watch.hang,
     )
+    launcher_text = _read_text(launcher_log)
+    outcome.restarts = read_restarts(plan, launcher_text)
     if code != 0:
-        outcome.failure = read_failure(plan, _read_text(launcher_log))
+        outcome.failure = read_failure(plan, launcher_text)
     _to_console(console, crash.finish(outcome.failure if not received and not watch.hang else None))
     return outcome
 
@@ -810,12 +815,15 @@ class CrashConsole:
     errors (a peer closed the connection) — the first crash drowned in the noise. Those are held
     back (launcher.log and all.log have every line); at the end, `finish` shows the failed
     rank's own traceback instead, or, when no rank is to blame, what was held. A run that goes
-    on after a failure (torchrun restarted the workers) shows what was held at once."""
+    on after a failure (torchrun restarted the workers) shows what was held at once, and a
+    line naming the restart and the rank that caused it (with `plan`: its logs are read)."""
 
-    def __init__(self) -> None:
+    def __init__(self, plan: LaunchPlan | None = None) -> None:
+        self.plan = plan
         self.held: list[bytes] = []
         self.blocks: dict[bytes, list[bytes]] = {}  # a rank's traceback, until its last line
         self.failing = False  # torchrun has started reporting a failure
+        self.restarts = 0
 
     def feed(self, line: bytes) -> list[bytes]:
         m = _RANK_PREFIX.match(line)
@@ -835,7 +843,8 @@ class CrashConsole:
                 return []
             if self.failing:  # the ranks run again (a restart): what happened is shown now
                 self.failing = False
-                return [*self._take(), line]
+                held = self._take()
+                return [*held, *self._restart_line(held), line]
             return [line]
         block.append(line)
         if len(block) > CRASH_HOLD_LINES:  # no traceback is this long: a rank's own output
@@ -846,6 +855,19 @@ class CrashConsole:
         if len(self.held) > CRASH_HOLD_LINES:  # bounded: past this, shown as it comes
             return self._take()
         return []
+
+    def _restart_line(self, held: list[bytes]) -> list[bytes]:
+        plan = self.plan  # a late line of the failed attempt is no restart: the next must exist
+        if plan is None or self.restarts >= plan.max_restarts:
+            return []
+        if not any(Path(plan.log_dir).glob(f"*/attempt_{self.restarts + 1}")):
+            return []
+        self.restarts += 1
+        named = parse_attempt_failures(b"".join(held).decode("utf-8", "replace"))
+        local, code = named[-1] if named else (None, None)
+        failure = read_attempt_failure(plan, self.restarts - 1, local, code)
+        text = render_restart(failure, self.restarts, plan.max_restarts)
+        return [f"envtool: {text}\n".encode()]
 
     def _take(self) -> list[bytes]:
         lines = self.held + [x for block in self.blocks.values() for x in block]
@@ -973,6 +995,55 @@ def find_rank_logs(log_dir: Path) -> dict[str, str]:
             if rank_dir.is_dir() and rank_dir.name.isdigit():
                 logs[rank_dir.name] = str(rank_dir / "stderr.log")
     return logs
+
+
+def read_attempt_failure(
+    plan: LaunchPlan, attempt: int, local: int | None, exitcode: int | None
+) -> RankFailure | None:
+    """How attempt N (torchrun/<id>/attempt_N) ended when torchrun restarted the workers: the
+    local rank its agent named (else the rank whose log holds an exception), its error, its
+    log."""
+    dirs = sorted(Path(plan.log_dir).glob(f"*/attempt_{attempt}"))
+    if not dirs:
+        return None
+    if local is None:  # no failure line: the rank that left an exception, earliest first
+        found = sorted(
+            (_mtime(d / "stderr.log"), int(d.name))
+            for d in dirs[-1].iterdir()
+            if d.name.isdigit() and _error_from_rank_dir(d)
+        )
+        if not found:
+            return None
+        local = found[0][1]
+    rank_dir = dirs[-1] / str(local)
+    failure = RankFailure(
+        rank=local + (plan.node_rank or 0) * plan.nproc_per_node,
+        local_rank=local,
+        exitcode=exitcode,
+        time=None,
+        error=_error_from_rank_dir(rank_dir),
+        log=str(rank_dir / "stderr.log"),
+    )
+    if failure.error is None and (exitcode or 0) > 0:
+        last = parse_last_lines(_read_text(rank_dir / "stderr.log"), 1)
+        failure.error = last[0].strip() if last else None
+    return failure
+
+
+def read_restarts(plan: LaunchPlan, launcher_text: str) -> list[RankFailure | None]:
+    """Each attempt torchrun restarted the workers after (--max-restarts), in order: how it
+    ended. Its agent's k-th failure line names the rank that ended attempt k."""
+    attempts = {
+        int(p.name.split("_")[-1])
+        for p in Path(plan.log_dir).glob("*/attempt_*")
+        if p.name.split("_")[-1].isdigit()
+    }
+    named = parse_attempt_failures(launcher_text)
+    restarts: list[RankFailure | None] = []  # None: no rank to blame (a node joined or left)
+    for k in sorted(attempts)[:-1]:  # the last attempt is the run's own end
+        local, code = named[k] if k < len(named) else (None, None)
+        restarts.append(read_attempt_failure(plan, k, local, code))
+    return restarts
 
 
 def read_failure(plan: LaunchPlan, launcher_text: str) -> RankFailure | None:
