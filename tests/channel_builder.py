@@ -493,9 +493,9 @@ def paused_argv(point: str, seconds: float, *args: str) -> list[str]:
     return [sys.executable, "-c", code, str(Path(__file__).parent), point, str(seconds), *args]
 
 
-def sharded_copy(channel: Path, dest: Path) -> Path:
+def sharded_copy(channel: Path, dest: Path, keep_json: bool = False) -> Path:
     """A copy of `channel` with sharded repodata (CEP-16) and no repodata.json: a solve that
-    read repodata.json would fail."""
+    read repodata.json would fail (`keep_json`: both, as conda-forge publishes them)."""
     import asyncio
     import shutil
 
@@ -512,5 +512,6 @@ def sharded_copy(channel: Path, dest: Path) -> Path:
 
     asyncio.run(index())
     for sub in dest.iterdir():
-        (sub / "repodata.json").unlink(missing_ok=True)
+        if not keep_json:
+            (sub / "repodata.json").unlink(missing_ok=True)
     return dest

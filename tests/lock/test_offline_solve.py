@@ -57,3 +57,29 @@ def test_offline_relocks_from_cached_repodata_and_names_a_channel_never_fetched(
     line = _error_line(bare.stderr)
     assert line.startswith(f"envtool: error: --offline: no cached repodata for {url}/"), line
     assert "run the command once online" in line
+
+
+def test_offline_reads_a_channel_by_its_own_repodata_config(
+    setup: cb.CudaSetup, env: dict[str, str], tmp_path: Path
+) -> None:
+    """A channel's own [repodata-config."URL"] table (here: shards for one channel, none by
+    default) decides what the online run cached; the offline read must look for that form,
+    not the defaults' — it found nothing and refused a channel it had fetched."""
+    (tmp_path / "env.yml").write_text("dependencies:\n  - python\n  - pytorch\n")
+    config = tmp_path / "xdg"
+    env = {**env, "XDG_CONFIG_HOME": str(config)}
+    channel = cb.sharded_copy(setup.channel, tmp_path / "both", keep_json=True)
+    with MirrorServer(channel) as server:
+        (config / "envtool").mkdir(parents=True)
+        (config / "envtool" / "config.toml").write_text(
+            "[repodata-config]\ndisable-sharded = true\n"
+            f'[repodata-config."{server.url}"]\ndisable-sharded = false\n'
+        )
+        args = ["create", "demo", "-f", "env.yml", "--channel", server.url, "--cuda", "12.6"]
+        made = run_envtool(*args, env=env, cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+        fetched = set(server.requests)
+        assert not any(p.endswith("/repodata.json") for p in fetched), fetched  # its shards
+    (tmp_path / "environments" / "demo" / "conda-lock.yml").unlink()
+    again = run_envtool("--offline", "lock", "demo", env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr

@@ -164,19 +164,35 @@ def gateway(cache_dir: Path | None = None) -> Gateway:
     cache_dir = repodata_cache_dir(cache_dir)
     config = rattler_config()
     if offline_mode():  # --offline: the cached repodata however old, never a request
-        # from_config takes no cache action: the user's [repodata-config] defaults by hand, so
-        # the offline read looks for the forms the online run cached (sharded or not)
+        # from_config takes no cache action: the user's [repodata-config] (its defaults, and
+        # a channel URL's table over them) by hand, so the offline read looks for the forms
+        # the online run cached (sharded or not)
         rc = (config.repodata_config if config is not None else None) or {}
-        offline = rattler.SourceConfig(
-            zstd_enabled=not rc.get("disable-zstd", False),
-            bz2_enabled=not rc.get("disable-bzip2", False),
-            sharded_enabled=not rc.get("disable-sharded", False),
-            cache_action="force-cache-only",
+        defaults = {k: v for k, v in rc.items() if not isinstance(v, dict)}
+        per_channel = {
+            url: _offline_source({**defaults, **v}) for url, v in rc.items() if isinstance(v, dict)
+        }
+        return rattler.Gateway(
+            cache_dir=cache_dir,
+            default_config=_offline_source(defaults),
+            per_channel_config=per_channel,
+            client=client(),
         )
-        return rattler.Gateway(cache_dir=cache_dir, default_config=offline, client=client())
     if config is not None:
         return rattler.Gateway.from_config(config, cache_dir=cache_dir, client=client())
     return rattler.Gateway(cache_dir=cache_dir, client=client())
+
+
+def _offline_source(rc: dict[str, Any]) -> Any:
+    """A [repodata-config] table as rattler's SourceConfig that reads the cache only."""
+    import rattler
+
+    return rattler.SourceConfig(
+        zstd_enabled=not rc.get("disable-zstd", False),
+        bz2_enabled=not rc.get("disable-bzip2", False),
+        sharded_enabled=not rc.get("disable-sharded", False),
+        cache_action="force-cache-only",
+    )
 
 
 MAX_REPODATA_BYTES = 1 << 30  # conda-forge's largest subdir is ~300 MB of JSON; 1 GiB is none
