@@ -164,16 +164,13 @@ def dropped_packages(old: EnvSpec, new: EnvSpec) -> list[str]:
     normalized names): what replacing one request file with the other would lose. The names the
     plan writes (cuda-version, cpuonly, python's pin, pip for a pip section: PLAN_WRITES) are
     the plan's, not the user's to lose."""
-    from envtool.core.spec import normalize_pip_name
+    from envtool.core.spec import normalize_pip_name, pip_line_name
 
     conda = {d.name.lower() for d in new.dependencies} | PLAN_WRITES
-    pip = {normalize_pip_name(p.name) for p in new.pip_lines() if p.name}
+    old_pip = [n for n in map(pip_line_name, old.pip_lines()) if n]  # `name @ URL` too
+    pip = {normalize_pip_name(n) for n in map(pip_line_name, new.pip_lines()) if n}
     lost = [d.name for d in old.dependencies if d.name.lower() not in conda]
-    lost += [
-        f"{p.name} (pip)"
-        for p in old.pip_lines()
-        if p.name and normalize_pip_name(p.name) not in pip
-    ]
+    lost += [f"{n} (pip)" for n in old_pip if normalize_pip_name(n) not in pip]
     return list(dict.fromkeys(lost))
 
 

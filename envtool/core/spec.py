@@ -231,7 +231,17 @@ def parse_pip_line(text: str) -> PipLine:
 # it reads or runs.
 _PIP_PLAIN_FLAGS = ("--no-index", "--offline")
 _VCS = ("git+", "hg+", "svn+", "bzr+")
-_PIP_DIRECT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*\s*(?:\[[^\]]*\])?\s*@\s*(\S.*)$")
+_PIP_DIRECT = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._\-]*)\s*(?:\[[^\]]*\])?\s*@\s*(?P<target>\S.*)$"
+)
+
+
+def pip_line_name(line: PipLine) -> str | None:
+    """The project a pip entry installs: a requirement's name, or `name @ URL`'s."""
+    if line.name:
+        return line.name
+    direct = _PIP_DIRECT.match(re.split(r"\s#", line.raw, maxsplit=1)[0].strip())
+    return direct.group("name") if line.kind == "other" and direct else None
 
 
 _BUILD_FIX = (
@@ -264,7 +274,7 @@ def pip_lock_problem(line: PipLine) -> tuple[str, str] | None:
             "drop the line from the pip section",
         )
     direct = _PIP_DIRECT.match(s)  # `name @ URL`, else a bare URL or path
-    target = (direct.group(1) if direct else s).split(";")[0].strip()
+    target = (direct.group("target") if direct else s).split(";")[0].strip()
     if target.startswith(_VCS):
         return "a VCS checkout is built by running its setup code" + wheels, _BUILD_FIX
     if not re.split(r"[?#]", target, maxsplit=1)[0].endswith(".whl"):

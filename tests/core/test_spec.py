@@ -207,3 +207,25 @@ def test_spec_module_does_not_import_yaml_at_import_time() -> None:
     code = "import sys, envtool.core.spec; print('yaml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_pip_direct_reference_counts_as_its_package_for_the_drop_check() -> None:
+    """create's "would drop" check compared pip requirements by name; `name @ URL` has no
+    specifier name, so a request losing it (or keeping it) went unnoticed."""
+    from envtool.core.request import dropped_packages
+    from envtool.core.spec import parse_environment_yml, parse_pip_line, pip_line_name
+
+    wheel = "https://files.example.org/mylib-1.0-py3-none-any.whl"
+    assert pip_line_name(parse_pip_line(f"My_Lib[cli] @ {wheel}  # ours")) == "My_Lib"
+    assert pip_line_name(parse_pip_line("torch>=2.8")) == "torch"
+    for other in ("-e .", wheel, "./local/dir", "--extra-index-url https://x/simple"):
+        assert pip_line_name(parse_pip_line(other)) is None
+    old = parse_environment_yml(
+        f"dependencies:\n  - python\n  - pip:\n    - my-lib @ {wheel}\n    - tqdm\n", "old.yml"
+    )
+    new = parse_environment_yml("dependencies:\n  - python\n  - pip:\n    - tqdm\n", "new.yml")
+    assert dropped_packages(old, new) == ["my-lib (pip)"]
+    kept = parse_environment_yml(
+        "dependencies:\n  - python\n  - pip:\n    - My_Lib==1.0\n    - tqdm\n", "kept.yml"
+    )
+    assert dropped_packages(old, kept) == []  # the same project by its normalized name
