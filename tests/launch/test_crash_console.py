@@ -179,7 +179,7 @@ def test_the_restarts_are_read_from_the_attempts_torchrun_left(tmp_path: Path) -
     text = b"".join(TORCHRUN_FAILING[:2]).decode()
     text += text.replace("exitcode: 1", "exitcode: 3")
     assert parse_attempt_failures(text) == [(1, 1), (1, 3)]
-    first, second = read_restarts(plan, text)
+    first, second = read_restarts(plan, parse_attempt_failures(text))
     assert first is not None and (first.rank, first.exitcode, first.error) == (
         1,
         1,
@@ -187,7 +187,36 @@ def test_the_restarts_are_read_from_the_attempts_torchrun_left(tmp_path: Path) -
     )
     assert second is not None and (second.exitcode, second.error) == (3, "fatal: no data at /d")
     # no failure line at all (torchrun's log lost): the rank that left a traceback is named
-    first, second = read_restarts(plan, "")
+    first, second = read_restarts(plan, [])
     assert first is not None and (first.rank, first.error) == (1, "ValueError: planted")
     assert second is None  # exited without a traceback and unnamed: no rank is guessed
-    assert read_restarts(_restart_plan(tmp_path / "none", 1), text) == []
+    assert read_restarts(_restart_plan(tmp_path / "none", 1), [(1, 1)]) == []
+
+
+def test_logs_are_read_by_their_end_and_an_odd_error_file_is_no_crash(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A rank that printed gigabytes: only the log's end is read for its traceback. An
+    error.json that is a list, too big or unreadable falls back to the log's traceback."""
+    from envtool.adapters.launch import launcher
+
+    monkeypatch.setattr(launcher, "LOG_TAIL_BYTES", 4096)
+    plan = _restart_plan(tmp_path, max_restarts=1)
+    attempt = _attempt(plan, 0, "x" * 100_000 + "\n" + PLANTED)
+    _attempt(plan, 1)
+    reads: list[int] = []
+    real_open = open
+
+    def counting_open(path, mode="r", *a, **k):  # noqa: ANN001
+        f = real_open(path, mode, *a, **k)
+        if "b" in mode:
+            real_read = f.read
+            f.read = lambda n=-1: (reads.append(n), real_read(n))[1]
+        return f
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    for odd in ("[1, 2]", "{", '{"message": "' + "m" * 10_000 + '"}'):
+        (attempt / "1" / "error.json").write_text(odd)
+        (restart,) = read_restarts(plan, [(1, 1)])
+        assert restart is not None and restart.error == "ValueError: planted", odd
+    assert reads and max(reads) == 4096  # never the whole 100 kB

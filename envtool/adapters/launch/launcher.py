@@ -266,10 +266,9 @@ def apply_launch(
         log_error=log_errors[0] if log_errors else None,
         hang=watch.hang,
     )
-    launcher_text = _read_text(launcher_log)
-    outcome.restarts = read_restarts(plan, launcher_text)
+    outcome.restarts = read_restarts(plan, crash.attempt_failures)
     if code != 0:
-        outcome.failure = read_failure(plan, launcher_text)
+        outcome.failure = read_failure(plan, _read_text(launcher_log))
     _to_console(console, crash.finish(outcome.failure if not received and not watch.hang else None))
     return outcome
 
@@ -807,6 +806,7 @@ _TORCHRUN_FAILING = (
 
 
 CRASH_HOLD_LINES = 2000  # what CrashConsole holds at most (memory stays bounded)
+MAX_ATTEMPTS_KEPT = 10_000  # torchrun's failure lines CrashConsole keeps (--max-restarts' count)
 
 
 class CrashConsole:
@@ -824,6 +824,8 @@ class CrashConsole:
         self.blocks: dict[bytes, list[bytes]] = {}  # a rank's traceback, until its last line
         self.failing = False  # torchrun has started reporting a failure
         self.restarts = 0
+        # each worker group's failure torchrun logged, (local rank, exit code), in order
+        self.attempt_failures: list[tuple[int, int]] = []
 
     def feed(self, line: bytes) -> list[bytes]:
         m = _RANK_PREFIX.match(line)
@@ -831,6 +833,8 @@ class CrashConsole:
         text = body.strip()
         if not any(c.isalpha() for c in prefix.decode("latin-1")):  # torchrun's own; its
             # summary box's "[0]:" is no rank's tee prefix ("[default0]:", "[rank0]:")
+            if b"failed (exitcode" in line and len(self.attempt_failures) < MAX_ATTEMPTS_KEPT:
+                self.attempt_failures += parse_attempt_failures(line.decode("utf-8", "replace"))
             if self.failing or any(mark in line for mark in _TORCHRUN_FAILING):
                 self.failing = True
                 self.held.append(line)
@@ -844,7 +848,7 @@ class CrashConsole:
             if self.failing:  # the ranks run again (a restart): what happened is shown now
                 self.failing = False
                 held = self._take()
-                return [*held, *self._restart_line(held), line]
+                return [*held, *self._restart_line(), line]
             return [line]
         block.append(line)
         if len(block) > CRASH_HOLD_LINES:  # no traceback is this long: a rank's own output
@@ -856,15 +860,15 @@ class CrashConsole:
             return self._take()
         return []
 
-    def _restart_line(self, held: list[bytes]) -> list[bytes]:
+    def _restart_line(self) -> list[bytes]:
         plan = self.plan  # a late line of the failed attempt is no restart: the next must exist
         if plan is None or self.restarts >= plan.max_restarts:
             return []
         if not any(Path(plan.log_dir).glob(f"*/attempt_{self.restarts + 1}")):
             return []
         self.restarts += 1
-        named = parse_attempt_failures(b"".join(held).decode("utf-8", "replace"))
-        local, code = named[-1] if named else (None, None)
+        named = self.attempt_failures
+        local, code = named[self.restarts - 1] if len(named) >= self.restarts else (None, None)
         failure = read_attempt_failure(plan, self.restarts - 1, local, code)
         text = render_restart(failure, self.restarts, plan.max_restarts)
         return [f"envtool: {text}\n".encode()]
@@ -1030,15 +1034,15 @@ def read_attempt_failure(
     return failure
 
 
-def read_restarts(plan: LaunchPlan, launcher_text: str) -> list[RankFailure | None]:
+def read_restarts(plan: LaunchPlan, named: list[tuple[int, int]]) -> list[RankFailure | None]:
     """Each attempt torchrun restarted the workers after (--max-restarts), in order: how it
-    ended. Its agent's k-th failure line names the rank that ended attempt k."""
+    ended. `named`: its agent's failure lines, (local rank, exit code); the k-th ended attempt
+    k."""
     attempts = {
         int(p.name.split("_")[-1])
         for p in Path(plan.log_dir).glob("*/attempt_*")
         if p.name.split("_")[-1].isdigit()
     }
-    named = parse_attempt_failures(launcher_text)
     restarts: list[RankFailure | None] = []  # None: no rank to blame (a node joined or left)
     for k in sorted(attempts)[:-1]:  # the last attempt is the run's own end
         local, code = named[k] if k < len(named) else (None, None)
@@ -1086,16 +1090,28 @@ def _error_from_rank_dir(rank_dir: Path) -> str | None:
     error_file = rank_dir / "error.json"
     if error_file.is_file():
         try:
-            message, _ = parse_error_file(json.loads(error_file.read_text()))
+            data = json.loads(_read_text(error_file, whole=True) or "null")
         except ValueError:
-            message = None
+            data = None
+        message, _ = parse_error_file(data) if isinstance(data, dict) else (None, None)
         if message:
             return message
     return parse_last_exception(_read_text(rank_dir / "stderr.log"))
 
 
-def _read_text(path: Path) -> str:
+LOG_TAIL_BYTES = 1 << 20  # what is read of a log: its end holds the traceback and the summary
+
+
+def _read_text(path: Path, whole: bool = False) -> str:
+    """A log's last LOG_TAIL_BYTES (a rank may have printed gigabytes); `whole`: the file, or
+    "" when it is longer than that (a file only ever small, like error.json)."""
     try:
-        return path.read_text(errors="replace")
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > LOG_TAIL_BYTES:
+                if whole:
+                    return ""
+                f.seek(size - LOG_TAIL_BYTES)
+            return f.read(LOG_TAIL_BYTES).decode("utf-8", "replace")
     except OSError:
         return ""
