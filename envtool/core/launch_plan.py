@@ -381,6 +381,11 @@ def render_restart(failure: RankFailure | None, number: int, max_restarts: int) 
     return text + (f"; its logs: {failure.log}" if failure.log else "")
 
 
+def render_attempt_mark(attempt: int) -> str:
+    """all.log's line where torchrun's attempt N begins (`envtool logs --rank R` keeps it)."""
+    return f"[envtool] attempt {attempt}: torchrun started every rank again (--max-restarts)"
+
+
 def render_restarts(count: int) -> str:
     return f"after {count} restart{'s' if count != 1 else ''}"
 

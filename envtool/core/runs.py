@@ -131,12 +131,14 @@ def _or(value: int | None, unknown: str = "?") -> str:
 
 
 def filter_rank(lines: list[str], rank: int) -> list[str]:
-    """all.log lines of one global rank (`[node N rank R] …`)."""
+    """all.log lines of one global rank (`[node N rank R] …`), and envtool's own (`[envtool]
+    attempt N: …`, where a restart begins)."""
     mark = f" rank {rank}] "
     return [
         line
         for line in lines
-        if line.startswith("[node ") and mark in line.split("] ", 1)[0] + "] "
+        if line.startswith("[envtool] ")
+        or (line.startswith("[node ") and mark in line.split("] ", 1)[0] + "] ")
     ]
 
 

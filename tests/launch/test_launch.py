@@ -507,6 +507,13 @@ def test_max_restarts_recovers_from_a_failing_rank(tmp_path: Path) -> None:
     assert "/attempt_0/1/" in restart["log"] and restart["error"].startswith("ValueError")
     listed = envtool(["runs", "--run-dir", "r2"], tmp_path)
     assert "finished, restarted 1x" in listed.stdout
+    # all.log: a line where the second attempt begins, kept by `logs --rank`
+    rank1 = envtool(["logs", "--run-dir", "r2", "--rank", "1"], tmp_path).stdout.splitlines()
+    mark = "[envtool] attempt 1: torchrun started every rank again (--max-restarts)"
+    assert rank1.count(mark) == 1, rank1
+    before, after = rank1[: rank1.index(mark)], rank1[rank1.index(mark) + 1 :]
+    assert any("ValueError: planted" in line for line in before), rank1
+    assert after[-1] == "[node 0 rank 1] rank 1 done", rank1
 
 
 def test_manifest_lock_hash_comes_from_the_installers_state_record(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from envtool.core.launch_plan import (
     parse_last_lines,
     parse_last_traceback,
     parse_root_cause,
+    render_attempt_mark,
     render_restart,
 )
 from envtool.core.runs import MAX_LINE_BYTES, LineSplitter
@@ -393,6 +394,7 @@ class MergedLog:
         self.labels: dict[tuple[str, int], bytes] = {}  # (attempt dir, local rank) -> prefix
         self.out: IO[bytes] | None = None
         self._workers: dict[int, tuple[int, int]] | None = None
+        self.attempt = -1  # the latest torchrun attempt (attempt_N) written here
         self.done = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -444,6 +446,7 @@ class MergedLog:
             if not data:
                 continue
             grew = True
+            self._mark_attempt(path.parent.parent.name)
             self.offsets[path] = self.offsets.get(path, 0) + len(data)
             # a line past 64 KiB (a progress bar's \r redraws) is cut: bounded, linear
             lines = self.splitters.setdefault(path, LineSplitter()).feed(data)
@@ -455,6 +458,19 @@ class MergedLog:
                 if rest:
                     self._write(path, rest)
         return grew
+
+    def _mark_attempt(self, name: str) -> None:
+        """A line where torchrun's next attempt (--max-restarts) begins: the ranks' lines
+        before it are the failed attempt's."""
+        number = name.rpartition("_")[2]
+        if not number.isdigit() or int(number) <= self.attempt:
+            return
+        first, self.attempt = self.attempt < 0, int(number)
+        if not first and self.out is not None:
+            try:
+                self.out.write(render_attempt_mark(self.attempt).encode() + b"\n")
+            except OSError:
+                self.out = _close_quietly(self.out)
 
     def _write(self, path: Path, lines: list[bytes]) -> None:
         if self.out is None:
