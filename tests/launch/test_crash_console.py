@@ -220,3 +220,14 @@ def test_logs_are_read_by_their_end_and_an_odd_error_file_is_no_crash(
         (restart,) = read_restarts(plan, [(1, 1)])
         assert restart is not None and restart.error == "ValueError: planted", odd
     assert reads and max(reads) == 4096  # never the whole 100 kB
+
+
+def test_odd_folders_in_torchruns_log_folder_are_no_attempts(tmp_path: Path) -> None:
+    from envtool.adapters.launch.launcher import find_rank_logs
+
+    plan = _restart_plan(tmp_path, max_restarts=1)
+    _attempt(plan, 0, PLANTED)
+    for odd in ("attempt_x", "attempt_²", "attempt_" + "9" * 200, "attempt_"):
+        (Path(plan.log_dir) / "r_x1y2" / odd).mkdir()
+    assert read_restarts(plan, [(1, 1)]) == []  # one real attempt: no restart
+    assert find_rank_logs(Path(plan.log_dir))["1"].endswith("attempt_0/1/stderr.log")

@@ -462,10 +462,10 @@ class MergedLog:
     def _mark_attempt(self, name: str) -> None:
         """A line where torchrun's next attempt (--max-restarts) begins: the ranks' lines
         before it are the failed attempt's."""
-        number = name.rpartition("_")[2]
-        if not number.isdigit() or int(number) <= self.attempt:
+        number = _attempt_number(name)
+        if number is None or number <= self.attempt:
             return
-        first, self.attempt = self.attempt < 0, int(number)
+        first, self.attempt = self.attempt < 0, number
         if not first and self.out is not None:
             try:
                 self.out.write(render_attempt_mark(self.attempt).encode() + b"\n")
@@ -1004,12 +1004,18 @@ def _may_be_in_exec(entry: Path) -> bool:
 # --- after the run -----------------------------------------------------------------------------
 
 
+def _attempt_number(name: str) -> int | None:
+    """attempt_N → N (None for any other name in torchrun's log folder)."""
+    number = name.removeprefix("attempt_")
+    ok = number != name and number.isascii() and number.isdigit() and len(number) < 10
+    return int(number) if ok else None
+
+
 def find_rank_logs(log_dir: Path) -> dict[str, str]:
     """local rank → its stderr log in the latest attempt (torchrun: <id>/attempt_N/<rank>/)."""
     logs: dict[str, str] = {}
-    attempts = sorted(
-        log_dir.glob("*/attempt_*"), key=lambda p: int(p.name.split("_")[-1]), reverse=False
-    )
+    found = [(_attempt_number(p.name), p) for p in log_dir.glob("*/attempt_*")]
+    attempts = [p for n, p in sorted((n, p) for n, p in found if n is not None)]
     for attempt in attempts:  # later attempts overwrite earlier ones
         for rank_dir in attempt.iterdir():
             if rank_dir.is_dir() and rank_dir.name.isdigit():
@@ -1054,11 +1060,8 @@ def read_restarts(plan: LaunchPlan, named: list[tuple[int, int]]) -> list[RankFa
     """Each attempt torchrun restarted the workers after (--max-restarts), in order: how it
     ended. `named`: its agent's failure lines, (local rank, exit code); the k-th ended attempt
     k."""
-    attempts = {
-        int(p.name.split("_")[-1])
-        for p in Path(plan.log_dir).glob("*/attempt_*")
-        if p.name.split("_")[-1].isdigit()
-    }
+    found = (_attempt_number(p.name) for p in Path(plan.log_dir).glob("*/attempt_*"))
+    attempts = {n for n in found if n is not None}
     restarts: list[RankFailure | None] = []  # None: no rank to blame (a node joined or left)
     for k in sorted(attempts)[:-1]:  # the last attempt is the run's own end
         local, code = named[k] if k < len(named) else (None, None)
