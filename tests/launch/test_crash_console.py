@@ -139,34 +139,36 @@ PLANTED = (
 
 
 def test_a_restart_is_named_with_the_rank_that_caused_it(tmp_path: Path) -> None:
-    """--max-restarts: the held failure is shown, then one envtool line: which restart, which
-    rank failed and why, and where its log is (the attempt torchrun replaced)."""
+    """--max-restarts: once the next attempt's folder exists, the held failure is shown, then
+    one envtool line: which restart, which rank failed and why, and where its log is (the
+    attempt torchrun replaced). Once per attempt, whether or not a rank spoke first."""
     plan = _restart_plan(tmp_path, max_restarts=2)
     first = _attempt(plan, 0, PLANTED)
-    _attempt(plan, 1)  # torchrun made the next attempt's folders before the ranks speak
     c = CrashConsole(plan)
     feed(c, [b"[default0]:step 1\n", *TORCHRUN_FAILING[:2]])
-    shown = feed(c, [b"[default0]:step 1\n"])
-    assert shown[:2] == TORCHRUN_FAILING[:2] and shown[-1] == b"[default0]:step 1\n"
+    shown = c.restarted(1)
+    assert shown[:2] == TORCHRUN_FAILING[:2] and len(shown) == 3
     assert shown[2].decode() == (
         "envtool: restart 1 of 2: rank 1 failed (exit 1): ValueError: planted — torchrun "
         f"started every rank again; its logs: {first}/1/stderr.log\n"
     )
+    assert c.restarted(1) == []  # told again (the final look): nothing twice
+    assert feed(c, [b"[default0]:step 1\n"]) == [b"[default0]:step 1\n"]
+    # the second restart: a rank spoke before the folder was seen; the line still comes
+    _attempt(plan, 1, PLANTED)
+    feed(c, TORCHRUN_FAILING[:2])
+    assert feed(c, [b"[default0]:x\n"]) == [*TORCHRUN_FAILING[:2], b"[default0]:x\n"]
+    (line,) = c.restarted(2)
+    assert line.startswith(b"envtool: restart 2 of 2: rank 1 failed (exit 1)")
 
 
-def test_a_late_line_of_the_failed_attempt_is_no_restart(tmp_path: Path) -> None:
-    """A rank line that comes after torchrun's failure line but before any next attempt (or
-    with no restarts allowed) shows what was held, and claims no restart."""
-    plan = _restart_plan(tmp_path, max_restarts=1)
+def test_no_restart_is_claimed_past_max_restarts_or_without_a_plan(tmp_path: Path) -> None:
+    plan = _restart_plan(tmp_path, max_restarts=0)
     _attempt(plan, 0, PLANTED)
     c = CrashConsole(plan)
     feed(c, TORCHRUN_FAILING[:2])
-    assert feed(c, [b"[default0]:late\n"]) == [*TORCHRUN_FAILING[:2], b"[default0]:late\n"]
-    plan.max_restarts = 0
-    _attempt(plan, 1)
-    c = CrashConsole(plan)
-    feed(c, TORCHRUN_FAILING[:2])
-    assert not any(b"restart" in line for line in feed(c, [b"[default0]:x\n"]))
+    assert c.restarted(1) == [] and CrashConsole().restarted(1) == []
+    assert c.finish(None) == TORCHRUN_FAILING[:2]  # what was held is still shown at the end
 
 
 def test_the_restarts_are_read_from_the_attempts_torchrun_left(tmp_path: Path) -> None:

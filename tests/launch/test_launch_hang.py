@@ -170,3 +170,62 @@ def test_files_torchrun_created_empty_are_start_up_not_silence(tmp_path: Path) -
     assert watch.check() is True and watch.hang is not None
     assert watch.hang.startup and watch.hang.ranks == [0, 1] and watch.hang.label == "ranks 0 and 1"
     assert "no rank has printed anything for" in said[0]
+
+
+def test_a_restart_starts_up_again_and_is_not_stopped_as_a_hang(tmp_path: Path) -> None:
+    """--max-restarts with --hang-timeout: torchrun's next attempt starts with empty logs.
+    Start-up was counted from the launch, so a run older than --startup-grace was stopped as
+    "no rank printed anything" a second after any restart. Each attempt starts up anew."""
+    import os
+
+    from envtool.adapters.launch.launcher import ProgressWatch
+
+    plan = _aged_logs(tmp_path, {0: 1.0, 1: 1.0})  # attempt 0: printing
+    alive = lambda _: {0: "S", 1: "S"}  # noqa: E731
+    said: list[str] = []
+    watch = ProgressWatch(plan, 30.0, say=said.append, startup_grace=40.0, read_states=alive)
+    watch.started -= 3600  # an hour into the run
+    assert watch.check() is False
+    for local in (0, 1):  # torchrun restarted the workers: attempt 1, nothing printed yet
+        rank_dir = Path(plan.log_dir, "r_x", "attempt_1", str(local))
+        rank_dir.mkdir(parents=True)
+        for name in ("stdout.log", "stderr.log"):
+            (rank_dir / name).write_text("")
+    watch.next_scan = 0.0
+    assert watch.check() is False and watch.hang is None and said == []
+    # the new attempt's start-up has its own grace: past it, stopped as start-up
+    watch.started -= 50
+    watch.next_scan = 0.0
+    assert watch.check() is True and watch.hang is not None and watch.hang.startup
+    assert os.path.basename(os.path.dirname(os.path.dirname(watch.hang.log or ""))) == "attempt_1"
+
+
+RESTARTS_LATE = """
+import os, sys, time
+rank, attempt = os.environ["RANK"], int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+time.sleep(2 if attempt else 0)  # the restart's start-up: silent, within its grace
+for i in range(16 if attempt == 0 else 3):  # attempt 0 runs past --startup-grace
+    print(f"rank {rank} attempt {attempt} step {i}", flush=True)
+    time.sleep(0.4)
+if attempt == 0 and rank == "1":
+    sys.exit("rank 1: planted failure")
+time.sleep(0.2)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_restart_of_a_run_older_than_its_startup_grace_goes_on(tmp_path: Path) -> None:
+    """The second attempt's empty logs were start-up counted from the launch: a run 6 s old
+    with --startup-grace 4 was stopped as "no rank printed anything" at its first restart."""
+    script = tmp_path / "late.py"
+    script.write_text(RESTARTS_LATE)
+    marker = uuid.uuid4().hex
+    proc = launch(
+        tmp_path, marker, str(script), "--cpu", "--nproc", "2", "--max-restarts", "1",
+        "--hang-timeout", "4", "--startup-grace", "4",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "restart 1 of 1: rank 1 failed (exit 1): rank 1: planted failure" in proc.stderr
+    merged = (only_run_dir(tmp_path) / "all.log").read_text()
+    assert "[node 0 rank 1] rank 1 attempt 1 step 2" in merged

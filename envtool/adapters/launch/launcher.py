@@ -240,7 +240,7 @@ def apply_launch(
             copier.start()
             if on_started is not None:  # the manifest first: all.log never exists without one
                 on_started()
-            merged = MergedLog(plan)
+            merged = MergedLog(plan, on_attempt=lambda n: _to_console(console, crash.restarted(n)))
             merged.start()
             watch = ProgressWatch(plan, hang_timeout, startup_grace=startup_grace)
             watches.append(watch)
@@ -386,8 +386,14 @@ class MergedLog:
     is known (one node, static rendezvous); with c10d it is read from the worker's own
     environment (RANK, GROUP_RANK), found by the run marker."""
 
-    def __init__(self, plan: LaunchPlan, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        path: Path | None = None,
+        on_attempt: Callable[[int], None] | None = None,
+    ) -> None:
         self.plan = plan
+        self.on_attempt = on_attempt
         self.path = path or Path(plan.run_dir) / MERGED_LOG
         self.offsets: dict[Path, int] = {}
         self.splitters: dict[Path, LineSplitter] = {}  # per rank file: its unfinished line
@@ -437,6 +443,7 @@ class MergedLog:
             # name a rank as soon as its files exist: its worker is alive then (a rank that
             # prints only as it exits would be gone by the time its line is read)
             self._label(path.parent)
+            self._mark_attempt(path.parent.parent.name)  # before the new attempt's lines
             try:
                 with open(path, "rb") as f:
                     f.seek(self.offsets.get(path, 0))
@@ -446,7 +453,6 @@ class MergedLog:
             if not data:
                 continue
             grew = True
-            self._mark_attempt(path.parent.parent.name)
             self.offsets[path] = self.offsets.get(path, 0) + len(data)
             # a line past 64 KiB (a progress bar's \r redraws) is cut: bounded, linear
             lines = self.splitters.setdefault(path, LineSplitter()).feed(data)
@@ -460,13 +466,18 @@ class MergedLog:
         return grew
 
     def _mark_attempt(self, name: str) -> None:
-        """A line where torchrun's next attempt (--max-restarts) begins: the ranks' lines
-        before it are the failed attempt's."""
+        """Where torchrun's next attempt (--max-restarts) begins, as soon as its files exist:
+        a line in all.log (the ranks' lines before it are the failed attempt's), and
+        `on_attempt` told (the console's restart line)."""
         number = _attempt_number(name)
         if number is None or number <= self.attempt:
             return
         first, self.attempt = self.attempt < 0, number
-        if not first and self.out is not None:
+        if first:
+            return
+        if self.on_attempt is not None:
+            self.on_attempt(number)
+        if self.out is not None:
             try:
                 self.out.write(render_attempt_mark(self.attempt).encode() + b"\n")
             except OSError:
@@ -582,7 +593,9 @@ class ProgressWatch:
         self.say = say or note
         self.warned = False
         self.next_scan = 0.0
-        self.started = time.time()
+        self.started = time.time()  # of the latest attempt: a restart starts up anew
+        self.attempt: str | None = None  # torchrun's latest attempt folder seen
+        self.attempt_changed = False
         self.hang: Hang | None = None
 
     def check(self) -> bool:
@@ -593,6 +606,8 @@ class ProgressWatch:
         self.next_scan = time.monotonic() + 1.0
         sizes = self._last_writes()
         now = time.time()
+        if self.attempt_changed:  # torchrun restarted the workers (--max-restarts)
+            self.started, self.warned = now, False
         wrote = {r: t for r, (t, size) in sizes.items() if size > 0}
         startup = not wrote
         silent = now - (max(wrote.values()) if wrote else self.started)
@@ -652,12 +667,19 @@ class ProgressWatch:
         return render_ranks(ranks, offset, known) if ranks else "no rank had started"
 
     def _last_writes(self) -> dict[int, tuple[float, int]]:
-        """local rank -> (its logs' latest mtime, their total size)."""
+        """local rank -> (its logs' latest mtime, their total size), in the latest attempt
+        (`attempt_changed`: a later one than the last look's)."""
         out: dict[int, tuple[float, int]] = {}
+        self.attempt_changed = False
         try:
             logs = find_rank_logs(Path(self.plan.log_dir))
         except OSError:  # an attempt folder torchrun is replacing right now
             return out
+        folders = {str(Path(log).parent.parent) for log in logs.values()}
+        attempt = max(folders, key=lambda f: _attempt_number(Path(f).name) or 0, default=None)
+        if attempt is not None and attempt != self.attempt:
+            self.attempt_changed = self.attempt is not None
+            self.attempt = attempt
         for local, stderr_log in logs.items():
             times, size = [], 0
             for name in ("stdout.log", "stderr.log"):
@@ -831,11 +853,13 @@ class CrashConsole:
     errors (a peer closed the connection) — the first crash drowned in the noise. Those are held
     back (launcher.log and all.log have every line); at the end, `finish` shows the failed
     rank's own traceback instead, or, when no rank is to blame, what was held. A run that goes
-    on after a failure (torchrun restarted the workers) shows what was held at once, and a
-    line naming the restart and the rank that caused it (with `plan`: its logs are read)."""
+    on after a failure (torchrun restarted the workers) shows what was held at once, and
+    `restarted` (all.log's reader saw the next attempt's folder) a line naming the restart and
+    the rank that caused it (with `plan`: its logs are read)."""
 
     def __init__(self, plan: LaunchPlan | None = None) -> None:
         self.plan = plan
+        self.lock = threading.Lock()  # fed by the stream's thread, told of restarts by all.log's
         self.held: list[bytes] = []
         self.blocks: dict[bytes, list[bytes]] = {}  # a rank's traceback, until its last line
         self.failing = False  # torchrun has started reporting a failure
@@ -844,6 +868,26 @@ class CrashConsole:
         self.attempt_failures: list[tuple[int, int]] = []
 
     def feed(self, line: bytes) -> list[bytes]:
+        with self.lock:
+            return self._feed(line)
+
+    def restarted(self, attempt: int) -> list[bytes]:
+        """torchrun's attempt N has begun (its folder exists): what was held about the failure
+        that ended the one before, then a line naming the restart and the rank that caused it.
+        Once per attempt; nothing without a plan or past --max-restarts."""
+        with self.lock:
+            plan = self.plan
+            if plan is None or attempt <= self.restarts or attempt > plan.max_restarts:
+                return []
+            self.restarts = attempt
+            self.failing = False
+            named = self.attempt_failures
+            local, code = named[attempt - 1] if len(named) >= attempt else (None, None)
+            failure = read_attempt_failure(plan, attempt - 1, local, code)
+            line = f"envtool: {render_restart(failure, attempt, plan.max_restarts)}\n"
+            return [*self._take(), line.encode()]
+
+    def _feed(self, line: bytes) -> list[bytes]:
         m = _RANK_PREFIX.match(line)
         prefix, body = (m.group(0), line[m.end() :]) if m else (b"", line)
         text = body.strip()
@@ -863,8 +907,7 @@ class CrashConsole:
                 return []
             if self.failing:  # the ranks run again (a restart): what happened is shown now
                 self.failing = False
-                held = self._take()
-                return [*held, *self._restart_line(), line]
+                return [*self._take(), line]
             return [line]
         block.append(line)
         if len(block) > CRASH_HOLD_LINES:  # no traceback is this long: a rank's own output
@@ -876,19 +919,6 @@ class CrashConsole:
             return self._take()
         return []
 
-    def _restart_line(self) -> list[bytes]:
-        plan = self.plan  # a late line of the failed attempt is no restart: the next must exist
-        if plan is None or self.restarts >= plan.max_restarts:
-            return []
-        if not any(Path(plan.log_dir).glob(f"*/attempt_{self.restarts + 1}")):
-            return []
-        self.restarts += 1
-        named = self.attempt_failures
-        local, code = named[self.restarts - 1] if len(named) >= self.restarts else (None, None)
-        failure = read_attempt_failure(plan, self.restarts - 1, local, code)
-        text = render_restart(failure, self.restarts, plan.max_restarts)
-        return [f"envtool: {text}\n".encode()]
-
     def _take(self) -> list[bytes]:
         lines = self.held + [x for block in self.blocks.values() for x in block]
         self.held, self.blocks = [], {}
@@ -899,7 +929,8 @@ class CrashConsole:
         when one rank is to blame — or, where it exited with a code and no traceback, its last
         lines (none when it was killed: envtool's cause line says so) — else everything held
         (nothing is lost)."""
-        held = self._take()
+        with self.lock:
+            held = self._take()
         if failure is None:
             return held
         text = _read_text(Path(failure.log)) if failure.log else ""
