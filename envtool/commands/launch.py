@@ -407,7 +407,8 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         logs = hang.log or plan.run_dir + "/"
         if hang.startup:
             verdict = (
-                f"no rank printed anything for {hang.all_silent:.0f} s after the start "
+                f"no rank printed anything for {hang.all_silent:.0f} s after "
+                f"{f'restart {hang.attempt}' if hang.attempt else 'the start'} "
                 f"({hang.label}) — stopped by --startup-grace (with --hang-timeout "
                 f"{opts['hang_timeout']:g}); raise --startup-grace if start-up takes longer; "
                 f"logs: {logs}"

@@ -197,6 +197,7 @@ def test_a_restart_starts_up_again_and_is_not_stopped_as_a_hang(tmp_path: Path) 
     watch.started -= 50
     watch.next_scan = 0.0
     assert watch.check() is True and watch.hang is not None and watch.hang.startup
+    assert watch.hang.attempt == 1  # "no rank printed anything for 50 s after restart 1"
     assert os.path.basename(os.path.dirname(os.path.dirname(watch.hang.log or ""))) == "attempt_1"
 
 

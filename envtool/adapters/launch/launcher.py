@@ -560,6 +560,7 @@ class Hang:
     ranks: list[int] = field(default_factory=list)  # every rank named
     why: str = ""  # "its process is stopped (…)", "its log stopped growing first", …
     startup: bool = False  # no rank had printed anything: --startup-grace ran out
+    attempt: int = 0  # torchrun's attempt (> 0: after that many --max-restarts restarts)
 
 
 class ProgressWatch:
@@ -645,6 +646,7 @@ class ProgressWatch:
                 ranks=[r + (self.plan.node_rank or 0) * self.plan.nproc_per_node for r in ranks],
                 why=why,
                 startup=startup,
+                attempt=_attempt_number(Path(self.attempt or "").name) or 0,
             )
             return True
         return False
