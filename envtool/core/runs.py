@@ -24,6 +24,7 @@ class RunRow:
     duration_s: float | None
     lock_hash: str | None
     job_id: str | None = None
+    restarts: int = 0  # torchrun restarted the workers this many times (--max-restarts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,8 +72,9 @@ def summarize_manifest(
     else:
         status = "finished" if code == 0 else "failed"
     restarts = m.get("restarts")  # torchrun restarted the workers (--max-restarts)
-    if isinstance(restarts, list) and restarts and not m.get("slurm"):
-        status += f", restarted {len(restarts)}x"
+    count = len(restarts) if isinstance(restarts, list) and not m.get("slurm") else 0
+    if count:
+        status += f", restarted {count}x"
     slurm = m.get("slurm") if isinstance(m.get("slurm"), dict) else {}
     return RunRow(
         id=run_id,
@@ -84,6 +86,7 @@ def summarize_manifest(
         duration_s=duration,
         lock_hash=_str(m.get("lock_hash")),
         job_id=_str(slurm.get("job_id")),
+        restarts=count,
     )
 
 

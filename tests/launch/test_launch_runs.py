@@ -261,6 +261,7 @@ def test_a_run_torchrun_restarted_says_so_in_its_status() -> None:
         "finished, restarted 2x"
     )
     failed = summarize_manifest("r", {**base, "exit_code": 1, "restarts": [{}]})
-    assert failed.status == "failed, restarted 1x"
+    assert failed.status == "failed, restarted 1x" and failed.to_dict()["restarts"] == 1
     for odd in ([], "3", 3, {"a": 1}):  # none, or not a list (an edited manifest): no claim
-        assert summarize_manifest("r", {**base, "restarts": odd}).status == "finished"
+        row = summarize_manifest("r", {**base, "restarts": odd})
+        assert row.status == "finished" and row.restarts == 0
