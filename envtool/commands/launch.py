@@ -379,8 +379,7 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         exit_code=outcome.exit_code,
         interrupted_by=outcome.interrupted_by,
         rank_logs=outcome.rank_logs,
-        # each attempt torchrun restarted the workers after: how it ended (None: no rank failed)
-        restarts=[f.__dict__ if f else None for f in outcome.restarts],
+        restarts=[f.__dict__ for f in outcome.restarts],  # each failure torchrun restarted after
     )
     if outcome.hang is not None:  # the hung rank, not the one torchrun saw die of our SIGTERM
         outcome.failure = None

@@ -368,13 +368,12 @@ def parse_attempt_failures(text: str) -> list[tuple[int, int]]:
     return [(int(m.group(2)), int(m.group(1))) for m in _ATTEMPT_FAILED.finditer(text)]
 
 
-def render_restart(failure: RankFailure | None, number: int, max_restarts: int) -> str:
+def render_restart(failure: RankFailure, number: int, max_restarts: int) -> str:
     """ "restart 1 of 2: rank 1 failed (exit 1): ValueError: boom — torchrun started every rank
-    again; its logs: runs/…/attempt_0/1/stderr.log" (no rank to blame: only the restart)."""
-    text = f"restart {number} of {max_restarts}"
-    if failure is None:
-        return text + ": torchrun started every rank again"
-    text += f": rank {failure.rank} failed ({_render_how(failure)})"
+    again; its logs: runs/…/attempt_0/1/stderr.log"."""
+    text = (
+        f"restart {number} of {max_restarts}: rank {failure.rank} failed ({_render_how(failure)})"
+    )
     if failure.error:
         text += f": {failure.error}"
     text += " — torchrun started every rank again"

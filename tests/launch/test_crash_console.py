@@ -146,6 +146,7 @@ def test_a_restart_is_named_with_the_rank_that_caused_it(tmp_path: Path) -> None
     first = _attempt(plan, 0, PLANTED)
     c = CrashConsole(plan)
     feed(c, [b"[default0]:step 1\n", *TORCHRUN_FAILING[:2]])
+    second = _attempt(plan, 1, PLANTED.replace("planted", "again"))  # torchrun restarted
     shown = c.restarted(1)
     assert shown[:2] == TORCHRUN_FAILING[:2] and len(shown) == 3
     assert shown[2].decode() == (
@@ -155,44 +156,52 @@ def test_a_restart_is_named_with_the_rank_that_caused_it(tmp_path: Path) -> None
     assert c.restarted(1) == []  # told again (the final look): nothing twice
     assert feed(c, [b"[default0]:step 1\n"]) == [b"[default0]:step 1\n"]
     # the second restart: a rank spoke before the folder was seen; the line still comes
-    _attempt(plan, 1, PLANTED)
-    feed(c, TORCHRUN_FAILING[:2])
-    assert feed(c, [b"[default0]:x\n"]) == [*TORCHRUN_FAILING[:2], b"[default0]:x\n"]
+    feed(c, [line.replace(b"exitcode: 1", b"exitcode: 7") for line in TORCHRUN_FAILING[:2]])
+    assert feed(c, [b"[default0]:x\n"])[-1] == b"[default0]:x\n"
+    _attempt(plan, 2)
     (line,) = c.restarted(2)
-    assert line.startswith(b"envtool: restart 2 of 2: rank 1 failed (exit 1)")
+    assert line.decode().startswith(
+        "envtool: restart 2 of 2: rank 1 failed (exit 7): ValueError: again"
+    )
+    assert f"{second}/1/stderr.log" in line.decode()
 
 
-def test_no_restart_is_claimed_past_max_restarts_or_without_a_plan(tmp_path: Path) -> None:
-    plan = _restart_plan(tmp_path, max_restarts=0)
-    _attempt(plan, 0, PLANTED)
+def test_a_node_joining_is_no_restart_and_no_plan_names_none(tmp_path: Path) -> None:
+    """torchrun also starts every rank again when a node joins or leaves (c10d, elastic):
+    no rank failed, and torchrun counts no restart: no line."""
+    plan = _restart_plan(tmp_path, max_restarts=2)
+    _attempt(plan, 0)  # nothing failed in it
+    _attempt(plan, 1)
     c = CrashConsole(plan)
-    feed(c, TORCHRUN_FAILING[:2])
     assert c.restarted(1) == [] and CrashConsole().restarted(1) == []
-    assert c.finish(None) == TORCHRUN_FAILING[:2]  # what was held is still shown at the end
+    assert read_restarts(plan, {}) == []
+    feed(c, TORCHRUN_FAILING[:2])  # attempt 1 fails: held, shown at the end
+    assert c.finish(None) == TORCHRUN_FAILING[:2]
 
 
 def test_the_restarts_are_read_from_the_attempts_torchrun_left(tmp_path: Path) -> None:
-    """The manifest's record: each attempt but the last, with the rank torchrun's failure line
-    named (or, without one, the rank whose log holds an exception) and its error."""
+    """The manifest's record: each failure torchrun restarted after, with the rank its failure
+    line named (or, without one, the rank whose log holds an exception) and its error; an
+    attempt a node's joining ended is none."""
     plan = _restart_plan(tmp_path, max_restarts=3)
     _attempt(plan, 0, PLANTED)
-    _attempt(plan, 1, "[rank1]: fatal: no data at /d\n")
-    _attempt(plan, 2)
+    _attempt(plan, 1)  # a node joined: nothing failed
+    _attempt(plan, 2, "[rank1]: fatal: no data at /d\n")
+    _attempt(plan, 3)
     text = b"".join(TORCHRUN_FAILING[:2]).decode()
-    text += text.replace("exitcode: 1", "exitcode: 3")
-    assert parse_attempt_failures(text) == [(1, 1), (1, 3)]
-    first, second = read_restarts(plan, parse_attempt_failures(text))
-    assert first is not None and (first.rank, first.exitcode, first.error) == (
-        1,
-        1,
-        "ValueError: planted",
-    )
-    assert second is not None and (second.exitcode, second.error) == (3, "fatal: no data at /d")
-    # no failure line at all (torchrun's log lost): the rank that left a traceback is named
-    first, second = read_restarts(plan, [])
-    assert first is not None and (first.rank, first.error) == (1, "ValueError: planted")
-    assert second is None  # exited without a traceback and unnamed: no rank is guessed
-    assert read_restarts(_restart_plan(tmp_path / "none", 1), [(1, 1)]) == []
+    assert parse_attempt_failures(text + text.replace("exitcode: 1", "exitcode: 3")) == [
+        (1, 1),
+        (1, 3),
+    ]
+    first, second = read_restarts(plan, {0: (1, 1), 2: (1, 3)})
+    assert (first.rank, first.exitcode, first.error) == (1, 1, "ValueError: planted")
+    assert (second.exitcode, second.error) == (3, "fatal: no data at /d")
+    assert "/attempt_2/1/" in (second.log or "")
+    # no failure line at all (torchrun's log lost): the rank that left a traceback is named;
+    # one that exited without a traceback and unnamed is not guessed
+    (only,) = read_restarts(plan, {})
+    assert (only.rank, only.error) == (1, "ValueError: planted")
+    assert read_restarts(_restart_plan(tmp_path / "none", 1), {0: (1, 1)}) == []
 
 
 def test_logs_are_read_by_their_end_and_an_odd_error_file_is_no_crash(
@@ -219,7 +228,7 @@ def test_logs_are_read_by_their_end_and_an_odd_error_file_is_no_crash(
     monkeypatch.setattr("builtins.open", counting_open)
     for odd in ("[1, 2]", "{", '{"message": "' + "m" * 10_000 + '"}'):
         (attempt / "1" / "error.json").write_text(odd)
-        (restart,) = read_restarts(plan, [(1, 1)])
+        (restart,) = read_restarts(plan, {0: (1, 1)})
         assert restart is not None and restart.error == "ValueError: planted", odd
     assert reads and max(reads) == 4096  # never the whole 100 kB
 
@@ -231,5 +240,5 @@ def test_odd_folders_in_torchruns_log_folder_are_no_attempts(tmp_path: Path) -> 
     _attempt(plan, 0, PLANTED)
     for odd in ("attempt_x", "attempt_²", "attempt_" + "9" * 200, "attempt_"):
         (Path(plan.log_dir) / "r_x1y2" / odd).mkdir()
-    assert read_restarts(plan, [(1, 1)]) == []  # one real attempt: no restart
+    assert read_restarts(plan, {0: (1, 1)}) == []  # one real attempt: no restart
     assert find_rank_logs(Path(plan.log_dir))["1"].endswith("attempt_0/1/stderr.log")

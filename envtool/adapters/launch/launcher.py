@@ -53,7 +53,7 @@ class LaunchOutcome:
     killed_leftovers: int = 0
     log_error: RunDirError | None = None  # the run folder stopped taking writes (full disk)
     hang: Hang | None = None  # stopped by --hang-timeout
-    restarts: list[RankFailure | None] = field(default_factory=list)  # --max-restarts used
+    restarts: list[RankFailure] = field(default_factory=list)  # --max-restarts used
 
 
 def _now() -> str:
@@ -865,9 +865,10 @@ class CrashConsole:
         self.held: list[bytes] = []
         self.blocks: dict[bytes, list[bytes]] = {}  # a rank's traceback, until its last line
         self.failing = False  # torchrun has started reporting a failure
-        self.restarts = 0
-        # each worker group's failure torchrun logged, (local rank, exit code), in order
-        self.attempt_failures: list[tuple[int, int]] = []
+        self.restarts = 0  # restarts named so far (failures; a node joining is none)
+        self.seen = 0  # the latest attempt told of
+        # attempt N -> the failure torchrun logged as it ended, (local rank, exit code)
+        self.attempt_failures: dict[int, tuple[int, int]] = {}
 
     def feed(self, line: bytes) -> list[bytes]:
         with self.lock:
@@ -876,18 +877,26 @@ class CrashConsole:
     def restarted(self, attempt: int) -> list[bytes]:
         """torchrun's attempt N has begun (its folder exists): what was held about the failure
         that ended the one before, then a line naming the restart and the rank that caused it.
-        Once per attempt; nothing without a plan or past --max-restarts."""
+        Once per attempt; no line without a plan, or where no rank failed (a node joined or
+        left: torchrun counts no restart either)."""
         with self.lock:
             plan = self.plan
-            if plan is None or attempt <= self.restarts or attempt > plan.max_restarts:
+            if plan is None or attempt <= self.seen:
                 return []
-            self.restarts = attempt
-            self.failing = False
-            named = self.attempt_failures
-            local, code = named[attempt - 1] if len(named) >= attempt else (None, None)
-            failure = read_attempt_failure(plan, attempt - 1, local, code)
-            line = f"envtool: {render_restart(failure, attempt, plan.max_restarts)}\n"
+            self.seen, self.failing = attempt, False
+            named = self.attempt_failures.get(attempt - 1, (None, None))
+            failure = read_attempt_failure(plan, attempt - 1, *named)
+            if failure is None:
+                return self._take()
+            self.restarts += 1
+            line = f"envtool: {render_restart(failure, self.restarts, plan.max_restarts)}\n"
             return [*self._take(), line.encode()]
+
+    def _latest_attempt(self) -> int:
+        if self.plan is None:
+            return len(self.attempt_failures)
+        found = (_attempt_number(p.name) for p in Path(self.plan.log_dir).glob("*/attempt_*"))
+        return max((n for n in found if n is not None), default=0)
 
     def _feed(self, line: bytes) -> list[bytes]:
         m = _RANK_PREFIX.match(line)
@@ -896,7 +905,9 @@ class CrashConsole:
         if not any(c.isalpha() for c in prefix.decode("latin-1")):  # torchrun's own; its
             # summary box's "[0]:" is no rank's tee prefix ("[default0]:", "[rank0]:")
             if b"failed (exitcode" in line and len(self.attempt_failures) < MAX_ATTEMPTS_KEPT:
-                self.attempt_failures += parse_attempt_failures(line.decode("utf-8", "replace"))
+                for named in parse_attempt_failures(line.decode("utf-8", "replace")):
+                    # logged before the restart: the latest attempt is the one that failed
+                    self.attempt_failures.setdefault(self._latest_attempt(), named)
             if self.failing or any(mark in line for mark in _TORCHRUN_FAILING):
                 self.failing = True
                 self.held.append(line)
@@ -1089,16 +1100,17 @@ def read_attempt_failure(
     return failure
 
 
-def read_restarts(plan: LaunchPlan, named: list[tuple[int, int]]) -> list[RankFailure | None]:
-    """Each attempt torchrun restarted the workers after (--max-restarts), in order: how it
-    ended. `named`: its agent's failure lines, (local rank, exit code); the k-th ended attempt
-    k."""
+def read_restarts(plan: LaunchPlan, named: dict[int, tuple[int, int]]) -> list[RankFailure]:
+    """Each failure torchrun restarted the workers after (--max-restarts), in order: the rank
+    and why. `named`: attempt N -> the failure its agent logged, (local rank, exit code). An
+    attempt no rank ended (a node joined or left) is no restart, as torchrun counts them."""
     found = (_attempt_number(p.name) for p in Path(plan.log_dir).glob("*/attempt_*"))
     attempts = {n for n in found if n is not None}
-    restarts: list[RankFailure | None] = []  # None: no rank to blame (a node joined or left)
+    restarts: list[RankFailure] = []
     for k in sorted(attempts)[:-1]:  # the last attempt is the run's own end
-        local, code = named[k] if k < len(named) else (None, None)
-        restarts.append(read_attempt_failure(plan, k, local, code))
+        failure = read_attempt_failure(plan, k, *named.get(k, (None, None)))
+        if failure is not None:
+            restarts.append(failure)
     return restarts
 
 
