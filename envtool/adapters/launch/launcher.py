@@ -37,6 +37,7 @@ from envtool.core.launch_plan import (
     render_restart,
 )
 from envtool.core.runs import MAX_LINE_BYTES, LineSplitter
+from envtool.core.shell_quote import printable
 from envtool.errors import DiagnosedFailure, UsageError
 
 GRACE_SECONDS = 20.0  # after a forwarded Ctrl-C/SIGTERM: time for ranks to checkpoint and exit
@@ -889,8 +890,9 @@ class CrashConsole:
             if failure is None:
                 return self._take()
             self.restarts += 1
-            line = f"envtool: {render_restart(failure, self.restarts, plan.max_restarts)}\n"
-            return [*self._take(), line.encode()]
+            text = render_restart(failure, self.restarts, plan.max_restarts)
+            # escaped as note() escapes: a rank's error text moves no cursor
+            return [*self._take(), f"envtool: {printable(text)}\n".encode()]
 
     def _latest_attempt(self) -> int:
         if self.plan is None:
