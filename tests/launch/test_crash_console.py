@@ -165,11 +165,11 @@ def test_a_restart_is_named_with_the_rank_that_caused_it(tmp_path: Path) -> None
     )
     assert f"{second}/1/stderr.log" in line.decode()
     # a rank's error text is shown escaped: it moves no cursor, sets no title
-    _attempt(plan, 3)
     (Path(plan.log_dir) / "r_x1y2" / "attempt_2" / "1" / "stderr.log").write_text(
         "[rank1]: fatal \x1b[2J\x1b]0;owned\x07 done\n"
     )
     feed(c, TORCHRUN_FAILING[:2])
+    _attempt(plan, 3)
     plan.max_restarts = 3
     *held, line = c.restarted(3)
     assert held == TORCHRUN_FAILING[:2]
