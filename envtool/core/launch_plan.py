@@ -371,9 +371,8 @@ def parse_attempt_failures(text: str) -> list[tuple[int, int]]:
 def render_restart(failure: RankFailure, number: int, max_restarts: int) -> str:
     """ "restart 1 of 2: rank 1 failed (exit 1): ValueError: boom — torchrun started every rank
     again; its logs: runs/…/attempt_0/1/stderr.log"."""
-    text = (
-        f"restart {number} of {max_restarts}: rank {failure.rank} failed ({_render_how(failure)})"
-    )
+    how = f" ({_render_how(failure)})" if failure.exitcode is not None else ""
+    text = f"restart {number} of {max_restarts}: rank {failure.rank} failed{how}"
     if failure.error:
         text += f": {failure.error}"
     text += " — torchrun started every rank again"

@@ -19,12 +19,14 @@ class RunRow:
     script: str | None
     nnodes: int | None
     nproc_per_node: int | None
-    status: str  # running | finished | failed | stopped | submitted | unknown (", restarted Nx")
+    status: str  # running | finished | failed | stopped | submitted | unknown
     exit_code: int | None
     duration_s: float | None
     lock_hash: str | None
     job_id: str | None = None
-    restarts: int = 0  # torchrun restarted the workers this many times (--max-restarts)
+    restarts: int = (
+        0  # torchrun restarted the workers this many times (the table: ", restarted Nx")
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,8 +75,6 @@ def summarize_manifest(
         status = "finished" if code == 0 else "failed"
     restarts = m.get("restarts")  # torchrun restarted the workers (--max-restarts)
     count = len(restarts) if isinstance(restarts, list) and not m.get("slurm") else 0
-    if count:
-        status += f", restarted {count}x"
     slurm = m.get("slurm") if isinstance(m.get("slurm"), dict) else {}
     return RunRow(
         id=run_id,
@@ -118,7 +118,8 @@ def render_rows(rows: list[RunRow]) -> list[str]:
     table = [("RUN", "SCRIPT", "NODES x PROCS", "STATUS", "EXIT", "DURATION", "LOCK")]
     for r in rows:
         shape = f"{_or(r.nnodes)} x {_or(r.nproc_per_node)}"
-        status = r.status + (f" (job {r.job_id})" if r.job_id else "")
+        status = r.status + (f", restarted {r.restarts}x" if r.restarts else "")
+        status += f" (job {r.job_id})" if r.job_id else ""
         duration = f"{r.duration_s:.0f}s" if r.duration_s is not None else "-"
         lock = (r.lock_hash or "-")[:12]
         row = (r.id, r.script or "-", shape, status, _or(r.exit_code, "-"), duration, lock)

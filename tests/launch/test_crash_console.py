@@ -139,79 +139,63 @@ PLANTED = (
 
 
 def test_a_restart_is_named_with_the_rank_that_caused_it(tmp_path: Path) -> None:
-    """--max-restarts: once the next attempt's folder exists, the held failure is shown, then
-    one envtool line: which restart, which rank failed and why, and where its log is (the
-    attempt torchrun replaced). Once per attempt, whether or not a rank spoke first."""
+    """--max-restarts: torchrun's failure line with restarts left shows what was held, the
+    line, then one envtool line: which restart, which rank failed and why, and where its log
+    is. The k-th failure line ended attempt k, whatever folders exist by the time the line
+    is read (a slow console: torchrun may have made the next ones already)."""
     plan = _restart_plan(tmp_path, max_restarts=2)
     first = _attempt(plan, 0, PLANTED)
+    second = _attempt(plan, 1, PLANTED.replace("planted", "again"))
+    _attempt(plan, 2)  # read late: every attempt's folder is there already
     c = CrashConsole(plan)
-    feed(c, [b"[default0]:step 1\n", *TORCHRUN_FAILING[:2]])
-    second = _attempt(plan, 1, PLANTED.replace("planted", "again"))  # torchrun restarted
-    shown = c.restarted(1)
+    assert feed(c, [b"[default0]:step 1\n", TORCHRUN_FAILING[0]]) == [b"[default0]:step 1\n"]
+    shown = feed(c, [TORCHRUN_FAILING[1]])
     assert shown[:2] == TORCHRUN_FAILING[:2] and len(shown) == 3
     assert shown[2].decode() == (
         "envtool: restart 1 of 2: rank 1 failed (exit 1): ValueError: planted — torchrun "
         f"started every rank again; its logs: {first}/1/stderr.log\n"
     )
-    assert c.restarted(1) == []  # told again (the final look): nothing twice
     assert feed(c, [b"[default0]:step 1\n"]) == [b"[default0]:step 1\n"]
-    # the second restart: a rank spoke before the folder was seen; the line still comes
-    feed(c, [line.replace(b"exitcode: 1", b"exitcode: 7") for line in TORCHRUN_FAILING[:2]])
-    assert feed(c, [b"[default0]:x\n"])[-1] == b"[default0]:x\n"
-    _attempt(plan, 2)
-    (line,) = c.restarted(2)
-    assert line.decode().startswith(
-        "envtool: restart 2 of 2: rank 1 failed (exit 7): ValueError: again"
+    killed = TORCHRUN_FAILING[1].replace(b"exitcode: 1", b"exitcode: -9")
+    (line,) = feed(c, [killed])[1:]
+    assert line.decode() == (
+        "envtool: restart 2 of 2: rank 1 failed (killed by SIGKILL): ValueError: again — "
+        f"torchrun started every rank again; its logs: {second}/1/stderr.log\n"
     )
-    assert f"{second}/1/stderr.log" in line.decode()
-    # a rank's error text is shown escaped: it moves no cursor, sets no title
-    (Path(plan.log_dir) / "r_x1y2" / "attempt_2" / "1" / "stderr.log").write_text(
-        "[rank1]: fatal \x1b[2J\x1b]0;owned\x07 done\n"
-    )
-    feed(c, TORCHRUN_FAILING[:2])
-    _attempt(plan, 3)
-    plan.max_restarts = 3
-    *held, line = c.restarted(3)
-    assert held == TORCHRUN_FAILING[:2]
+    # the third failure: no restart left, held for the end (the failed rank's traceback)
+    assert feed(c, TORCHRUN_FAILING) == []
+    assert read_restarts(plan, c.attempt_failures) == [
+        read_restarts(plan, [(1, 1)])[0],
+        read_restarts(plan, [(1, 1), (1, -9)])[1],
+    ]
+
+
+def test_a_rank_error_is_escaped_and_no_plan_names_no_restart(tmp_path: Path) -> None:
+    plan = _restart_plan(tmp_path, max_restarts=1)
+    _attempt(plan, 0, "[rank1]: fatal \x1b[2J\x1b]0;owned\x07 done\n")
+    (line,) = CrashConsole(plan).feed(TORCHRUN_FAILING[1])[1:]
     assert b"\x1b" not in line and b"\x07" not in line and b"fatal \\x1b[2J" in line, line
-
-
-def test_a_node_joining_is_no_restart_and_no_plan_names_none(tmp_path: Path) -> None:
-    """torchrun also starts every rank again when a node joins or leaves (c10d, elastic):
-    no rank failed, and torchrun counts no restart: no line."""
-    plan = _restart_plan(tmp_path, max_restarts=2)
-    _attempt(plan, 0)  # nothing failed in it
-    _attempt(plan, 1)
-    c = CrashConsole(plan)
-    assert c.restarted(1) == [] and CrashConsole().restarted(1) == []
-    assert read_restarts(plan, {}) == []
-    feed(c, TORCHRUN_FAILING[:2])  # attempt 1 fails: held, shown at the end
-    assert c.finish(None) == TORCHRUN_FAILING[:2]
+    c = CrashConsole()  # no plan (no run folder to read): held as any failure
+    assert feed(c, TORCHRUN_FAILING[:2]) == [] and c.finish(None) == TORCHRUN_FAILING[:2]
 
 
 def test_the_restarts_are_read_from_the_attempts_torchrun_left(tmp_path: Path) -> None:
-    """The manifest's record: each failure torchrun restarted after, with the rank its failure
-    line named (or, without one, the rank whose log holds an exception) and its error; an
-    attempt a node's joining ended is none."""
+    """The manifest's record: each failure torchrun restarted after (a later attempt began),
+    with the rank its failure line named, its error and log."""
     plan = _restart_plan(tmp_path, max_restarts=3)
     _attempt(plan, 0, PLANTED)
-    _attempt(plan, 1)  # a node joined: nothing failed
-    _attempt(plan, 2, "[rank1]: fatal: no data at /d\n")
-    _attempt(plan, 3)
+    _attempt(plan, 1, "[rank1]: fatal: no data at /d\n")
     text = b"".join(TORCHRUN_FAILING[:2]).decode()
-    assert parse_attempt_failures(text + text.replace("exitcode: 1", "exitcode: 3")) == [
-        (1, 1),
-        (1, 3),
-    ]
-    first, second = read_restarts(plan, {0: (1, 1), 2: (1, 3)})
+    failures = parse_attempt_failures(text + text.replace("exitcode: 1", "exitcode: 3"))
+    assert failures == [(1, 1), (1, 3)]
+    (first,) = read_restarts(plan, failures)  # attempt 1's failure ended the run: no restart
     assert (first.rank, first.exitcode, first.error) == (1, 1, "ValueError: planted")
+    assert "/attempt_0/1/" in (first.log or "")
+    _attempt(plan, 2)
+    first, second = read_restarts(plan, failures)
     assert (second.exitcode, second.error) == (3, "fatal: no data at /d")
-    assert "/attempt_2/1/" in (second.log or "")
-    # no failure line at all (torchrun's log lost): the rank that left a traceback is named;
-    # one that exited without a traceback and unnamed is not guessed
-    (only,) = read_restarts(plan, {})
-    assert (only.rank, only.error) == (1, "ValueError: planted")
-    assert read_restarts(_restart_plan(tmp_path / "none", 1), {0: (1, 1)}) == []
+    assert "/attempt_1/1/" in (second.log or "")
+    assert read_restarts(_restart_plan(tmp_path / "none", 1), [(1, 1)]) == []
 
 
 def test_logs_are_read_by_their_end_and_an_odd_error_file_is_no_crash(
@@ -238,7 +222,7 @@ def test_logs_are_read_by_their_end_and_an_odd_error_file_is_no_crash(
     monkeypatch.setattr("builtins.open", counting_open)
     for odd in ("[1, 2]", "{", '{"message": "' + "m" * 10_000 + '"}'):
         (attempt / "1" / "error.json").write_text(odd)
-        (restart,) = read_restarts(plan, {0: (1, 1)})
+        (restart,) = read_restarts(plan, [(1, 1)])
         assert restart is not None and restart.error == "ValueError: planted", odd
     assert reads and max(reads) == 4096  # never the whole 100 kB
 
@@ -250,5 +234,5 @@ def test_odd_folders_in_torchruns_log_folder_are_no_attempts(tmp_path: Path) -> 
     _attempt(plan, 0, PLANTED)
     for odd in ("attempt_x", "attempt_²", "attempt_" + "9" * 200, "attempt_"):
         (Path(plan.log_dir) / "r_x1y2" / odd).mkdir()
-    assert read_restarts(plan, {0: (1, 1)}) == []  # one real attempt: no restart
+    assert read_restarts(plan, [(1, 1)]) == []  # one real attempt: no restart
     assert find_rank_logs(Path(plan.log_dir))["1"].endswith("attempt_0/1/stderr.log")

@@ -254,14 +254,51 @@ def test_following_a_run_with_a_log_and_no_manifest_ends(tmp_path: Path) -> None
 
 
 def test_a_run_torchrun_restarted_says_so_in_its_status() -> None:
-    from envtool.core.runs import summarize_manifest
+    """The table says "finished, restarted 2x"; --json keeps status "finished" (what scripts
+    compare) and gives the count as `restarts`."""
+    from envtool.core.runs import render_rows, summarize_manifest
 
     base = {"exit_code": 0, "start_time": "2026-12-01T00:00:00+00:00"}
-    assert summarize_manifest("r", {**base, "restarts": [None, {}]}).status == (
-        "finished, restarted 2x"
-    )
+    row = summarize_manifest("r", {**base, "restarts": [{}, {}]})
+    assert (row.status, row.to_dict()["restarts"]) == ("finished", 2)
+    assert "finished, restarted 2x" in render_rows([row])[1]
     failed = summarize_manifest("r", {**base, "exit_code": 1, "restarts": [{}]})
-    assert failed.status == "failed, restarted 1x" and failed.to_dict()["restarts"] == 1
+    assert "failed, restarted 1x" in render_rows([failed])[1]
     for odd in ([], "3", 3, {"a": 1}):  # none, or not a list (an edited manifest): no claim
         row = summarize_manifest("r", {**base, "restarts": odd})
-        assert row.status == "finished" and row.restarts == 0
+        assert row.restarts == 0 and "restarted" not in render_rows([row])[1]
+
+
+def test_an_attempts_lines_all_come_before_the_next_attempts_mark(tmp_path: Path) -> None:
+    """all.log reads 1 MiB a file a look: a failed attempt's unread tail (and its last line
+    without a newline) went in after the `[envtool] attempt 1` line, as the new attempt's."""
+    from envtool.adapters.launch.launcher import MergedLog
+    from envtool.core.launch_plan import LaunchRequest, plan_launch
+
+    plan = plan_launch(
+        LaunchRequest(
+            script="t.py", python="py", run_id="r", runs_root=str(tmp_path), cpu=True,
+            nproc=2, free_port=1,
+        )
+    )  # fmt: skip
+    attempts = Path(plan.log_dir) / "r_x"
+    old = attempts / "attempt_0" / "1"
+    old.mkdir(parents=True)
+    (old / "stdout.log").write_text("".join(f"{i:07d} {'y' * 92}\n" for i in range(30_000)))
+    with open(old / "stderr.log", "w") as f:
+        f.write("last words, no newline")
+    merged = MergedLog(plan)
+    merged.out = open(tmp_path / "all.log", "ab")  # noqa: SIM115
+    merged.poll()  # the first MiB of attempt 0
+    new = attempts / "attempt_1" / "1"
+    new.mkdir(parents=True)
+    (new / "stdout.log").write_text("again\n")
+    (new / "stderr.log").write_text("")
+    merged.poll()
+    merged.poll(final=True)
+    merged.out.close()
+    lines = (tmp_path / "all.log").read_text().splitlines()
+    mark = lines.index("[envtool] attempt 1: torchrun started every rank again (--max-restarts)")
+    assert mark == 30_001 and lines[mark + 1 :] == ["[node 0 rank 1] again"], lines[mark - 2 :]
+    assert "[node 0 rank 1] last words, no newline" in lines[:mark]
+    assert not merged.offsets.keys() & {old / "stdout.log", old / "stderr.log"}  # let go

@@ -241,7 +241,7 @@ def apply_launch(
             copier.start()
             if on_started is not None:  # the manifest first: all.log never exists without one
                 on_started()
-            merged = MergedLog(plan, on_attempt=lambda n: _to_console(console, crash.restarted(n)))
+            merged = MergedLog(plan)
             merged.start()
             watch = ProgressWatch(plan, hang_timeout, startup_grace=startup_grace)
             watches.append(watch)
@@ -391,10 +391,8 @@ class MergedLog:
         self,
         plan: LaunchPlan,
         path: Path | None = None,
-        on_attempt: Callable[[int], None] | None = None,
     ) -> None:
         self.plan = plan
-        self.on_attempt = on_attempt
         self.path = path or Path(plan.run_dir) / MERGED_LOG
         self.offsets: dict[Path, int] = {}
         self.splitters: dict[Path, LineSplitter] = {}  # per rank file: its unfinished line
@@ -431,34 +429,18 @@ class MergedLog:
     def poll(self, final: bool = False) -> bool:
         """Append what every rank file grew by since the last look (whole lines; at the end,
         a last line without a newline too). True when anything was read."""
-        try:
-            found = Path(self.plan.log_dir).glob("*/attempt_*/*/std*.log")
-            files = sorted(found, key=lambda p: (_mtime(p), str(p)))  # earliest write first
-        except OSError:
-            return False
+        files = self._files()
         grew = False
         self._workers = None  # one /proc scan per look, only while a rank is unnamed
-        for path in files:
-            if not path.parent.name.isdigit():
-                continue
+        for path, number in files:
+            if number < self.attempt:
+                continue  # an attempt torchrun replaced: read to its end already
             # name a rank as soon as its files exist: its worker is alive then (a rank that
             # prints only as it exits would be gone by the time its line is read)
             self._label(path.parent)
-            self._mark_attempt(path.parent.parent.name)  # before the new attempt's lines
-            try:
-                with open(path, "rb") as f:
-                    f.seek(self.offsets.get(path, 0))
-                    data = f.read(1 << 20)
-            except OSError:
-                continue  # an attempt folder torchrun is replacing right now
-            if not data:
-                continue
-            grew = True
-            self.offsets[path] = self.offsets.get(path, 0) + len(data)
-            # a line past 64 KiB (a progress bar's \r redraws) is cut: bounded, linear
-            lines = self.splitters.setdefault(path, LineSplitter()).feed(data)
-            if lines:
-                self._write(path, lines)
+            if number > self.attempt:
+                self._next_attempt(number, files)
+            grew = self._read(path) or grew
         if final:
             for path, splitter in sorted(self.splitters.items()):
                 rest = splitter.flush()
@@ -466,21 +448,55 @@ class MergedLog:
                     self._write(path, rest)
         return grew
 
-    def _mark_attempt(self, name: str) -> None:
-        """Where torchrun's next attempt (--max-restarts) begins, as soon as its files exist:
-        a line in all.log (the ranks' lines before it are the failed attempt's), and
-        `on_attempt` told (the console's restart line)."""
-        number = _attempt_number(name)
-        if number is None or number <= self.attempt:
-            return
+    def _files(self) -> list[tuple[Path, int]]:
+        """The rank files torchrun has made, earliest write first, with their attempt's
+        number."""
+        try:
+            found = Path(self.plan.log_dir).glob("*/attempt_*/*/std*.log")
+            files = sorted(found, key=lambda p: (_mtime(p), str(p)))
+        except OSError:
+            return []
+        out = []
+        for path in files:
+            number = _attempt_number(path.parent.parent.name)
+            if number is not None and path.parent.name.isdigit():
+                out.append((path, number))
+        return out
+
+    def _read(self, path: Path) -> bool:
+        """What `path` grew by since the last read (at most 1 MiB), its whole lines written."""
+        try:
+            with open(path, "rb") as f:
+                f.seek(self.offsets.get(path, 0))
+                data = f.read(1 << 20)
+        except OSError:
+            return False  # an attempt folder torchrun is replacing right now
+        if not data:
+            return False
+        self.offsets[path] = self.offsets.get(path, 0) + len(data)
+        # a line past 64 KiB (a progress bar's \r redraws) is cut: bounded, linear
+        lines = self.splitters.setdefault(path, LineSplitter()).feed(data)
+        if lines:
+            self._write(path, lines)
+        return True
+
+    def _next_attempt(self, number: int, files: list[tuple[Path, int]]) -> None:
+        """torchrun started attempt N (--max-restarts): the attempts before it are read to
+        their end (their ranks have exited; a last line without a newline too) and let go,
+        then a line in all.log marks where the new one begins."""
+        for path, older in files:
+            if older < number:
+                self._label(path.parent)
+                while self._read(path):
+                    pass
+                rest = self.splitters.pop(path, LineSplitter()).flush()
+                if rest:
+                    self._write(path, rest)
+                self.offsets.pop(path, None)
         first, self.attempt = self.attempt < 0, number
-        if first:
-            return
-        if self.on_attempt is not None:
-            self.on_attempt(number)
-        if self.out is not None:
+        if not first and self.out is not None:
             try:
-                self.out.write(render_attempt_mark(self.attempt).encode() + b"\n")
+                self.out.write(render_attempt_mark(number).encode() + b"\n")
             except OSError:
                 self.out = _close_quietly(self.out)
 
@@ -856,49 +872,46 @@ class CrashConsole:
     errors (a peer closed the connection) — the first crash drowned in the noise. Those are held
     back (launcher.log and all.log have every line); at the end, `finish` shows the failed
     rank's own traceback instead, or, when no rank is to blame, what was held. A run that goes
-    on after a failure (torchrun restarted the workers) shows what was held at once, and
-    `restarted` (all.log's reader saw the next attempt's folder) a line naming the restart and
-    the rank that caused it (with `plan`: its logs are read)."""
+    on after a failure (torchrun restarted the workers, --max-restarts) shows what was held at
+    once, with a line naming the restart and the rank that caused it (with `plan`: its logs are
+    read). The stream's order pairs them: torchrun logs one failure line as each attempt ends,
+    so the k-th ended attempt k."""
 
     def __init__(self, plan: LaunchPlan | None = None) -> None:
         self.plan = plan
-        self.lock = threading.Lock()  # fed by the stream's thread, told of restarts by all.log's
         self.held: list[bytes] = []
         self.blocks: dict[bytes, list[bytes]] = {}  # a rank's traceback, until its last line
         self.failing = False  # torchrun has started reporting a failure
-        self.restarts = 0  # restarts named so far (failures; a node joining is none)
-        self.seen = 0  # the latest attempt told of
-        # attempt N -> the failure torchrun logged as it ended, (local rank, exit code)
-        self.attempt_failures: dict[int, tuple[int, int]] = {}
+        # each failure torchrun logged, (local rank, exit code), in order: the k-th ended
+        # attempt k (bounded: past MAX_ATTEMPTS_KEPT, no more restarts are named)
+        self.attempt_failures: list[tuple[int, int]] = []
 
     def feed(self, line: bytes) -> list[bytes]:
-        with self.lock:
-            return self._feed(line)
+        m = _RANK_PREFIX.match(line)
+        prefix = m.group(0) if m else b""
+        if b"failed (exitcode" in line and not any(c.isalpha() for c in prefix.decode("latin-1")):
+            named = parse_attempt_failures(line.decode("utf-8", "replace"))
+            if named and len(self.attempt_failures) < MAX_ATTEMPTS_KEPT:
+                self.attempt_failures.append(named[0])
+                if self.plan is not None and len(self.attempt_failures) <= self.plan.max_restarts:
+                    return self._restart(line)
+        return self._feed(line)
 
-    def restarted(self, attempt: int) -> list[bytes]:
-        """torchrun's attempt N has begun (its folder exists): what was held about the failure
-        that ended the one before, then a line naming the restart and the rank that caused it.
-        Once per attempt; no line without a plan, or where no rank failed (a node joined or
-        left: torchrun counts no restart either)."""
-        with self.lock:
-            plan = self.plan
-            if plan is None or attempt <= self.seen:
-                return []
-            self.seen, self.failing = attempt, False
-            named = self.attempt_failures.get(attempt - 1, (None, None))
-            failure = read_attempt_failure(plan, attempt - 1, *named)
-            if failure is None:
-                return self._take()
-            self.restarts += 1
-            text = render_restart(failure, self.restarts, plan.max_restarts)
-            # escaped as note() escapes: a rank's error text moves no cursor
-            return [*self._take(), f"envtool: {printable(text)}\n".encode()]
-
-    def _latest_attempt(self) -> int:
-        if self.plan is None:
-            return len(self.attempt_failures)
-        found = (_attempt_number(p.name) for p in Path(self.plan.log_dir).glob("*/attempt_*"))
-        return max((n for n in found if n is not None), default=0)
+    def _restart(self, line: bytes) -> list[bytes]:
+        """torchrun logged a failure with restarts left: it starts every rank again. What was
+        held, its line, then envtool's naming the rank and why (its log is whole: the rank
+        has exited)."""
+        assert self.plan is not None
+        number = len(self.attempt_failures)
+        local, code = self.attempt_failures[-1]
+        failure = read_attempt_failure(self.plan, number - 1, local, code)
+        self.failing = False
+        shown = [*self._take(), line]
+        if failure is None:  # its attempt's folder is gone: torchrun's line says enough
+            return shown
+        text = render_restart(failure, number, self.plan.max_restarts)
+        # escaped as note() escapes: a rank's error text moves no cursor
+        return [*shown, f"envtool: {printable(text)}\n".encode()]
 
     def _feed(self, line: bytes) -> list[bytes]:
         m = _RANK_PREFIX.match(line)
@@ -906,10 +919,6 @@ class CrashConsole:
         text = body.strip()
         if not any(c.isalpha() for c in prefix.decode("latin-1")):  # torchrun's own; its
             # summary box's "[0]:" is no rank's tee prefix ("[default0]:", "[rank0]:")
-            if b"failed (exitcode" in line and len(self.attempt_failures) < MAX_ATTEMPTS_KEPT:
-                for named in parse_attempt_failures(line.decode("utf-8", "replace")):
-                    # logged before the restart: the latest attempt is the one that failed
-                    self.attempt_failures.setdefault(self._latest_attempt(), named)
             if self.failing or any(mark in line for mark in _TORCHRUN_FAILING):
                 self.failing = True
                 self.held.append(line)
@@ -944,8 +953,7 @@ class CrashConsole:
         when one rank is to blame — or, where it exited with a code and no traceback, its last
         lines (none when it was killed: envtool's cause line says so) — else everything held
         (nothing is lost)."""
-        with self.lock:
-            held = self._take()
+        held = self._take()
         if failure is None:
             return held
         text = _read_text(Path(failure.log)) if failure.log else ""
@@ -1070,50 +1078,38 @@ def find_rank_logs(log_dir: Path) -> dict[str, str]:
 
 
 def read_attempt_failure(
-    plan: LaunchPlan, attempt: int, local: int | None, exitcode: int | None
-) -> RankFailure | None:
+    plan: LaunchPlan, attempt: int, local: int, exitcode: int | None
+) -> RankFailure:
     """How attempt N (torchrun/<id>/attempt_N) ended when torchrun restarted the workers: the
-    local rank its agent named (else the rank whose log holds an exception), its error, its
-    log."""
-    dirs = sorted(Path(plan.log_dir).glob(f"*/attempt_{attempt}"))
-    if not dirs:
-        return None
-    if local is None:  # no failure line: the rank that left an exception, earliest first
-        found = sorted(
-            (_mtime(d / "stderr.log"), int(d.name))
-            for d in dirs[-1].iterdir()
-            if d.name.isdigit() and _error_from_rank_dir(d)
-        )
-        if not found:
-            return None
-        local = found[0][1]
-    rank_dir = dirs[-1] / str(local)
+    local rank its agent named, its error and its log (none when the folder is gone)."""
     failure = RankFailure(
         rank=local + (plan.node_rank or 0) * plan.nproc_per_node,
         local_rank=local,
         exitcode=exitcode,
         time=None,
-        error=_error_from_rank_dir(rank_dir),
-        log=str(rank_dir / "stderr.log"),
     )
+    dirs = sorted(Path(plan.log_dir).glob(f"*/attempt_{attempt}"))
+    if not dirs:
+        return failure
+    rank_dir = dirs[-1] / str(local)
+    failure.log = str(rank_dir / "stderr.log")
+    failure.error = _error_from_rank_dir(rank_dir)
     if failure.error is None and (exitcode or 0) > 0:
         last = parse_last_lines(_read_text(rank_dir / "stderr.log"), 1)
         failure.error = last[0].strip() if last else None
     return failure
 
 
-def read_restarts(plan: LaunchPlan, named: dict[int, tuple[int, int]]) -> list[RankFailure]:
-    """Each failure torchrun restarted the workers after (--max-restarts), in order: the rank
-    and why. `named`: attempt N -> the failure its agent logged, (local rank, exit code). An
-    attempt no rank ended (a node joined or left) is no restart, as torchrun counts them."""
+def read_restarts(plan: LaunchPlan, failures: list[tuple[int, int]]) -> list[RankFailure]:
+    """Each failure torchrun restarted the workers after (--max-restarts), in order, from its
+    failure lines, (local rank, exit code): the k-th ended attempt k, and was a restart when
+    attempt k+1 began."""
     found = (_attempt_number(p.name) for p in Path(plan.log_dir).glob("*/attempt_*"))
-    attempts = {n for n in found if n is not None}
-    restarts: list[RankFailure] = []
-    for k in sorted(attempts)[:-1]:  # the last attempt is the run's own end
-        failure = read_attempt_failure(plan, k, *named.get(k, (None, None)))
-        if failure is not None:
-            restarts.append(failure)
-    return restarts
+    last = max((n for n in found if n is not None), default=0)
+    return [
+        read_attempt_failure(plan, k, local, code)
+        for k, (local, code) in enumerate(failures[: min(plan.max_restarts, last)])
+    ]
 
 
 def read_failure(plan: LaunchPlan, launcher_text: str) -> RankFailure | None:
