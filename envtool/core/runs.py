@@ -24,9 +24,7 @@ class RunRow:
     duration_s: float | None
     lock_hash: str | None
     job_id: str | None = None
-    restarts: int = (
-        0  # torchrun restarted the workers this many times (the table: ", restarted Nx")
-    )
+    restarts: int = 0  # torchrun restarted the workers N times (the table: ", restarted Nx")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -387,11 +387,7 @@ class MergedLog:
     is known (one node, static rendezvous); with c10d it is read from the worker's own
     environment (RANK, GROUP_RANK), found by the run marker."""
 
-    def __init__(
-        self,
-        plan: LaunchPlan,
-        path: Path | None = None,
-    ) -> None:
+    def __init__(self, plan: LaunchPlan, path: Path | None = None) -> None:
         self.plan = plan
         self.path = path or Path(plan.run_dir) / MERGED_LOG
         self.offsets: dict[Path, int] = {}
@@ -906,12 +902,9 @@ class CrashConsole:
         local, code = self.attempt_failures[-1]
         failure = read_attempt_failure(self.plan, number - 1, local, code)
         self.failing = False
-        shown = [*self._take(), line]
-        if failure is None:  # its attempt's folder is gone: torchrun's line says enough
-            return shown
         text = render_restart(failure, number, self.plan.max_restarts)
         # escaped as note() escapes: a rank's error text moves no cursor
-        return [*shown, f"envtool: {printable(text)}\n".encode()]
+        return [*self._take(), line, f"envtool: {printable(text)}\n".encode()]
 
     def _feed(self, line: bytes) -> list[bytes]:
         m = _RANK_PREFIX.match(line)
