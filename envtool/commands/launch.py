@@ -424,13 +424,9 @@ def launch_local(opts: dict[str, Any], target: Any, script: Path, run_id: str) -
         verdict = render_failure(outcome.failure)
     elif outcome.exit_code != 0:
         verdict = f"job failed (exit {outcome.exit_code}) — logs: {plan.run_dir}/"
-    elif outcome.restarts:
-        verdict = (
-            f"run {run_id} finished {render_restarts(len(outcome.restarts))} — "
-            f"manifest: {manifest_path}"
-        )
     else:
-        verdict = f"run {run_id} finished — manifest: {manifest_path}"
+        after = f" {render_restarts(len(outcome.restarts))}" if outcome.restarts else ""
+        verdict = f"run {run_id} finished{after} — manifest: {manifest_path}"
     if outcome.restarts and outcome.exit_code != 0:  # "… — logs: … (after 2 restarts)"
         verdict += f" ({render_restarts(len(outcome.restarts))})"
     note(f"envtool: {verdict}")

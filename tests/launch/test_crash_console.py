@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envtool.adapters.launch.launcher import CrashConsole, read_restarts
+from envtool.adapters.launch.launcher import CrashConsole, read_attempt_failure, restarts_made
 from envtool.core.launch_plan import (
     LaunchPlan,
     RankFailure,
@@ -164,9 +164,9 @@ def test_a_restart_is_named_with_the_rank_that_caused_it(tmp_path: Path) -> None
     )
     # the third failure: no restart left, held for the end (the failed rank's traceback)
     assert feed(c, TORCHRUN_FAILING) == []
-    assert read_restarts(plan, c.attempt_failures) == [
-        read_restarts(plan, [(1, 1)])[0],
-        read_restarts(plan, [(1, 1), (1, -9)])[1],
+    assert [(f.exitcode, f.error) for f in c.restarts] == [
+        (1, "ValueError: planted"),
+        (-9, "ValueError: again"),
     ]
 
 
@@ -179,52 +179,50 @@ def test_a_rank_error_is_escaped_and_no_plan_names_no_restart(tmp_path: Path) ->
     assert feed(c, TORCHRUN_FAILING[:2]) == [] and c.finish(None) == TORCHRUN_FAILING[:2]
 
 
-def test_the_restarts_are_read_from_the_attempts_torchrun_left(tmp_path: Path) -> None:
-    """The manifest's record: each failure torchrun restarted after (a later attempt began),
-    with the rank its failure line named, its error and log."""
+def test_a_restart_is_recorded_once_its_next_attempt_began(tmp_path: Path) -> None:
+    """The manifest's record: each failure the console named as a restart, once torchrun's
+    next attempt exists (a run stopped between the failure and the restart made none); an
+    exit without a traceback is named by its last line."""
     plan = _restart_plan(tmp_path, max_restarts=3)
     _attempt(plan, 0, PLANTED)
     _attempt(plan, 1, "[rank1]: fatal: no data at /d\n")
+    c = CrashConsole(plan)
     text = b"".join(TORCHRUN_FAILING[:2]).decode()
     failures = parse_attempt_failures(text + text.replace("exitcode: 1", "exitcode: 3"))
     assert failures == [(1, 1), (1, 3)]
-    (first,) = read_restarts(plan, failures)  # attempt 1's failure ended the run: no restart
+    feed(c, [TORCHRUN_FAILING[1], TORCHRUN_FAILING[1].replace(b"exitcode: 1", b"exitcode: 3")])
+    (first,) = restarts_made(plan, c.restarts)  # attempt 2 never began: one restart
     assert (first.rank, first.exitcode, first.error) == (1, 1, "ValueError: planted")
     assert "/attempt_0/1/" in (first.log or "")
     _attempt(plan, 2)
-    first, second = read_restarts(plan, failures)
+    first, second = restarts_made(plan, c.restarts)
     assert (second.exitcode, second.error) == (3, "fatal: no data at /d")
     assert "/attempt_1/1/" in (second.log or "")
-    assert read_restarts(_restart_plan(tmp_path / "none", 1), [(1, 1)]) == []
+    assert restarts_made(_restart_plan(tmp_path / "none", 1), c.restarts) == []
+    gone = read_attempt_failure(plan, 7, 1, -9)  # its folder is gone: the line's facts only
+    assert (gone.rank, gone.exitcode, gone.log, gone.error) == (1, -9, None, None)
 
 
-def test_logs_are_read_by_their_end_and_an_odd_error_file_is_no_crash(
-    tmp_path: Path, monkeypatch
-) -> None:
-    """A rank that printed gigabytes: only the log's end is read for its traceback. An
-    error.json that is a list, too big or unreadable falls back to the log's traceback."""
-    from envtool.adapters.launch import launcher
+def test_logs_are_read_by_their_end_and_an_odd_error_file_is_no_crash(tmp_path: Path) -> None:
+    """A rank that printed 64 MB before its traceback: only the log's end is read (memory
+    stays far under the log's size). An error.json that is a list, broken or too big falls
+    back to the log's traceback."""
+    import tracemalloc
 
-    monkeypatch.setattr(launcher, "LOG_TAIL_BYTES", 4096)
     plan = _restart_plan(tmp_path, max_restarts=1)
-    attempt = _attempt(plan, 0, "x" * 100_000 + "\n" + PLANTED)
-    _attempt(plan, 1)
-    reads: list[int] = []
-    real_open = open
-
-    def counting_open(path, mode="r", *a, **k):  # noqa: ANN001
-        f = real_open(path, mode, *a, **k)
-        if "b" in mode:
-            real_read = f.read
-            f.read = lambda n=-1: (reads.append(n), real_read(n))[1]
-        return f
-
-    monkeypatch.setattr("builtins.open", counting_open)
-    for odd in ("[1, 2]", "{", '{"message": "' + "m" * 10_000 + '"}'):
+    attempt = _attempt(plan, 0)
+    with open(attempt / "1" / "stderr.log", "w") as f:
+        for _ in range(64):
+            f.write(("x" * 1023 + "\n") * 1024)
+        f.write(PLANTED)
+    for odd in ("[1, 2]", "{", '{"message": "' + "m" * (2 << 20) + '"}'):
         (attempt / "1" / "error.json").write_text(odd)
-        (restart,) = read_restarts(plan, [(1, 1)])
-        assert restart is not None and restart.error == "ValueError: planted", odd
-    assert reads and max(reads) == 4096  # never the whole 100 kB
+        tracemalloc.start()
+        failure = read_attempt_failure(plan, 0, 1, 1)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert failure.error == "ValueError: planted", odd
+        assert peak < 8 << 20, peak  # the log is 64 MB
 
 
 def test_odd_folders_in_torchruns_log_folder_are_no_attempts(tmp_path: Path) -> None:
@@ -234,5 +232,5 @@ def test_odd_folders_in_torchruns_log_folder_are_no_attempts(tmp_path: Path) -> 
     _attempt(plan, 0, PLANTED)
     for odd in ("attempt_x", "attempt_²", "attempt_" + "9" * 200, "attempt_"):
         (Path(plan.log_dir) / "r_x1y2" / odd).mkdir()
-    assert read_restarts(plan, [(1, 1)]) == []  # one real attempt: no restart
+    assert restarts_made(plan, [read_attempt_failure(plan, 0, 1, 1)]) == []  # one attempt
     assert find_rank_logs(Path(plan.log_dir))["1"].endswith("attempt_0/1/stderr.log")

@@ -268,7 +268,7 @@ def apply_launch(
         log_error=log_errors[0] if log_errors else None,
         hang=watch.hang,
     )
-    outcome.restarts = read_restarts(plan, crash.attempt_failures)
+    outcome.restarts = restarts_made(plan, crash.restarts)
     if code != 0:
         outcome.failure = read_failure(plan, _read_text(launcher_log))
     _to_console(console, crash.finish(outcome.failure if not received and not watch.hang else None))
@@ -609,7 +609,6 @@ class ProgressWatch:
         self.next_scan = 0.0
         self.started = time.time()  # of the latest attempt: a restart starts up anew
         self.attempt: str | None = None  # torchrun's latest attempt folder seen
-        self.attempt_changed = False
         self.hang: Hang | None = None
 
     def check(self) -> bool:
@@ -618,10 +617,12 @@ class ProgressWatch:
         if time.monotonic() < self.next_scan:
             return False
         self.next_scan = time.monotonic() + 1.0
-        sizes = self._last_writes()
+        sizes, attempt = self._last_writes()
         now = time.time()
-        if self.attempt_changed:  # torchrun restarted the workers (--max-restarts)
-            self.started, self.warned = now, False
+        if attempt != self.attempt:  # torchrun restarted the workers (--max-restarts)
+            if self.attempt is not None:
+                self.started, self.warned = now, False
+            self.attempt = attempt
         wrote = {r: t for r, (t, size) in sizes.items() if size > 0}
         startup = not wrote
         silent = now - (max(wrote.values()) if wrote else self.started)
@@ -681,20 +682,16 @@ class ProgressWatch:
         offset = (self.plan.node_rank or 0) * self.plan.nproc_per_node
         return render_ranks(ranks, offset, known) if ranks else "no rank had started"
 
-    def _last_writes(self) -> dict[int, tuple[float, int]]:
-        """local rank -> (its logs' latest mtime, their total size), in the latest attempt
-        (`attempt_changed`: a later one than the last look's)."""
+    def _last_writes(self) -> tuple[dict[int, tuple[float, int]], str | None]:
+        """local rank -> (its logs' latest mtime, their total size), in the latest attempt;
+        and that attempt's folder (the last look's when none is readable now)."""
         out: dict[int, tuple[float, int]] = {}
-        self.attempt_changed = False
         try:
             logs = find_rank_logs(Path(self.plan.log_dir))
         except OSError:  # an attempt folder torchrun is replacing right now
-            return out
+            return out, self.attempt
         folders = {str(Path(log).parent.parent) for log in logs.values()}
         attempt = max(folders, key=lambda f: _attempt_number(Path(f).name) or 0, default=None)
-        if attempt is not None and attempt != self.attempt:
-            self.attempt_changed = self.attempt is not None
-            self.attempt = attempt
         for local, stderr_log in logs.items():
             times, size = [], 0
             for name in ("stdout.log", "stderr.log"):
@@ -706,7 +703,7 @@ class ProgressWatch:
                 size += st.st_size
             if times:
                 out[int(local)] = (max(times), size)
-        return out
+        return out, attempt or self.attempt
 
 
 def read_worker_states(run_id: str, proc_root: Path = Path("/proc")) -> dict[int, str]:
@@ -881,6 +878,7 @@ class CrashConsole:
         # each failure torchrun logged, (local rank, exit code), in order: the k-th ended
         # attempt k (bounded: past MAX_ATTEMPTS_KEPT, no more restarts are named)
         self.attempt_failures: list[tuple[int, int]] = []
+        self.restarts: list[RankFailure] = []  # the failures torchrun said it restarts after
 
     def feed(self, line: bytes) -> list[bytes]:
         m = _RANK_PREFIX.match(line)
@@ -899,8 +897,8 @@ class CrashConsole:
         has exited)."""
         assert self.plan is not None
         number = len(self.attempt_failures)
-        local, code = self.attempt_failures[-1]
-        failure = read_attempt_failure(self.plan, number - 1, local, code)
+        failure = read_attempt_failure(self.plan, number - 1, *self.attempt_failures[-1])
+        self.restarts.append(failure)
         self.failing = False
         text = render_restart(failure, number, self.plan.max_restarts)
         # escaped as note() escapes: a rank's error text moves no cursor
@@ -1058,12 +1056,16 @@ def _attempt_number(name: str) -> int | None:
     return int(number) if ok else None
 
 
+def list_attempts(log_dir: Path) -> list[tuple[int, Path]]:
+    """torchrun's attempt folders (<id>/attempt_N), by N."""
+    found = [(_attempt_number(p.name), p) for p in log_dir.glob("*/attempt_*")]
+    return sorted((n, p) for n, p in found if n is not None)
+
+
 def find_rank_logs(log_dir: Path) -> dict[str, str]:
     """local rank → its stderr log in the latest attempt (torchrun: <id>/attempt_N/<rank>/)."""
     logs: dict[str, str] = {}
-    found = [(_attempt_number(p.name), p) for p in log_dir.glob("*/attempt_*")]
-    attempts = [p for n, p in sorted((n, p) for n, p in found if n is not None)]
-    for attempt in attempts:  # later attempts overwrite earlier ones
+    for _, attempt in list_attempts(log_dir):  # later attempts overwrite earlier ones
         for rank_dir in attempt.iterdir():
             if rank_dir.is_dir() and rank_dir.name.isdigit():
                 logs[rank_dir.name] = str(rank_dir / "stderr.log")
@@ -1081,28 +1083,17 @@ def read_attempt_failure(
         exitcode=exitcode,
         time=None,
     )
-    dirs = sorted(Path(plan.log_dir).glob(f"*/attempt_{attempt}"))
-    if not dirs:
-        return failure
-    rank_dir = dirs[-1] / str(local)
-    failure.log = str(rank_dir / "stderr.log")
-    failure.error = _error_from_rank_dir(rank_dir)
-    if failure.error is None and (exitcode or 0) > 0:
-        last = parse_last_lines(_read_text(rank_dir / "stderr.log"), 1)
-        failure.error = last[0].strip() if last else None
+    dirs = [p for n, p in list_attempts(Path(plan.log_dir)) if n == attempt]
+    if dirs:
+        failure.log = str(dirs[-1] / str(local) / "stderr.log")
+        failure.error = _rank_error(Path(failure.log), exitcode)
     return failure
 
 
-def read_restarts(plan: LaunchPlan, failures: list[tuple[int, int]]) -> list[RankFailure]:
-    """Each failure torchrun restarted the workers after (--max-restarts), in order, from its
-    failure lines, (local rank, exit code): the k-th ended attempt k, and was a restart when
-    attempt k+1 began."""
-    found = (_attempt_number(p.name) for p in Path(plan.log_dir).glob("*/attempt_*"))
-    last = max((n for n in found if n is not None), default=0)
-    return [
-        read_attempt_failure(plan, k, local, code)
-        for k, (local, code) in enumerate(failures[: min(plan.max_restarts, last)])
-    ]
+def restarts_made(plan: LaunchPlan, named: list[RankFailure]) -> list[RankFailure]:
+    """The restarts the console named that happened: the k-th, when attempt k+1 began (a run
+    stopped between a failure and its restart made none)."""
+    return named[: max((n for n, _ in list_attempts(Path(plan.log_dir))), default=0)]
 
 
 def read_failure(plan: LaunchPlan, launcher_text: str) -> RankFailure | None:
@@ -1116,12 +1107,7 @@ def read_failure(plan: LaunchPlan, launcher_text: str) -> RankFailure | None:
         log = logs.get(str(local))
         if log:
             failure.log = log
-            failure.error = _error_from_rank_dir(Path(log).parent)
-            if failure.error is None and (failure.exitcode or 0) > 0:
-                # exited with a code and no traceback: its last words are the cause (a signal's
-                # death has none of its own, so a last line there would be a guess)
-                last = parse_last_lines(_read_text(Path(log)), 1)
-                failure.error = last[0].strip() if last else None
+            failure.error = _rank_error(Path(log), failure.exitcode)
         return failure
     candidates = []
     for local, log in logs.items():
@@ -1139,6 +1125,17 @@ def read_failure(plan: LaunchPlan, launcher_text: str) -> RankFailure | None:
         error=error,
         log=log,
     )
+
+
+def _rank_error(log: Path, exitcode: int | None) -> str | None:
+    """What a failed rank died of: its exception (error file, else its log's traceback); one
+    that exited with a code and no traceback, its last line (a signal's death has none of its
+    own, so a last line there would be a guess)."""
+    error = _error_from_rank_dir(log.parent)
+    if error is None and (exitcode or 0) > 0:
+        last = parse_last_lines(_read_text(log), 1)
+        error = last[0].strip() if last else None
+    return error
 
 
 def _error_from_rank_dir(rank_dir: Path) -> str | None:
