@@ -880,22 +880,16 @@ class CrashConsole:
         self.attempt_failures: list[tuple[int, int]] = []
         self.restarts: list[RankFailure] = []  # the failures torchrun said it restarts after
 
-    def feed(self, line: bytes) -> list[bytes]:
-        m = _RANK_PREFIX.match(line)
-        prefix = m.group(0) if m else b""
-        if b"failed (exitcode" in line and not any(c.isalpha() for c in prefix.decode("latin-1")):
-            named = parse_attempt_failures(line.decode("utf-8", "replace"))
-            if named and len(self.attempt_failures) < MAX_ATTEMPTS_KEPT:
-                self.attempt_failures.append(named[0])
-                if self.plan is not None and len(self.attempt_failures) <= self.plan.max_restarts:
-                    return self._restart(line)
-        return self._feed(line)
-
-    def _restart(self, line: bytes) -> list[bytes]:
-        """torchrun logged a failure with restarts left: it starts every rank again. What was
+    def _restart(self, line: bytes) -> list[bytes] | None:
+        """torchrun's failure line: with restarts left it starts every rank again — what was
         held, its line, then envtool's naming the rank and why (its log is whole: the rank
-        has exited)."""
-        assert self.plan is not None
+        has exited). None when it ends the run."""
+        named = parse_attempt_failures(line.decode("utf-8", "replace"))
+        if not named or len(self.attempt_failures) >= MAX_ATTEMPTS_KEPT:
+            return None
+        self.attempt_failures.append(named[0])
+        if self.plan is None or len(self.attempt_failures) > self.plan.max_restarts:
+            return None
         number = len(self.attempt_failures)
         failure = read_attempt_failure(self.plan, number - 1, *self.attempt_failures[-1])
         self.restarts.append(failure)
@@ -904,12 +898,15 @@ class CrashConsole:
         # escaped as note() escapes: a rank's error text moves no cursor
         return [*self._take(), line, f"envtool: {printable(text)}\n".encode()]
 
-    def _feed(self, line: bytes) -> list[bytes]:
+    def feed(self, line: bytes) -> list[bytes]:
         m = _RANK_PREFIX.match(line)
         prefix, body = (m.group(0), line[m.end() :]) if m else (b"", line)
         text = body.strip()
         if not any(c.isalpha() for c in prefix.decode("latin-1")):  # torchrun's own; its
             # summary box's "[0]:" is no rank's tee prefix ("[default0]:", "[rank0]:")
+            restart = self._restart(line) if b"failed (exitcode" in line else None
+            if restart is not None:
+                return restart
             if self.failing or any(mark in line for mark in _TORCHRUN_FAILING):
                 self.failing = True
                 self.held.append(line)
