@@ -1041,71 +1041,6 @@ if triton is not None:
         return xk.to(tl.float32)
 
     @triton.jit
-    def _load_words(w_ptr, rn, nmask, k0, K, BLOCK_K: tl.constexpr):
-        """W's int8 columns k0 .. k0 + BLOCK_K of rows rn as (BLOCK_N, BLOCK_K / 4) 32-bit
-        words, four stored weights a word (K % 4 == 0: every row starts on a word; 0 past
-        K). A word tile carried from one iteration to the next stays 16 registers a 64
-        weights: a uint8 tile is carried a byte a register and packed again (its SASS)."""
-        q = k0 // 4 + tl.arange(0, BLOCK_K // 4)
-        K4 = K // 4
-        wp = w_ptr.to(tl.pointer_type(tl.int32))
-        return tl.load(
-            wp + rn[:, None] * K4 + q[None, :],
-            mask=nmask[:, None] & (q < K4)[None, :],
-            other=0,
-            eviction_policy="evict_first",
-        )
-
-    @triton.jit
-    def _int8_words(wq, COMPILED: tl.constexpr):
-        """Each word's four stored weights (its bytes 0-3: columns 4i .. 4i + 3) as fp32
-        w + INT8_BIAS: four byte permutes a word (_int8_biased's)."""
-        if COMPILED:
-            return tl.inline_asm_elementwise(
-                _INT8X4_F32, "=r,=r,=r,=r,r", [wq],
-                dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1,
-            )  # fmt: skip
-        else:
-            add = _INT8_BIAS - _INT8_OFFSET
-            return (
-                ((wq & 0xFF) + add).to(tl.float32),
-                (((wq >> 8) & 0xFF) + add).to(tl.float32),
-                (((wq >> 16) & 0xFF) + add).to(tl.float32),
-                (((wq >> 24) & 0xFF) + add).to(tl.float32),
-            )
-
-    @triton.jit
-    def _word_x(
-        x_ptr, g_ptr, idx, K, dep, mean, rstd, LN: tl.constexpr, GAIN: tl.constexpr,
-        ATTN_HD: tl.constexpr, DT: tl.constexpr, COMPILED: tl.constexpr, X_ASM: tl.constexpr,
-    ):  # fmt: skip
-        """prologue(x)[idx] as fp32, x read at idx (a word's column: every fourth element)."""
-        m = idx < K
-        xk = _x_chunk(x_ptr, g_ptr, idx, m, K, dep, ATTN_HD, DT, COMPILED, X_ASM)
-        gk = _x_load(g_ptr, idx, m, K, dep, COMPILED, X_ASM) if GAIN else xk
-        return _prologue(xk, gk, m, mean, rstd, LN, GAIN)
-
-    @triton.jit
-    def _words_tile(
-        acc, xs, wq, x_ptr, g_ptr, k0, K, dep, mean, rstd, LN: tl.constexpr,
-        GAIN: tl.constexpr, ATTN_HD: tl.constexpr, DT: tl.constexpr, COMPILED: tl.constexpr,
-        X_ASM: tl.constexpr,
-    ):  # fmt: skip
-        """(acc + each word's four weights (w + INT8_BIAS) times their x, xs + those x): acc
-        (BLOCK_N, BLOCK_K / 4), an accumulator a word, four multiply-adds in a chain; xs lets
-        the bias come off once, at the end. x is read four times, every fourth element from
-        k0 + j, each in the words' layout (with X_ASM; eight a load would join far ones)."""
-        XA: tl.constexpr = min(X_ASM, 1)
-        i = k0 + tl.arange(0, wq.shape[1]) * 4
-        w0, w1, w2, w3 = _int8_words(wq, COMPILED)
-        x0 = _word_x(x_ptr, g_ptr, i, K, dep, mean, rstd, LN, GAIN, ATTN_HD, DT, COMPILED, XA)
-        x1 = _word_x(x_ptr, g_ptr, i + 1, K, dep, mean, rstd, LN, GAIN, ATTN_HD, DT, COMPILED, XA)
-        x2 = _word_x(x_ptr, g_ptr, i + 2, K, dep, mean, rstd, LN, GAIN, ATTN_HD, DT, COMPILED, XA)
-        x3 = _word_x(x_ptr, g_ptr, i + 3, K, dep, mean, rstd, LN, GAIN, ATTN_HD, DT, COMPILED, XA)
-        acc = acc + w0 * x0[None, :] + w1 * x1[None, :] + w2 * x2[None, :] + w3 * x3[None, :]
-        return acc, xs + (x0 + x1 + x2 + x3)
-
-    @triton.jit
     def _gemv_tile(
         acc, xs, w, xk, xsk, gk, kmask, mean, rstd, LN: tl.constexpr, GAIN: tl.constexpr,
         MAGIC: tl.constexpr, COMPILED: tl.constexpr, LANE: tl.constexpr,
@@ -1151,8 +1086,7 @@ if triton is not None:
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GAIN: tl.constexpr, GELU: tl.constexpr,
         RES: tl.constexpr, ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr,
         PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr, LANE: tl.constexpr,
-        X_ASM: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
+        X_ASM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
         stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
@@ -1166,9 +1100,7 @@ if triton is not None:
         attention after it adds into). ATTN_HD: x is attention's sums (_attn_kernel), o (K,)
         then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype.
         K_LN: the power of 2 at or above K where LN (x's statistics in one load), else 1.
-        LANE: see _gemv_tile (the head and qkv, round 17). X_ASM: see _x_load.
-        PREFETCH: the next tile of weights is asked for before this one is worked on (two
-        before the wait), so a program's loads never stop while it computes."""
+        LANE: see _gemv_tile (the head and qkv, round 17). X_ASM: see _x_load."""
         if PDL:
             gdc_launch_dependents()
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -1178,19 +1110,12 @@ if triton is not None:
         # the LayerNorm's first gains.
         rk0 = tl.arange(0, BLOCK_K)
         k0mask = rk0 < K
-        # WORDS (int8, PREFETCH): the weights as 32-bit words, this tile and the next
-        WORDS: tl.constexpr = PREFETCH and MAGIC
-        if WORDS:
-            wq = _load_words(w_ptr, rn, nmask, 0, K, BLOCK_K)
-            wqn = _load_words(w_ptr, rn, nmask, BLOCK_K, K, BLOCK_K)
-            w = wq  # (unused: the paths below that take w are not WORDS')
-        else:
-            w = tl.load(
-                w_ptr + rn[:, None] * K + rk0[None, :],
-                mask=nmask[:, None] & k0mask[None, :],
-                other=0.0,
-                eviction_policy="evict_first",  # read once: keep L2 for x and the cache
-            )
+        w = tl.load(
+            w_ptr + rn[:, None] * K + rk0[None, :],
+            mask=nmask[:, None] & k0mask[None, :],
+            other=0.0,
+            eviction_policy="evict_first",  # read once: keep L2 for x and the cache
+        )
         if HAS_SCALE:
             scale = tl.load(s_ptr + rn, mask=nmask, other=0.0).to(tl.float32)
         # X_ASM's run accumulators read x leaf by leaf (_lane_tile), not as a chunk
@@ -1216,7 +1141,7 @@ if triton is not None:
         if GAINS and X_ASM:  # in the weights' layout too (a tl.load of them: its own, and
             # x's prologue moved through shared memory in the loop), after the wait (dep)
             g0 = _x_load(g_ptr, rk0, k0mask, K, dep, COMPILED, 1)
-        if not LEAVES and not WORDS:
+        if not LEAVES:
             x0 = _x_chunk(x_ptr, g_ptr, rk0, k0mask, K, dep, ATTN_HD, DT, COMPILED, X_ASM)
             s0 = (
                 _x_chunk(x_ptr, g_ptr, rk0, k0mask, K, dep, ATTN_HD, DT, COMPILED, 0)
@@ -1236,64 +1161,48 @@ if triton is not None:
             sx, sxx = tl.reduce((xa, xa * xa), 0, _add_pair)
             mean = sx / K
             rstd = 1.0 / tl.sqrt(tl.maximum(sxx / K - mean * mean, 0.0) + eps)
-        if WORDS:
-            acc = tl.zeros([BLOCK_N, BLOCK_K // 4], tl.float32)
-            xs = tl.zeros([BLOCK_K // 4], tl.float32)
-            acc, xs = _words_tile(
-                acc, xs, wq, x_ptr, g_ptr, 0, K, dep, mean, rstd, LN, GAIN, ATTN_HD, DT,
-                COMPILED, X_ASM,
+        acc = tl.zeros([BLOCK_N, BLOCK_K >> LANE], tl.float32)
+        xs = tl.zeros([BLOCK_K], tl.float32)
+        if LEAVES:
+            acc = _lane_tile(
+                acc, w, x_ptr, g_ptr, 0, K, dep, mean, rstd, LN, GAIN, MAGIC, ATTN_HD, DT,
+                COMPILED, LANE,
             )  # fmt: skip
-            for k0 in range(BLOCK_K, K, BLOCK_K):
-                wq = wqn  # asked for a tile ago; the next one now
-                wqn = _load_words(w_ptr, rn, nmask, k0 + BLOCK_K, K, BLOCK_K)
-                acc, xs = _words_tile(
-                    acc, xs, wq, x_ptr, g_ptr, k0, K, dep, mean, rstd, LN, GAIN, ATTN_HD, DT,
-                    COMPILED, X_ASM,
-                )  # fmt: skip
-            acc -= _INT8_BIAS * xs[None, :]  # each word's K / BLOCK_K x 4 products, small
         else:
-            acc = tl.zeros([BLOCK_N, BLOCK_K >> LANE], tl.float32)
-            xs = tl.zeros([BLOCK_K], tl.float32)
+            acc, xs = _gemv_tile(
+                acc, xs, w, x0, s0, g0, k0mask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
+            )  # fmt: skip
+        for k0 in range(BLOCK_K, K, BLOCK_K):
+            rk = k0 + tl.arange(0, BLOCK_K)
+            kmask = rk < K
+            w = tl.load(
+                w_ptr + rn[:, None] * K + rk[None, :],
+                mask=nmask[:, None] & kmask[None, :],
+                other=0.0,
+                eviction_policy="evict_first",
+            )
             if LEAVES:
                 acc = _lane_tile(
-                    acc, w, x_ptr, g_ptr, 0, K, dep, mean, rstd, LN, GAIN, MAGIC, ATTN_HD, DT,
+                    acc, w, x_ptr, g_ptr, k0, K, dep, mean, rstd, LN, GAIN, MAGIC, ATTN_HD, DT,
                     COMPILED, LANE,
                 )  # fmt: skip
             else:
-                acc, xs = _gemv_tile(
-                    acc, xs, w, x0, s0, g0, k0mask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
-                )  # fmt: skip
-            for k0 in range(BLOCK_K, K, BLOCK_K):
-                rk = k0 + tl.arange(0, BLOCK_K)
-                kmask = rk < K
-                w = tl.load(
-                    w_ptr + rn[:, None] * K + rk[None, :],
-                    mask=nmask[:, None] & kmask[None, :],
-                    other=0.0,
-                    eviction_policy="evict_first",
+                xk = _x_chunk(x_ptr, g_ptr, rk, kmask, K, dep, ATTN_HD, DT, COMPILED, X_ASM)
+                sk = (
+                    _x_chunk(x_ptr, g_ptr, rk, kmask, K, dep, ATTN_HD, DT, COMPILED, 0)
+                    if XS_APART
+                    else xk
                 )
-                if LEAVES:
-                    acc = _lane_tile(
-                        acc, w, x_ptr, g_ptr, k0, K, dep, mean, rstd, LN, GAIN, MAGIC, ATTN_HD, DT,
-                        COMPILED, LANE,
-                    )  # fmt: skip
+                if GAINS and X_ASM:
+                    gk = _x_load(g_ptr, rk, kmask, K, dep, COMPILED, 1)
                 else:
-                    xk = _x_chunk(x_ptr, g_ptr, rk, kmask, K, dep, ATTN_HD, DT, COMPILED, X_ASM)
-                    sk = (
-                        _x_chunk(x_ptr, g_ptr, rk, kmask, K, dep, ATTN_HD, DT, COMPILED, 0)
-                        if XS_APART
-                        else xk
-                    )
-                    if GAINS and X_ASM:
-                        gk = _x_load(g_ptr, rk, kmask, K, dep, COMPILED, 1)
-                    else:
-                        gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if GAINS else w
-                    acc, xs = _gemv_tile(
-                        acc, xs, w, xk, sk, gk, kmask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
-                    )  # fmt: skip
-            if MAGIC and LANE == 0:  # the bias off each lane's K / BLOCK_K products before the sum
-                # over lanes, while they are small: (w + bias) x is exact for bf16 x (16 + 8 bits)
-                acc -= _INT8_BIAS * xs[None, :]
+                    gk = tl.load(g_ptr + rk, mask=kmask, other=0.0) if GAINS else w
+                acc, xs = _gemv_tile(
+                    acc, xs, w, xk, sk, gk, kmask, mean, rstd, LN, GAIN, MAGIC, COMPILED, LANE
+                )  # fmt: skip
+        if MAGIC and LANE == 0:  # the bias off each lane's K / BLOCK_K products before the sum
+            # over lanes, while they are small: (w + bias) x is exact for bf16 x (16 + 8 bits)
+            acc -= _INT8_BIAS * xs[None, :]
         y = tl.sum(acc, 1)
         if HAS_SCALE:
             y = y * scale
@@ -1459,8 +1368,6 @@ ATTN_X_ASM = 1
 # --maxnreg), but ptxas also takes more where it took fewer (proj's 8 x 1024 x 8: 80 -> 108).
 # Not yet run on a GPU, so 0.
 GEMV_MAXNREG = 0
-# The products' weights asked for a tile ahead (_gemv_kernel's PREFETCH): 0 or 1
-GEMV_PREFETCH = 0
 ATTN_CHUNK = 64  # cache slots per attention program
 ATTN_WARPS = 2  # warps per attention program (round 11: +2.3 % bf16, +3.9 % int8 over 4)
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
@@ -1514,11 +1421,10 @@ def gemv_key(
 ) -> tuple:
     """What a product's fastest tile may depend on: its shape, weight, output and input types,
     the work fused into it, its accumulators, how it reads x (X_ASM), its register cap
-    (GEMV_MAXNREG), its weights asked for ahead (GEMV_PREFETCH) and PDL."""
+    (GEMV_MAXNREG) and PDL."""
     return (N, K, str(w.dtype), scale is not None, ln is not None, gelu, res is not None,
             best is not None, str(y.dtype), PDL["on"], str(x.dtype), zero is not None,
-            heads, ln is not None and ln.weight is None, runs, X_ASM, GEMV_MAXNREG,
-            GEMV_PREFETCH)  # fmt: skip
+            heads, ln is not None and ln.weight is None, runs, X_ASM, GEMV_MAXNREG)  # fmt: skip
 
 
 def gemv_tiles(key: tuple) -> tuple:
@@ -1591,7 +1497,7 @@ def gemv(
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
         K_LN=triton.next_power_of_2(K) if ln is not None else 1,
         LANE=(16 // w.element_size()).bit_length() - 1 if runs else 0,
-        X_ASM=x_asm_for(x, K, tile or ()), PREFETCH=GEMV_PREFETCH if K % 4 == 0 else 0, **fixed,
+        X_ASM=x_asm_for(x, K, tile or ()), **fixed,
     )  # fmt: skip
     return y
 

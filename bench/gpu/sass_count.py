@@ -74,18 +74,11 @@ def compile_sm90(fn, types: dict, const: dict, aligned: tuple, **options):
 
 
 def compile_product(
-    g,
-    name: str,
-    x_asm: int,
-    tile: tuple | None = None,
-    maxnreg: int = 0,
-    weights: str = "int8",
-    prefetch: int = 0,
+    g, name: str, x_asm: int, tile: tuple | None = None, maxnreg: int = 0, weights: str = "int8"
 ):
     """The product compiled for sm_90 (compile_sm90), at tile (BLOCK_N, BLOCK_K, warps) or
     round 17's pick; maxnreg: a cap on its registers a thread (GEMV_MAXNREG), 0 none;
-    weights: int8 (scaled, MAGIC, the LayerNorm's gains folded in) or bf16; prefetch: the
-    weights asked for a tile ahead (GEMV_PREFETCH)."""
+    weights: int8 (scaled, MAGIC, the LayerNorm's gains folded in) or bf16."""
     (bn, bk, warps), use = (tile or PRODUCTS[name][0]), dict(PRODUCTS[name][1])
     if weights == "bf16":  # the LayerNorm keeps its gains; a 16-byte run is 8 weights
         use.update(HAS_SCALE=False, MAGIC=False, GAIN=use.get("LN", False))
@@ -102,8 +95,8 @@ def compile_product(
     }  # fmt: skip
     const = dict(
         HAS_SCALE=True, LN=False, GAIN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False,
-        ATTN_HD=0, PDL=True, COMPILED=True, K_LN=1, LANE=0, X_ASM=x_asm, PREFETCH=prefetch,
-        BLOCK_N=bn, BLOCK_K=bk, MAGIC=True,
+        ATTN_HD=0, PDL=True, COMPILED=True, K_LN=1, LANE=0, X_ASM=x_asm, BLOCK_N=bn,
+        BLOCK_K=bk, MAGIC=True,
     )  # fmt: skip
     const.update(use)
     aligned = ("x_ptr", "w_ptr", "s_ptr", "g_ptr", "r_ptr", "y_ptr", "z_ptr", "N", "K")
@@ -206,7 +199,6 @@ def main() -> None:
     ap.add_argument("--all-tiles", action="store_true", help="every tile the tuner tries")
     ap.add_argument("--maxnreg", type=int, default=0, help="cap the products' registers")
     ap.add_argument("--weights", choices=("int8", "bf16"), default="int8")
-    ap.add_argument("--prefetch", action="store_true", help="weights a tile ahead (PREFETCH)")
     ap.add_argument("--x-asm", default="0,1,2", help="X_ASM modes, comma-separated")
     a = ap.parse_args()
     if a.maxnreg and not 16 <= a.maxnreg <= 255:
@@ -234,8 +226,7 @@ def main() -> None:
                     c = count(compile_attention(g, x_asm))
                     label = f"{g.ATTN_CHUNK} slots × {g.ATTN_WARPS} warps"
                 else:
-                    pf = int(a.prefetch)
-                    c = count(compile_product(g, name, x_asm, tile, a.maxnreg, a.weights, pf))
+                    c = count(compile_product(g, name, x_asm, tile, a.maxnreg, a.weights))
                     label = " × ".join(map(str, tile))
                 cells = " | ".join(str(c.get(k, 0)) for k in COUNTED)
                 print(f"| {name} {label} | {x_asm} | {c['n']} | {c['REG']} | {c['SM']} | {cells} |")
