@@ -844,16 +844,6 @@ if triton is not None:
     }""")
     _INT8_BIAS = tl.constexpr(INT8_BIAS)
     _INT8_OFFSET = tl.constexpr(INT8_OFFSET)
-    # One thread asks the copy engine to bring nbytes from ptr into L2 (sm_90's bulk prefetch):
-    # no registers held, no reply waited for.
-    _PREFETCH_L2 = tl.constexpr("""{
-        .reg .pred first;
-        .reg .b32 tid;
-        mov.u32 tid, %tid.x;
-        setp.eq.u32 first, tid, 0;
-        @first cp.async.bulk.prefetch.L2.global [$1], $2;
-        mov.u32 $0, 0;
-    }""")
 
     @triton.jit
     def _int8_biased(w, COMPILED: tl.constexpr):
@@ -1234,9 +1224,9 @@ if triton is not None:
 
     @triton.jit
     def _attn_kernel(
-        qkv_ptr, kc_ptr, vc_ptr, pos_ptr, acc_ptr, T, scale, nxt_ptr, nxt_bytes,
-        C: tl.constexpr, HD: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr,
-        COMPILED: tl.constexpr = False, X_ASM: tl.constexpr = 0, L2_NEXT: tl.constexpr = False,
+        qkv_ptr, kc_ptr, vc_ptr, pos_ptr, acc_ptr, T, scale, C: tl.constexpr, HD: tl.constexpr,
+        CHUNK: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr = False,
+        X_ASM: tl.constexpr = 0,
     ):  # fmt: skip
         """Flash-decoding, one (head, chunk of CHUNK cache slots) per program: softmax weights
         over slots <= pos and their values summed, then added into acc (fp64): o (C,) and the
@@ -1251,18 +1241,6 @@ if triton is not None:
             gdc_launch_dependents()
         h = tl.program_id(0)
         sp = tl.program_id(1)
-        if L2_NEXT and COMPILED:  # the next product's weights (nxt_bytes at nxt_ptr, 16-byte
-            # aligned) asked into L2 while attention waits on latency, not bytes: each program,
-            # the idle ones past pos too, a 16-byte multiple of them (round 24)
-            n_prog = tl.num_programs(0) * tl.num_programs(1)
-            piece = tl.cdiv(tl.cdiv(nxt_bytes, n_prog), 16) * 16
-            at = (h * tl.num_programs(1) + sp) * piece
-            size = (tl.minimum(piece, nxt_bytes - at) // 16) * 16
-            if size > 0:
-                tl.inline_asm_elementwise(
-                    _PREFETCH_L2, "=r,l,r", [nxt_ptr + at, size], dtype=tl.int32, is_pure=False,
-                    pack=1,
-                )  # fmt: skip
         # pos and the cache's older slots may be read before the wait: the step's last kernel
         # (_advance_kernel) wrote pos and lets nothing after it launch early, and older slots
         # were written by earlier steps. Only qkv comes from the kernel just before.
@@ -1390,9 +1368,6 @@ ATTN_X_ASM = 1
 # --maxnreg), but ptxas also takes more where it took fewer (proj's 8 x 1024 x 8: 80 -> 108).
 # Not yet run on a GPU, so 0.
 GEMV_MAXNREG = 0
-# Attention asks the copy engine for proj's weights into L2 while it runs (_attn_kernel's
-# L2_NEXT): attention is ~3.8 us of latency a layer with HBM mostly idle (round 23's parts)
-ATTN_L2_NEXT = 0
 ATTN_CHUNK = 64  # cache slots per attention program
 ATTN_WARPS = 2  # warps per attention program (round 11: +2.3 % bf16, +3.9 % int8 over 4)
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
@@ -1758,13 +1733,10 @@ def decode_attention(qkv, attn: nn.Module, pos):
     step's key and value into the cache."""
     H, HD = attn.n_head, attn.head_dim
     T = attn.k_cache.shape[2]
-    nxt = getattr(getattr(attn, "proj", None), "weight", None)  # the product after attention
-    ahead = ATTN_L2_NEXT and nxt is not None and nxt.is_cuda and nxt.data_ptr() % 16 == 0
     _attn_kernel[(H, triton.cdiv(T, ATTN_CHUNK))](
-        qkv, attn.k_cache, attn.v_cache, pos, attn.sums, T, 1.0 / math.sqrt(HD),
-        nxt if ahead else qkv, nxt.numel() * nxt.element_size() if ahead else 0, C=H * HD, HD=HD,
+        qkv, attn.k_cache, attn.v_cache, pos, attn.sums, T, 1.0 / math.sqrt(HD), C=H * HD, HD=HD,
         CHUNK=ATTN_CHUNK, **pdl_args(), **({"num_warps": ATTN_WARPS} if qkv.is_cuda else {}),
-        COMPILED=qkv.is_cuda, X_ASM=x_asm_for(qkv, HD, want=ATTN_X_ASM), L2_NEXT=ahead,
+        COMPILED=qkv.is_cuda, X_ASM=x_asm_for(qkv, HD, want=ATTN_X_ASM),
     )  # fmt: skip
     return attn.sums
 

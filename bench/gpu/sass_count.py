@@ -109,11 +109,9 @@ def compile_attention(g, x_asm: int):
     fn = g._attn_kernel
     types = {
         "qkv_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16", "pos_ptr": "*i64",
-        "acc_ptr": "*fp64", "T": "i32", "scale": "fp32", "nxt_ptr": "*u8", "nxt_bytes": "i32",
+        "acc_ptr": "*fp64", "T": "i32", "scale": "fp32",
     }  # fmt: skip
     const = dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, PDL=True, COMPILED=True, X_ASM=x_asm)
-    if "L2_NEXT" in fn.arg_names:  # proj's weights asked into L2 (ATTN_L2_NEXT)
-        const["L2_NEXT"] = bool(g.ATTN_L2_NEXT)
     aligned = ("qkv_ptr", "kc_ptr", "vc_ptr", "acc_ptr", "T")
     return compile_sm90(fn, types, const, aligned, num_warps=g.ATTN_WARPS)
 

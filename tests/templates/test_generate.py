@@ -539,10 +539,8 @@ for wt in ("bf16", "u8"):  # Int8Linear keeps w + 128 as uint8
         n += 1
 for pdl in (False, True):
     build(g._attn_kernel, {"qkv_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16",
-          "pos_ptr": "*i64", "acc_ptr": "*fp64", "T": "i32", "scale": "fp32", "nxt_ptr": "*u8",
-          "nxt_bytes": "i32"},
-          dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, PDL=pdl, COMPILED=True, X_ASM=1 + pdl,
-               L2_NEXT=pdl))  # proj's weights asked into L2 (ATTN_L2_NEXT)
+          "pos_ptr": "*i64", "acc_ptr": "*fp64", "T": "i32", "scale": "fp32"},
+          dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, PDL=pdl, COMPILED=True, X_ASM=1 + pdl))
     build(g._embed_kernel, {"tok_ptr": "*i64", "pos_ptr": "*i64", "te_ptr": "*bf16",
           "pe_ptr": "*bf16", "x_ptr": "*bf16", "C": "i32"}, dict(BLOCK=1024, PDL=pdl))
     build(g._advance_kernel, {"best_ptr": "*i64", "tok_ptr": "*i64", "pos_ptr": "*i64",
