@@ -856,6 +856,20 @@ def test_gemv_cost_refuses_a_malformed_tile_list_in_one_line(tiles: str) -> None
     assert repr(tiles) in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("pos", ["63", "199"])
+def test_attn_profile_checks_the_attention_it_launches_for_a_profiler(pos: str) -> None:
+    """bench/gpu/attn_profile.py launches the template's decode attention alone for ncu, and
+    checks the last launch against torch's attention first: under the interpreter, at a chunk's
+    last slot and the cache's, it agrees and says so."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
+    proc = run_bench(
+        "attn_profile.py", "--smoke", "--pos", pos, "--launches", "2", env=triton_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    err = float(re.search(r"rel err (\S+)", proc.stdout).group(1))
+    assert f"at pos {pos}:" in proc.stdout and err < 1e-5, proc.stdout
+
+
 @pytest.mark.parametrize("mode", [[], ["--parts"]])
 def test_attn_cost_runs_the_templates_attention_and_finds_the_text_its_parts_replace(
     mode: list[str],
