@@ -1250,9 +1250,8 @@ if triton is not None:
             d = tl.arange(0, HD)
             idx = start + tl.arange(0, CHUNK)
             old = (idx < pos)[:, None]
-            new = (idx == pos)[:, None]
             off = h * T * HD + idx[:, None] * HD + d[None, :]
-            k = tl.load(kc_ptr + off, mask=old, other=0.0)
+            k = tl.load(kc_ptr + off, mask=old, other=0.0)  # 0 at pos and past it
             v = tl.load(vc_ptr + off, mask=old, other=0.0)
             # this step's q, k, v, after the wait (with X_ASM in the layout the tile uses),
             # an element a load: Triton gives them copies in layouts of 1-2 elements a thread
@@ -1263,15 +1262,19 @@ if triton is not None:
             q = _x_load(qkv_ptr + h * HD, d, dm, HD, dep, COMPILED, XA).to(tl.float32)
             kn = _x_load(qkv_ptr + C + h * HD, d, dm, HD, dep, COMPILED, XA)
             vn = _x_load(qkv_ptr + 2 * C + h * HD, d, dm, HD, dep, COMPILED, XA)
-            k = tl.where(new, kn[None, :], k).to(tl.float32)
-            s = tl.sum(k * q[None, :], 1) * scale
+            # the shared reference: the new key's score, computed alike by every program. The
+            # new key and value are not put into the tile (a select an element, ~250 of a
+            # thread's instructions on the path after the wait): its score is ref, its value
+            # added after the sum over slots
+            ref = tl.sum(kn.to(tl.float32) * q, 0) * scale
+            s = tl.sum(k.to(tl.float32) * q[None, :], 1) * scale
+            s = tl.where(idx == pos, ref, s)
             s = tl.where(idx <= pos, s, float("-inf"))
             m = tl.max(s, 0)
             p = tl.exp(s - m)
-            v = tl.where(new, vn[None, :], v).to(tl.float32)
-            o = tl.sum(p[:, None] * v, 0)
-            # the shared reference: the new key's score, computed alike by every program
-            ref = tl.sum(kn.to(tl.float32) * q, 0) * scale
+            o = tl.sum(p[:, None] * v.to(tl.float32), 0)  # v is 0 at pos
+            if pos < start + CHUNK:  # this chunk holds pos: the new value, weighed as its p
+                o += tl.exp(ref - m) * vn.to(tl.float32)
             f = _exp_f64(m - ref)
             tl.atomic_add(acc_ptr + h * HD + d, o.to(tl.float64) * f, sem="relaxed")
             tl.atomic_add(acc_ptr + C + h, tl.sum(p, 0).to(tl.float64) * f, sem="relaxed")

@@ -11,6 +11,7 @@ the merge by fp64 sums every program adds into (atomics, no reply waited for).
 
     python bench/gpu/attn_cost.py             # from the repo root, on a CUDA machine
     python bench/gpu/attn_cost.py --parts     # the kept (chunk, warps) with parts taken out
+    python bench/gpu/attn_cost.py --template OLD.py   # another template's attention
     TRITON_INTERPRET=1 python bench/gpu/attn_cost.py --smoke   # CPU: tiny shapes, no timing
 
 --parts splits a layer's time: the kernel as it is, with its sums stored instead of added
@@ -110,11 +111,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, no timing")
     ap.add_argument("--parts", action="store_true", help="the kept tile, parts taken out")
+    ap.add_argument("--template", default="templates/generate.py", help="whose attention")
     a = ap.parse_args()
     b = setup(a)
     if a.parts:
         return time_parts(a, b)
-    g = load_template()
+    g = load_template(a.template)
     g.PDL["on"] = not a.smoke and g.pdl_usable(b.dev)
     chunks = (16, 32) if a.smoke else (16, 32, 64, 128, 256)
     warps = (4,) if a.smoke else (1, 2, 4, 8)
@@ -141,7 +143,7 @@ def main() -> None:
 
 def time_parts(a, b: SimpleNamespace) -> None:
     """The template's (ATTN_CHUNK, ATTN_WARPS) as it is and with parts taken out (PARTS)."""
-    text = open("templates/generate.py").read()
+    text = open(a.template).read()
     print(f"us per layer at positions {b.positions}")
     print("| part | " + " | ".join(f"pos {p}" for p in b.positions) + " |")
     print("|---|" + "---|" * len(b.positions))
