@@ -9,8 +9,8 @@
 # (bench/gpu/sass_count.py): 1,928 -> 1,608 instructions, the same barriers and
 # shared-memory loads. Checked against torch under the interpreter (the suite) and here by
 # attn_cost's own check at every (chunk, warps). The template before it is carried as
-# .gpuwork/generate_old.py (the old* parts): attention's cost both ways, then 1.3B int8 and
-# bf16 decode both ways beside the probe.
+# .gpuwork/generate_old.py (the old* parts; `git show cef9ec7:templates/generate.py` makes it):
+# attention's cost both ways, then 1.3B int8 and bf16 decode both ways beside the probe.
 # Call 2 (PARTS="probe124 new124 old124 ncuprod ncuattn"): 124M both ways, then Nsight
 # Compute inside the decode step's graph (round 25 found it on the image, with counters):
 #  - ncuprod: ncu on a restart from newint8's --compile-cache (8 new tokens, one generation),
