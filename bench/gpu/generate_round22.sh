@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 25 round 22, one nvidia-h200 call: int8's weights as 32-bit words, a tile ahead
-# (GEMV_PREFETCH). Compiled here (bench/gpu/sass_count.py), an int8 product's K loop is
+# (GEMV_PREFETCH; runs against 4eb8b67's template: the option lost 4.3 % and was taken back). Compiled here (bench/gpu/sass_count.py), an int8 product's K loop is
 # ~3 instructions a weight and has no load in flight while it computes: a program asks for
 # its tile, waits ~1 us, then computes, so an SM with 1-2 programs of 16 KB tiles reads ~3 TB/s.
 # Carrying the next tile through the loop as uint8 costs a register a byte and ~3x the

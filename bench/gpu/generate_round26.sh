@@ -11,9 +11,11 @@
 # attn_cost's own check at every (chunk, warps). The template before it is carried as
 # .gpuwork/generate_old.py (the old* parts; `git show cef9ec7:templates/generate.py` makes it):
 # attention's cost both ways, then 1.3B int8 and bf16 decode both ways beside the probe.
-# Call 2 (PARTS="probe124 new124 old124 ncuprod ncuattn"): 124M both ways, then Nsight
-# Compute inside the decode step's graph (round 25 found it on the image, with counters):
-#  - ncuprod: ncu on a restart from newint8's --compile-cache (8 new tokens, one generation),
+# Call 2 (PARTS="warm ncuprod ncuattn probe124 new124 old124"): Nsight Compute inside the
+# decode step's graph (round 25 found it on the image, with counters), then 124M both ways:
+#  - warm: newint8's run, only where its --compile-cache has no tile picks (a fresh machine:
+#    the profiled window must be decode steps, not the tuner's timings);
+#  - ncuprod: ncu on a restart from that --compile-cache (8 new tokens, one generation),
 #    graph nodes profiled one by one, NCU_SKIP decode kernels skipped, then NCU_COUNT (the
 #    products and attention, told apart by grid size: qkv 768 at its 8 x 1024 tile, proj and
 #    fc_proj 256, fc 256 at 32 x 512, the head 3,144, attention 512);
@@ -28,6 +30,7 @@ grep -c "^ATTN_CHUNK = 32  " $W/a32.py >> $LOG; grep -c "^ATTN_WARPS = 1  " $W/a
 NCU="$(command -v ncu || echo /usr/local/cuda/bin/ncu) --clock-control none --graph-profiling node -k regex:_gemv_kernel|_attn_kernel --launch-skip ${NCU_SKIP:-600} --launch-count ${NCU_COUNT:-12} --section LaunchStats --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters --section MemoryWorkloadAnalysis"
 SHORT="--size 1.3b --seq-len 2048 --prompt-len 512 --max-new-tokens 8 --temperature 0 --repeat 1 --quant int8"
 for part in ${PARTS:-probe13 attnnew attnold newint8 oldint8 newint8w newbf16 oldbf16}; do case $part in
+warm) [[ -f /tmp/ci/gemv-tiles.json ]] || generate_part g26 newint8 ;;
 attnnew) step attn-cost-new 90 python3 bench/gpu/attn_cost.py ;;
 attnold) step attn-cost-old 90 python3 bench/gpu/attn_cost.py --template .gpuwork/generate_old.py ;;
 ncuprod) step g26-ncu-products 150 $NCU python3 $W/gen.py $SHORT --compile-cache /tmp/ci ;;

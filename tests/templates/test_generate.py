@@ -856,11 +856,26 @@ def test_gemv_cost_refuses_a_malformed_tile_list_in_one_line(tiles: str) -> None
     assert repr(tiles) in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("pos", ["63", "199"])
+@pytest.mark.parametrize("script", ["attn_cost.py", "gemv_cost.py", "attn_profile.py"])
+def test_a_bench_script_given_no_template_file_says_so_in_one_line(script: str) -> None:
+    """--template (and the default) name a file to import: a wrong path is a usage error
+    naming it, exit 2, before any kernel runs, not an import traceback."""
+    args = ["--template", "/nonexistent/gen.py"] if script != "attn_profile.py" else []
+    env = {**triton_env(), "PWD": "/"}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench/gpu" / script), "--smoke", *args],
+        cwd="/", env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "no such template file" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("pos", ["63", "127"])
 def test_attn_profile_checks_the_attention_it_launches_for_a_profiler(pos: str) -> None:
     """bench/gpu/attn_profile.py launches the template's decode attention alone for ncu, and
     checks the last launch against torch's attention first: under the interpreter, at a chunk's
-    last slot and the cache's, it agrees and says so."""
+    last slot and the cache's, it agrees and says so; a position off the cache is a usage
+    error naming it, before anything runs."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
     proc = run_bench(
         "attn_profile.py", "--smoke", "--pos", pos, "--launches", "2", env=triton_env()
@@ -868,6 +883,8 @@ def test_attn_profile_checks_the_attention_it_launches_for_a_profiler(pos: str) 
     assert proc.returncode == 0, proc.stderr[-3000:]
     err = float(re.search(r"rel err (\S+)", proc.stdout).group(1))
     assert f"at pos {pos}:" in proc.stdout and err < 1e-5, proc.stdout
+    off = run_bench("attn_profile.py", "--smoke", "--pos", str(int(pos) + 65), env=triton_env())
+    assert off.returncode == 2 and "0 to 127" in off.stderr, off.stderr
 
 
 @pytest.mark.parametrize("mode", [[], ["--parts"]])
