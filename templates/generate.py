@@ -1585,7 +1585,11 @@ STEP_NEAR = 0.03  # and in its second pass, the tiles the first found this close
 
 
 def refine_in_step(
-    step, times: dict, top: int = STEP_TOP, timer=None, margin: float = 0.003,
+    step,
+    times: dict,
+    top: int = STEP_TOP,
+    timer=None,
+    margin: float = 0.003,
     near: float = STEP_NEAR,
 ) -> dict[tuple, list]:
     """Each product's `top` fastest tiles in tune_gemv's graph (times), timed again as the
