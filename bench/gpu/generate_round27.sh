@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 25 round 27: the tuner's second pass. Round 26 (two H100 calls) timed the template
 # with attention's new key out of its tiles against the one before on one set of tile picks
-# (int8 +0.8 %, 124M +2.0 %, bf16 -0.4 %), and found the picks themselves worth more: the two
-# templates' tuners took different qkv tiles, and the one the old template's took made the
-# step 3.5 % faster (1,411.8 vs 1,359-1,370 tokens/s). refine_in_step decides qkv first,
+# (int8 +0.8 %, 124M +2.0 %, bf16 -0.4 %); two starts of the old template on different qkv
+# tiles ran 1,411.8 and 1,359 tokens/s, which pointed at the picks (measured here: in the final
+# step the qkv tiles are within 0.8 %, so that was not it). refine_in_step decides qkv first,
 # while proj, fc, fc_proj and the head still run tiles ~40 % slower than their final ones
 # (a step of ~1,000 us, not ~725). Now a second pass times each product's tiles that the first
 # found within 3 % of its fastest again, with every other product at its final pick.
