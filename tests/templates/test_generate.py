@@ -752,6 +752,38 @@ def test_saved_tile_picks_come_back_and_anything_else_in_their_place_is_ignored(
     assert blocked.read_text() == ""
 
 
+def test_set_pick_copies_a_caches_picks_with_one_tile_replaced(gen, tmp_path: Path) -> None:
+    """bench/gpu/set_pick.py makes the cache a paired run starts from: the source's picks and
+    stamp, one product's tile replaced, read back by the template as a start would. A tile
+    that is no candidate, a shape the cache does not hold, or a cache with no picks is a
+    one-line usage error, and nothing is written."""
+    stamp = {"gpu": "NVIDIA H100 80GB HBM3", "triton": "3.9.0"}
+    int8 = ("torch.uint8", True, True, False, False, False, "torch.bfloat16", True)
+    qkv = (6144, 2048, *int8, "torch.bfloat16", True, 0, True, True, 1, 0)
+    proj = (2048, 2048, *int8, "torch.float64", False, 16, False, False, 1, 0)
+    picks = {qkv: (4, 2048, 4, 0), proj: (8, 1024, 8, 0)}
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    gen.write_tile_picks(src / gen.TILE_PICKS_FILE, picks, stamp)
+    args = [str(src), str(dst), "--shape", "6144x2048"]
+    proc = run_bench("set_pick.py", *args, "--tile", "8x1024x4x0", env=child_env())
+    assert proc.returncode == 0, proc.stderr
+    got = gen.read_tile_picks(dst / gen.TILE_PICKS_FILE, stamp)
+    assert got == {qkv: (8, 1024, 4, 0), proj: (8, 1024, 8, 0)}, got
+    for bad, why in (
+        (["--tile", "8x1024x3"], "--tile 8x1024x3: not a candidate"),
+        (["--tile", "8xbig"], "--tile '8xbig': numbers joined by x"),
+        (["--shape", "50304x2048", "--tile", "8x1024x4"], "--shape 50304x2048: 0 products"),
+    ):
+        out = tmp_path / "never"
+        argv = [str(src), str(out), *(args[2:] if bad[0] == "--tile" else []), *bad]
+        proc = run_bench("set_pick.py", *argv, env=child_env())
+        assert proc.returncode == 2 and why in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and not out.exists(), proc.stderr
+    proc = run_bench("set_pick.py", str(tmp_path), str(dst), *args[2:], "--tile", "8x1024x4",
+                     env=child_env())  # fmt: skip
+    assert proc.returncode == 2 and "no tile picks there" in proc.stderr, proc.stderr
+
+
 def test_gemv_cost_sweep_checks_every_forced_tile_against_the_autotuned_product() -> None:
     """bench/gpu/gemv_cost.py --sweep launches the template's own kernel with each tile in
     place of the autotuner and times it only if its product matches: under the interpreter
