@@ -1600,9 +1600,10 @@ def refine_in_step(
     faster in tune_gemv's graph left the step's rate unchanged). With X_ASM (the key's),
     each of them also with x read by tl.load (tl_load_twin). Then a second pass: each
     product's tiles that were within `near` of its fastest, timed again with every other
-    product at its final pick (round 26: qkv, decided first while the later products still
-    ran their slower tiles, took a tile 3.5 % slower in the final step). -> per product,
-    [(seconds a step, tile)] as timed, both passes."""
+    product at its final pick: the first pass decides qkv in a step whose later products
+    still run their first, slower tiles (~1,000 us, not ~725; round 27: the second pass
+    changed qkv's tile in both cold starts, +0.2 %, ~1 s). -> per product, [(seconds a
+    step, tile)] as timed, both passes."""
     timer = timer or (lambda: graph_seconds(step, 40))
     out: dict[tuple, list] = {}
 
