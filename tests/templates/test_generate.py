@@ -689,8 +689,8 @@ def test_an_early_products_tile_is_timed_again_once_the_later_ones_are_picked(
 ) -> None:
     """refine_in_step decides the products in order, each in the step as the later ones still
     run their first tiles. Where a tile of an earlier product is faster only beside a later
-    product's pick (round 26: qkv 3.5 % slower in the final step), the second pass finds it;
-    a tile the first pass found far slower is not timed again."""
+    product's pick (the first pass decided qkv in a step ~40 % slower than the final one), the
+    second pass finds it; a tile the first pass found far slower is not timed again."""
     a, b = (("qkv",) + (None,) * 14 + (False,)), (("fc",) + (None,) * 14 + (False,))
     monkeypatch.setitem(gen.GEMV_PICKS, a, "a1")
     monkeypatch.setitem(gen.GEMV_PICKS, b, "b1")
