@@ -14,7 +14,9 @@
 # (`git show cef9ec7:templates/generate.py`; `git show d07fcb3:templates/generate.py` for
 # generate_pass1.py). Run with carry [".gpuwork"]: TAG=call1 BUDGET=560.
 set -u
-source "$(dirname "$0")/steps.sh"; machine_line; generate_setup
+source "$(dirname "$0")/steps.sh"
+need .gpuwork/decode_probe.py .gpuwork/generate_old.py .gpuwork/generate_pass1.py
+machine_line; generate_setup
 OLD="python3 .gpuwork/generate_old.py" P1="python3 .gpuwork/generate_pass1.py"
 for part in ${PARTS:-probe13 newint8 picks pairs newbf16 p1bf16 probe124 new124 p1124}; do case $part in
 picks) for t in 8x1024x4x0 4x2048x4x0; do for who in n o; do

@@ -19,6 +19,14 @@ step() {  # step NAME TIMEOUT CMD...: skipped when the call's budget is spent
   echo "=== $name rc=$rc wall=${wall}s" >> $LOG
   echo "$name rc=$rc wall=${wall}s"
 }
+need() {  # need FILE...: the files the call carries (.gpuwork), checked before any GPU work:
+  # without them every step would fail at once, and the device time be spent on nothing
+  local f missing=()
+  for f in "$@"; do [[ -f $f ]] || missing+=("$f"); done
+  (( ${#missing[@]} == 0 )) && return 0
+  echo "missing: ${missing[*]} (carry [\".gpuwork\"]; the script's header says how each is made)" | tee -a $LOG >&2
+  [[ -n "${DRY:-}" ]] || exit 2
+}
 machine_line() {  # the GPU, torch and triton versions and their import time, into $LOG
   [[ -n "${DRY:-}" ]] && return
   TIMEFORMAT="import torch+triton: %R s"

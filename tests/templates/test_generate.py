@@ -907,6 +907,38 @@ def test_the_latest_round_script_finds_every_text_it_edits_in_the_template(tmp_p
     assert len(ran) >= len(dict.fromkeys(parts)), "\n".join(log)  # every part logs its steps
 
 
+def test_the_latest_round_script_stops_before_the_gpu_without_its_carried_files(
+    tmp_path: Path,
+) -> None:
+    """A device call that forgot carry [".gpuwork"] (the probe, the template before) would spend
+    its minutes on steps failing one by one: the script names what is missing and exits 2
+    before it asks anything of the GPU."""
+    script = max(
+        (REPO / "bench/gpu").glob("generate_round*.sh"),
+        key=lambda p: int(re.search(r"(\d+)\.sh$", p.name).group(1)),
+    )
+    if ".gpuwork/" not in script.read_text():
+        pytest.skip(f"{script.name} carries nothing")
+    work = tmp_path / "checkout"
+    (work / "bench/gpu").mkdir(parents=True)
+    for name in (script.name, "steps.sh"):
+        (work / "bench/gpu" / name).write_text((REPO / "bench/gpu" / name).read_text())
+    env = {k: v for k, v in os.environ.items() if k != "DRY"}
+    env.update(OUT=str(tmp_path), TAG="nocarry", W=str(tmp_path / "w"))
+    env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
+    (tmp_path / "bin").mkdir()
+    spy = tmp_path / "bin" / "nvidia-smi"  # any GPU query would leave its mark
+    spy.write_text(f"#!/bin/sh\ntouch {tmp_path / 'asked-the-gpu'}\n")
+    spy.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", f"bench/gpu/{script.name}"], cwd=work, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "missing: .gpuwork/decode_probe.py" in proc.stderr, proc.stderr
+    assert not (tmp_path / "asked-the-gpu").exists() and "===" not in proc.stdout
+
+
 @pytest.mark.parametrize("tiles", ["16x512", "8x3x4", "16x512x4,x", "0x512x4"])
 def test_gemv_cost_refuses_a_malformed_tile_list_in_one_line(tiles: str) -> None:
     """--tiles is parsed before any GPU work: a tile Triton cannot build (not three powers of
