@@ -880,15 +880,20 @@ def test_x_asm_eight_a_load_packs_only_neighbouring_elements(gen, weights: str) 
     assert all(r["x8 apart"] == "0" and r["BAR in loop"] == "0" for r in rows), proc.stdout
 
 
+def latest_round_script() -> Path:
+    """The generate round script with the highest number: the one the next device call runs."""
+    return max(
+        (REPO / "bench/gpu").glob("generate_round*.sh"),
+        key=lambda p: int(re.search(r"(\d+)\.sh$", p.name).group(1)),
+    )
+
+
 def test_the_latest_round_script_finds_every_text_it_edits_in_the_template(tmp_path: Path) -> None:
     """A round's device script makes its variants as sed copies of the template, each checked by
     a `grep -c` into the log: a pattern the template no longer holds would make a copy that is
     the template itself, and its figure a false pair, found only after the device call. Run dry
     (DRY=1: steps logged, not run), every part of the latest round must find its text once."""
-    script = max(
-        (REPO / "bench/gpu").glob("generate_round*.sh"),
-        key=lambda p: int(re.search(r"(\d+)\.sh$", p.name).group(1)),
-    )
+    script = latest_round_script()
     text = script.read_text()
     parts = re.search(r"\$\{PARTS:-([^}]*)\}", text).group(1).split()  # the first call's
     parts += " ".join(re.findall(r'PARTS="([^"]*)"', text)).split()  # any next call's
@@ -913,10 +918,7 @@ def test_the_latest_round_script_stops_before_the_gpu_without_its_carried_files(
     """A device call that forgot carry [".gpuwork"] (the probe, the template before) would spend
     its minutes on steps failing one by one: the script names what is missing and exits 2
     before it asks anything of the GPU."""
-    script = max(
-        (REPO / "bench/gpu").glob("generate_round*.sh"),
-        key=lambda p: int(re.search(r"(\d+)\.sh$", p.name).group(1)),
-    )
+    script = latest_round_script()
     if ".gpuwork/" not in script.read_text():
         pytest.skip(f"{script.name} carries nothing")
     work = tmp_path / "checkout"
