@@ -1665,25 +1665,31 @@ def read_tile_picks(path: Path, stamp: dict) -> dict[tuple, tuple]:
     """The picks a previous start saved under the same stamp, or {} (none, another GPU or
     Triton, or a file that is not what write_tile_picks writes: nothing in it is trusted,
     tune_gemv takes a pick only if it is one of its own candidates)."""
+    saved, picks = read_tile_picks_file(path)
+    return picks if saved == stamp else {}
+
+
+def read_tile_picks_file(path: Path) -> tuple[dict | None, dict[tuple, tuple]]:
+    """(the stamp, the picks) as write_tile_picks wrote them, or (None, {})."""
     try:
         # no link followed, no wait on a FIFO: a regular file or nothing
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return {}
+                return None, {}
             raw = f.read(65537)
         if len(raw) > 65536:  # far more than any model's picks: not ours
-            return {}
+            return None, {}
         data = json.loads(raw)
-        if not isinstance(data, dict) or data.get("stamp") != stamp:
-            return {}
+        if not isinstance(data, dict) or not isinstance(data.get("stamp"), dict):
+            return None, {}
         picks = {}
         for entry in data.get("picks", [])[:1000]:
             key, tile = entry
             picks[tuple(key)] = tuple(tile)
-        return picks
+        return data["stamp"], picks
     except (OSError, ValueError, TypeError, RecursionError):  # missing, not JSON, too deep
-        return {}
+        return None, {}
 
 
 def write_tile_picks(path: Path, picks: dict[tuple, tuple], stamp: dict) -> None:

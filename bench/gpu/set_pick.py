@@ -11,7 +11,6 @@ the pair would not be what it says.
 """
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -36,11 +35,7 @@ def main() -> None:
     shape, tile = parse_ints(a.shape, "--shape", ap), parse_ints(a.tile, "--tile", ap)
     g = load_template(a.template)
     path = a.src / g.TILE_PICKS_FILE
-    try:  # the stamp as written; read_tile_picks then checks the rest as a start would
-        stamp = json.loads(path.read_bytes()[:65536]).get("stamp")
-    except (OSError, ValueError, AttributeError):
-        stamp = None
-    picks = g.read_tile_picks(path, stamp) if stamp else {}
+    stamp, picks = g.read_tile_picks_file(path)  # read as a start reads it (bounded, no links)
     if not picks:
         ap.error(f"{path}: no tile picks there (run the template with --compile-cache {a.src})")
     keys = [k for k in picks if tuple(k[:2]) == shape]
