@@ -1629,9 +1629,8 @@ def refine_in_step(
         fastest = [tile for _, tile in timed[:top]]
         twins = [tl_load_twin(t) for t in fastest] if key[15] else []
         best_s = retime(key, fastest + twins, best_s)
-    first = {key: list(tried) for key, tried in out.items()}
     best_s = timer()  # the step as picked: the second pass's bar
-    for key, tried in first.items():
+    for key, tried in out.items():  # the first pass's times (taken before retime adds to them)
         fastest = min(s for s, _ in tried)
         close = [tile for s, tile in sorted(tried) if s <= fastest * (1 + near)]
         best_s = retime(key, close, best_s)

@@ -17,13 +17,6 @@ from pathlib import Path
 from template import load_template
 
 
-def parse_ints(text: str, what: str, ap: argparse.ArgumentParser) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.lower().split("x"))
-    except ValueError:
-        ap.error(f"{what} {text!r}: numbers joined by x (6144x2048, 8x1024x4x0)")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("src", type=Path, help="a --compile-cache a start tuned into")
@@ -32,20 +25,24 @@ def main() -> None:
     ap.add_argument("--tile", required=True, help="its tile: 8x1024x4 or 8x1024x4x0")
     ap.add_argument("--template", default="templates/generate.py")
     a = ap.parse_args()
-    shape, tile = parse_ints(a.shape, "--shape", ap), parse_ints(a.tile, "--tile", ap)
     g = load_template(a.template)
     path = a.src / g.TILE_PICKS_FILE
     stamp, picks = g.read_tile_picks_file(path)  # read as a start reads it (bounded, no links)
     if not picks:
         ap.error(f"{path}: no tile picks there (run the template with --compile-cache {a.src})")
-    keys = [k for k in picks if tuple(k[:2]) == shape]
+    shapes = ["x".join(map(str, k[:2])) for k in picks]  # out x in, as --shape is written
+    keys = [k for k, s in zip(picks, shapes, strict=True) if s == a.shape.lower()]
     if len(keys) != 1:
-        shapes = ", ".join(f"{k[0]}x{k[1]}" for k in picks)
-        ap.error(f"--shape {a.shape}: {len(keys)} products of that shape in {path} ({shapes})")
+        found = ", ".join(shapes)
+        ap.error(f"--shape {a.shape}: {len(keys)} products of that shape in {path} ({found})")
     key = keys[0]
-    if tile not in g.gemv_candidates(key):
-        known = ", ".join("x".join(map(str, t)) for t in g.gemv_candidates(key))
-        ap.error(f"--tile {a.tile}: not a candidate of {a.shape} ({known})")
+    try:  # the candidates' own tiles, named as --tile writes them
+        known = {"x".join(map(str, c)): c for c in g.gemv_candidates(key)}
+    except (IndexError, TypeError, ValueError, KeyError):  # a key no start of the template wrote
+        ap.error(f"{path}: the {a.shape} entry is not a product of {a.template}")
+    tile = known.get(a.tile.lower())
+    if tile is None:
+        ap.error(f"--tile {a.tile}: not a candidate of {a.shape} ({', '.join(known)})")
     before, picks[key] = picks[key], tile
     g.write_tile_picks(a.dst / g.TILE_PICKS_FILE, picks, stamp)
     if g.read_tile_picks(a.dst / g.TILE_PICKS_FILE, stamp) != picks:
