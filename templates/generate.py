@@ -1505,9 +1505,10 @@ def gemv(
     return y
 
 
-def graph_seconds(step, reps: int) -> float:
+def graph_seconds(step, reps: int, points=None) -> float:
     """Median seconds of one replay of a CUDA graph of step() (run twice first, uncaptured:
-    compiles, autotuning)."""
+    compiles, autotuning). points: calls that each set the state the graph reads (pos); the
+    graph is timed reps times after each, and the medians are summed."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -1520,14 +1521,19 @@ def graph_seconds(step, reps: int) -> float:
     graph.replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+    total = 0.0
+    for point in points or [None]:
+        if point is not None:
+            point()
+        times = []
+        for _ in range(reps):
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        total += statistics.median(times)
+    return total
 
 
 def _run_calls(group: list) -> None:
@@ -1582,6 +1588,15 @@ def tune_gemv(
 
 STEP_TOP = 4  # refine_in_step: each product's fastest tiles in tune_gemv's graph retimed
 STEP_NEAR = 0.03  # and in its second pass, the tiles the first found this close to the best
+STEP_REPS = 14  # replays a cache length (three lengths: the 40 one length had, about)
+
+
+def tune_positions(pos: int, ctx: int) -> list[int]:
+    """The cache lengths refine_in_step times the step at: the first decode's and two longer,
+    as a decode goes on. One length misleads: at 512 (a chunk's edge) attention took 3.27 us
+    a layer, at 662 3.73 (round 26), and two qkv tiles timed within 0.1 % at 512 ran 1.2 %
+    apart over a decode from 512 to 812 (round 28)."""
+    return sorted({min(ctx - 1, pos + ctx * i // 8) for i in range(3)})
 
 
 def refine_in_step(
@@ -1906,7 +1921,12 @@ class Engine:
         if self.world > 1:
             picks = agree_tile_picks(picks)
         elif times:  # products timed this start (a restart's picks come from the file)
-            in_step = refine_in_step(step, times)
+            first = int(self.pos.item())
+            points = [functools.partial(self.pos.fill_, p) for p in tune_positions(first, self.ctx)]
+            in_step = refine_in_step(
+                step, times, timer=lambda: graph_seconds(step, STEP_REPS, points)
+            )
+            self.pos.fill_(first)  # the cache slots the step wrote past it: rewritten before read
             picks = {k: GEMV_PICKS[k] for k in picks}
         self.model.work["best"].fill_(LOWEST_KEY)  # the timed heads' argmax keys
         self.tuned = True

@@ -637,6 +637,15 @@ for quant in ("none", "int8"):
     assert abs(in_step[keys[1]][1][0] - 0.99e-3 * 0.999) < 1e-12, in_step[keys[1]]
     m.work["best"].fill_(g.LOWEST_KEY)  # a twin computes what its tile did
     assert torch.allclose(m.decode_fast(tok, pos), want, rtol=tol, atol=tol)
+    # Engine.tune times the step at longer cache lengths too (tune_positions): the slots it
+    # writes there are past pos, so the step at pos computes what it did
+    far = g.tune_positions(int(pos), s.seq_len)
+    assert far[0] == int(pos) and far[-1] > int(pos) and far[-1] < s.seq_len, far
+    assert g.tune_positions(s.seq_len - 4, s.seq_len) == [s.seq_len - 4, s.seq_len - 1]
+    for p in far[1:]:
+        m.decode_fast(torch.tensor([[7]]), torch.tensor([p]))
+    m.work["best"].fill_(g.LOWEST_KEY)
+    assert torch.allclose(m.decode_fast(tok, pos), want, rtol=tol, atol=tol)
     g.GEMV_PICKS.update(picks)
     def no_timer(fn, key, tile):
         raise AssertionError("a known pick was timed again")
