@@ -1226,7 +1226,7 @@ if triton is not None:
     def _attn_kernel(
         qkv_ptr, kc_ptr, vc_ptr, pos_ptr, acc_ptr, T, scale, C: tl.constexpr, HD: tl.constexpr,
         CHUNK: tl.constexpr, PDL: tl.constexpr, COMPILED: tl.constexpr = False,
-        X_ASM: tl.constexpr = 0,
+        X_ASM: tl.constexpr = 0, SELECT: tl.constexpr = 0,
     ):  # fmt: skip
         """Flash-decoding, one (head, chunk of CHUNK cache slots) per program: softmax weights
         over slots <= pos and their values summed, then added into acc (fp64): o (C,) and the
@@ -1265,16 +1265,25 @@ if triton is not None:
             # the shared reference: the new key's score, computed alike by every program. The
             # new key and value are not put into the tile (a select an element: 1,928 -> 1,608
             # sm_90 instructions, all on the path after the wait): its score is ref, its value
-            # added after the sum over slots
+            # added after the sum over slots. SELECT (ATTN_SELECT): cef9ec7's form, the two
+            # put into the tiles, kept to be timed beside it (round 28: 1.8 % faster after
+            # one qkv tile, 0.6 % slower after another)
             ref = tl.sum(kn.to(tl.float32) * q, 0) * scale
-            s = tl.sum(k.to(tl.float32) * q[None, :], 1) * scale
-            s = tl.where(idx == pos, ref, s)
+            if SELECT:
+                new = (idx == pos)[:, None]
+                s = tl.sum(tl.where(new, kn[None, :], k).to(tl.float32) * q[None, :], 1) * scale
+            else:
+                s = tl.sum(k.to(tl.float32) * q[None, :], 1) * scale
+                s = tl.where(idx == pos, ref, s)
             s = tl.where(idx <= pos, s, float("-inf"))
             m = tl.max(s, 0)
             p = tl.exp(s - m)
-            o = tl.sum(p[:, None] * v.to(tl.float32), 0)  # v is 0 at pos
-            if pos < start + CHUNK:  # this chunk holds pos: the new value, weighed as its p
-                o += tl.exp(ref - m) * vn.to(tl.float32)
+            if SELECT:
+                o = tl.sum(p[:, None] * tl.where(new, vn[None, :], v).to(tl.float32), 0)
+            else:
+                o = tl.sum(p[:, None] * v.to(tl.float32), 0)  # v is 0 at pos
+                if pos < start + CHUNK:  # this chunk holds pos: the new value, weighed as its p
+                    o += tl.exp(ref - m) * vn.to(tl.float32)
             f = _exp_f64(m - ref)
             tl.atomic_add(acc_ptr + h * HD + d, o.to(tl.float64) * f, sem="relaxed")
             tl.atomic_add(acc_ptr + C + h, tl.sum(p, 0).to(tl.float64) * f, sem="relaxed")
@@ -1373,6 +1382,7 @@ ATTN_X_ASM = 1
 GEMV_MAXNREG = 0
 ATTN_CHUNK = 64  # cache slots per attention program
 ATTN_WARPS = 2  # warps per attention program (round 11: +2.3 % bf16, +3.9 % int8 over 4)
+ATTN_SELECT = 0  # 1: this step's key and value put into attention's tiles (cef9ec7's form)
 PDL = {"on": False}  # set by Engine (--pdl / --no-pdl; on by default where it runs)
 
 
@@ -1782,7 +1792,7 @@ def decode_attention(qkv, attn: nn.Module, pos):
     _attn_kernel[(H, triton.cdiv(T, ATTN_CHUNK))](
         qkv, attn.k_cache, attn.v_cache, pos, attn.sums, T, 1.0 / math.sqrt(HD), C=H * HD, HD=HD,
         CHUNK=ATTN_CHUNK, **pdl_args(), **({"num_warps": ATTN_WARPS} if qkv.is_cuda else {}),
-        COMPILED=qkv.is_cuda, X_ASM=x_asm_for(qkv, HD, want=ATTN_X_ASM),
+        COMPILED=qkv.is_cuda, X_ASM=x_asm_for(qkv, HD, want=ATTN_X_ASM), SELECT=ATTN_SELECT,
     )  # fmt: skip
     return attn.sums
 

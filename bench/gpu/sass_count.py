@@ -104,14 +104,17 @@ def compile_product(
     return compile_sm90(fn, types, const, aligned, num_warps=warps, num_stages=2, **cap)
 
 
-def compile_attention(g, x_asm: int):
-    """_attn_kernel compiled for sm_90 at 1.3B's heads (128 wide), its chunk and warps."""
+def compile_attention(g, x_asm: int, select: int = 0):
+    """_attn_kernel compiled for sm_90 at 1.3B's heads (128 wide), its chunk and warps; select:
+    its form with this step's key and value put into the tiles (ATTN_SELECT)."""
     fn = g._attn_kernel
     types = {
         "qkv_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16", "pos_ptr": "*i64",
         "acc_ptr": "*fp64", "T": "i32", "scale": "fp32",
     }  # fmt: skip
     const = dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, PDL=True, COMPILED=True, X_ASM=x_asm)
+    if select:
+        const["SELECT"] = select
     aligned = ("qkv_ptr", "kc_ptr", "vc_ptr", "acc_ptr", "T")
     return compile_sm90(fn, types, const, aligned, num_warps=g.ATTN_WARPS)
 
@@ -220,11 +223,13 @@ def main() -> None:
     for name in names:
         kind = "int8" if a.weights == "int8" else "float"
         tiles = g.GEMV_TILES[kind] if a.all_tiles else [PRODUCTS.get(name, (None,))[0]]
-        for tile in [None] if name == "attention" else tiles:
+        # attention's forms (ATTN_SELECT: the new key and value put into the tiles) as tiles
+        forms = [0, 1] if "SELECT" in g._attn_kernel.arg_names else [0]
+        for tile in forms if name == "attention" else tiles:
             for x_asm in modes:
-                if tile is None:
-                    c = count(compile_attention(g, x_asm))
-                    label = f"{g.ATTN_CHUNK} slots × {g.ATTN_WARPS} warps"
+                if name == "attention":
+                    c = count(compile_attention(g, x_asm, tile))
+                    label = f"{g.ATTN_CHUNK} slots × {g.ATTN_WARPS} warps" + ", select" * tile
                 else:
                     c = count(compile_product(g, name, x_asm, tile, a.maxnreg, a.weights))
                     label = " × ".join(map(str, tile))

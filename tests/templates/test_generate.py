@@ -323,9 +323,11 @@ a = m.blocks[0].attn
 a.k_cache.normal_(); a.v_cache.normal_()
 kc0, vc0 = a.k_cache.clone(), a.v_cache.clone()
 proj, r = torch.nn.Linear(64, 48, bias=False), torch.randn(48)
-for P, big in ((0, 0), (5, 0), (63, 0), (64, 0), (130, 0), (199, 0), (150, 200), (150, -200)):
+cases = ((0, 0), (5, 0), (63, 0), (64, 0), (130, 0), (199, 0), (150, 200), (150, -200))
+for g.ATTN_SELECT, (P, big) in [(sel, c) for sel in (0, 1) for c in cases]:
     # chunk edges (64 slots a chunk), the last slot; the first chunk's keys scoring 200 above
-    # / below the new one (fp32's exp overflows past 88: the programs' sums are weighed in fp64)
+    # / below the new one (fp32's exp overflows past 88: the programs' sums are weighed in fp64);
+    # both of attention's forms (this step's key and value put into the tiles or not)
     a.k_cache.copy_(kc0); a.v_cache.copy_(vc0)
     qkv = torch.randn(3 * 64)
     q, k, v = qkv.view(3, 2, 32)
@@ -342,6 +344,7 @@ for P, big in ((0, 0), (5, 0), (63, 0), (64, 0), (130, 0), (199, 0), (150, 200),
     # the product after attention reads the sums as that output
     err(g.gemv(sums, proj, res=r, heads=2, out_dtype=torch.float32), proj(want) + r, wide=big != 0)
     assert torch.equal(a.k_cache, kc) and torch.equal(a.v_cache, vc)  # only slot P written
+g.ATTN_SELECT = 0
 try:  # a buffer longer than the product's rows would be left partly uncleared
     g.gemv(torch.randn(64), torch.nn.Linear(64, 8, bias=False), zero=a.sums)
     raise AssertionError("gemv cleared 8 of the sums and went on")
@@ -540,7 +543,13 @@ for wt in ("bf16", "u8"):  # Int8Linear keeps w + 128 as uint8
 for pdl in (False, True):
     build(g._attn_kernel, {"qkv_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16",
           "pos_ptr": "*i64", "acc_ptr": "*fp64", "T": "i32", "scale": "fp32"},
-          dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, PDL=pdl, COMPILED=True, X_ASM=1 + pdl))
+          dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, PDL=pdl, COMPILED=True, X_ASM=1 + pdl,
+               SELECT=0))
+    if pdl:  # attention's other form (ATTN_SELECT), as the step would run it
+        build(g._attn_kernel, {"qkv_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16",
+              "pos_ptr": "*i64", "acc_ptr": "*fp64", "T": "i32", "scale": "fp32"},
+              dict(C=2048, HD=128, CHUNK=g.ATTN_CHUNK, PDL=1, COMPILED=True, X_ASM=1, SELECT=1))
+        n += 1
     build(g._embed_kernel, {"tok_ptr": "*i64", "pos_ptr": "*i64", "te_ptr": "*bf16",
           "pe_ptr": "*bf16", "x_ptr": "*bf16", "C": "i32"}, dict(BLOCK=1024, PDL=pdl))
     build(g._advance_kernel, {"best_ptr": "*i64", "tok_ptr": "*i64", "pos_ptr": "*i64",
@@ -1023,7 +1032,7 @@ def test_triton_decode_kernels_compile_for_hopper(tmp_path: Path) -> None:
     env = {**child_env(), "TRITON_CACHE_DIR": str(tmp_path / "triton-cache")}
     proc = run_with_template(tmp_path, COMPILE_CHECK, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split()[-1] == str(11 + 10 + 6 + 3), proc.stdout  # GEMV_TILES + the rest
+    assert proc.stdout.split()[-1] == str(11 + 10 + 6 + 1 + 3), proc.stdout  # GEMV_TILES + the rest
 
 
 @pytest.mark.slow
