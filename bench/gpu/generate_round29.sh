@@ -5,17 +5,19 @@
 # tuner had timed within 0.1 % at 512, and the old attention (cef9ec7's) +3.6 % on the same
 # pair. Here: two cold starts (does the tuner now pick what the decode runs fastest?), a
 # restart on its own picks, then its picks with qkv set each of three ways (set_pick.py),
-# alternating, the old template beside them on 8 x 1024 x 4; then the same pair at a prompt
-# of 1,024 (attention's share grows with the length: is the old attention's lead one of
-# length?), and bf16 and 124M cold. The old template is carried as .gpuwork/generate_old.py
-# (`git show cef9ec7:templates/generate.py`). Run with carry [".gpuwork"]: TAG=call1 BUDGET=560.
+# alternating, the old attention beside them on 8 x 1024 x 4 (a sed copy with ATTN_SELECT = 1:
+# cef9ec7's form, all else this template); then the same pair at a prompt of 1,024 (is the old
+# form's lead one of length?), and bf16 and 124M cold. Run with carry [".gpuwork"] (the
+# probe): TAG=call1 BUDGET=500.
 set -u
 source "$(dirname "$0")/steps.sh"
-need .gpuwork/decode_probe.py .gpuwork/generate_old.py
+need .gpuwork/decode_probe.py
 machine_line; generate_setup
-OLD="python3 .gpuwork/generate_old.py"
+sed "s/^ATTN_SELECT = 0  /ATTN_SELECT = 1  /" $W/gen.py > $W/sel.py
+grep -c "^ATTN_SELECT = 1  " $W/sel.py >> $LOG
+OLD="python3 $W/sel.py"
 LONG="--seq-len 2048 --prompt-len 1024 --max-new-tokens 300 --temperature 0 --repeat 3"
-for part in ${PARTS:-probe13 newint8 cold2 restart picks pairs long newbf16 probe124 new124}; do case $part in
+for part in ${PARTS:-probe13 newint8 picks pairs long cold2 restart newbf16 probe124 new124}; do case $part in
 cold2) step g29-int8-b 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci2 --quant int8 ;;
 restart) step g29-int8-restart 40 $G --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
 picks) for t in 8x1024x4x0 8x2048x8x0 4x2048x4x0; do
