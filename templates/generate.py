@@ -1662,6 +1662,52 @@ def refine_in_step(
     return out
 
 
+ATTN_FORMS = ((0,), (1,))  # ATTN_SELECT's values, as the tile picks keep attention's
+
+
+def attn_form_key(attn: nn.Module) -> tuple:
+    """Attention's entry in the tile picks (its form, ATTN_SELECT): its heads, their width,
+    the cache's type, PDL."""
+    return ("attention", attn.n_head, attn.head_dim, str(attn.k_cache.dtype), PDL["on"])
+
+
+def known_attn_form(known: dict, key: tuple) -> int | None:
+    """The form a restart's picks (read_tile_picks) hold for attention, as ATTN_FORMS writes
+    it (1, not a file's 1.0 or true: Triton would compile those as other constants), or None:
+    no entry, or one that is not a form."""
+    tile = known.get(key)
+    return ATTN_FORMS[ATTN_FORMS.index(tile)][0] if tile in ATTN_FORMS else None
+
+
+def pick_attn_form(timer, in_step: dict, margin: float = 0.003, near: float = STEP_NEAR) -> list:
+    """Attention's other form (ATTN_SELECT flipped), timed in the whole step with each of qkv's
+    tiles that refine_in_step (in_step) found within `near` of its fastest: attention follows
+    qkv, whose end it overlaps under PDL, and the pair is what counts (round 28, restarts:
+    the select form 3.6 % faster after qkv 8 x 1024 x 4 than after 4 x 2048 x 4, the form
+    without 1.2 %; the select form 1.8 % ahead on the one, 0.6 % behind on the other). The
+    other form with a tile replaces the form and qkv's pick only if the step is `margin`
+    faster. -> [(seconds a step, form, qkv's tile)] as timed, the picks' first."""
+    global ATTN_SELECT
+    qkv = next((k for k in in_step if k[11]), None)  # key[11]: it clears attention's sums
+    if qkv is None:
+        return []
+    first = min(s for s, _ in in_step[qkv])
+    close = [tile for s, tile in sorted(in_step[qkv]) if s <= first * (1 + near)]
+    best = (timer(), ATTN_SELECT, GEMV_PICKS[qkv])
+    tried = [best]
+    ATTN_SELECT = 1 - ATTN_SELECT
+    for tile in dict.fromkeys(close):
+        GEMV_PICKS[qkv] = tile
+        try:
+            tried.append((timer(), ATTN_SELECT, tile))
+        except TILE_ERRORS:
+            continue
+        if tried[-1][0] < best[0] * (1 - margin):
+            best = tried[-1]
+    _, ATTN_SELECT, GEMV_PICKS[qkv] = best
+    return tried
+
+
 def _tile_times_us(times: dict[tuple, list]) -> list:
     """{key: [(seconds, tile)]} as JSON lists, in us."""
     return [[list(k), [[list(t), round(s * 1e6, 2)] for s, t in v]] for k, v in times.items()]
@@ -1923,21 +1969,30 @@ class Engine:
             box = [known]
             dist.broadcast_object_list(box, src=0)
             known = box[0]
+        global ATTN_SELECT
+        akey = attn_form_key(self.model.blocks[0].attn)
+        if self.world == 1 and known_attn_form(known, akey) is not None:  # as it was timed
+            ATTN_SELECT = known_attn_form(known, akey)
         t0 = time.perf_counter()
         times: dict = {}
         step = functools.partial(self.model.decode_fast, self.tok, self.pos)
         picks = tune_gemv(step, known=known, times=times)
-        in_step = {}
-        if self.world > 1:
+        in_step, forms = {}, []
+        if self.world > 1:  # every rank the default form: no file's, no timing of its own
             picks = agree_tile_picks(picks)
         elif times:  # products timed this start (a restart's picks come from the file)
             first = int(self.pos.item())
             points = [functools.partial(self.pos.fill_, p) for p in tune_positions(first, self.ctx)]
-            in_step = refine_in_step(
-                step, times, timer=lambda: graph_seconds(step, STEP_REPS, points)
-            )
+
+            def timer() -> float:
+                return graph_seconds(step, STEP_REPS, points)
+
+            in_step = refine_in_step(step, times, timer=timer)
+            forms = pick_attn_form(timer, in_step)
             self.pos.fill_(first)  # the cache slots the step wrote past it: rewritten before read
             picks = {k: GEMV_PICKS[k] for k in picks}
+        if self.world == 1:
+            picks[akey] = (ATTN_SELECT,)
         self.model.work["best"].fill_(LOWEST_KEY)  # the timed heads' argmax keys
         self.tuned = True
         self.tiles = {  # for the benchmark's RESULT line
@@ -1948,6 +2003,8 @@ class Engine:
             "us": _tile_times_us(times),
             # the step's time with each product's few fastest there (refine_in_step), us
             "step_us": _tile_times_us(in_step),
+            # the step's time with each form of attention and qkv tile (pick_attn_form), us
+            "form_us": [[f, list(t), round(s * 1e6, 2)] for s, f, t in forms],
         }
         if path and self.rank == 0 and any(known.get(k) != t for k, t in picks.items()):
             write_tile_picks(path, {**known, **picks}, stamp)  # other models' picks stay

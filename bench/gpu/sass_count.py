@@ -9,7 +9,8 @@ backward branch and its target), stores to local memory (STL: spilled registers)
 shared-memory stores and loads, global loads, registers a thread, and the programs an SM holds
 at once (registers, warps and shared memory, Hopper's limits). Round 18 read the barriers as
 x's layout changes after gdc_wait (docs/benchmarks-gpu.md). Attention
-(_attn_kernel, at its chunk and warps) too: its q, k and v of this step, read after the wait.
+(_attn_kernel, at its chunk and warps) too: its q, k and v of this step, read after the wait;
+"attention-select" is its other form (ATTN_SELECT 1: this step's key and value in the tiles).
 
 "LDG before wait": global loads ptxas placed before griddepcontrol.wait (ACQBULK in the SASS):
 what never depends on the kernel before (weights, scales); x read by PTX loads must not add
@@ -23,6 +24,7 @@ the others (round 19's prep found one in every int8 fc and fc_proj tile, and in 
     python bench/gpu/sass_count.py --all-tiles            # every candidate tile, not the picks
     python bench/gpu/sass_count.py --maxnreg 128          # registers capped (STL: spills)
     python bench/gpu/sass_count.py --weights bf16         # the bf16 products
+    python bench/gpu/sass_count.py --only attention,attention-select --x-asm 1
 """
 
 import argparse
@@ -207,11 +209,14 @@ def main() -> None:
     if a.maxnreg and not 16 <= a.maxnreg <= 255:
         ap.error(f"--maxnreg {a.maxnreg}: a thread has 16 to 255 registers (0: no cap)")
     names = a.only.split(",")
-    unknown = [n for n in names if n not in (*PRODUCTS, "attention")]
+    known = (*PRODUCTS, "attention", "attention-select")
+    unknown = [n for n in names if n not in known]
     if unknown:
-        known = ", ".join((*PRODUCTS, "attention"))
+        known = ", ".join(known)
         ap.error(f"--only: no product {', '.join(unknown)} (known: {known})")
     g = load_template(a.template)
+    if "attention-select" in names and "SELECT" not in g._attn_kernel.arg_names:
+        ap.error(f"--only attention-select: {a.template}'s attention has one form")
     modes = [int(m) for m in a.x_asm.split(",") if m in ("0", "1", "2")]
     if len(modes) != len(a.x_asm.split(",")):
         ap.error(f"--x-asm {a.x_asm}: X_ASM modes are 0, 1 and 2")
@@ -223,13 +228,12 @@ def main() -> None:
     for name in names:
         kind = "int8" if a.weights == "int8" else "float"
         tiles = g.GEMV_TILES[kind] if a.all_tiles else [PRODUCTS.get(name, (None,))[0]]
-        # attention's forms (ATTN_SELECT: the new key and value put into the tiles) as tiles
-        forms = [0, 1] if "SELECT" in g._attn_kernel.arg_names else [0]
-        for tile in forms if name == "attention" else tiles:
+        attention = name in ("attention", "attention-select")
+        for tile in [None] if attention else tiles:
             for x_asm in modes:
-                if name == "attention":
-                    c = count(compile_attention(g, x_asm, tile))
-                    label = f"{g.ATTN_CHUNK} slots × {g.ATTN_WARPS} warps" + ", select" * tile
+                if attention:  # -select: ATTN_SELECT's form, the new key and value in the tiles
+                    c = count(compile_attention(g, x_asm, int(name == "attention-select")))
+                    label = f"{g.ATTN_CHUNK} slots × {g.ATTN_WARPS} warps"
                 else:
                     c = count(compile_product(g, name, x_asm, tile, a.maxnreg, a.weights))
                     label = " × ".join(map(str, tile))

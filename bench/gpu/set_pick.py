@@ -3,9 +3,11 @@ so two templates, or two tiles of one product, are timed on otherwise the same p
 on the copy times nothing and runs exactly these (round 28).
 
     python bench/gpu/set_pick.py /tmp/ci /tmp/ci-q8 --shape 6144x2048 --tile 8x1024x4x0
+    python bench/gpu/set_pick.py /tmp/ci /tmp/ci-sel --form 1
 
 --shape is the product's weight (out x in: qkv 6144x2048 at 1.3B); --tile one of the
-template's candidates for it (a fourth element 0: x read by tl.load). Anything else is a
+template's candidates for it (a fourth element 0: x read by tl.load). --form sets attention's
+form (ATTN_SELECT: 1 puts this step's key and value into its tiles). Anything else is a
 usage error (exit 2): a tile the template does not know would be timed again at start, and
 the pair would not be what it says.
 """
@@ -21,17 +23,38 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("src", type=Path, help="a --compile-cache a start tuned into")
     ap.add_argument("dst", type=Path, help="the cache to write the copy into (made if absent)")
-    ap.add_argument("--shape", required=True, help="the product's weight, out x in: 6144x2048")
-    ap.add_argument("--tile", required=True, help="its tile: 8x1024x4 or 8x1024x4x0")
+    ap.add_argument("--shape", help="the product's weight, out x in: 6144x2048")
+    ap.add_argument("--tile", help="its tile: 8x1024x4 or 8x1024x4x0")
+    ap.add_argument("--form", type=int, choices=(0, 1), help="attention's form (ATTN_SELECT)")
     ap.add_argument("--template", default="templates/generate.py")
     a = ap.parse_args()
+    if (a.shape is None) != (a.tile is None) or (a.shape is None and a.form is None):
+        ap.error("give --shape and --tile, or --form, or all three")
     g = load_template(a.template)
     path = a.src / g.TILE_PICKS_FILE
     stamp, picks = g.read_tile_picks_file(path)  # read as a start reads it (bounded, no links)
     if not picks:
         ap.error(f"{path}: no tile picks there (run the template with --compile-cache {a.src})")
-    shapes = ["x".join(map(str, k[:2])) for k in picks]  # out x in, as --shape is written
-    keys = [k for k, s in zip(picks, shapes, strict=True) if s == a.shape.lower()]
+    said = []
+    if a.form is not None:
+        forms = [k for k in picks if k[:1] == ("attention",)]
+        if len(forms) != 1:
+            ap.error(f"--form: {len(forms)} attention entries in {path} (an older template's?)")
+        said.append(f"attention: {picks[forms[0]]} -> ({a.form},)")
+        picks[forms[0]] = (a.form,)
+    if a.shape is not None:
+        said.append(set_tile(ap, a, g, path, picks))
+    g.write_tile_picks(a.dst / g.TILE_PICKS_FILE, picks, stamp)
+    if g.read_tile_picks(a.dst / g.TILE_PICKS_FILE, stamp) != picks:
+        sys.exit(f"{a.dst}: the picks could not be written there")
+    print(f"{'; '.join(said)}; the other picks as in {path}")
+
+
+def set_tile(ap: argparse.ArgumentParser, a: argparse.Namespace, g, path: Path, picks: dict) -> str:
+    """Replace --shape's tile in picks by --tile (a usage error unless both are the template's)."""
+    products = [k for k in picks if k[:1] != ("attention",)]
+    shapes = ["x".join(map(str, k[:2])) for k in products]  # out x in, as --shape is written
+    keys = [k for k, s in zip(products, shapes, strict=True) if s == a.shape.lower()]
     if len(keys) != 1:
         found = ", ".join(shapes)
         ap.error(f"--shape {a.shape}: {len(keys)} products of that shape in {path} ({found})")
@@ -44,10 +67,7 @@ def main() -> None:
     if tile is None:
         ap.error(f"--tile {a.tile}: not a candidate of {a.shape} ({', '.join(known)})")
     before, picks[key] = picks[key], tile
-    g.write_tile_picks(a.dst / g.TILE_PICKS_FILE, picks, stamp)
-    if g.read_tile_picks(a.dst / g.TILE_PICKS_FILE, stamp) != picks:
-        sys.exit(f"{a.dst}: the picks could not be written there")
-    print(f"{a.shape}: {before} -> {tile}; {len(picks) - 1} other picks as in {path}")
+    return f"{a.shape}: {before} -> {tile}"
 
 
 if __name__ == "__main__":

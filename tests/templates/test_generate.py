@@ -729,6 +729,43 @@ def test_an_early_products_tile_is_timed_again_once_the_later_ones_are_picked(
     assert got[a][-1] == (pytest.approx(0.95 * 0.98), "a2"), got[a]
 
 
+def test_attention_takes_the_other_form_only_where_the_step_is_faster_with_it(
+    gen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pick_attn_form times the step with attention's other form beside each of qkv's near
+    tiles (the pair is what counts: round 28), and takes a form and tile only by the margin;
+    a tile the GPU refuses is passed over; a far-slower qkv tile is not timed."""
+    qkv = ("qkv",) + (None,) * 10 + (True,) + (None,) * 3 + (False,)  # key[11]: clears sums
+    fc = ("fc",) + (None,) * 10 + (False,) + (None,) * 3 + (False,)
+    monkeypatch.setattr(gen, "ATTN_SELECT", 0)
+    monkeypatch.setitem(gen.GEMV_PICKS, qkv, "q1")
+    in_step = {fc: [(1.0, "f1")], qkv: [(1.0, "q1"), (1.01, "q2"), (1.02, "q3"), (1.2, "q4")]}
+    cost = {(0, "q1"): 1.0, (1, "q1"): 1.002, (1, "q2"): 0.98, (1, "q3"): 0.97}
+    calls = []
+
+    def timer() -> float:
+        calls.append((gen.ATTN_SELECT, gen.GEMV_PICKS[qkv]))
+        if calls[-1] == (1, "q3"):
+            raise gen.TILE_ERRORS[0](300, 255, "registers")
+        return cost[calls[-1]]
+
+    tried = gen.pick_attn_form(timer, in_step)
+    assert (gen.ATTN_SELECT, gen.GEMV_PICKS[qkv]) == (1, "q2"), tried
+    assert calls == [(0, "q1"), (1, "q1"), (1, "q2"), (1, "q3")], calls  # q4: not near
+    assert [t[1:] for t in tried] == [(0, "q1"), (1, "q1"), (1, "q2")], tried
+    cost[(1, "q2")] = 0.999  # within the margin: the form and tile stay as they were
+    monkeypatch.setattr(gen, "ATTN_SELECT", 0)
+    gen.GEMV_PICKS[qkv] = "q1"
+    gen.pick_attn_form(timer, in_step)
+    assert (gen.ATTN_SELECT, gen.GEMV_PICKS[qkv]) == (0, "q1")
+    # a restart takes the saved form as the template writes it, and nothing else
+    key = ("attention", 16, 128, "torch.bfloat16", True)
+    for saved, want in (((1,), 1), ((1.0,), 1), ((True,), 1), ((0,), 0), ((2,), None),
+                        (("1",), None), (([1],), None), ((), None), (None, None)):  # fmt: skip
+        got = gen.known_attn_form({key: saved} if saved is not None else {}, key)
+        assert got == want and type(got) is type(want), (saved, got)
+
+
 def test_saved_tile_picks_come_back_and_anything_else_in_their_place_is_ignored(
     gen, tmp_path: Path
 ) -> None:
@@ -779,18 +816,27 @@ def test_set_pick_copies_a_caches_picks_with_one_tile_replaced(gen, tmp_path: Pa
     int8 = ("torch.uint8", True, True, False, False, False, "torch.bfloat16", True)
     qkv = (6144, 2048, *int8, "torch.bfloat16", True, 0, True, True, 1, 0)
     proj = (2048, 2048, *int8, "torch.float64", False, 16, False, False, 1, 0)
-    picks = {qkv: (4, 2048, 4, 0), proj: (8, 1024, 8, 0)}
+    attn = ("attention", 16, 128, "torch.bfloat16", True)  # attention's form (ATTN_SELECT)
+    picks = {qkv: (4, 2048, 4, 0), attn: (0,), proj: (8, 1024, 8, 0)}
     src, dst = tmp_path / "src", tmp_path / "dst"
     gen.write_tile_picks(src / gen.TILE_PICKS_FILE, picks, stamp)
     args = [str(src), str(dst), "--shape", "6144x2048"]
     proc = run_bench("set_pick.py", *args, "--tile", "8x1024x4x0", env=child_env())
     assert proc.returncode == 0, proc.stderr
     got = gen.read_tile_picks(dst / gen.TILE_PICKS_FILE, stamp)
-    assert got == {qkv: (8, 1024, 4, 0), proj: (8, 1024, 8, 0)}, got
+    assert got == {qkv: (8, 1024, 4, 0), attn: (0,), proj: (8, 1024, 8, 0)}, got
+    proc = run_bench("set_pick.py", *args, "--tile", "8x1024x4x0", "--form", "1", env=child_env())
+    got = gen.read_tile_picks(dst / gen.TILE_PICKS_FILE, stamp)
+    assert got == {qkv: (8, 1024, 4, 0), attn: (1,), proj: (8, 1024, 8, 0)}, proc.stderr
+    proc = run_bench("set_pick.py", str(src), str(dst), "--form", "1", env=child_env())
+    got = gen.read_tile_picks(dst / gen.TILE_PICKS_FILE, stamp)
+    assert got == {**picks, attn: (1,)} and gen.known_attn_form(got, attn) == 1, proc.stderr
     for bad, why in (
         (["--tile", "8x1024x3"], "--tile 8x1024x3: not a candidate"),
         (["--tile", "8xbig"], "--tile 8xbig: not a candidate"),
         (["--shape", "50304x2048", "--tile", "8x1024x4"], "--shape 50304x2048: 0 products"),
+        (["--shape", "6144x2048"], "give --shape and --tile"),
+        (["--form", "2"], "--form: invalid choice"),
     ):
         out = tmp_path / "never"
         argv = [str(src), str(out), *(args[2:] if bad[0] == "--tile" else []), *bad]
@@ -806,6 +852,12 @@ def test_set_pick_copies_a_caches_picks_with_one_tile_replaced(gen, tmp_path: Pa
                      "8x1024x4", env=child_env())  # fmt: skip
     assert proc.returncode == 2 and "not a product of" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "never").exists()
+    # no attention entry (an older template's cache): nothing to set
+    proc = run_bench(
+        "set_pick.py", str(crafted), str(tmp_path / "never"), "--form", "1", env=child_env()
+    )
+    assert proc.returncode == 2 and "0 attention entries" in proc.stderr, proc.stderr
+    assert not (tmp_path / "never").exists()
 
 
 def test_gemv_cost_sweep_checks_every_forced_tile_against_the_autotuned_product() -> None:
