@@ -1604,7 +1604,7 @@ STEP_REPS = 14  # replays a cache length (three lengths: the 40 one length had, 
 def tune_positions(pos: int, ctx: int) -> list[int]:
     """The cache lengths refine_in_step times the step at: the first decode's and two longer,
     as a decode goes on. One length misleads: at 512 (a chunk's edge) attention took 3.27 us
-    a layer, at 662 3.73 (round 26), and two qkv tiles timed within 0.1 % at 512 ran 1.2 %
+    a layer, at 662 3.73 (round 26), and two qkv tiles timed within 0.2 % at 512 ran 1.2 %
     apart over a decode from 512 to 812 (round 28)."""
     return sorted({min(ctx - 1, pos + ctx * i // 8) for i in range(3)})
 
@@ -1957,7 +1957,8 @@ class Engine:
 
     def tune(self) -> None:
         """Once, before the decode step is captured: each product's tile, timed in a CUDA graph
-        over the model's layers (tune_gemv). With --compile-cache the picks are kept there, so
+        over the model's layers (tune_gemv), then in the whole step (refine_in_step), and
+        attention's form (pick_attn_form). With --compile-cache the picks are kept there, so
         a restart times nothing."""
         cache = self.cfg.compile_cache
         path = Path(cache).resolve() / TILE_PICKS_FILE if cache else None

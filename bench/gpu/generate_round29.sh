@@ -3,7 +3,7 @@
 # decode's and two longer), not at the prompt's length alone, and attention's form picked in
 # it (pick_attn_form: ATTN_SELECT flipped, beside qkv's near tiles). Round 28 ran the template
 # 1.2 % faster on qkv 8 x 1024 x 4 than on 4 x 2048 x 4 (restarts, twice each), tiles its
-# tuner had timed within 0.1 % at 512, and cef9ec7's attention (the select form) +3.6 % on
+# tuner had timed within 0.2 % at 512, and cef9ec7's attention (the select form) +3.6 % on
 # the same pair. Here: two cold starts (does the tuner now pick what the decode runs
 # fastest? RESULT's gemv_tiles has step_us and form_us), a restart on its own picks, then its
 # picks with qkv set each of three ways and the form each way (set_pick.py), alternating;
