@@ -1532,9 +1532,8 @@ def graph_seconds(step, reps: int, points=None) -> float:
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     total = 0.0
-    for point in points or [None]:
-        if point is not None:
-            point()
+    for point in points or [lambda: None]:
+        point()
         times = []
         for _ in range(reps):
             start.record()
@@ -1972,8 +1971,9 @@ class Engine:
             known = box[0]
         global ATTN_SELECT
         akey = attn_form_key(self.model.blocks[0].attn)
-        if self.world == 1 and known_attn_form(known, akey) is not None:  # as it was timed
-            ATTN_SELECT = known_attn_form(known, akey)
+        saved = known_attn_form(known, akey) if self.world == 1 else None
+        if saved is not None:  # the form the picks were timed with
+            ATTN_SELECT = saved
         t0 = time.perf_counter()
         times: dict = {}
         step = functools.partial(self.model.decode_fast, self.tok, self.pos)

@@ -35,24 +35,25 @@ def main() -> None:
     stamp, picks = g.read_tile_picks_file(path)  # read as a start reads it (bounded, no links)
     if not picks:
         ap.error(f"{path}: no tile picks there (run the template with --compile-cache {a.src})")
-    said = []
+    said, forms = [], [k for k in picks if k[:1] == ("attention",)]  # the rest: products
     if a.form is not None:
-        forms = [k for k in picks if k[:1] == ("attention",)]
         if len(forms) != 1:
             ap.error(f"--form: {len(forms)} attention entries in {path} (an older template's?)")
         said.append(f"attention: {picks[forms[0]]} -> ({a.form},)")
         picks[forms[0]] = (a.form,)
     if a.shape is not None:
-        said.append(set_tile(ap, a, g, path, picks))
+        said.append(set_tile(ap, a, g, path, picks, [k for k in picks if k not in forms]))
     g.write_tile_picks(a.dst / g.TILE_PICKS_FILE, picks, stamp)
     if g.read_tile_picks(a.dst / g.TILE_PICKS_FILE, stamp) != picks:
         sys.exit(f"{a.dst}: the picks could not be written there")
     print(f"{'; '.join(said)}; the other picks as in {path}")
 
 
-def set_tile(ap: argparse.ArgumentParser, a: argparse.Namespace, g, path: Path, picks: dict) -> str:
-    """Replace --shape's tile in picks by --tile (a usage error unless both are the template's)."""
-    products = [k for k in picks if k[:1] != ("attention",)]
+def set_tile(
+    ap: argparse.ArgumentParser, a: argparse.Namespace, g, path: Path, picks: dict, products: list
+) -> str:
+    """Replace --shape's tile in picks (one of products) by --tile (a usage error unless both
+    are the template's)."""
     shapes = ["x".join(map(str, k[:2])) for k in products]  # out x in, as --shape is written
     keys = [k for k, s in zip(products, shapes, strict=True) if s == a.shape.lower()]
     if len(keys) != 1:
