@@ -1250,6 +1250,8 @@ if triton is not None:
             d = tl.arange(0, HD)
             idx = start + tl.arange(0, CHUNK)
             old = (idx < pos)[:, None]
+            if SELECT:  # where cef9ec7 put it: the order is the form (below)
+                new = (idx == pos)[:, None]
             off = h * T * HD + idx[:, None] * HD + d[None, :]
             k = tl.load(kc_ptr + off, mask=old, other=0.0)  # 0 at pos and past it
             v = tl.load(vc_ptr + off, mask=old, other=0.0)
@@ -1262,25 +1264,27 @@ if triton is not None:
             q = _x_load(qkv_ptr + h * HD, d, dm, HD, dep, COMPILED, XA).to(tl.float32)
             kn = _x_load(qkv_ptr + C + h * HD, d, dm, HD, dep, COMPILED, XA)
             vn = _x_load(qkv_ptr + 2 * C + h * HD, d, dm, HD, dep, COMPILED, XA)
-            # the shared reference: the new key's score, computed alike by every program. The
-            # new key and value are not put into the tile (a select an element: 1,928 -> 1,608
-            # sm_90 instructions, all on the path after the wait): its score is ref, its value
-            # added after the sum over slots. SELECT (ATTN_SELECT): cef9ec7's form, the two
-            # put into the tiles, kept to be timed beside it (round 28: 1.8 % faster after
-            # one qkv tile, 0.6 % slower after another)
-            ref = tl.sum(kn.to(tl.float32) * q, 0) * scale
-            if SELECT:
-                new = (idx == pos)[:, None]
-                s = tl.sum(tl.where(new, kn[None, :], k).to(tl.float32) * q[None, :], 1) * scale
+            if SELECT:  # ATTN_SELECT: cef9ec7's form, line for line (its order is its speed:
+                # round 29 timed the same selects with ref first 2.7 % slower a step)
+                k = tl.where(new, kn[None, :], k).to(tl.float32)
+                s = tl.sum(k * q[None, :], 1) * scale
+                s = tl.where(idx <= pos, s, float("-inf"))
+                m = tl.max(s, 0)
+                p = tl.exp(s - m)
+                v = tl.where(new, vn[None, :], v).to(tl.float32)
+                o = tl.sum(p[:, None] * v, 0)
+                ref = tl.sum(kn.to(tl.float32) * q, 0) * scale
             else:
+                # the shared reference: the new key's score, computed alike by every program.
+                # The new key and value are not put into the tile (a select an element: 1,928
+                # -> 1,608 sm_90 instructions, all on the path after the wait): its score is
+                # ref, its value added after the sum over slots
+                ref = tl.sum(kn.to(tl.float32) * q, 0) * scale
                 s = tl.sum(k.to(tl.float32) * q[None, :], 1) * scale
                 s = tl.where(idx == pos, ref, s)
-            s = tl.where(idx <= pos, s, float("-inf"))
-            m = tl.max(s, 0)
-            p = tl.exp(s - m)
-            if SELECT:
-                o = tl.sum(p[:, None] * tl.where(new, vn[None, :], v).to(tl.float32), 0)
-            else:
+                s = tl.where(idx <= pos, s, float("-inf"))
+                m = tl.max(s, 0)
+                p = tl.exp(s - m)
                 o = tl.sum(p[:, None] * v.to(tl.float32), 0)  # v is 0 at pos
                 if pos < start + CHUNK:  # this chunk holds pos: the new value, weighed as its p
                     o += tl.exp(ref - m) * vn.to(tl.float32)
