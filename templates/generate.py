@@ -1699,7 +1699,9 @@ def pick_attn_form(timer, in_step: dict, margin: float = 0.003, near: float = ST
     best = (timer(), ATTN_SELECT, GEMV_PICKS[qkv])
     tried = [best]
     ATTN_SELECT = 1 - ATTN_SELECT
-    for tile in dict.fromkeys(close):
+    # the pick first: in_step may hold only its first-pass time (the second pass times the
+    # others beside it), which is far above the rest (round 30: the pick never tried)
+    for tile in dict.fromkeys([GEMV_PICKS[qkv], *close]):
         GEMV_PICKS[qkv] = tile
         try:
             tried.append((timer(), ATTN_SELECT, tile))

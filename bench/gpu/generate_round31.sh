@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Issue 25 round 31: the tuner's form pick with qkv's own pick among the tiles it tries.
+# Round 30 ran cef9ec7's select form, written line for line (ATTN_SELECT 1), 1.8 % faster than
+# the form without on qkv 8 x 1024 x 4 (1,398.5 vs 1,373.4 tokens/s, restarts, twice each),
+# but both cold starts kept form 0: pick_attn_form tried the select form with qkv's near tiles
+# from in_step, where the pick held only its first-pass time, so never with the pick itself.
+# Here: a cold start (does it take form 1 now?), a restart on its picks, a second cold start,
+# bf16 and 124M cold (the form is tried there too). Run with carry [".gpuwork"] (the probe):
+# TAG=call1 BUDGET=360.
+set -u
+source "$(dirname "$0")/steps.sh"
+need .gpuwork/decode_probe.py
+machine_line; generate_setup
+for part in ${PARTS:-probe13 newint8 newint8w cold2 newbf16 new124}; do case $part in
+cold2) step g31-int8-b 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci2 --quant int8 ;;
+*) generate_part g31 $part || echo "unknown part: $part" ;;
+esac; done
+summarize "$GENERATE_SUMMARY"
