@@ -729,6 +729,34 @@ def test_an_early_products_tile_is_timed_again_once_the_later_ones_are_picked(
     assert got[a][-1] == (pytest.approx(0.95 * 0.98), "a2"), got[a]
 
 
+def test_the_tuners_form_pick_times_the_other_form_beside_the_tile_the_step_kept(
+    gen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Engine.tune's chain: refine_in_step's times go to pick_attn_form. Where qkv keeps its
+    first tile through both passes, in_step holds that tile's time from the first pass only,
+    taken while fc still ran its slow first tile; the other form must still be timed beside
+    it (round 30: the select form 1.8 % faster on the pick, never timed there)."""
+    qkv = ("qkv",) + (None,) * 10 + (True,) + (None,) * 3 + (False,)  # key[11]: clears sums
+    fc = ("fc",) + (None,) * 10 + (False,) + (None,) * 3 + (False,)
+    monkeypatch.setattr(gen, "ATTN_SELECT", 0)
+    monkeypatch.setitem(gen.GEMV_PICKS, qkv, "q1")
+    monkeypatch.setitem(gen.GEMV_PICKS, fc, "f1")
+    times = {qkv: [(1.0, "q1"), (1.005, "q2")], fc: [(1.0, "f1"), (1.01, "f2")]}
+
+    def step() -> float:
+        s = 0.7 if gen.GEMV_PICKS[fc] == "f2" else 1.0  # fc's second tile: far faster
+        s *= 1.004 if gen.GEMV_PICKS[qkv] == "q2" else 1.0
+        if gen.ATTN_SELECT:  # the select form: faster after q1, slower after q2
+            s *= 0.98 if gen.GEMV_PICKS[qkv] == "q1" else 1.02
+        return s
+
+    in_step = gen.refine_in_step(step, times, top=2, timer=step)
+    assert (gen.GEMV_PICKS[qkv], gen.GEMV_PICKS[fc]) == ("q1", "f2"), in_step
+    assert [s for s, t in in_step[qkv] if t == "q1"] == [1.0], in_step  # the first pass's only
+    tried = gen.pick_attn_form(step, in_step)
+    assert (gen.ATTN_SELECT, gen.GEMV_PICKS[qkv]) == (1, "q1"), tried
+
+
 def test_attention_takes_the_other_form_only_where_the_step_is_faster_with_it(
     gen, monkeypatch: pytest.MonkeyPatch
 ) -> None:
