@@ -1683,13 +1683,13 @@ def known_attn_form(known: dict, key: tuple) -> int | None:
 
 
 def pick_attn_form(timer, in_step: dict, margin: float = 0.003, near: float = STEP_NEAR) -> list:
-    """Attention's other form (ATTN_SELECT flipped), timed in the whole step with each of qkv's
-    tiles that refine_in_step (in_step) found within `near` of its fastest: attention follows
-    qkv, whose end it overlaps under PDL, and the pair is what counts (round 28, restarts:
-    the select form 3.6 % faster after qkv 8 x 1024 x 4 than after 4 x 2048 x 4, the form
-    without 1.2 %; the select form 1.8 % ahead on the one, 0.6 % behind on the other). The
-    other form with a tile replaces the form and qkv's pick only if the step is `margin`
-    faster. -> [(seconds a step, form, qkv's tile)] as timed, the picks' first."""
+    """Attention's other form (ATTN_SELECT flipped), timed in the whole step with qkv's pick
+    and each of its tiles that refine_in_step (in_step) found within `near` of its fastest:
+    attention follows qkv, whose end it overlaps under PDL, and the pair is what counts (round
+    28, restarts: the select form 3.6 % faster after qkv 8 x 1024 x 4 than after 4 x 2048 x 4,
+    the form without 1.2 %; the select form 1.8 % ahead on the one, 0.6 % behind on the
+    other). The other form with a tile replaces the form and qkv's pick only if the step is
+    `margin` faster. -> [(seconds a step, form, qkv's tile)] as timed, the picks' first."""
     global ATTN_SELECT
     qkv = next((k for k in in_step if k[11]), None)  # key[11]: it clears attention's sums
     if qkv is None:
