@@ -4,14 +4,19 @@
 # the form without on qkv 8 x 1024 x 4 (1,398.5 vs 1,373.4 tokens/s, restarts, twice each),
 # but both cold starts kept form 0: pick_attn_form tried the select form with qkv's near tiles
 # from in_step, where the pick held only its first-pass time, so never with the pick itself.
-# Here: a cold start (does it take form 1 now?), a restart on its picks, a second cold start,
-# bf16 and 124M cold (the form is tried there too). Run with carry [".gpuwork"] (the probe):
-# TAG=call1 BUDGET=360.
+# Here: a cold start (does it take form 1 now?), restarts on its picks with the form set each
+# way (set_pick.py --form, qkv as it picked), twice, alternating: whether the step's timing
+# and the decode agree; a second cold start, bf16 and 124M cold (the form is tried there
+# too). Run with carry [".gpuwork"] (the probe): TAG=call1 BUDGET=400.
 set -u
 source "$(dirname "$0")/steps.sh"
 need .gpuwork/decode_probe.py
 machine_line; generate_setup
-for part in ${PARTS:-probe13 newint8 newint8w cold2 newbf16 new124}; do case $part in
+for part in ${PARTS:-probe13 newint8 picks pairs cold2 newbf16 new124}; do case $part in
+picks) for f in 0 1; do step pick-f$f 30 python3 bench/gpu/set_pick.py /tmp/ci /tmp/f$f --form $f; done ;;
+pairs) for i in 1 2; do for f in 0 1; do
+    step g31-form$f-$i 40 $G --size 1.3b $BENCH --quant int8 --compile-cache /tmp/f$f
+  done; done ;;
 cold2) step g31-int8-b 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci2 --quant int8 ;;
 *) generate_part g31 $part || echo "unknown part: $part" ;;
 esac; done
