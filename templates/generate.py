@@ -2421,9 +2421,9 @@ OPENAI_FIELDS = {
 }
 OPENAI_COMPLETION = {"prompt": (str, list), "echo": (bool,), "best_of": (int,), "suffix": (str,)}
 OPENAI_CHAT = {"messages": (list,), "max_completion_tokens": (int,), "top_logprobs": (int,)}
+MAX_CHOICES = 16  # OpenAI's n: choices generated one after another (batch 1), each a request's time
 # Fields this server accepts only at the value that asks for nothing it lacks.
 OPENAI_NO_OP = {
-    "n": (1,),
     "best_of": (1,),
     "presence_penalty": (0,),
     "frequency_penalty": (0,),
@@ -2504,6 +2504,9 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str) -> dict:
         raise BadRequest(400, "top_p must be in [0, 1]", "top_p")
     if top_p == 0:  # only the likeliest token is left: greedy
         temperature, top_p = 0.0, 1.0
+    n = 1 if get["n"] is None else get["n"]
+    if not 1 <= n <= MAX_CHOICES:
+        raise BadRequest(400, f"n must be in [1, {MAX_CHOICES}]", "n")
     stream = bool(get["stream"])
     options = get["stream_options"] or {}
     if options and not stream:
@@ -2523,6 +2526,7 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str) -> dict:
         "stop": stops,
         "chat": chat,
         "include_usage": options.get("include_usage", False),
+        "n": n,
     }
 
 
@@ -2714,8 +2718,9 @@ def generate_reply(done: dict) -> dict:
     return {k: done[k] for k in keys}
 
 
-def usage(done: dict) -> dict:
-    p, n = done["prompt_tokens"], len(done["tokens"])
+def usage(dones: list[dict]) -> dict:
+    """OpenAI's usage: the prompt once, the completion tokens of every choice."""
+    p, n = dones[0]["prompt_tokens"], sum(len(d["tokens"]) for d in dones)
     return {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
 
 
@@ -2997,17 +3002,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "created": int(time.time()),
             "model": state.model_name,
         }
-        if not spec["stream"]:  # kind is "done"
+        if not spec["stream"]:  # a "done" a choice, in order
+            dones = [value]
+            while not (value["last"] or value["cancelled"]):
+                kind, value = self.next_event(job)
+                if kind == "error":
+                    raise BadRequest(*value)
+                dones.append(value)
             if value["cancelled"]:
                 return self.gone()
-            reason = value["finish_reason"]
-            if chat:
-                message = {"role": "assistant", "content": value["completion"]}
-                choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
-            else:
-                choice = {"index": 0, "text": value["completion"], "logprobs": None}
-                choice["finish_reason"] = reason
-            self.send_json(200, {**head, "choices": [choice], "usage": usage(value)})
+            choices = []
+            for i, done in enumerate(dones):
+                reason = done["finish_reason"]
+                if chat:
+                    message = {"role": "assistant", "content": done["completion"]}
+                    choice = {"index": i, "message": message, "logprobs": None}
+                else:
+                    choice = {"index": i, "text": done["completion"], "logprobs": None}
+                choices.append({**choice, "finish_reason": reason})
+            self.send_json(200, {**head, "choices": choices, "usage": usage(dones)})
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -3018,32 +3031,40 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if spec["include_usage"]:  # OpenAI: every chunk has the field, null until the last
             head["usage"] = None
 
-        def chunk(piece: str | None, reason: str | None = None) -> None:
-            if chat:
-                delta = {} if piece is None else {"content": piece}
-                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        def chunk(i: int, piece: str | None, reason: str | None = None, role: bool = False) -> None:
+            if chat:  # OpenAI's first chunk of a choice names the role
+                delta = {"role": "assistant", "content": ""} if role else {}
+                if piece is not None:
+                    delta["content"] = piece
+                choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": reason}
             else:
-                choice = {"index": 0, "text": piece or "", "logprobs": None}
+                choice = {"index": i, "text": piece or "", "logprobs": None}
                 choice["finish_reason"] = reason
             self.send_event({**head, "choices": [choice]})
 
-        if chat:  # OpenAI's first chunk names the role
-            role = {"role": "assistant", "content": ""}
-            choice = {"index": 0, "delta": role, "logprobs": None, "finish_reason": None}
-            self.send_event({**head, "choices": [choice]})
+        dones: list[dict] = []  # the choices come one after another: their chunks in turn
+        if chat:
+            chunk(0, None, role=True)
         text = StreamText(spec["stop"])
         while True:
             if kind == "token":
                 if piece := text.feed(value):
-                    chunk(piece)
+                    chunk(len(dones), piece)
             elif kind == "done":
                 if value["cancelled"]:
                     return self.gone()
                 if piece := text.finish():
-                    chunk(piece)
-                chunk(None, value["finish_reason"])
+                    chunk(len(dones), piece)
+                chunk(len(dones), None, value["finish_reason"])
+                dones.append(value)
+                if not value["last"]:
+                    text = StreamText(spec["stop"])
+                    if chat:
+                        chunk(len(dones), None, role=True)
+                    kind, value = self.next_event(job)
+                    continue
                 if spec["include_usage"]:
-                    self.send_event({**head, "choices": [], "usage": usage(value)})
+                    self.send_event({**head, "choices": [], "usage": usage(dones)})
                 self.wfile.write(b"data: [DONE]\n\n")
                 return
             else:  # failed mid-stream: the status went out already; say it in the stream
@@ -3144,8 +3165,31 @@ def on_stop_signal(signum, frame):
 
 
 def run_job(engine: Engine, job: Job, master: bool, state: ServerState | None = None) -> None:
-    """Generate for one request. Every rank runs it (tensor parallel); rank 0 also reports.
-    A stop sequence ends generation on every rank alike: they all see the same tokens."""
+    """Generate for one request: its n choices (OpenAI's n; 1 elsewhere) one after another, the
+    i-th with seed + i, each ending in a "done" event. Every rank runs them (tensor parallel:
+    the same choices, the same seeds); rank 0 also reports."""
+    spec, dones, n = job.spec, [], job.spec.get("n", 1)
+    byte_level = state.byte_level if state else None
+    for i in range(n):
+        done = run_choice(engine, job, master, (spec["seed"] + i) % 2**63, byte_level)
+        if not master:
+            continue
+        dones.append(done)
+        # the client left: no more choices (only with one rank: run_choice)
+        done["last"] = i == n - 1 or done["cancelled"]
+        if done["last"] and state is not None:  # counted before the answer can go out
+            ttft_s = dones[0]["first_token_at"] - job.received  # the first choice's
+            state.metrics.observe(len(spec["ids"]), sum(len(d["tokens"]) for d in dones), ttft_s)
+        job.events.put(("done", done))
+        if done["last"]:
+            break
+
+
+def run_choice(
+    engine: Engine, job: Job, master: bool, seed: int, byte_level: bool | None
+) -> dict | None:
+    """One completion of the request's prompt; on rank 0 its "done" event's fields. A stop
+    sequence ends generation on every rank alike: they all see the same tokens."""
     spec = job.spec
     stops, stream = spec.get("stop") or [], spec["stream"]
     text, stopped = bytearray(), []
@@ -3172,38 +3216,31 @@ def run_job(engine: Engine, job: Job, master: bool, state: ServerState | None = 
         spec["temperature"],
         spec["top_k"],
         spec["top_p"],
-        spec["seed"],
+        seed,
         on_token=on_token if stream or stops else None,  # a host sync per token: only then
         cancelled=cancelled,  # no sync: a plain request stops too when its client leaves
     )
     if not master:
-        return
+        return None
     tokens = r["tokens"]
     if not (stream or stops):
         text = bytearray(t for t in tokens if t < 256)
     cut = stop_cut(text, stops) if stopped else None
     steps = len(tokens) - 1
-    ttft_s = started - job.received + r["ttft_s"]
-    if state is not None:
-        state.metrics.observe(len(spec["ids"]), len(tokens), ttft_s)
-    job.events.put(
-        (
-            "done",
-            {
-                "text": to_text(tokens, state.byte_level if state else None),
-                "completion": bytes(text[:cut]).decode("utf-8", errors="replace"),
-                # "stop": a stop sequence ended it (a byte model has no end-of-text token);
-                # cut short by a client that left: no answer at all (Handler.gone)
-                "finish_reason": "stop" if stopped else "length",
-                "cancelled": not stopped and len(tokens) < spec["max_new_tokens"],
-                "tokens": tokens,
-                "prompt_tokens": len(spec["ids"]),
-                "ttft_ms": r["ttft_s"] * 1e3,
-                "decode_tokens_per_s": steps / r["decode_s"] if steps else None,
-                "seed": spec["seed"],
-            },
-        )
-    )
+    return {
+        "text": to_text(tokens, byte_level),
+        "completion": bytes(text[:cut]).decode("utf-8", errors="replace"),
+        # "stop": a stop sequence ended it (a byte model has no end-of-text token);
+        # cut short by a client that left: no answer at all (Handler.gone)
+        "finish_reason": "stop" if stopped else "length",
+        "cancelled": not stopped and len(tokens) < spec["max_new_tokens"],
+        "tokens": tokens,
+        "prompt_tokens": len(spec["ids"]),
+        "ttft_ms": r["ttft_s"] * 1e3,
+        "first_token_at": started + r["ttft_s"],  # perf_counter's clock, as Job.received
+        "decode_tokens_per_s": steps / r["decode_s"] if steps else None,
+        "seed": seed,
+    }
 
 
 def model_name_of(cfg: Config) -> str:

@@ -1356,9 +1356,15 @@ def test_tensor_parallel_server_answers_like_one_process_and_stops_on_sigterm(
         status, lines = s.post(json.dumps(good).encode())
         assert status == 200
         assert lines[-1]["tokens"] == reference_greedy(trained, PROMPT.encode(), 20)
+        # OpenAI's n: rank 1 runs every choice too, or the next step's all-reduce would hang
+        many = {"prompt": PROMPT, "max_tokens": 5, "n": 2, "seed": 4}
+        req = urllib.request.Request(s.base + "/v1/completions", json.dumps(many).encode())
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=120) as reply:
+            assert [c["index"] for c in json.load(reply)["choices"]] == [0, 1]
         _, out, err = s.stop(signal.SIGTERM)  # torchrun itself exits 1 (its SignalException)
         result = json.loads(out.splitlines()[-1].removeprefix("RESULT "))
-        assert result == {**result, "stopped": "SIGTERM", "served": 1, "failed": 0}, err[-3000:]
+        assert result == {**result, "stopped": "SIGTERM", "served": 2, "failed": 0}, err[-3000:]
         with pytest.raises(ProcessLookupError):  # no rank left behind
             os.killpg(s.proc.pid, 0)
     finally:
@@ -1486,8 +1492,15 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
     assert chat["max_new_tokens"] == 64 - len(chat["ids"])  # chat: the rest of the context
     assert set(gen.CHAT_STOPS) <= set(chat["stop"])
     assert parse({"prompt": "x", "top_p": 0})["temperature"] == 0.0  # top_p 0: greedy
+    assert (
+        spec["n"],
+        parse({"prompt": "x", "n": 3})["n"],
+        parse({"prompt": "x", "n": None})["n"],
+    ) == (1, 3, 1)
     bad = [
-        ({"prompt": "x", "n": 2}, 400, "n"),
+        ({"prompt": "x", "n": 17}, 400, "n"),  # past MAX_CHOICES
+        ({"prompt": "x", "n": 0}, 400, "n"),
+        ({"prompt": "x", "n": True}, 400, "n"),
         ({"prompt": "x", "best_of": 3}, 400, "best_of"),
         ({"prompt": "x", "model": "gpt-4"}, 404, "model"),
         ({"prompt": "x", "max_tokens": 64}, 400, "prompt"),  # context_length_exceeded
@@ -1612,7 +1625,7 @@ def test_crafted_requests_each_get_a_status_and_leave_no_traceback(trained: Path
             (post_bytes("/metrics", b"{}"), 405, b"error"),
             (post_bytes("/nowhere", b"{}"), 404, b"error"),
             (
-                post_bytes("/v1/completions", b'{"prompt": "x", "n": 2}'),
+                post_bytes("/v1/completions", b'{"prompt": "x", "n": 99}'),
                 400,
                 b'"type": "invalid_request_error"',
             ),
@@ -1917,7 +1930,7 @@ def test_the_openai_client_completes_chats_and_streams(server: Server, trained: 
     assert streamed[-1].usage.total_tokens == chat.usage.total_tokens
 
     with pytest.raises(openai.BadRequestError) as caught:
-        client.completions.create(model=model.id, prompt=PROMPT, n=2)
+        client.completions.create(model=model.id, prompt=PROMPT, n=17)
     assert caught.value.body["param"] == "n" and caught.value.status_code == 400
     with pytest.raises(openai.NotFoundError) as caught:
         client.completions.create(model="gpt-4", prompt=PROMPT)
@@ -1942,6 +1955,50 @@ def test_the_openai_client_completes_chats_and_streams(server: Server, trained: 
     assert samples["generate_time_to_first_token_seconds_count", ()] == 5
     assert samples["generate_time_to_first_token_seconds_bucket", (("le", "+Inf"),)] == 5
     assert samples["generate_queue_depth", ()] == 0
+
+
+@pytest.mark.integration
+def test_n_choices_are_the_samples_of_seed_seed_plus_one_and_so_on(server: Server) -> None:
+    """OpenAI's n: n choices of one prompt, the i-th the sample a request with seed + i gets,
+    whole or streamed (each chunk names its choice), completions and chat; usage counts the
+    prompt once and every choice's tokens; /metrics one request, its first token once."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0)
+    model = client.models.list().data[0].id
+    ask = {"model": model, "prompt": PROMPT, "max_tokens": 12, "temperature": 1.0, "top_p": 0.9}
+    alone = [client.completions.create(**ask, seed=7 + i).choices[0].text for i in range(3)]
+    assert len(set(alone)) > 1  # three seeds, not one sample thrice (the check below bites)
+    many = client.completions.create(**ask, seed=7, n=3)
+    assert [c.index for c in many.choices] == [0, 1, 2]
+    assert [c.text for c in many.choices] == alone
+    assert {c.finish_reason for c in many.choices} == {"length"}
+    assert (many.usage.prompt_tokens, many.usage.completion_tokens) == (len(PROMPT), 3 * 12)
+    chunks = list(client.completions.create(**ask, seed=7, n=3, stream=True))
+    for i in range(3):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == i]
+        assert "".join(c.text for c in mine) == alone[i]
+        assert [c.finish_reason for c in mine][-1] == "length"
+
+    messages = [{"role": "user", "content": "the lazy"}]
+    chat = {"model": model, "messages": messages, "max_completion_tokens": 10}
+    want = [client.chat.completions.create(**chat, seed=1 + i).choices[0].message.content
+            for i in range(2)]  # fmt: skip
+    both = client.chat.completions.create(**chat, seed=1, n=2)
+    assert [c.message.content for c in both.choices] == want
+    streamed = list(client.chat.completions.create(
+        **chat, seed=1, n=2, stream=True, stream_options={"include_usage": True}))  # fmt: skip
+    for i in range(2):
+        mine = [c.choices[0] for c in streamed if c.choices and c.choices[0].index == i]
+        assert mine[0].delta.role == "assistant"  # each choice's first chunk names the role
+        assert "".join(c.delta.content or "" for c in mine) == want[i]
+    assert streamed[-1].usage.completion_tokens == both.usage.completion_tokens
+
+    samples = prometheus_samples(urllib.request.urlopen(server.base + "/metrics").read().decode())
+    requests = 5 + 4  # completions, chats: each observed once, whatever its n
+    assert samples["generate_time_to_first_token_seconds_count", ()] == requests
+    # three times each set of choices: alone, whole, streamed
+    generated = 3 * (3 * 12) + 3 * both.usage.completion_tokens
+    assert samples["generate_tokens_generated_total", ()] == generated
 
 
 @pytest.mark.slow
