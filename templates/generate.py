@@ -3004,7 +3004,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         }
         if not spec["stream"]:  # a "done" a choice, in order
             dones = [value]
-            while not (value["last"] or value["cancelled"]):
+            while not value["last"]:  # run_job: a cancelled choice is the last
                 kind, value = self.next_event(job)
                 if kind == "error":
                     raise BadRequest(*value)
