@@ -77,6 +77,7 @@ for slow clients), then the socket closes and it exits 0. docs/serving.md has th
 """
 
 import argparse
+import bisect
 import codecs
 import contextlib
 import dataclasses
@@ -1869,6 +1870,34 @@ def sample(logits, temperature: float, top_k: int, top_p: float, gen):
     return (probs / noise).argmax(dim=-1)
 
 
+class Logprobs:
+    """A generation's log-probabilities (OpenAI's logprobs), kept on the device as the steps
+    run: each step's chosen token's and its k likeliest tokens'. They are the model's own
+    (log_softmax of the logits, before temperature and top_p, as vLLM reports by default)."""
+
+    def __init__(self, steps: int, k: int, device: torch.device):
+        self.chosen = torch.empty(steps, device=device)
+        self.values = torch.empty(steps, k, device=device)
+        self.ids = torch.empty(steps, k, device=device, dtype=torch.int64)
+
+    def keep(self, i: int, logits, tok) -> None:
+        """Step i: logits (1, V) and the token it chose, tok (a one-element tensor). No sync."""
+        lp = logits.float().log_softmax(dim=-1).view(-1)
+        self.chosen[i : i + 1].copy_(lp.gather(0, tok.view(1)))
+        if self.ids.shape[1]:
+            top = lp.topk(self.ids.shape[1])
+            self.values[i].copy_(top.values)
+            self.ids[i].copy_(top.indices)
+
+    def rows(self, start: int, stop: int) -> list[tuple[float, list[tuple[int, float]]]]:
+        """Steps start..stop-1 as (chosen's, [(id, logprob) likeliest first]); one sync."""
+        chosen = self.chosen[start:stop].tolist()
+        ids, values = self.ids[start:stop].tolist(), self.values[start:stop].tolist()
+        return [
+            (c, list(zip(i, v, strict=True))) for c, i, v in zip(chosen, ids, values, strict=True)
+        ]
+
+
 # --- ENGINE ---
 def pick_prefill(asked: str, graph_ok: bool, int8_widens: bool) -> str:
     """--prefill's answer: as asked, or for auto the CUDA graph where the decode is Triton and
@@ -2096,10 +2125,13 @@ class Engine:
         seed: int = 0,
         on_token=None,
         cancelled=None,
+        logprobs: int | None = None,
     ) -> dict:
-        """Prompt ids -> {"tokens", "ttft_s", "decode_s"}. on_token(id) is called per token
-        (a host sync per token: streaming only); returning True from it stops early.
-        cancelled() is asked every step, without a sync: True stops early too."""
+        """Prompt ids -> {"tokens", "ttft_s", "decode_s"}. on_token(id, row) is called per
+        token (a host sync per token: streaming only), row its Logprobs row or None; returning
+        True from it stops early. cancelled() is asked every step, without a sync: True stops
+        early too. logprobs: keep each token's log-probability and its k likeliest tokens'
+        ("logprobs" in the result: Logprobs.rows)."""
         P = len(ids)
         if P < 1 or P + max_new > self.ctx:
             raise ValueError(f"prompt {P} + new tokens {max_new} must fit the context {self.ctx}")
@@ -2108,6 +2140,12 @@ class Engine:
         if not greedy:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(seed)
+        kept = Logprobs(max_new, logprobs, self.device) if logprobs is not None else None
+
+        def told(i: int) -> bool:  # on_token of step i's token, self.tok
+            row = kept.rows(i, i + 1)[0] if kept else None
+            return on_token(int(self.tok.item()), row)
+
         self.sync()
         t0 = time.perf_counter()
         logits = self.run_prefill(ids)
@@ -2115,9 +2153,11 @@ class Engine:
         self.tok.copy_(first.view(1, 1))
         self.pos.fill_(P)
         self.out[P : P + 1].copy_(first)
-        first_id = int(first.item())  # the sync that ends time-to-first-token
+        if kept:
+            kept.keep(0, logits, first)
+        first.item()  # the sync that ends time-to-first-token
         ttft = time.perf_counter() - t0
-        stop = on_token(first_id) if on_token else False
+        stop = told(0) if on_token else False
         t1 = time.perf_counter()
         n = 1
         while n < max_new and not stop and not (cancelled and cancelled()):
@@ -2127,11 +2167,16 @@ class Engine:
                 nxt = sample(logits, temperature, top_k, top_p, gen)
                 self.tok.copy_(nxt.view(1, 1))
                 self.out[pos + 1 : pos + 2].copy_(nxt)
+            if kept:  # before the next step's replay writes its logits over these
+                kept.keep(n, logits, self.tok)
             n += 1
             if on_token:
-                stop = on_token(int(self.tok.item()))
+                stop = told(n - 1)
         tokens = self.out[P : P + n].tolist()  # syncs
-        return {"tokens": tokens, "ttft_s": ttft, "decode_s": time.perf_counter() - t1}
+        result = {"tokens": tokens, "ttft_s": ttft, "decode_s": time.perf_counter() - t1}
+        if kept:
+            result["logprobs"] = kept.rows(0, n)
+        return result
 
 
 # --- BENCHMARK / ONE-SHOT GENERATION ---
@@ -2416,19 +2461,28 @@ OPENAI_FIELDS = {
     "user": (str,),
     "presence_penalty": (int, float),
     "frequency_penalty": (int, float),
-    "logprobs": (bool, int),
     "logit_bias": (dict,),
 }
-OPENAI_COMPLETION = {"prompt": (str, list), "echo": (bool,), "best_of": (int,), "suffix": (str,)}
-OPENAI_CHAT = {"messages": (list,), "max_completion_tokens": (int,), "top_logprobs": (int,)}
+OPENAI_COMPLETION = {
+    "prompt": (str, list),
+    "echo": (bool,),
+    "best_of": (int,),
+    "suffix": (str,),
+    "logprobs": (int,),  # how many likeliest tokens beside each chosen one
+}
+OPENAI_CHAT = {
+    "messages": (list,),
+    "max_completion_tokens": (int,),
+    "logprobs": (bool,),
+    "top_logprobs": (int,),
+}
 MAX_CHOICES = 16  # OpenAI's n: choices generated one after another (batch 1), each a request's time
+MAX_LOGPROBS = {"logprobs": 5, "top_logprobs": 20}  # OpenAI's bounds: completions, chat
 # Fields this server accepts only at the value that asks for nothing it lacks.
 OPENAI_NO_OP = {
     "best_of": (1,),
     "presence_penalty": (0,),
     "frequency_penalty": (0,),
-    "logprobs": (False, 0),
-    "top_logprobs": (0,),
     "echo": (False,),
     "logit_bias": ({},),
     "suffix": ("",),
@@ -2516,6 +2570,7 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str) -> dict:
     ):
         raise BadRequest(400, "stream_options: only include_usage (bool)", "stream_options")
     return {
+        "logprobs": parse_logprobs(get, chat),
         "ids": ids,
         "max_new_tokens": max_new,
         "temperature": temperature,
@@ -2530,6 +2585,20 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str) -> dict:
     }
 
 
+def parse_logprobs(get: dict, chat: bool) -> int | None:
+    """How many likeliest tokens to report beside each chosen token's log-probability; None:
+    no logprobs. Completions ask with logprobs: k; chat with logprobs: true, top_logprobs: k."""
+    name = "top_logprobs" if chat else "logprobs"
+    k = get[name]
+    if k is not None and not 0 <= k <= MAX_LOGPROBS[name]:
+        raise BadRequest(400, f"{name} must be in [0, {MAX_LOGPROBS[name]}]", name)
+    if not chat:
+        return k
+    if k is not None and not get["logprobs"]:  # as OpenAI answers it
+        raise BadRequest(400, "top_logprobs needs logprobs: true", "top_logprobs")
+    return (k or 0) if get["logprobs"] else None
+
+
 def stop_cut(text: bytes | bytearray, stops: list[bytes]) -> int | None:
     """Where the text ends when a stop sequence has just completed at its end, else None. Called
     after every byte, so the first completion ends the text (the stop is not part of it)."""
@@ -2538,13 +2607,18 @@ def stop_cut(text: bytes | bytearray, stops: list[bytes]) -> int | None:
 
 
 class StreamText:
-    """A streamed completion's text: token bytes decoded as UTF-8 as they come, holding back the
-    bytes that may yet begin a stop sequence (a stop sequence is never sent). The pieces add up
-    to the non-streamed text."""
+    """A completion's text: token bytes decoded as UTF-8 as they come, holding back the bytes
+    that may yet begin a stop sequence (a stop sequence is never sent). Streamed, the pieces go
+    out as they come; whole, they are joined: the same text either way."""
 
     def __init__(self, stops: list[bytes]):
         self.stops, self.buf, self.sent, self.end = stops, bytearray(), 0, None
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.ends: list[int] = []  # per token fed: the text's bytes up to its end
+
+    def kept(self) -> int:
+        """How many of the tokens fed are in the text sent so far: a stop's never are."""
+        return bisect.bisect_right(self.ends, self.sent)
 
     def held(self) -> int:
         """How many bytes at the end may yet begin a stop sequence (only those wait)."""
@@ -2554,11 +2628,13 @@ class StreamText:
         return 0
 
     def feed(self, token: int) -> str:
-        if self.end is not None or token > 255:  # after a stop, or not a byte
-            return ""
-        self.buf.append(token)
-        self.end = stop_cut(self.buf, self.stops)
-        return self.take(self.end if self.end is not None else len(self.buf) - self.held())
+        piece = ""
+        if self.end is None and token < 256:  # not after a stop, and a byte
+            self.buf.append(token)
+            self.end = stop_cut(self.buf, self.stops)
+            piece = self.take(self.end if self.end is not None else len(self.buf) - self.held())
+        self.ends.append(len(self.buf))
+        return piece
 
     def finish(self) -> str:
         return self.take(self.end if self.end is not None else len(self.buf), final=True)
@@ -2569,10 +2645,57 @@ class StreamText:
         return self.decoder.decode(piece, final)
 
 
+def logprob_token(t: int) -> tuple[str, list[int] | None]:
+    """A token as OpenAI's logprobs name it, and its bytes: a byte that is a character alone is
+    that character, another byte "bytes:\\xNN" (as OpenAI writes a part of a character); past
+    the bytes (a model of another vocabulary) "token_id:N", as vLLM writes it, with no bytes."""
+    if t > 255:
+        return f"token_id:{t}", None
+    return (chr(t) if t < 128 else f"bytes:\\x{t:02x}"), [t]
+
+
+class LogprobsOut:
+    """A choice's logprobs in OpenAI's shape, whole or chunk after chunk: chat's content list,
+    or a completion's tokens, token_logprobs, top_logprobs (the k likeliest and the chosen) and
+    text_offset (characters into the completion, running on across chunks)."""
+
+    FLOOR = -9999.0  # a probability that underflowed: OpenAI's and vLLM's stand-in for -inf
+
+    def __init__(self, chat: bool):
+        self.chat, self.chars = chat, 0
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def render(self, pairs: list[tuple[int, tuple]]) -> dict:
+        """pairs: (token, its Logprobs row), in order."""
+
+        def entry(t: int, lp: float) -> dict:
+            name, raw = logprob_token(t)
+            return {"token": name, "logprob": max(lp, self.FLOOR), "bytes": raw}
+
+        if self.chat:
+            content = [
+                {**entry(t, lp), "top_logprobs": [entry(i, v) for i, v in top]}
+                for t, (lp, top) in pairs
+            ]
+            return {"content": content, "refusal": None}
+        out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for t, (lp, top) in pairs:
+            name = logprob_token(t)[0]
+            likeliest = {logprob_token(i)[0]: max(v, self.FLOOR) for i, v in top}
+            out["tokens"].append(name)
+            out["token_logprobs"].append(max(lp, self.FLOOR))
+            out["top_logprobs"].append({**likeliest, name: max(lp, self.FLOOR)})
+            out["text_offset"].append(self.chars)
+            if t < 256:
+                self.chars += len(self.decoder.decode(bytes([t])))
+        return out
+
+
 class Job:
     def __init__(self, spec: dict, endpoint: str = "/generate"):
         self.spec, self.endpoint = spec, endpoint
-        self.events: queue.Queue = queue.Queue()  # ("token", id) ... then ("done"|"error", x)
+        # ("token", (id, its logprobs row or None)) ... then ("done"|"error", x)
+        self.events: queue.Queue = queue.Queue()
         self.cancelled = False  # the client went away: stop generating
         self.received = time.perf_counter()  # time to first token counts the wait in the queue
 
@@ -2972,8 +3095,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         while True:
             if kind == "token":
-                piece = decoder.decode(bytes([value])) if value < 256 else ""
-                line = {"token": value, "text": piece}
+                t = value[0]
+                piece = decoder.decode(bytes([t])) if t < 256 else ""
+                line = {"token": t, "text": piece}
             elif kind == "done":
                 if value["cancelled"]:
                     return self.gone()
@@ -3013,12 +3137,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.gone()
             choices = []
             for i, done in enumerate(dones):
-                reason = done["finish_reason"]
+                reason, rows = done["finish_reason"], done.get("logprobs")
+                lp = None
+                if rows is not None:  # the completion's tokens: the first len(rows)
+                    pairs = zip(done["tokens"][: len(rows)], rows, strict=True)
+                    lp = LogprobsOut(chat).render(list(pairs))
                 if chat:
                     message = {"role": "assistant", "content": done["completion"]}
-                    choice = {"index": i, "message": message, "logprobs": None}
+                    choice = {"index": i, "message": message, "logprobs": lp}
                 else:
-                    choice = {"index": i, "text": done["completion"], "logprobs": None}
+                    choice = {"index": i, "text": done["completion"], "logprobs": lp}
                 choices.append({**choice, "finish_reason": reason})
             self.send_json(200, {**head, "choices": choices, "usage": usage(dones)})
             return
@@ -3032,23 +3160,31 @@ class Handler(http.server.BaseHTTPRequestHandler):
             head["usage"] = None
 
         def chunk(i: int, piece: str | None, reason: str | None = None, role: bool = False) -> None:
+            lp = None
+            if rows and (kept := text.kept()) > sent["tokens"]:  # tokens now in the text
+                lp = sent["out"].render(rows[sent["tokens"] : kept])
+                sent["tokens"] = kept
             if chat:  # OpenAI's first chunk of a choice names the role
                 delta = {"role": "assistant", "content": ""} if role else {}
                 if piece is not None:
                     delta["content"] = piece
-                choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": reason}
+                choice = {"index": i, "delta": delta, "logprobs": lp, "finish_reason": reason}
             else:
-                choice = {"index": i, "text": piece or "", "logprobs": None}
+                choice = {"index": i, "text": piece or "", "logprobs": lp}
                 choice["finish_reason"] = reason
             self.send_event({**head, "choices": [choice]})
 
         dones: list[dict] = []  # the choices come one after another: their chunks in turn
+        text = StreamText(spec["stop"])
+        rows: list[tuple] = []  # this choice's tokens with their logprobs rows, as they came
+        sent = {"tokens": 0, "out": LogprobsOut(chat)}  # how many rows went out so far
         if chat:
             chunk(0, None, role=True)
-        text = StreamText(spec["stop"])
         while True:
             if kind == "token":
-                if piece := text.feed(value):
+                if value[1] is not None:
+                    rows.append(value)
+                if piece := text.feed(value[0]):
                     chunk(len(dones), piece)
             elif kind == "done":
                 if value["cancelled"]:
@@ -3058,7 +3194,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 chunk(len(dones), None, value["finish_reason"])
                 dones.append(value)
                 if not value["last"]:
-                    text = StreamText(spec["stop"])
+                    text, rows = StreamText(spec["stop"]), []
+                    sent = {"tokens": 0, "out": LogprobsOut(chat)}
                     if chat:
                         chunk(len(dones), None, role=True)
                     kind, value = self.next_event(job)
@@ -3192,15 +3329,14 @@ def run_choice(
     sequence ends generation on every rank alike: they all see the same tokens."""
     spec = job.spec
     stops, stream = spec.get("stop") or [], spec["stream"]
-    text, stopped = bytearray(), []
+    text = bytearray()
 
-    def on_token(t: int) -> bool:
+    def on_token(t: int, row) -> bool:
         if master and stream:
-            job.events.put(("token", t))
+            job.events.put(("token", (t, row)))
         if t < 256:
             text.append(t)
         if stops and stop_cut(text, stops) is not None:
-            stopped.append(True)
             return True
         return cancelled()
 
@@ -3219,21 +3355,24 @@ def run_choice(
         seed,
         on_token=on_token if stream or stops else None,  # a host sync per token: only then
         cancelled=cancelled,  # no sync: a plain request stops too when its client leaves
+        logprobs=spec.get("logprobs"),
     )
     if not master:
         return None
     tokens = r["tokens"]
-    if not (stream or stops):
-        text = bytearray(t for t in tokens if t < 256)
-    cut = stop_cut(text, stops) if stopped else None
+    completion = StreamText(stops)  # the text a stream of these tokens sends, whole
+    whole = "".join(map(completion.feed, tokens)) + completion.finish()
+    stopped = completion.end is not None
     steps = len(tokens) - 1
     return {
         "text": to_text(tokens, byte_level),
-        "completion": bytes(text[:cut]).decode("utf-8", errors="replace"),
+        "completion": whole,
         # "stop": a stop sequence ended it (a byte model has no end-of-text token);
         # cut short by a client that left: no answer at all (Handler.gone)
         "finish_reason": "stop" if stopped else "length",
         "cancelled": not stopped and len(tokens) < spec["max_new_tokens"],
+        # the logprobs of the completion's tokens (a stop sequence's are not)
+        "logprobs": r["logprobs"][: completion.kept()] if "logprobs" in r else None,
         "tokens": tokens,
         "prompt_tokens": len(spec["ids"]),
         "ttft_ms": r["ttft_s"] * 1e3,

@@ -64,9 +64,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cwd / "out"
 
 
-def reference_greedy(ckpt_dir: Path, prompt: bytes, n: int) -> list[int]:
-    """What the lm template's own model predicts, recomputing the whole sequence (no cache)
-    for every new token: the KV-cache decode must give the same tokens."""
+def lm_model(ckpt_dir: Path):
+    """The lm template's own model with the checkpoint's weights, to recompute from scratch."""
     import torch
 
     spec = importlib.util.spec_from_file_location("lm_template", LM)
@@ -75,16 +74,35 @@ def reference_greedy(ckpt_dir: Path, prompt: bytes, n: int) -> list[int]:
     model = lm.GPT(lm.parse_config(LM_ARGS))
     sd = torch.load(ckpt_dir / "ckpt.pt", map_location="cpu", weights_only=True)["model"]
     model.load_state_dict(sd)
-    model.eval()
-    ids = list(prompt)
+    return model.eval()
+
+
+def full_logits(model, ids: list[int]):
+    """Logits (len(ids), V) of a full forward pass over ids: no cache."""
+    import torch
+
     with torch.no_grad():
-        for _ in range(n):
-            idx = torch.tensor([ids])
-            x = model.tok_emb(idx) + model.pos_emb(torch.arange(len(ids)))
-            for block in model.blocks:
-                x = block(x)
-            ids.append(int(model.head(model.ln_f(x))[0, -1].argmax()))
+        idx = torch.tensor([ids])
+        x = model.tok_emb(idx) + model.pos_emb(torch.arange(len(ids)))
+        for block in model.blocks:
+            x = block(x)
+        return model.head(model.ln_f(x))[0].float()
+
+
+def reference_greedy(ckpt_dir: Path, prompt: bytes, n: int) -> list[int]:
+    """What the lm template's own model predicts, recomputing the whole sequence (no cache)
+    for every new token: the KV-cache decode must give the same tokens."""
+    model, ids = lm_model(ckpt_dir), list(prompt)
+    for _ in range(n):
+        ids.append(int(full_logits(model, ids)[-1].argmax()))
     return ids[len(prompt) :]
+
+
+def reference_logprobs(ckpt_dir: Path, prompt: bytes, completion: list[int]):
+    """log_softmax of the full forward pass at each completion token's position: row i is the
+    distribution completion[i] was drawn from."""
+    logits = full_logits(lm_model(ckpt_dir), [*prompt, *completion])
+    return logits[len(prompt) - 1 : len(prompt) - 1 + len(completion)].log_softmax(-1)
 
 
 # --- static: what the user receives ---
@@ -1502,6 +1520,15 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
         ({"prompt": "x", "n": 0}, 400, "n"),
         ({"prompt": "x", "n": True}, 400, "n"),
         ({"prompt": "x", "best_of": 3}, 400, "best_of"),
+        ({"prompt": "x", "logprobs": 6}, 400, "logprobs"),  # OpenAI's bound: 5
+        ({"prompt": "x", "logprobs": True}, 400, "logprobs"),  # a completion's is a count
+        ({"messages": [{"role": "user", "content": "x"}], "logprobs": 2}, 400, "logprobs"),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21},
+            400,
+            "top_logprobs",
+        ),
+        ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, 400, "top_logprobs"),
         ({"prompt": "x", "model": "gpt-4"}, 404, "model"),
         ({"prompt": "x", "max_tokens": 64}, 400, "prompt"),  # context_length_exceeded
         ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
@@ -1532,6 +1559,53 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
         parse({"prompt": "x" * 64})
     assert caught.value.code == "context_length_exceeded"
     assert parse({"prompt": "x", "seed": -5})["seed"] == 2**63 - 5  # any 64-bit seed, as OpenAI
+    asked = {"messages": [{"role": "user", "content": "x"}]}
+    chat_path = "/v1/chat/completions"
+    assert [
+        spec["logprobs"],
+        parse({"prompt": "x", "logprobs": 0})["logprobs"],
+        parse({"prompt": "x", "logprobs": 5})["logprobs"],
+        parse(asked, chat_path)["logprobs"],
+        parse({**asked, "logprobs": False}, chat_path)["logprobs"],
+        parse({**asked, "logprobs": True}, chat_path)["logprobs"],
+        parse({**asked, "logprobs": True, "top_logprobs": 20}, chat_path)["logprobs"],
+    ] == [None, 0, 5, None, None, 0, 20]
+
+
+def test_logprobs_cover_the_tokens_of_the_text_and_never_a_stops(gen) -> None:
+    """The tokens whose log-probabilities a reply carries are those of its text: every one when
+    nothing stops it (tokens past the bytes too), none of a stop sequence's or after it; their
+    names and text offsets are OpenAI's (a byte that is no character alone: bytes:\\xNN)."""
+    stream = gen.StreamText([b"!!"])
+    kept = []
+    for t in [*b"a\xc3\xa9", 300, *b"b!", 301, *b"!c"]:
+        stream.feed(t)
+        kept.append(stream.kept())
+    stream.finish()
+    # "a", "é" (2 bytes: each out of the stream's buffer as it comes), token 300, "b"; then
+    # "!" may begin the stop and waits, and so does token 301 after it; "!!" stops
+    assert kept == [1, 2, 3, 4, 5, 5, 5, 5, 5] and stream.kept() == 5
+    plain = gen.StreamText([])
+    assert [plain.feed(t) for t in [*b"hi", 300]] == ["h", "i", ""] and plain.kept() == 3
+
+    out = gen.LogprobsOut(chat=False)
+    rows = [(-0.5, [(97, -0.5)]), (-1.0, [(98, -0.1)]), (-2.0, [(1, -0.3)]), (-3.0, [])]
+    first = out.render(list(zip([97, 0xC3, 0xA9, 300], rows, strict=True))[:2])
+    rest = out.render(list(zip([0xA9, 300], rows[2:], strict=True)))
+    assert first["tokens"] == ["a", "bytes:\\xc3"] and rest["tokens"] == [
+        "bytes:\\xa9",
+        "token_id:300",
+    ]
+    assert first["text_offset"] + rest["text_offset"] == [0, 1, 1, 2]  # "é" is one character
+    assert first["top_logprobs"][1] == {"b": -0.1, "bytes:\\xc3": -1.0}  # the k and the chosen
+    chat = gen.LogprobsOut(chat=True).render([(300, (float("-inf"), [(7, -1e-3)]))])
+    [entry] = chat["content"]
+    assert entry == {
+        "token": "token_id:300",
+        "logprob": -9999.0,  # no -inf in JSON: OpenAI's floor
+        "bytes": None,
+        "top_logprobs": [{"token": "\x07", "logprob": -1e-3, "bytes": [7]}],
+    }
 
 
 def test_a_chat_stream_holds_back_only_what_may_begin_a_stop(gen) -> None:
@@ -1999,6 +2073,66 @@ def test_n_choices_are_the_samples_of_seed_seed_plus_one_and_so_on(server: Serve
     # three times each set of choices: alone, whole, streamed
     generated = 3 * (3 * 12) + 3 * both.usage.completion_tokens
     assert samples["generate_tokens_generated_total", ()] == generated
+
+
+@pytest.mark.integration
+def test_logprobs_are_the_models_own_distribution_whole_and_streamed(
+    server: Server, trained: Path
+) -> None:
+    """OpenAI's logprobs through the real client: each chosen token's log-probability and the
+    k likeliest are those a full forward pass over prompt + completion gives (sampled tokens
+    too: the model's distribution, not the tempered one); chat's content and a completion's
+    tokens spell the text, a stop sequence's tokens left out; a stream carries the same."""
+    import torch
+
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0)
+    model = client.models.list().data[0].id
+    ask = {"model": model, "prompt": PROMPT, "max_tokens": 12, "temperature": 1.5, "seed": 3}
+    done = client.completions.create(**ask, logprobs=3).choices[0]
+    tokens = list(done.text.encode())
+    assert "".join(done.logprobs.tokens) == done.text and len(tokens) == 12  # ASCII text
+    ref = reference_logprobs(trained, PROMPT.encode(), tokens)
+    want = ref.gather(1, torch.tensor(tokens)[:, None])[:, 0].tolist()
+    assert done.logprobs.token_logprobs == pytest.approx(want, abs=1e-3)
+    assert done.logprobs.text_offset == list(range(12))
+    for i, top in enumerate(done.logprobs.top_logprobs):
+        likeliest = ref[i].topk(3).indices.tolist()
+        assert set(top) == {chr(t) for t in [*likeliest, tokens[i]]}
+        assert [top[chr(t)] for t in likeliest] == pytest.approx(
+            ref[i, likeliest].tolist(), abs=1e-3
+        )
+    assert max(want) - min(want) > 0.5  # sampled at 1.5: not always the likeliest
+
+    chunks = list(client.completions.create(**ask, logprobs=3, stream=True))
+    streamed = [c.choices[0].logprobs for c in chunks if c.choices[0].logprobs]
+    assert sum((lp.token_logprobs for lp in streamed), []) == done.logprobs.token_logprobs
+    assert sum((lp.text_offset for lp in streamed), []) == done.logprobs.text_offset
+
+    messages = [{"role": "user", "content": "the lazy"}]
+    chat = {"model": model, "messages": messages, "temperature": 0, "max_completion_tokens": 30}
+    reply = client.chat.completions.create(**chat, logprobs=True, top_logprobs=2).choices[0]
+    content = reply.logprobs.content
+    assert "".join(e.token for e in content) == reply.message.content
+    assert all(len(e.top_logprobs) == 2 for e in content)
+    assert all(e.top_logprobs[0].token == e.token for e in content)  # greedy: the likeliest
+    assert all(e.bytes == list(e.token.encode()) for e in content)
+    parts = list(client.chat.completions.create(**chat, logprobs=True, top_logprobs=2, stream=True))
+    got = [
+        e
+        for c in parts
+        if c.choices and c.choices[0].logprobs
+        for e in c.choices[0].logprobs.content
+    ]
+    assert [(e.token, e.logprob) for e in got] == [(e.token, e.logprob) for e in content]
+    plain = client.chat.completions.create(**chat).choices[0]
+    assert plain.logprobs is None and plain.message.content == reply.message.content
+
+    text = client.completions.create(**ask).choices[0].text
+    stop = text[4:6]  # a stop the sample reaches: its tokens and those after it have no logprobs
+    cut = client.completions.create(**ask, logprobs=0, stop=[stop]).choices[0]
+    assert cut.finish_reason == "stop" and cut.logprobs.tokens == list(text[: text.index(stop)])
+    assert all(len(top) == 1 for top in cut.logprobs.top_logprobs)  # k = 0: the chosen alone
 
 
 @pytest.mark.slow
