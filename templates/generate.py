@@ -1881,13 +1881,14 @@ class Logprobs:
         self.ids = torch.empty(steps, k, device=device, dtype=torch.int64)
 
     def keep(self, i: int, logits, tok) -> None:
-        """Step i: logits (1, V) and the token it chose, tok (a one-element tensor). No sync."""
-        lp = logits.float().log_softmax(dim=-1).view(-1)
-        self.chosen[i : i + 1].copy_(lp.gather(0, tok.view(1)))
+        """Steps i..i+m-1: logits (m, V) and the tokens they chose, tok (m elements). No sync."""
+        m = tok.numel()
+        lp = logits.float().view(m, -1).log_softmax(dim=-1)
+        self.chosen[i : i + m].copy_(lp.gather(1, tok.view(m, 1)).view(m))
         if self.ids.shape[1]:
             top = lp.topk(self.ids.shape[1])
-            self.values[i].copy_(top.values)
-            self.ids[i].copy_(top.indices)
+            self.values[i : i + m].copy_(top.values)
+            self.ids[i : i + m].copy_(top.indices)
 
     def rows(self, start: int, stop: int) -> list[tuple[float, list[tuple[int, float]]]]:
         """Steps start..stop-1 as (chosen's, [(id, logprob) likeliest first]); one sync."""
@@ -2113,6 +2114,17 @@ class Engine:
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    @torch.no_grad()
+    def score(self, ids: list[int], k: int) -> list:
+        """The prompt's own log-probabilities (OpenAI's echo): token i's from the logits at
+        i - 1 of one full forward pass (eager: a request's, not a step's); token 0 has none.
+        -> [None, Logprobs rows of tokens 1..]. Fills the cache slots the prefill refills."""
+        idx = torch.tensor([ids], device=self.device)
+        kept = Logprobs(len(ids) - 1, k, self.device)
+        if len(ids) > 1:
+            kept.keep(0, self.model.logits(idx[:, :-1]), idx[0, 1:])
+        return [None, *kept.rows(0, len(ids) - 1)]
 
     @torch.no_grad()
     def generate(
@@ -2483,7 +2495,6 @@ OPENAI_NO_OP = {
     "best_of": (1,),
     "presence_penalty": (0,),
     "frequency_penalty": (0,),
-    "echo": (False,),
     "logit_bias": ({},),
     "suffix": ("",),
 }
@@ -2537,8 +2548,9 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str) -> dict:
         "max_completion_tokens" if get.get("max_completion_tokens") is not None else "max_tokens"
     )
     max_new = get.get(limit)
-    if max_new is not None and max_new < 1:
-        raise BadRequest(400, f"{limit} must be >= 1", limit)
+    echo = bool(get.get("echo"))
+    if max_new is not None and max_new < (0 if echo else 1):  # echo's 0: score the prompt alone
+        raise BadRequest(400, f"{limit} must be >= 1 (0 only with echo)", limit)
     if max_new is None:  # OpenAI's defaults: 16 for a completion, the rest of the context for chat
         max_new = max(1, room if chat else min(16, room))
     if len(ids) + max_new > ctx:
@@ -2582,6 +2594,7 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str) -> dict:
         "chat": chat,
         "include_usage": options.get("include_usage", False),
         "n": n,
+        "echo": echo,
     }
 
 
@@ -2665,8 +2678,9 @@ class LogprobsOut:
         self.chat, self.chars = chat, 0
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def render(self, pairs: list[tuple[int, tuple]]) -> dict:
-        """pairs: (token, its Logprobs row), in order."""
+    def render(self, pairs: list[tuple[int, tuple | None]]) -> dict:
+        """pairs: (token, its Logprobs row), in order; an echoed prompt's first token has no
+        row (None: null, as in OpenAI's replies)."""
 
         def entry(t: int, lp: float) -> dict:
             name, raw = logprob_token(t)
@@ -2679,13 +2693,18 @@ class LogprobsOut:
             ]
             return {"content": content, "refusal": None}
         out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-        for t, (lp, top) in pairs:
+        for t, row in pairs:
             name = logprob_token(t)[0]
-            likeliest = {logprob_token(i)[0]: max(v, self.FLOOR) for i, v in top}
             out["tokens"].append(name)
-            out["token_logprobs"].append(max(lp, self.FLOOR))
-            out["top_logprobs"].append({**likeliest, name: max(lp, self.FLOOR)})
             out["text_offset"].append(self.chars)
+            if row is None:
+                out["token_logprobs"].append(None)
+                out["top_logprobs"].append(None)
+            else:
+                lp, top = row
+                likeliest = {logprob_token(i)[0]: max(v, self.FLOOR) for i, v in top}
+                out["token_logprobs"].append(max(lp, self.FLOOR))
+                out["top_logprobs"].append({**likeliest, name: max(lp, self.FLOOR)})
             if t < 256:
                 self.chars += len(self.decoder.decode(bytes([t])))
         return out
@@ -2698,6 +2717,7 @@ class Job:
         self.events: queue.Queue = queue.Queue()
         self.cancelled = False  # the client went away: stop generating
         self.received = time.perf_counter()  # time to first token counts the wait in the queue
+        self.scored = None  # echo with logprobs: the prompt's own (Engine.score), by run_job
 
 
 class Metrics:
@@ -3126,6 +3146,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "created": int(time.time()),
             "model": state.model_name,
         }
+        # echo: a completion's text begins with its prompt (chat has no echo)
+        echoed = bytes(spec["ids"]).decode("utf-8", errors="replace") if spec["echo"] else ""
         if not spec["stream"]:  # a "done" a choice, in order
             dones = [value]
             while not value["last"]:  # run_job: a cancelled choice is the last
@@ -3140,13 +3162,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 reason, rows = done["finish_reason"], done.get("logprobs")
                 lp = None
                 if rows is not None:  # the completion's tokens: the first len(rows)
-                    pairs = zip(done["tokens"][: len(rows)], rows, strict=True)
-                    lp = LogprobsOut(chat).render(list(pairs))
+                    pairs = list(zip(done["tokens"][: len(rows)], rows, strict=True))
+                    if spec["echo"]:
+                        pairs[:0] = zip(spec["ids"], job.scored, strict=True)
+                    lp = LogprobsOut(chat).render(pairs)
                 if chat:
                     message = {"role": "assistant", "content": done["completion"]}
                     choice = {"index": i, "message": message, "logprobs": lp}
                 else:
-                    choice = {"index": i, "text": done["completion"], "logprobs": lp}
+                    choice = {"index": i, "text": echoed + done["completion"], "logprobs": lp}
                 choices.append({**choice, "finish_reason": reason})
             self.send_json(200, {**head, "choices": choices, "usage": usage(dones)})
             return
@@ -3174,12 +3198,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 choice["finish_reason"] = reason
             self.send_event({**head, "choices": [choice]})
 
+        def begin(i: int) -> None:
+            """A choice's first chunk: chat's names the role; echo's is the prompt."""
+            if chat:
+                chunk(i, None, role=True)
+            elif spec["echo"]:
+                lp = None
+                if spec["logprobs"] is not None:
+                    lp = sent["out"].render(list(zip(spec["ids"], job.scored, strict=True)))
+                choice = {"index": i, "text": echoed, "logprobs": lp, "finish_reason": None}
+                self.send_event({**head, "choices": [choice]})
+
         dones: list[dict] = []  # the choices come one after another: their chunks in turn
         text = StreamText(spec["stop"])
         rows: list[tuple] = []  # this choice's tokens with their logprobs rows, as they came
         sent = {"tokens": 0, "out": LogprobsOut(chat)}  # how many rows went out so far
-        if chat:
-            chunk(0, None, role=True)
+        begin(0)
         while True:
             if kind == "token":
                 if value[1] is not None:
@@ -3196,8 +3230,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if not value["last"]:
                     text, rows = StreamText(spec["stop"]), []
                     sent = {"tokens": 0, "out": LogprobsOut(chat)}
-                    if chat:
-                        chunk(len(dones), None, role=True)
+                    begin(len(dones))
                     kind, value = self.next_event(job)
                     continue
                 if spec["include_usage"]:
@@ -3307,6 +3340,8 @@ def run_job(engine: Engine, job: Job, master: bool, state: ServerState | None = 
     the same choices, the same seeds); rank 0 also reports."""
     spec, dones, n = job.spec, [], job.spec.get("n", 1)
     byte_level = state.byte_level if state else None
+    if spec.get("echo") and spec.get("logprobs") is not None:  # before any event goes out
+        job.scored = engine.score(spec["ids"], spec["logprobs"])
     for i in range(n):
         done = run_choice(engine, job, master, (spec["seed"] + i) % 2**63, byte_level)
         if not master:
@@ -3346,17 +3381,20 @@ def run_choice(
         return job.cancelled and engine.world == 1
 
     started = time.perf_counter()
-    r = engine.generate(
-        spec["ids"],
-        spec["max_new_tokens"],
-        spec["temperature"],
-        spec["top_k"],
-        spec["top_p"],
-        seed,
-        on_token=on_token if stream or stops else None,  # a host sync per token: only then
-        cancelled=cancelled,  # no sync: a plain request stops too when its client leaves
-        logprobs=spec.get("logprobs"),
-    )
+    if spec["max_new_tokens"] == 0:  # echo's scoring alone: nothing to generate
+        r = {"tokens": [], "ttft_s": 0.0, "decode_s": 0.0, "logprobs": []}
+    else:
+        r = engine.generate(
+            spec["ids"],
+            spec["max_new_tokens"],
+            spec["temperature"],
+            spec["top_k"],
+            spec["top_p"],
+            seed,
+            on_token=on_token if stream or stops else None,  # a host sync per token: only then
+            cancelled=cancelled,  # no sync: a plain request stops too when its client leaves
+            logprobs=spec.get("logprobs"),
+        )
     if not master:
         return None
     tokens = r["tokens"]
@@ -3372,12 +3410,14 @@ def run_choice(
         "finish_reason": "stop" if stopped else "length",
         "cancelled": not stopped and len(tokens) < spec["max_new_tokens"],
         # the logprobs of the completion's tokens (a stop sequence's are not)
-        "logprobs": r["logprobs"][: completion.kept()] if "logprobs" in r else None,
+        "logprobs": r["logprobs"][: completion.kept()]
+        if spec.get("logprobs") is not None
+        else None,
         "tokens": tokens,
         "prompt_tokens": len(spec["ids"]),
         "ttft_ms": r["ttft_s"] * 1e3,
         "first_token_at": started + r["ttft_s"],  # perf_counter's clock, as Job.received
-        "decode_tokens_per_s": steps / r["decode_s"] if steps else None,
+        "decode_tokens_per_s": steps / r["decode_s"] if steps > 0 else None,
         "seed": seed,
     }
 

@@ -1532,6 +1532,7 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
         ({"prompt": "x", "model": "gpt-4"}, 404, "model"),
         ({"prompt": "x", "max_tokens": 64}, 400, "prompt"),  # context_length_exceeded
         ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+        ({"prompt": "x", "max_tokens": -1, "echo": True}, 400, "max_tokens"),
         ({"prompt": "x" * 64}, 400, "prompt"),  # full without max_tokens: the context, not 0
         (
             {"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0},
@@ -1570,6 +1571,8 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
         parse({**asked, "logprobs": True}, chat_path)["logprobs"],
         parse({**asked, "logprobs": True, "top_logprobs": 20}, chat_path)["logprobs"],
     ] == [None, 0, 5, None, None, 0, 20]
+    scoring = parse({"prompt": "x", "echo": True, "max_tokens": 0, "logprobs": 1})
+    assert (scoring["echo"], scoring["max_new_tokens"], spec["echo"]) == (True, 0, False)
 
 
 def test_logprobs_cover_the_tokens_of_the_text_and_never_a_stops(gen) -> None:
@@ -2133,6 +2136,53 @@ def test_logprobs_are_the_models_own_distribution_whole_and_streamed(
     cut = client.completions.create(**ask, logprobs=0, stop=[stop]).choices[0]
     assert cut.finish_reason == "stop" and cut.logprobs.tokens == list(text[: text.index(stop)])
     assert all(len(top) == 1 for top in cut.logprobs.top_logprobs)  # k = 0: the chosen alone
+
+
+@pytest.mark.integration
+def test_echo_scores_the_prompt_as_an_evaluation_harness_asks(
+    server: Server, trained: Path
+) -> None:
+    """echo with logprobs, as lm-evaluation-harness's completions model asks to score a text:
+    the reply's text begins with the prompt, and its tokens' log-probabilities are a full
+    forward pass's (the first token's null); max_tokens 0 scores alone, 1 adds the next token;
+    streamed, the prompt is the first chunk; each of n choices begins with it."""
+    import torch
+
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0)
+    model = client.models.list().data[0].id
+    text = "the lazy dog and the quick fox"
+    ids = list(text.encode())
+    ref = reference_logprobs(trained, ids[:1], ids[1:])
+    want = ref.gather(1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
+    ask = {"model": model, "prompt": text, "echo": True, "logprobs": 1, "temperature": 0}
+
+    scored = client.completions.create(**ask, max_tokens=0).choices[0]
+    assert scored.text == text and scored.logprobs.tokens == list(text)
+    assert scored.logprobs.token_logprobs[0] is None and scored.logprobs.top_logprobs[0] is None
+    assert scored.logprobs.token_logprobs[1:] == pytest.approx(want, abs=1e-3)
+    assert scored.logprobs.text_offset == list(range(len(text)))
+    for i, top in enumerate(scored.logprobs.top_logprobs[1:]):  # the likeliest, and the token
+        assert set(top) == {text[i + 1], chr(int(ref[i].argmax()))}
+
+    one = client.completions.create(**ask, max_tokens=1)
+    [choice] = one.choices
+    nxt = reference_greedy(trained, text.encode(), 1)
+    assert choice.text == text + chr(nxt[0]) and one.usage.completion_tokens == 1
+    assert choice.logprobs.token_logprobs[:-1] == scored.logprobs.token_logprobs
+    assert choice.logprobs.token_logprobs[-1] == pytest.approx(
+        float(reference_logprobs(trained, text.encode(), nxt)[0, nxt[0]]), abs=1e-3
+    )
+    chunks = list(client.completions.create(**ask, max_tokens=3, stream=True))
+    assert chunks[0].choices[0].text == text  # the prompt first
+    got = [x for c in chunks if c.choices[0].logprobs for x in c.choices[0].logprobs.token_logprobs]
+    whole = client.completions.create(**ask, max_tokens=3).choices[0]
+    assert got == whole.logprobs.token_logprobs
+    assert "".join(c.choices[0].text for c in chunks) == whole.text
+    many = client.completions.create(**{**ask, "temperature": 1}, max_tokens=4, n=2, seed=5)
+    assert [c.text[: len(text)] for c in many.choices] == [text, text]
+    plain = client.completions.create(model=model, prompt=text, echo=True, max_tokens=2)
+    assert plain.choices[0].text.startswith(text) and plain.choices[0].logprobs is None
 
 
 @pytest.mark.slow
