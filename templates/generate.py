@@ -1870,6 +1870,29 @@ def sample(logits, temperature: float, top_k: int, top_p: float, gen):
     return (probs / noise).argmax(dim=-1)
 
 
+class LogitAdjust:
+    """OpenAI's logit_bias and presence/frequency penalties, on the device before sampling:
+    logits + bias - frequency * count - presence * (count > 0), count being how often each
+    token was generated so far in this completion (the prompt's are not counted, as vLLM)."""
+
+    def __init__(self, vocab: int, device: torch.device, bias: dict, presence: float, freq: float):
+        host = torch.zeros(vocab)
+        for token, value in bias.items():
+            host[token] = value
+        self.bias, self.presence, self.freq = host.to(device), presence, freq
+        self.counts = torch.zeros(vocab, device=device)
+        self.one = torch.ones(1, device=device)
+
+    def __call__(self, logits):
+        out = logits + self.bias
+        if self.presence or self.freq:
+            out = out - self.freq * self.counts - self.presence * (self.counts > 0).float()
+        return out
+
+    def count(self, tok) -> None:
+        self.counts.index_add_(0, tok.view(1), self.one)
+
+
 class Logprobs:
     """A generation's log-probabilities (OpenAI's logprobs), kept on the device as the steps
     run: each step's chosen token's and its k likeliest tokens'. They are the model's own
@@ -2138,12 +2161,14 @@ class Engine:
         on_token=None,
         cancelled=None,
         logprobs: int | None = None,
+        adjust: dict | None = None,
     ) -> dict:
         """Prompt ids -> {"tokens", "ttft_s", "decode_s"}. on_token(id, row) is called per
         token (a host sync per token: streaming only), row its Logprobs row or None; returning
         True from it stops early. cancelled() is asked every step, without a sync: True stops
         early too. logprobs: keep each token's log-probability and its k likeliest tokens'
-        ("logprobs" in the result: Logprobs.rows)."""
+        ("logprobs" in the result: Logprobs.rows). adjust: LogitAdjust's bias, presence and
+        freq (greedy then takes the adjusted argmax, not the step's own)."""
         P = len(ids)
         if P < 1 or P + max_new > self.ctx:
             raise ValueError(f"prompt {P} + new tokens {max_new} must fit the context {self.ctx}")
@@ -2153,6 +2178,10 @@ class Engine:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(seed)
         kept = Logprobs(max_new, logprobs, self.device) if logprobs is not None else None
+        adjusted = None
+        if adjust:
+            vocab = self.model.shape.vocab_size
+            adjusted = LogitAdjust(vocab, self.device, **adjust)
 
         def told(i: int) -> bool:  # on_token of step i's token, self.tok
             row = kept.rows(i, i + 1)[0] if kept else None
@@ -2161,7 +2190,10 @@ class Engine:
         self.sync()
         t0 = time.perf_counter()
         logits = self.run_prefill(ids)
-        first = sample(logits, temperature, top_k, top_p, gen)
+        sampling = (temperature, top_k, top_p, gen)
+        first = sample(adjusted(logits) if adjusted else logits, *sampling)
+        if adjusted:
+            adjusted.count(first)
         self.tok.copy_(first.view(1, 1))
         self.pos.fill_(P)
         self.out[P : P + 1].copy_(first)
@@ -2175,10 +2207,12 @@ class Engine:
         while n < max_new and not stop and not (cancelled and cancelled()):
             pos = P + n - 1  # the input token's position
             logits = self.run_decode(self.decode_bucket(pos + 1))
-            if not greedy:  # the step wrote the argmax; replace it with a sampled token
-                nxt = sample(logits, temperature, top_k, top_p, gen)
+            if adjusted or not greedy:  # the step wrote the argmax; replace it
+                nxt = sample(adjusted(logits) if adjusted else logits, *sampling)
                 self.tok.copy_(nxt.view(1, 1))
                 self.out[pos + 1 : pos + 2].copy_(nxt)
+                if adjusted:
+                    adjusted.count(nxt)
             if kept:  # before the next step's replay writes its logits over these
                 kept.keep(n, logits, self.tok)
             n += 1
@@ -2493,14 +2527,11 @@ MAX_LOGPROBS = {"logprobs": 5, "top_logprobs": 20}  # OpenAI's bounds: completio
 # Fields this server accepts only at the value that asks for nothing it lacks.
 OPENAI_NO_OP = {
     "best_of": (1,),
-    "presence_penalty": (0,),
-    "frequency_penalty": (0,),
-    "logit_bias": ({},),
     "suffix": ("",),
 }
 
 
-def parse_openai(body: bytes, path: str, ctx: int, model_name: str) -> dict:
+def parse_openai(body: bytes, path: str, ctx: int, model_name: str, vocab: int = 256) -> dict:
     """A /v1/completions or /v1/chat/completions body -> a checked job spec."""
     data = read_json(body)
     chat = path == "/v1/chat/completions"
@@ -2583,6 +2614,7 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str) -> dict:
         raise BadRequest(400, "stream_options: only include_usage (bool)", "stream_options")
     return {
         "logprobs": parse_logprobs(get, chat),
+        "adjust": parse_adjust(get, vocab),
         "ids": ids,
         "max_new_tokens": max_new,
         "temperature": temperature,
@@ -2596,6 +2628,38 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str) -> dict:
         "n": n,
         "echo": echo,
     }
+
+
+MAX_BIASED = 1024  # logit_bias entries: a bound on what a request makes the server build
+
+
+def parse_adjust(get: dict, vocab: int) -> dict | None:
+    """logit_bias ({"token id": -100..100}) and presence/frequency penalties (-2..2), as
+    Engine.generate's adjust; None when they ask for nothing."""
+    penalties = {}
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = get[name] or 0
+        if not -2 <= value <= 2:
+            raise BadRequest(400, f"{name} must be in [-2, 2]", name)
+        penalties[name] = float(value)
+    bias = {}
+    for key, value in (get["logit_bias"] or {}).items():
+        if len(bias) == MAX_BIASED:
+            raise BadRequest(400, f"logit_bias: at most {MAX_BIASED} tokens", "logit_bias")
+        token = int(key) if key.isascii() and key.isdigit() and len(key) < 10 else -1
+        if not 0 <= token < vocab:
+            raise BadRequest(
+                400, f"logit_bias: {key[:20]!r} is not a token id (0 to {vocab - 1})", "logit_bias"
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) > 100:
+            raise BadRequest(
+                400, f"logit_bias[{key}] must be a number in [-100, 100]", "logit_bias"
+            )
+        bias[token] = float(value)
+    if not bias and not any(penalties.values()):
+        return None
+    freq, presence = penalties["frequency_penalty"], penalties["presence_penalty"]
+    return {"bias": bias, "presence": presence, "freq": freq}
 
 
 def parse_logprobs(get: dict, chat: bool) -> int | None:
@@ -2796,6 +2860,7 @@ class ServerState:
         model_name: str,
         byte_level: bool | None,
         api_key: str | None = None,
+        vocab: int = 256,
     ):
         self.jobs: queue.Queue = queue.Queue(maxsize=cfg.max_queue)
         self.lock = threading.Lock()
@@ -2811,6 +2876,7 @@ class ServerState:
         self.ctx, self.max_body, self.model_name = ctx, cfg.max_body, model_name
         self.byte_level = byte_level
         self.api_key = api_key
+        self.vocab = vocab  # token ids logit_bias may name
         self.created = int(time.time())
 
     def expire_reading(self, now: float, cut_to: float | None = None) -> None:
@@ -3042,7 +3108,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/generate":
             spec = parse_request(body, state.ctx)
         else:
-            spec = parse_openai(body, path, state.ctx, state.model_name)
+            spec = parse_openai(body, path, state.ctx, state.model_name, state.vocab)
         job = Job(spec, path)
         state.admit(job)
         try:
@@ -3394,6 +3460,7 @@ def run_choice(
             on_token=on_token if stream or stops else None,  # a host sync per token: only then
             cancelled=cancelled,  # no sync: a plain request stops too when its client leaves
             logprobs=spec.get("logprobs"),
+            adjust=spec.get("adjust"),
         )
     if not master:
         return None
@@ -3493,7 +3560,8 @@ def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
             served += 1
     byte_level = {"bytes": True, "ids": False}.get(cfg.vocab)
     api_key = cfg.api_key or os.environ.get("GENERATE_API_KEY") or None
-    state = ServerState(cfg, engine.ctx, model_name_of(cfg), byte_level, api_key)
+    vocab = engine.model.shape.vocab_size
+    state = ServerState(cfg, engine.ctx, model_name_of(cfg), byte_level, api_key, vocab)
     try:
         server = Server((cfg.host, cfg.serve), state)
     except OSError as exc:

@@ -89,12 +89,21 @@ def full_logits(model, ids: list[int]):
         return model.head(model.ln_f(x))[0].float()
 
 
-def reference_greedy(ckpt_dir: Path, prompt: bytes, n: int) -> list[int]:
+def reference_greedy(
+    ckpt_dir: Path, prompt: bytes, n: int, bias: dict | None = None, presence=0.0, freq=0.0
+) -> list[int]:
     """What the lm template's own model predicts, recomputing the whole sequence (no cache)
-    for every new token: the KV-cache decode must give the same tokens."""
-    model, ids = lm_model(ckpt_dir), list(prompt)
+    for every new token: the KV-cache decode must give the same tokens. bias, presence, freq:
+    OpenAI's logit_bias and penalties, over the tokens generated so far."""
+    model, ids, counts = lm_model(ckpt_dir), list(prompt), {}
     for _ in range(n):
-        ids.append(int(full_logits(model, ids)[-1].argmax()))
+        logits = full_logits(model, ids)[-1]
+        for t, value in (bias or {}).items():
+            logits[t] += value
+        for t, c in counts.items():
+            logits[t] -= freq * c + presence
+        ids.append(int(logits.argmax()))
+        counts[ids[-1]] = counts.get(ids[-1], 0) + 1
     return ids[len(prompt) :]
 
 
@@ -1521,6 +1530,13 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
         ({"prompt": "x", "n": True}, 400, "n"),
         ({"prompt": "x", "best_of": 3}, 400, "best_of"),
         ({"prompt": "x", "logprobs": 6}, 400, "logprobs"),  # OpenAI's bound: 5
+        ({"prompt": "x", "logit_bias": {"abc": 1}}, 400, "logit_bias"),
+        ({"prompt": "x", "logit_bias": {"256": 1}}, 400, "logit_bias"),  # past the vocabulary
+        ({"prompt": "x", "logit_bias": {"-1": 1}}, 400, "logit_bias"),
+        ({"prompt": "x", "logit_bias": {"65": 101}}, 400, "logit_bias"),
+        ({"prompt": "x", "logit_bias": {"65": True}}, 400, "logit_bias"),
+        ({"prompt": "x", "presence_penalty": 2.5}, 400, "presence_penalty"),
+        ({"prompt": "x", "frequency_penalty": -3}, 400, "frequency_penalty"),
         ({"prompt": "x", "logprobs": True}, 400, "logprobs"),  # a completion's is a count
         ({"messages": [{"role": "user", "content": "x"}], "logprobs": 2}, 400, "logprobs"),
         (
@@ -1571,6 +1587,13 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
         parse({**asked, "logprobs": True}, chat_path)["logprobs"],
         parse({**asked, "logprobs": True, "top_logprobs": 20}, chat_path)["logprobs"],
     ] == [None, 0, 5, None, None, 0, 20]
+    with pytest.raises(gen.BadRequest) as caught:  # 1e400 parses as inf
+        gen.parse_openai(b'{"prompt": "x", "logit_bias": {"65": 1e400}}', "/v1/completions", 64, "")
+    assert caught.value.param == "logit_bias"
+    adjusted = parse({"prompt": "x", "logit_bias": {"65": -100, "255": 5}, "frequency_penalty": 1})
+    assert adjusted["adjust"] == {"bias": {65: -100.0, 255: 5.0}, "presence": 0.0, "freq": 1.0}
+    zeros = {"prompt": "x", "logit_bias": {}, "presence_penalty": 0, "frequency_penalty": None}
+    assert spec["adjust"] is None and parse(zeros)["adjust"] is None  # nothing to do
     scoring = parse({"prompt": "x", "echo": True, "max_tokens": 0, "logprobs": 1})
     assert (scoring["echo"], scoring["max_new_tokens"], spec["echo"]) == (True, 0, False)
 
@@ -2183,6 +2206,42 @@ def test_echo_scores_the_prompt_as_an_evaluation_harness_asks(
     assert [c.text[: len(text)] for c in many.choices] == [text, text]
     plain = client.completions.create(model=model, prompt=text, echo=True, max_tokens=2)
     assert plain.choices[0].text.startswith(text) and plain.choices[0].logprobs is None
+
+
+@pytest.mark.integration
+def test_logit_bias_and_penalties_steer_the_tokens_as_a_full_forward_pass_says(
+    server: Server, trained: Path
+) -> None:
+    """logit_bias and presence/frequency penalties: the greedy tokens are the argmax of the
+    adjusted logits of a full forward pass, counting what was generated so far; a +100 bias
+    makes one byte the whole text; logprobs stay the model's own, not the adjusted ones."""
+    import torch
+
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0)
+    model = client.models.list().data[0].id
+    ask = {"model": model, "prompt": PROMPT, "max_tokens": 16, "temperature": 0}
+    plain = reference_greedy(trained, PROMPT.encode(), 16)
+    x = ord("x")
+    forced = client.completions.create(**ask, logit_bias={str(x): 100}, logprobs=0).choices[0]
+    assert forced.text == "x" * 16
+    raw = reference_logprobs(trained, PROMPT.encode(), [x] * 16)[:, x].tolist()
+    assert forced.logprobs.token_logprobs == pytest.approx(raw, abs=1e-3)
+    assert max(raw) < -1  # the model's own: far from the adjusted ~0
+
+    penalties = {"frequency_penalty": 1.5, "presence_penalty": 0.5}
+    want = reference_greedy(trained, PROMPT.encode(), 16, presence=0.5, freq=1.5)
+    assert want != plain  # the penalties change the text: the check below bites
+    got = client.completions.create(**ask, **penalties).choices[0].text
+    assert list(got.encode()) == want
+    ban = {str(plain[0]): -100}
+    want = reference_greedy(trained, PROMPT.encode(), 16, bias={plain[0]: -100})
+    assert want[0] != plain[0]
+    banned = client.completions.create(**ask, logit_bias=ban).choices[0].text
+    assert list(banned.encode()) == want
+    streamed = client.completions.create(**ask, logit_bias=ban, stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == banned
+    assert torch.tensor(want).max() < 256  # bytes: the text spells every token
 
 
 @pytest.mark.slow
