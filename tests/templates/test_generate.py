@@ -1377,18 +1377,30 @@ def test_tensor_parallel_server_answers_like_one_process_and_stops_on_sigterm(
 ) -> None:
     """Under torchrun with 2 ranks: rank 0 serves and hands each request to rank 1 (both run
     every step); SIGTERM to torchrun reaches both, rank 0 tells rank 1 to stop, both exit."""
+    import torch
+
     s = Server(["--ckpt", str(trained), "--eager"], tmp_path, ranks=2)
     try:
         good = {"prompt": PROMPT, "max_new_tokens": 20, "temperature": 0, "stream": True}
         status, lines = s.post(json.dumps(good).encode())
         assert status == 200
         assert lines[-1]["tokens"] == reference_greedy(trained, PROMPT.encode(), 20)
-        # OpenAI's n: rank 1 runs every choice too, or the next step's all-reduce would hang
-        many = {"prompt": PROMPT, "max_tokens": 5, "n": 2, "seed": 4}
+        # OpenAI's n: rank 1 runs every choice too, or the next step's all-reduce would hang;
+        # and echo's scoring pass (its all-reduces too), penalties and a bias alike
+        many = {"prompt": PROMPT, "max_tokens": 5, "n": 2, "seed": 4, "echo": True}
+        many |= {"logprobs": 2, "frequency_penalty": 1, "logit_bias": {"120": 3}}
         req = urllib.request.Request(s.base + "/v1/completions", json.dumps(many).encode())
         req.add_header("Content-Type", "application/json")
         with urllib.request.urlopen(req, timeout=120) as reply:
-            assert [c["index"] for c in json.load(reply)["choices"]] == [0, 1]
+            choices = json.load(reply)["choices"]
+        assert [c["index"] for c in choices] == [0, 1]
+        ids = list(PROMPT.encode())
+        want = reference_logprobs(trained, ids[:1], ids[1:]).gather(
+            1, torch.tensor(ids[1:])[:, None]
+        )
+        for c in choices:  # the prompt's log-probabilities: the full model's, not a shard's
+            scored = c["logprobs"]["token_logprobs"][1 : len(ids)]
+            assert scored == pytest.approx(want[:, 0].tolist(), abs=1e-3)
         _, out, err = s.stop(signal.SIGTERM)  # torchrun itself exits 1 (its SignalException)
         result = json.loads(out.splitlines()[-1].removeprefix("RESULT "))
         assert result == {**result, "stopped": "SIGTERM", "served": 2, "failed": 0}, err[-3000:]
