@@ -9,7 +9,8 @@
 # and the decode agree; a second cold start, bf16 and 124M cold (the form is tried there
 # too). Run with carry [".gpuwork"] (the probe): TAG=call1 BUDGET=400. Call 2: the 124M probe
 # beside a 124M cold start, and what OpenAI's request options cost a served 1.3B int8 model
-# (serve_options.py): PARTS="probe124 new124 options" TAG=call2 BUDGET=400.
+# (serve_options.py): PARTS="probe124 new124 options" TAG=call2 BUDGET=400. Call 3: what
+# sampling (OpenAI's default temperature 1) costs there and at 124M: PARTS="options options124".
 set -u
 source "$(dirname "$0")/steps.sh"
 need .gpuwork/decode_probe.py
@@ -22,6 +23,8 @@ pairs) for i in 1 2; do for f in 0 1; do
 cold2) step g31-int8-b 100 $G --size 1.3b $BENCH --compile-cache /tmp/ci2 --quant int8 ;;
 options) step serve-options 240 python3 bench/gpu/serve_options.py $W/gen.py --size 1.3b \
     --vocab-size 256 --seq-len 2048 --quant int8 --compile-cache /tmp/cs ;;
+options124) step serve-options-124m 240 python3 bench/gpu/serve_options.py $W/gen.py \
+    --size 124m --vocab-size 256 --seq-len 2048 --compile-cache /tmp/cs124 ;;
 *) generate_part g31 $part || echo "unknown part: $part" ;;
 esac; done
 summarize "$GENERATE_SUMMARY"

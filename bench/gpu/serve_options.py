@@ -1,7 +1,7 @@
 """What the OpenAI request options cost a served model: start gen.py --serve 0 with the given
 arguments, then POST the same /v1/completions request (a 512-byte prompt, 300 tokens, greedy)
-plainly and with each option (logprobs, penalties, a bias, echo's scoring), in turns, REPS
-times each; print each one's median wall time per request and its ratio to the plain one.
+plainly and with each option (sampling, logprobs, penalties, a bias, echo's scoring), in turns,
+REPS times each; print each one's median wall time per request and its ratio to the plain one.
 
     python bench/gpu/serve_options.py GEN.py --size 1.3b --vocab-size 256 --quant int8
 """
@@ -19,6 +19,8 @@ PROMPT = ("the quick brown fox jumps over the lazy dog; " * 12)[:512]
 ASK = {"prompt": PROMPT, "max_tokens": 300, "temperature": 0}
 OPTIONS = {  # name -> the fields added to ASK
     "plain": {},
+    "temperature 1": {"temperature": 1.0, "seed": 1},
+    "temperature 1, top_p 0.9": {"temperature": 1.0, "top_p": 0.9, "seed": 1},
     "logprobs 5": {"logprobs": 5},
     "logprobs 0": {"logprobs": 0},
     "penalties": {"frequency_penalty": 0.5, "presence_penalty": 0.5},
