@@ -640,6 +640,9 @@ class GPT(nn.Module):
         self.work = {
             # the head's argmax as one key (_gemv_kernel's ARGMAX); _advance_kernel resets it
             "best": torch.full((1,), LOWEST_KEY, device=device, dtype=torch.int64),
+            # the Triton step's draw (_gemv_kernel's SAMPLE): 1 / temperature (0: greedy), seed
+            "inv_t": torch.zeros(1, device=device),
+            "seed": torch.zeros(1, device=device, dtype=torch.int64),
         }
 
     def trunk(self, idx):
@@ -680,9 +683,11 @@ class GPT(nn.Module):
         )
         for b in self.blocks:
             x = b.decode_fast(x, pos)
+        w = self.work
         head = gemv(
-            x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=self.work["best"], runs=True
-        )
+            x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=w["best"], runs=True,
+            sample=(w["inv_t"], w["seed"], pos),
+        )  # fmt: skip
         return head.view(1, -1)
 
 
@@ -1083,11 +1088,13 @@ if triton is not None:
     )
     @triton.jit
     def _gemv_kernel(
-        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, N, K, Z, eps,
+        x_ptr, w_ptr, s_ptr, g_ptr, r_ptr, y_ptr, best_ptr, z_ptr, t_ptr, seed_ptr, pos_ptr,
+        N, K, Z, eps,
         HAS_SCALE: tl.constexpr, LN: tl.constexpr, GAIN: tl.constexpr, GELU: tl.constexpr,
         RES: tl.constexpr, ARGMAX: tl.constexpr, ZERO: tl.constexpr, ATTN_HD: tl.constexpr,
         PDL: tl.constexpr, COMPILED: tl.constexpr, K_LN: tl.constexpr, LANE: tl.constexpr,
         X_ASM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, MAGIC: tl.constexpr,
+        SAMPLE: tl.constexpr = False,
     ):  # fmt: skip
         """y[n] = epilogue(scale[n] * sum_k W[n, k] * prologue(x)[k]); W (N, K) bf16, or int8
         stored w + 128 (Int8Linear). MAGIC: int8 weights, made floats w + INT8_BIAS by byte
@@ -1097,6 +1104,10 @@ if triton is not None:
         weight, same tiles).
         ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
         orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax.
+        SAMPLE (with ARGMAX): where t[0] (1 / temperature) > 0, the key is y * t[0] plus
+        Gumbel noise instead, whose argmax is a draw from softmax(y / temperature) (the
+        Gumbel-max trick); the noise is Philox's at (seed[0], pos[0] * N + n): the same on
+        every rank, no kernel and no host work a step. y itself is stored unchanged.
         ZERO: also z[:Z] <- 0 (qkv's product clears its layer's attention sums, which the
         attention after it adds into). ATTN_HD: x is attention's sums (_attn_kernel), o (K,)
         then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype.
@@ -1214,6 +1225,11 @@ if triton is not None:
         tl.store(y_ptr + rn, y.to(y_ptr.dtype.element_ty), mask=nmask)
         if ARGMAX:
             y = tl.where(nmask, y, float("-inf"))
+            if SAMPLE:
+                inv_t = tl.load(t_ptr)
+                if inv_t > 0:
+                    at = (tl.load(pos_ptr) * N + rn).to(tl.uint32)
+                    y = y * inv_t - tl.log(-tl.log(tl.rand(tl.load(seed_ptr), at)))
             top = tl.max(y, 0)
             n = tl.program_id(0) * BLOCK_N + tl.argmax(y, 0, tie_break_left=True)
             bits = top.to(tl.int32, bitcast=True)
@@ -1466,7 +1482,7 @@ def gemv_candidates(key: tuple) -> tuple:
 
 def gemv(
     x, layer: nn.Module, ln: nn.LayerNorm | None = None, gelu=False, res=None, out_dtype=None,
-    best=None, zero=None, heads: int = 0, runs: bool = False,
+    best=None, zero=None, heads: int = 0, runs: bool = False, sample=None,
 ):  # fmt: skip
     """Batch-1 x (..., K) @ W.T for an nn.Linear or Int8Linear, with an optional LayerNorm on x
     before it, and GELU or a residual add after it, in one kernel -> (N,). best: an int64 (1,)
@@ -1475,6 +1491,8 @@ def gemv(
     of that many heads, (K + heads,) fp64, and the product takes their output (out_dtype's).
     runs: one accumulator a 16-byte run of weights, not a weight (_gemv_tile's LANE; round 17
     measured it faster for the head and qkv, slower for proj, fc and fc_proj).
+    sample: with best, (t, seed, pos) device tensors that make the argmax a draw (_gemv_kernel's
+    SAMPLE): the head of every Triton decode step, greedy (t 0) or not.
     Its tile: tune_gemv's pick for this product, else the autotuner's (else a fixed one under
     the interpreter)."""
     w = layer.weight
@@ -1489,7 +1507,7 @@ def gemv(
     calls = _GEMV_RECORD["calls"]
     if calls is not None:
         calls.setdefault(key, []).append(
-            (given, layer, ln, gelu, res, out_dtype, best, zero, heads, runs)
+            (given, layer, ln, gelu, res, out_dtype, best, zero, heads, runs, sample)
         )
     tile = GEMV_PICKS.get(key) or (gemv_tiles(key)[0] if calls is not None else None)
     int8 = w.dtype == torch.uint8
@@ -1509,13 +1527,14 @@ def gemv(
     g = ln.weight if gain else wsum if wsum is not None else x
     kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](
         x, w, scale if scale is not None else w, g, res.reshape(N) if res is not None else y, y,
-        best if best is not None else y, zero if zero is not None else y, N, K,
+        best if best is not None else y, zero if zero is not None else y,
+        *(sample if sample is not None else (y, y, y)), N, K,
         zero.numel() if zero is not None else 0, ln.eps if ln is not None else 0.0,
         HAS_SCALE=scale is not None, LN=ln is not None, GAIN=gain, GELU=gelu, RES=res is not None,
         ARGMAX=best is not None, ZERO=zero is not None, ATTN_HD=K // heads if heads else 0,
         K_LN=triton.next_power_of_2(K) if ln is not None else 1,
         LANE=(16 // w.element_size()).bit_length() - 1 if runs else 0,
-        X_ASM=x_asm_for(x, K, tile or ()), **fixed,
+        X_ASM=x_asm_for(x, K, tile or ()), SAMPLE=sample is not None, **fixed,
     )  # fmt: skip
     return y
 
@@ -2179,9 +2198,15 @@ class Engine:
             gen.manual_seed(seed)
         kept = Logprobs(max_new, logprobs, self.device) if logprobs is not None else None
         adjusted = None
+        vocab = self.model.shape.vocab_size
         if adjust:
-            vocab = self.model.shape.vocab_size
             adjusted = LogitAdjust(vocab, self.device, **adjust)
+        # Temperature alone (OpenAI's default request): the Triton step draws the token itself
+        # (_gemv_kernel's SAMPLE); top-p, top-k, bias and penalties replace its argmax after it
+        drawn = self.fast and not greedy and not adjusted and top_p >= 1 and not 0 < top_k < vocab
+        if self.fast:
+            self.model.work["inv_t"].fill_(1.0 / temperature if drawn else 0.0)
+            self.model.work["seed"].fill_(seed)
 
         def told(i: int) -> bool:  # on_token of step i's token, self.tok
             row = kept.rows(i, i + 1)[0] if kept else None
@@ -2207,7 +2232,7 @@ class Engine:
         while n < max_new and not stop and not (cancelled and cancelled()):
             pos = P + n - 1  # the input token's position
             logits = self.run_decode(self.decode_bucket(pos + 1))
-            if adjusted or not greedy:  # the step wrote the argmax; replace it
+            if adjusted or not (greedy or drawn):  # the step wrote the argmax; replace it
                 nxt = sample(adjusted(logits) if adjusted else logits, *sampling)
                 self.tok.copy_(nxt.view(1, 1))
                 self.out[pos + 1 : pos + 2].copy_(nxt)

@@ -93,6 +93,7 @@ def compile_product(
         "s_ptr": "*fp32",
         "g_ptr": "*fp64" if attn else "*bf16", "r_ptr": "*bf16",
         "y_ptr": "*fp32" if use.get("ARGMAX") else "*bf16", "best_ptr": "*i64", "z_ptr": "*fp64",
+        "t_ptr": "*fp32", "seed_ptr": "*i64", "pos_ptr": "*i64",
         "N": "i32", "K": "i32", "Z": "i32", "eps": "fp32",
     }  # fmt: skip
     const = dict(
@@ -101,6 +102,7 @@ def compile_product(
         BLOCK_K=bk, MAGIC=True,
     )  # fmt: skip
     const.update(use)
+    const["SAMPLE"] = const["ARGMAX"]  # the head, as the decode step runs it: it may draw
     aligned = ("x_ptr", "w_ptr", "s_ptr", "g_ptr", "r_ptr", "y_ptr", "z_ptr", "N", "K")
     cap = {"maxnreg": maxnreg} if maxnreg else {}
     return compile_sm90(fn, types, const, aligned, num_warps=warps, num_stages=2, **cap)

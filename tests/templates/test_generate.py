@@ -325,7 +325,7 @@ x = torch.randn(3, 256)
 err(g.linear(layer, x, reduce=True), layer(x))  # the compiled decode's spelling of the product
 def magic_product(xin, lane):  # layer's product by _gemv_kernel with MAGIC, as the GPU runs it
     y = torch.full((40,), float("nan"))
-    g._gemv_kernel.fn[(5,)](xin, layer.weight, layer.scale, xin, y, y, y, y, 40, 256, 0, 0.0,
+    g._gemv_kernel.fn[(5,)](xin, layer.weight, layer.scale, xin, y, y, y, y, y, y, y, 40, 256, 0, 0.0,
         HAS_SCALE=True, LN=False, GAIN=False, GELU=False, RES=False, ARGMAX=False, ZERO=False,
         ATTN_HD=0, PDL=False, COMPILED=False, K_LN=1, LANE=lane, X_ASM=1, BLOCK_N=8, BLOCK_K=64,
         MAGIC=True)
@@ -527,6 +527,91 @@ def test_triton_decode_kernels_compute_what_the_torch_modules_do(tmp_path: Path)
     assert float(proc.stdout.split()[-1]) < 1e-5  # fp32 on both sides
 
 
+DRAW_CHECK = """
+import importlib.util, math, sys, torch, triton, triton.language as tl
+spec = importlib.util.spec_from_file_location("gen", sys.argv[1])
+g = importlib.util.module_from_spec(spec); spec.loader.exec_module(g)
+
+@triton.jit
+def uniform(seed_ptr, pos_ptr, out_ptr, N, BLOCK: tl.constexpr):  # drawn as the head does
+    rn = tl.arange(0, BLOCK)
+    at = (tl.load(pos_ptr) * N + rn).to(tl.uint32)
+    tl.store(out_ptr + rn, tl.rand(tl.load(seed_ptr), at), mask=rn < N)
+
+def gumbel(seed, pos, n):
+    u = torch.empty(n)
+    uniform[(1,)](torch.tensor([seed]), torch.tensor([pos]), u, n, BLOCK=triton.next_power_of_2(n))
+    return -torch.log(-torch.log(u))
+
+def chosen(key):
+    return 0x7FFFFFFF - (int(key) & 0xFFFFFFFF)
+
+# the head's product: greedy (1 / T = 0) is the argmax; else argmax(y / T + Gumbel(seed, pos, n))
+torch.manual_seed(0)
+V, K = 6, 64
+lin = torch.nn.Linear(K, V, bias=False)
+x = torch.randn(K)
+best, inv_t = torch.full((1,), g.LOWEST_KEY), torch.zeros(1)
+seed, pos = torch.tensor([1234]), torch.tensor([0])
+y = g.gemv(x, lin, out_dtype=torch.float32, best=best, sample=(inv_t, seed, pos))
+assert chosen(best) == int(y.argmax())
+y = y.clone()
+inv_t.fill_(1 / 0.8)
+counts = [0] * V
+for p in range(2000):
+    best.fill_(g.LOWEST_KEY); pos.fill_(p)
+    got = g.gemv(x, lin, out_dtype=torch.float32, best=best, sample=(inv_t, seed, pos))
+    assert torch.equal(got, y)  # the logits themselves stay the model's
+    token = chosen(best)
+    if p < 20:
+        assert token == int((y / 0.8 + gumbel(1234, p, V)).argmax()), p
+    counts[token] += 1
+want = torch.softmax(y / 0.8, 0)
+chi2 = sum((c - 2000 * float(q)) ** 2 / (2000 * float(q)) for c, q in zip(counts, want))
+assert chi2 < 25, (chi2, counts, want)  # 5 degrees of freedom: p < 1e-4 by chance
+
+# the Engine: temperature alone makes every step after the first the head's draw
+s = g.ModelShape(2, 2, 64, 256, 48)
+m = g.GPT(s).eval().requires_grad_(False)
+m.load_state_dict(g.shard(g.random_state_dict(s, 0, torch.device("cpu"), torch.float32), s, 0, 1))
+m.setup_cache(torch.device("cpu"), torch.float32)
+cfg = g.Config(decode_kernels="triton", eager=True)
+e = g.Engine(m, torch.device("cpu"), cfg, 0, 1)
+assert e.fast
+ids = [3, 141, 59, 26, 53]
+calls = []
+real = g.sample
+g.sample = lambda *a: calls.append(1) or real(*a)
+out = e.generate(ids, 10, temperature=0.7, seed=99)["tokens"]
+g.sample = real
+assert len(calls) == 1, calls  # the prompt's token only: no eager sampling a step
+for j in range(1, 10):
+    logits = m.logits(torch.tensor([ids + out[:j]]))[0, -1]
+    p = len(ids) + j - 1  # the decode step's input position
+    assert out[j] == int((logits / 0.7 + gumbel(99, p, 256)).argmax()), j
+assert e.generate(ids, 10, temperature=0.7, seed=99)["tokens"] == out  # a seed repeats
+assert e.generate(ids, 10, temperature=0.7, seed=98)["tokens"] != out
+greedy = e.generate(ids, 10, temperature=0)["tokens"]  # and greedy after a draw is greedy
+for j in range(1, 10):
+    assert greedy[j] == int(m.logits(torch.tensor([ids + greedy[:j]]))[0, -1].argmax())
+print("DRAWN", chi2)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_triton_step_draws_a_sampled_token_itself(tmp_path: Path) -> None:
+    """OpenAI's default request samples at temperature 1: the Triton decode step draws that
+    token in the head's product (the Gumbel-max trick, Philox noise at the seed and position),
+    no eager sampling a step. Run by Triton's interpreter: greedy is the argmax; a draw is the
+    argmax of logits / T plus the noise a test kernel draws the same way, for the head alone
+    and for the Engine's steps; 2,000 draws follow softmax(logits / T); a seed repeats."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
+    proc = run_with_template(tmp_path, DRAW_CHECK, triton_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2] == "DRAWN", proc.stdout[-2000:]
+
+
 COMPILE_CHECK = """
 import importlib.util, sys, triton
 from triton.backends.compiler import GPUTarget
@@ -554,15 +639,16 @@ for wt in ("bf16", "u8"):  # Int8Linear keeps w + 128 as uint8
         attn = not uses[i % 4]["LN"] and i % 3 == 0  # proj: x from attention's sums
         types = {"x_ptr": "*fp64" if attn else "*bf16", "w_ptr": "*" + wt, "s_ptr": "*fp32",
                  "g_ptr": "*fp64" if attn else "*bf16", "r_ptr": "*bf16", "y_ptr": "*bf16",
-                 "best_ptr": "*i64", "z_ptr": "*fp64", "N": "i32", "K": "i32", "Z": "i32",
-                 "eps": "fp32"}
+                 "best_ptr": "*i64", "z_ptr": "*fp64", "t_ptr": "*fp32", "seed_ptr": "*i64",
+                 "pos_ptr": "*i64", "N": "i32", "K": "i32", "Z": "i32", "eps": "fp32"}
         const = dict(HAS_SCALE=wt == "u8", PDL=bool(i % 2), COMPILED=True, **uses[i % 4],
                      GAIN=wt != "u8",  # int8 folds the gains into W
                      ZERO=uses[i % 4]["LN"] and not uses[i % 4]["GELU"], ATTN_HD=128 if attn else 0,
                      K_LN=2048 if uses[i % 4]["LN"] else 1,
                      # qkv's and the head's accumulators: one a 16-byte run
                      LANE=(4 if wt == "u8" else 3) if uses[i % 4]["LN"] and not uses[i % 4]["GELU"]
-                     else 0, X_ASM=i % 3, **c.kwargs)  # x by tl.load, PTX, PTX x 8
+                     else 0, X_ASM=i % 3, **c.kwargs,  # x by tl.load, PTX, PTX x 8
+                     SAMPLE=uses[i % 4]["ARGMAX"])  # the head draws the token (sampling)
         const = {k: const[k] for k in g._gemv_kernel.fn.arg_names if k in const}
         cap = {"maxnreg": 128} if wt == "u8" and i % 4 == 1 else {}  # GEMV_MAXNREG's option
         build(g._gemv_kernel, types, const, num_warps=c.num_warps, num_stages=c.num_stages, **cap)
