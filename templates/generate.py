@@ -1138,6 +1138,9 @@ if triton is not None:
             # stale, it only lets more programs try their atomic. _advance_kernel, which reset
             # it, launches nothing early, so it has ended before this step's kernels start.
             seen = tl.load(best_ptr)
+        if SAMPLE:  # the draw's scalars, now too (read at the end: 0.2 % of a greedy step,
+            # round 32); pos is _advance_kernel's, ended before this step began, as best
+            inv_t, seed, pos = tl.load(t_ptr), tl.load(seed_ptr), tl.load(pos_ptr)
         dep = _gdc_wait_dep(PDL, COMPILED, X_ASM)  # the wait; x's loads take dep after it
         # Then everything that does, asked for at once: x's first chunk, all of x for the
         # LayerNorm's sums, the residual. Loaded where they are used, each would be one more
@@ -1226,10 +1229,9 @@ if triton is not None:
         if ARGMAX:
             y = tl.where(nmask, y, float("-inf"))
             if SAMPLE:
-                inv_t = tl.load(t_ptr)
                 if inv_t > 0:
-                    at = (tl.load(pos_ptr) * N + rn).to(tl.uint32)
-                    y = y * inv_t - tl.log(-tl.log(tl.rand(tl.load(seed_ptr), at)))
+                    at = (pos * N + rn).to(tl.uint32)
+                    y = y * inv_t - tl.log(-tl.log(tl.rand(seed, at)))
             top = tl.max(y, 0)
             n = tl.program_id(0) * BLOCK_N + tl.argmax(y, 0, tie_break_left=True)
             bits = top.to(tl.int32, bitcast=True)
