@@ -7,7 +7,8 @@
 # .gpuwork/generate_old.py, `git show HEAD~:templates/generate.py` at the round's commit): the
 # greedy decode on one set of picks, restarts twice each, alternating (the head's product
 # gained an epilogue branch: greedy must not pay for it), then serve_options.py on each, at
-# 1.3B int8 and 124M. Run with carry [".gpuwork"]: TAG=call1 BUDGET=540.
+# 1.3B int8 and 124M. Run with carry [".gpuwork"]: TAG=call1 BUDGET=540. Call 2, after the
+# head read its draw's scalars before the wait: PARTS="oldcold pairs options124" TAG=call2.
 set -u
 source "$(dirname "$0")/steps.sh"
 need .gpuwork/decode_probe.py .gpuwork/generate_old.py
