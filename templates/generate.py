@@ -2587,13 +2587,15 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str, vocab: int =
         prompt, where = render_chat(get["messages"]), "messages"
     else:
         prompt, where = get["prompt"], "prompt"
-        if isinstance(prompt, list):  # the API's batch form: one prompt only (n=1)
-            if len(prompt) != 1 or not isinstance(prompt[0], str):
-                raise BadRequest(400, "prompt must be a string (or a list of one)", "prompt")
-            prompt = prompt[0]
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # the API's batch form: one prompt only
         if prompt is None:
             raise BadRequest(400, "prompt is required", "prompt")
-    ids = list(encode_text(prompt, where))
+    ids = (
+        token_prompt(prompt, vocab)
+        if isinstance(prompt, list)
+        else list(encode_text(prompt, where))
+    )
     if not ids:
         raise BadRequest(400, "prompt must not be empty", "prompt")
     stop = get["stop"]
@@ -2655,6 +2657,17 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str, vocab: int =
         "n": n,
         "echo": echo,
     }
+
+
+def token_prompt(prompt: list, vocab: int) -> list[int]:
+    """A prompt given as token ids (the API's array of tokens; a byte-level model's are bytes)."""
+    if not all(type(t) is int and 0 <= t < vocab for t in prompt):
+        raise BadRequest(
+            400,
+            f"prompt must be a string, or token ids (0 to {vocab - 1}), or a list of one of them",
+            "prompt",
+        )
+    return prompt
 
 
 MAX_BIASED = 1024  # logit_bias entries: a bound on what a request makes the server build
@@ -3240,7 +3253,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "model": state.model_name,
         }
         # echo: a completion's text begins with its prompt (chat has no echo)
-        echoed = bytes(spec["ids"]).decode("utf-8", errors="replace") if spec["echo"] else ""
+        echoed = to_text(spec["ids"], True) if spec["echo"] else ""
         if not spec["stream"]:  # a "done" a choice, in order
             dones = [value]
             while not value["last"]:  # run_job: a cancelled choice is the last

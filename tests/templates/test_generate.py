@@ -1659,6 +1659,10 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
         ({"prompt": "x", "stop": [""]}, 400, "stop"),
         ({"prompt": "\ud800"}, 400, "prompt"),
         ({"prompt": ["a", "b"]}, 400, "prompt"),
+        ({"prompt": [104, 256]}, 400, "prompt"),  # past the vocabulary
+        ({"prompt": [True]}, 400, "prompt"),
+        ({"prompt": [[104], [105]]}, 400, "prompt"),
+        ({"prompt": []}, 400, "prompt"),
         ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
         ({"prompt": "x", "functions": []}, 400, "functions"),
         ({"messages": "hi"}, 400, "messages"),
@@ -1692,6 +1696,8 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
     assert adjusted["adjust"] == {"bias": {65: -100.0, 255: 5.0}, "presence": 0.0, "freq": 1.0}
     zeros = {"prompt": "x", "logit_bias": {}, "presence_penalty": 0, "frequency_penalty": None}
     assert spec["adjust"] is None and parse(zeros)["adjust"] is None  # nothing to do
+    for tokens in ([104, 105], [[104, 105]], ["hi"]):  # OpenAI's array of tokens, or of one
+        assert parse({"prompt": tokens})["ids"] == list(b"hi"), tokens
     scoring = parse({"prompt": "x", "echo": True, "max_tokens": 0, "logprobs": 1})
     assert (scoring["echo"], scoring["max_new_tokens"], spec["echo"]) == (True, 0, False)
 
@@ -2304,6 +2310,8 @@ def test_echo_scores_the_prompt_as_an_evaluation_harness_asks(
     assert [c.text[: len(text)] for c in many.choices] == [text, text]
     plain = client.completions.create(model=model, prompt=text, echo=True, max_tokens=2)
     assert plain.choices[0].text.startswith(text) and plain.choices[0].logprobs is None
+    tokens = client.completions.create(**{**ask, "prompt": ids}, max_tokens=0).choices[0]
+    assert tokens.text == text and tokens.logprobs.token_logprobs == scored.logprobs.token_logprobs
 
 
 @pytest.mark.integration
