@@ -1805,6 +1805,8 @@ def test_crafted_requests_each_get_a_status_and_leave_no_traceback(trained: Path
     import struct
 
     s = Server(["--ckpt", str(trained), "--max-body", "100000"], trained.parent)
+    bias = {str(i % 256) + "0" * (i // 256): 1 for i in range(2000)}  # 2,000 keys, one past V
+    huge_bias = json.dumps({"prompt": "x", "logit_bias": bias}).encode()
     try:
         cases = [
             (post_bytes("/generate", b'{"prompt": "\\ud800 x"}'), 400, b"lone surrogate"),
@@ -1832,6 +1834,28 @@ def test_crafted_requests_each_get_a_status_and_leave_no_traceback(trained: Path
                 post_bytes("/v1/completions", b'{"prompt": "x", "n": 99}'),
                 400,
                 b'"type": "invalid_request_error"',
+            ),
+            # the sampling and scoring fields, crafted: each a 400 naming its field
+            (post_bytes("/v1/completions", huge_bias), 400, b'"param": "logit_bias"'),
+            (
+                post_bytes("/v1/completions", b'{"prompt": "x", "logit_bias": {"65": 1e999}}'),
+                400,
+                b'"param": "logit_bias"',
+            ),
+            (
+                post_bytes("/v1/completions", b'{"prompt": "x", "logprobs": 99999999999999999999}'),
+                400,
+                b'"param": "logprobs"',
+            ),
+            (
+                post_bytes("/v1/completions", b'{"prompt": [1e308], "echo": true}'),
+                400,
+                b'"param": "prompt"',
+            ),
+            (
+                post_bytes("/v1/completions", b'{"prompt": "x", "echo": true, "max_tokens": -5}'),
+                400,
+                b'"param": "max_tokens"',
             ),
         ]
         for data, status, says in cases:
