@@ -673,9 +673,10 @@ class GPT(nn.Module):
             linear(self.head, self.ln_f(x), self.blocks[0].attn.reduce_linear).float().view(1, -1)
         )
 
-    def decode_fast(self, tok, pos, _S: int = 0):
+    def decode_fast(self, tok, pos, draw: bool = False):
         """decode in Triton kernels: the cache length is read from pos on the device, so one
-        CUDA graph serves every length (S unused)."""
+        CUDA graph serves every length. draw: the head draws the token (_gemv_kernel's SAMPLE;
+        a graph of its own, so a greedy step runs none of it)."""
         te, pe = self.tok_emb.weight, self.pos_emb.weight
         x = torch.empty(te.shape[1], device=te.device, dtype=te.dtype)
         _embed_kernel[(triton.cdiv(x.numel(), 256),)](
@@ -686,7 +687,7 @@ class GPT(nn.Module):
         w = self.work
         head = gemv(
             x, self.head, ln=self.ln_f, out_dtype=torch.float32, best=w["best"], runs=True,
-            sample=(w["inv_t"], w["seed"], pos),
+            sample=(w["inv_t"], w["seed"], pos) if draw else None,
         )  # fmt: skip
         return head.view(1, -1)
 
@@ -738,9 +739,13 @@ def decode_step(model: GPT, tok, pos, out, S: int):
     return advance(model.decode(tok, pos, S), tok, pos, out)
 
 
+DRAW = -1  # decode_step_fast's S for the step that draws a sampled token (GPT.decode_fast)
+
+
 def decode_step_fast(model: GPT, tok, pos, out, S: int):
-    """decode_step in Triton kernels, not compiled: captured as it is in one CUDA graph."""
-    logits = model.decode_fast(tok, pos)
+    """decode_step in Triton kernels, not compiled: captured as it is in one CUDA graph, one
+    for every length (S 0), and one more that draws a sampled token (S DRAW)."""
+    logits = model.decode_fast(tok, pos, draw=S == DRAW)
     _advance_kernel[(1,)](model.work["best"], tok, pos, out, **pdl_args())
     return logits
 
@@ -1104,10 +1109,11 @@ if triton is not None:
         weight, same tiles).
         ARGMAX (the head): also best <- max(best, key of this program's largest y), a key that
         orders as (y, -n), so the maximum names the first of equal maxima, as torch.argmax.
-        SAMPLE (with ARGMAX): where t[0] (1 / temperature) > 0, the key is y * t[0] plus
-        Gumbel noise instead, whose argmax is a draw from softmax(y / temperature) (the
-        Gumbel-max trick); the noise is Philox's at (seed[0], pos[0] * N + n): the same on
-        every rank, no kernel and no host work a step. y itself is stored unchanged.
+        SAMPLE (with ARGMAX): the key is y * t[0] (1 / temperature) plus Gumbel noise instead,
+        whose argmax is a draw from softmax(y / temperature) (the Gumbel-max trick); the noise
+        is Philox's at (seed[0], pos[0] * N + n): the same on every rank, no kernel and no host
+        work a step. y itself is stored unchanged. A greedy step is compiled without it (round
+        32: compiled in and skipped at run time, it cost greedy decode 0.2-0.3 %).
         ZERO: also z[:Z] <- 0 (qkv's product clears its layer's attention sums, which the
         attention after it adds into). ATTN_HD: x is attention's sums (_attn_kernel), o (K,)
         then, at g_ptr, l (K / ATTN_HD,): x = o / l, rounded to y's dtype.
@@ -1138,8 +1144,8 @@ if triton is not None:
             # stale, it only lets more programs try their atomic. _advance_kernel, which reset
             # it, launches nothing early, so it has ended before this step's kernels start.
             seen = tl.load(best_ptr)
-        if SAMPLE:  # the draw's scalars, now too (read at the end: 0.2 % of a greedy step,
-            # round 32); pos is _advance_kernel's, ended before this step began, as best
+        if SAMPLE:  # the draw's scalars, now too (a round trip at the end otherwise); pos is
+            # _advance_kernel's, which ended before this step began, as best's
             inv_t, seed, pos = tl.load(t_ptr), tl.load(seed_ptr), tl.load(pos_ptr)
         dep = _gdc_wait_dep(PDL, COMPILED, X_ASM)  # the wait; x's loads take dep after it
         # Then everything that does, asked for at once: x's first chunk, all of x for the
@@ -1229,9 +1235,8 @@ if triton is not None:
         if ARGMAX:
             y = tl.where(nmask, y, float("-inf"))
             if SAMPLE:
-                if inv_t > 0:
-                    at = (pos * N + rn).to(tl.uint32)
-                    y = y * inv_t - tl.log(-tl.log(tl.rand(seed, at)))
+                at = (pos * N + rn).to(tl.uint32)
+                y = y * inv_t - tl.log(-tl.log(tl.rand(seed, at)))
             top = tl.max(y, 0)
             n = tl.program_id(0) * BLOCK_N + tl.argmax(y, 0, tie_break_left=True)
             bits = top.to(tl.int32, bitcast=True)
@@ -2132,9 +2137,9 @@ class Engine:
         graph.replay()
         return out
 
-    def run_decode(self, S: int):
-        if self.fast:
-            S = 0  # one graph for every length: the kernels read it from pos
+    def run_decode(self, S: int, draw: bool = False):
+        if self.fast:  # one graph for every length (the kernels read it from pos), one more
+            S = DRAW if draw else 0  # for a step that draws its token (generate's drawn)
         if not self.graphs:
             return self.decode_fn(self.model, self.tok, self.pos, self.out, S)
         if not self.tuned:
@@ -2204,10 +2209,11 @@ class Engine:
         if adjust:
             adjusted = LogitAdjust(vocab, self.device, **adjust)
         # Temperature alone (OpenAI's default request): the Triton step draws the token itself
-        # (_gemv_kernel's SAMPLE); top-p, top-k, bias and penalties replace its argmax after it
+        # (_gemv_kernel's SAMPLE, a graph of its own); top-p, top-k, bias and penalties replace
+        # the greedy step's argmax after it
         drawn = self.fast and not greedy and not adjusted and top_p >= 1 and not 0 < top_k < vocab
-        if self.fast:
-            self.model.work["inv_t"].fill_(1.0 / temperature if drawn else 0.0)
+        if drawn:
+            self.model.work["inv_t"].fill_(1.0 / temperature)
             self.model.work["seed"].fill_(seed)
 
         def told(i: int) -> bool:  # on_token of step i's token, self.tok
@@ -2233,7 +2239,7 @@ class Engine:
         n = 1
         while n < max_new and not stop and not (cancelled and cancelled()):
             pos = P + n - 1  # the input token's position
-            logits = self.run_decode(self.decode_bucket(pos + 1))
+            logits = self.run_decode(self.decode_bucket(pos + 1), drawn)
             if adjusted or not (greedy or drawn):  # the step wrote the argmax; replace it
                 nxt = sample(adjusted(logits) if adjusted else logits, *sampling)
                 self.tok.copy_(nxt.view(1, 1))
@@ -3589,6 +3595,8 @@ def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
     every step); the others follow. The model is only ever touched by this (main) thread."""
     n = max(1, min(8, engine.ctx // 2))
     engine.generate([10] * n, n, 0.0)  # compile + capture the smallest buckets before serving
+    if engine.fast:  # and the step that draws a sampled token (OpenAI's default request)
+        engine.generate([10] * n, n, 1.0)
     if not master:  # follower: run what rank 0 broadcasts until it says stop (None)
         served = 0
         while True:
