@@ -13,19 +13,7 @@ set -u
 source "$(dirname "$0")/steps.sh"
 need .gpuwork/decode_probe.py .gpuwork/generate_old.py
 machine_line; generate_setup
-OLD="python3 .gpuwork/generate_old.py"
-S13="--size 1.3b --vocab-size 256 --seq-len 2048 --quant int8"
-S124="--size 124m --vocab-size 256 --seq-len 2048"
-for part in ${PARTS:-oldcold pairs options options124}; do case $part in
-oldcold) step g32-int8-old 100 $OLD --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
-pairs) for i in 1 2; do
-    step g32-int8-new-$i 40 $G --size 1.3b $BENCH --quant int8 --compile-cache /tmp/ci
-    step g32-int8-old-$i 40 $OLD --size 1.3b $BENCH --quant int8 --compile-cache /tmp/ci
-  done ;;
-options) step options-old 150 python3 bench/gpu/serve_options.py .gpuwork/generate_old.py $S13 --compile-cache /tmp/cs
-  step options-new 100 python3 bench/gpu/serve_options.py $W/gen.py $S13 --compile-cache /tmp/cs ;;
-options124) step options124-old 100 python3 bench/gpu/serve_options.py .gpuwork/generate_old.py $S124 --compile-cache /tmp/cs124
-  step options124-new 80 python3 bench/gpu/serve_options.py $W/gen.py $S124 --compile-cache /tmp/cs124 ;;
-*) generate_part g32 $part || echo "unknown part: $part" ;;
-esac; done
+for part in ${PARTS:-oldcold pairs options options124}; do
+  PAIRS=${PAIRS:-2} generate_part g32 $part || echo "unknown part: $part"
+done
 summarize "$GENERATE_SUMMARY"

@@ -57,6 +57,19 @@ generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share,
   old124) step $t-124m-old 50 $old --size 124m $BENCH --compile-cache /tmp/c124o ;;
   sweepnew) step sweep-new 120 $sw ;;
   sweepold) step sweep-old 120 $sw --template .gpuwork/generate_old.py ;;
+  # old beside new on one set of picks: the old template's cold start, then restarts of each,
+  # alternating, PAIRS times; serve_options.py on each (1.3B int8, 124M), old first (cold)
+  oldcold) step $t-int8-old 100 $old --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
+  pairs) local i; for i in $(seq ${PAIRS:-2}); do
+      step $t-int8-new-$i 40 $G --size 1.3b $BENCH --quant int8 --compile-cache /tmp/ci
+      step $t-int8-old-$i 40 $old --size 1.3b $BENCH --quant int8 --compile-cache /tmp/ci
+    done ;;
+  options) local s13="--size 1.3b --vocab-size 256 --seq-len 2048 --quant int8"
+    step $t-options-old 150 python3 bench/gpu/serve_options.py .gpuwork/generate_old.py $s13 --compile-cache /tmp/cs
+    step $t-options-new 100 python3 bench/gpu/serve_options.py $W/gen.py $s13 --compile-cache /tmp/cs ;;
+  options124) local s124="--size 124m --vocab-size 256 --seq-len 2048"
+    step $t-options124-old 100 python3 bench/gpu/serve_options.py .gpuwork/generate_old.py $s124 --compile-cache /tmp/cs124
+    step $t-options124-new 80 python3 bench/gpu/serve_options.py $W/gen.py $s124 --compile-cache /tmp/cs124 ;;
   probe13) step probe-1.3b 90 python3 $P 1.3b ;;
   probe124) step probe-124m 50 python3 $P 124m ;;
   train) stdlib_corpus; step train-124m 120 python3 templates/lm.py $lm ;;
