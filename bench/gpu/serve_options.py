@@ -8,12 +8,12 @@ REPS times each; print each one's median wall time per request and its ratio to 
 
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
+
+from serve_ready import base_of, served  # bench/gpu: the script's own folder
 
 PROMPT = ("the quick brown fox jumps over the lazy dog; " * 12)[:512]
 ASK = {"prompt": PROMPT, "max_tokens": 300, "temperature": 0}
@@ -40,20 +40,12 @@ def post(base: str, body: dict) -> tuple[float, dict]:
 
 
 def main() -> int:
-    proc = subprocess.Popen(
-        [sys.executable, sys.argv[1], "--serve", "0", *sys.argv[2:]],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = ""
-        while not line.startswith("serving http://"):
-            line = proc.stdout.readline()
-            if not line:
-                print("server exited before serving", flush=True)
-                return 1
-        print(line.strip(), flush=True)
-        base = line.split()[1].removesuffix("/generate")
+    with served(sys.argv[1], sys.argv[2:]) as line:
+        if line is None:
+            print("server exited before serving", flush=True)
+            return 1
+        print(line, flush=True)
+        base = base_of(line)
         for extra in OPTIONS.values():  # each option's first request: its kernels, once
             post(base, {**ASK, **extra})
         times: dict[str, list[float]] = {name: [] for name in OPTIONS}
@@ -70,12 +62,6 @@ def main() -> int:
             mid = statistics.median(ts)
             print(f"| {name} | {tokens[name]} | {mid * 1e3:.1f} | {mid / plain:.3f} | |")
         return 0
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 if __name__ == "__main__":

@@ -1843,26 +1843,15 @@ def test_crafted_requests_each_get_a_status_and_leave_no_traceback(trained: Path
                 b'"type": "invalid_request_error"',
             ),
             # the sampling and scoring fields, crafted: each a 400 naming its field
-            (post_bytes("/v1/completions", huge_bias), 400, b'"param": "logit_bias"'),
-            (
-                post_bytes("/v1/completions", b'{"prompt": "x", "logit_bias": {"65": 1e999}}'),
-                400,
-                b'"param": "logit_bias"',
-            ),
-            (
-                post_bytes("/v1/completions", b'{"prompt": "x", "logprobs": 99999999999999999999}'),
-                400,
-                b'"param": "logprobs"',
-            ),
-            (
-                post_bytes("/v1/completions", b'{"prompt": [1e308], "echo": true}'),
-                400,
-                b'"param": "prompt"',
-            ),
-            (
-                post_bytes("/v1/completions", b'{"prompt": "x", "echo": true, "max_tokens": -5}'),
-                400,
-                b'"param": "max_tokens"',
+            *(
+                (post_bytes("/v1/completions", body), 400, b'"param": "%s"' % param)
+                for body, param in (
+                    (huge_bias, b"logit_bias"),
+                    (b'{"prompt": "x", "logit_bias": {"65": 1e999}}', b"logit_bias"),
+                    (b'{"prompt": "x", "logprobs": 99999999999999999999}', b"logprobs"),
+                    (b'{"prompt": [1e308], "echo": true}', b"prompt"),
+                    (b'{"prompt": "x", "echo": true, "max_tokens": -5}', b"max_tokens"),
+                )
             ),
         ]
         for data, status, says in cases:
