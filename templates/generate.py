@@ -1352,6 +1352,16 @@ if triton is not None:
         tl.store(best_ptr, tl.full((), _LOWEST_KEY, tl.int64))
 
     @triton.jit
+    def _gumbel_kernel(y_ptr, seed_ptr, pos_ptr, N, BLOCK: tl.constexpr):
+        """y += the Gumbel noise _gemv_kernel's SAMPLE adds in the step whose input is at
+        pos - 1 (pos advanced past it): the same Philox numbers, so the same draw."""
+        rn = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = rn < N
+        at = ((tl.load(pos_ptr) - 1) * N + rn).to(tl.uint32)
+        y = tl.load(y_ptr + rn, mask=mask)
+        tl.store(y_ptr + rn, y - tl.log(-tl.log(tl.rand(tl.load(seed_ptr), at))), mask=mask)
+
+    @triton.jit
     def _int8_mm_kernel(
         a_ptr, w_ptr, s_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -1876,44 +1886,55 @@ def decode_attention(qkv, attn: nn.Module, pos):
 
 
 # --- SAMPLING ---
-def sample(logits, temperature: float, top_k: int, top_p: float, gen):
-    """(1, V) float logits -> (1,) token. No host sync: the exponential-race form of
-    multinomial (argmax of p / Exp(1) noise) stays on the device and in the stream."""
-    if temperature <= 0 or top_k == 1:
-        return logits.argmax(dim=-1)
-    logits = logits / temperature
+def nucleus(logits, top_k: int, top_p):
+    """logits / T (1, V) -> the same with the tokens outside the top_k likeliest (0: off) and
+    outside the top-p nucleus at -inf. top_p: a float, a (1,) device tensor (Picker's graph
+    reads it there) or None (off)."""
     if 0 < top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
+    if top_p is not None:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         drop = probs.cumsum(dim=-1) - probs > top_p  # keep the smallest prefix with mass top_p
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    probs = logits.softmax(dim=-1)
-    noise = torch.empty_like(probs).exponential_(1.0, generator=gen)
-    return (probs / noise).argmax(dim=-1)
+    return logits
+
+
+def gumbel(logits, seed, pos) -> torch.Tensor:
+    """logits (1, V) fp32 + the Gumbel noise _gemv_kernel's SAMPLE draws for the step whose
+    input is at pos - 1 (Philox at the seed): argmax of the sum = the head's draw. No sync."""
+    y = logits.contiguous().clone()
+    N = y.numel()
+    _gumbel_kernel[(triton.cdiv(N, 1024),)](y, seed, pos, N, BLOCK=1024)
+    return y
 
 
 class LogitAdjust:
     """OpenAI's logit_bias and presence/frequency penalties, on the device before sampling:
     logits + bias - frequency * count - presence * (count > 0), count being how often each
-    token was generated so far in this completion (the prompt's are not counted, as vLLM)."""
+    token was generated so far in this completion (the prompt's are not counted, as vLLM).
+    The engine's buffers, set per request: a graph of Picker.step reads them where they are."""
 
-    def __init__(self, vocab: int, device: torch.device, bias: dict, presence: float, freq: float):
-        host = torch.zeros(vocab)
-        for token, value in bias.items():
-            host[token] = value
-        self.bias, self.presence, self.freq = host.to(device), presence, freq
+    def __init__(self, vocab: int, device: torch.device):
+        self.bias = torch.zeros(vocab, device=device)
         self.counts = torch.zeros(vocab, device=device)
+        self.presence, self.freq = torch.zeros(1, device=device), torch.zeros(1, device=device)
         self.one = torch.ones(1, device=device)
 
+    def set(self, bias: dict, presence: float, freq: float) -> None:
+        host = torch.zeros(self.bias.shape[0])
+        for token, value in bias.items():
+            host[token] = value
+        self.bias.copy_(host)
+        self.counts.zero_()
+        self.presence.fill_(presence)
+        self.freq.fill_(freq)
+
     def __call__(self, logits):
-        out = logits + self.bias
-        if self.presence or self.freq:
-            out = out - self.freq * self.counts - self.presence * (self.counts > 0).float()
-        return out
+        penalty = self.freq * self.counts + self.presence * (self.counts > 0).float()
+        return logits + self.bias - penalty
 
     def count(self, tok) -> None:
         self.counts.index_add_(0, tok.view(1), self.one)
@@ -1929,23 +1950,82 @@ class Logprobs:
         self.values = torch.empty(steps, k, device=device)
         self.ids = torch.empty(steps, k, device=device, dtype=torch.int64)
 
-    def keep(self, i: int, logits, tok) -> None:
-        """Steps i..i+m-1: logits (m, V) and the tokens they chose, tok (m elements). No sync."""
+    def keep(self, at, logits, tok) -> None:
+        """Rows at..at+m-1: logits (m, V) and the tokens they chose, tok (m elements). at: an
+        int, or a (1,) device tensor (m 1: Picker's graph reads the row there). No sync."""
         m = tok.numel()
+        if not isinstance(at, torch.Tensor):
+            at = torch.arange(at, at + m, device=self.chosen.device)
         lp = logits.float().view(m, -1).log_softmax(dim=-1)
-        self.chosen[i : i + m].copy_(lp.gather(1, tok.view(m, 1)).view(m))
+        self.chosen.index_copy_(0, at, lp.gather(1, tok.view(m, 1)).view(m))
         if self.ids.shape[1]:
             top = lp.topk(self.ids.shape[1])
-            self.values[i : i + m].copy_(top.values)
-            self.ids[i : i + m].copy_(top.indices)
+            self.values.index_copy_(0, at, top.values)
+            self.ids.index_copy_(0, at, top.indices)
 
-    def rows(self, start: int, stop: int) -> list[tuple[float, list[tuple[int, float]]]]:
-        """Steps start..stop-1 as (chosen's, [(id, logprob) likeliest first]); one sync."""
+    def rows(self, start: int, stop: int, k: int | None = None) -> list:
+        """Steps start..stop-1 as (chosen's, [(id, logprob) of the k likeliest, likeliest
+        first]) (k: all kept); one sync."""
         chosen = self.chosen[start:stop].tolist()
-        ids, values = self.ids[start:stop].tolist(), self.values[start:stop].tolist()
+        ids, values = self.ids[start:stop, :k].tolist(), self.values[start:stop, :k].tolist()
         return [
             (c, list(zip(i, v, strict=True))) for c, i, v in zip(chosen, ids, values, strict=True)
         ]
+
+
+# Picker.step's plan: which token (PICK_NONE: the step's own argmax or draw stands), top-k
+# (0: off), top-p on, logit_bias / penalties on, logprobs kept
+PICK_NONE, PICK_ARGMAX, PICK_DRAW = 0, 1, 2
+
+
+class Picker:
+    """What a decode step leaves to do after it, for OpenAI's request options: the token that
+    top-k, top-p, logit_bias or penalties choose instead of the step's own, and the logprobs
+    kept. In place on the engine's buffers (tok, out[pos], the counts, a row of logprobs),
+    its parameters read from the device (temperature, seed and top-p set per request), so
+    one CUDA graph of a plan serves every request with that plan (Engine.run_pick). Its draw
+    is the head's (gumbel, Philox at the seed and position) where the decode is Triton, so
+    a seed picks the same tokens either way; elsewhere torch's generator's."""
+
+    def __init__(self, vocab: int, ctx: int, k: int, work: dict, device: torch.device):
+        self.inv_t, self.seed = work["inv_t"], work["seed"]  # the head's draw reads them too
+        self.top_p = torch.ones(1, device=device)
+        self.adjust = LogitAdjust(vocab, device)
+        self.kept = Logprobs(ctx, k, device)
+        self.row = torch.zeros(1, dtype=torch.long, device=device)  # the next row of kept
+        self.gen: torch.Generator | None = None  # torch's draw (no Triton): the request's
+
+    def set(self, temperature: float, seed: int, top_p: float, adjust: dict | None) -> None:
+        """A request's parameters (a few copies to the device, once per request)."""
+        self.inv_t.fill_(1.0 / temperature if temperature > 0 else 0.0)
+        self.seed.fill_(seed)
+        self.top_p.fill_(top_p)
+        if adjust:
+            self.adjust.set(**adjust)
+        self.row.zero_()
+        self.gen = torch.Generator(device=self.inv_t.device).manual_seed(seed)
+
+    def step(self, logits, tok, pos, out, plan: tuple, fast: bool) -> None:
+        """logits (1, V) of the token whose position pos now holds (pos advanced past its
+        input): tok and out[pos] <- the plan's token, its count, its logprobs row. No sync."""
+        pick, top_k, top_p, adjusted, keep = plan
+        if pick != PICK_NONE:
+            y = self.adjust(logits) if adjusted else logits
+            if pick == PICK_DRAW:
+                y = nucleus(y * self.inv_t, top_k, self.top_p if top_p else None)
+                if fast:
+                    y = gumbel(y, self.seed, pos)
+                else:  # the same race, with torch's noise: -log Exp(1) is Gumbel
+                    noise = torch.empty_like(y).exponential_(1.0, generator=self.gen)
+                    y = y - noise.log()
+            nxt = y.argmax(dim=-1)
+            tok.copy_(nxt.view(1, 1))
+            out.index_copy_(0, pos, nxt)
+            if adjusted:
+                self.adjust.count(nxt)
+        if keep:
+            self.kept.keep(self.row, logits, tok)
+            self.row.add_(1)
 
 
 # --- ENGINE ---
@@ -2036,6 +2116,9 @@ class Engine:
             self.decode_fn = decode_step_fast
         self.prefill_graphs: dict[int, tuple] = {}
         self.decode_graphs: dict[int, tuple] = {}
+        vocab, top = model.shape.vocab_size, max(MAX_LOGPROBS.values())
+        self.picker = Picker(vocab, self.ctx, top, model.work, device)
+        self.pick_graphs: dict[tuple, tuple] = {}
         self.tuned = not (fast and self.graphs and device.type == "cuda")
         self.tiles: dict | None = None  # tune's picks and time
 
@@ -2160,6 +2243,28 @@ class Engine:
         graph.replay()
         return out
 
+    def run_pick(self, plan: tuple, logits) -> None:
+        """Picker.step after a decode step: a CUDA graph a plan (and decode graph) where the
+        decode is Triton (its draw reads everything from the device), else eager."""
+        picker = self.picker
+
+        def fn() -> None:
+            picker.step(logits, self.tok, self.pos, self.out, plan, self.fast)
+
+        if not (self.graphs and self.fast):
+            return fn()
+        key = (plan, logits.data_ptr())
+        if key not in self.pick_graphs:  # a few ms, the first request with this plan
+            state = (self.tok, picker.row, picker.adjust.counts)
+            saved = [t.clone() for t in state]
+
+            def reset() -> None:  # what a warm-up run changed (out[pos] and its row: rewritten)
+                for t, s in zip(state, saved, strict=True):
+                    t.copy_(s)
+
+            self.pick_graphs[key] = self._capture(fn, reset)
+        self.pick_graphs[key][0].replay()
+
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -2198,41 +2303,31 @@ class Engine:
         P = len(ids)
         if P < 1 or P + max_new > self.ctx:
             raise ValueError(f"prompt {P} + new tokens {max_new} must fit the context {self.ctx}")
+        picker = self.picker
+        kept = picker.kept if logprobs is not None else None
+        if kept and logprobs > kept.ids.shape[1]:
+            raise ValueError(f"logprobs {logprobs}: at most {kept.ids.shape[1]}")
         greedy = temperature <= 0 or top_k == 1
-        gen = None
-        if not greedy:
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(seed)
-        kept = Logprobs(max_new, logprobs, self.device) if logprobs is not None else None
-        adjusted = None
-        vocab = self.model.shape.vocab_size
-        if adjust:
-            adjusted = LogitAdjust(vocab, self.device, **adjust)
+        top_k = 0 if greedy or not 0 < top_k < self.model.shape.vocab_size else top_k
+        top_p_on = not greedy and top_p < 1
+        picker.set(temperature, seed, top_p, adjust)
         # Temperature alone (OpenAI's default request): the Triton step draws the token itself
-        # (_gemv_kernel's SAMPLE, a graph of its own); top-p, top-k, bias and penalties replace
-        # the greedy step's argmax after it
-        drawn = self.fast and not greedy and not adjusted and top_p >= 1 and not 0 < top_k < vocab
-        if drawn:
-            self.model.work["inv_t"].fill_(1.0 / temperature)
-            self.model.work["seed"].fill_(seed)
+        # (_gemv_kernel's SAMPLE, a graph of its own); top-k, top-p, bias and penalties pick
+        # another after it (Picker.step), as they pick the first token after the prompt
+        drawn = self.fast and not greedy and not adjust and not (top_k or top_p_on)
+        first = (PICK_ARGMAX if greedy else PICK_DRAW, top_k, top_p_on, bool(adjust), bool(kept))
+        plan = (PICK_NONE if drawn or (greedy and not adjust) else first[0], *first[1:])
 
         def told(i: int) -> bool:  # on_token of step i's token, self.tok
-            row = kept.rows(i, i + 1)[0] if kept else None
+            row = kept.rows(i, i + 1, logprobs)[0] if kept else None
             return on_token(int(self.tok.item()), row)
 
         self.sync()
         t0 = time.perf_counter()
         logits = self.run_prefill(ids)
-        sampling = (temperature, top_k, top_p, gen)
-        first = sample(adjusted(logits) if adjusted else logits, *sampling)
-        if adjusted:
-            adjusted.count(first)
-        self.tok.copy_(first.view(1, 1))
-        self.pos.fill_(P)
-        self.out[P : P + 1].copy_(first)
-        if kept:
-            kept.keep(0, logits, first)
-        first.item()  # the sync that ends time-to-first-token
+        self.pos.fill_(P)  # the first token's position: Picker.step writes out[P] and tok
+        picker.step(logits, self.tok, self.pos, self.out, first, self.fast)
+        self.tok.item()  # the sync that ends time-to-first-token
         ttft = time.perf_counter() - t0
         stop = told(0) if on_token else False
         t1 = time.perf_counter()
@@ -2240,21 +2335,15 @@ class Engine:
         while n < max_new and not stop and not (cancelled and cancelled()):
             pos = P + n - 1  # the input token's position
             logits = self.run_decode(self.decode_bucket(pos + 1), drawn)
-            if adjusted or not (greedy or drawn):  # the step wrote the argmax; replace it
-                nxt = sample(adjusted(logits) if adjusted else logits, *sampling)
-                self.tok.copy_(nxt.view(1, 1))
-                self.out[pos + 1 : pos + 2].copy_(nxt)
-                if adjusted:
-                    adjusted.count(nxt)
-            if kept:  # before the next step's replay writes its logits over these
-                kept.keep(n, logits, self.tok)
+            if plan[0] != PICK_NONE or kept:  # before the next step writes over its logits
+                self.run_pick(plan, logits)
             n += 1
             if on_token:
                 stop = told(n - 1)
         tokens = self.out[P : P + n].tolist()  # syncs
         result = {"tokens": tokens, "ttft_s": ttft, "decode_s": time.perf_counter() - t1}
         if kept:
-            result["logprobs"] = kept.rows(0, n)
+            result["logprobs"] = kept.rows(0, n, logprobs)
         return result
 
 
@@ -3595,8 +3684,9 @@ def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
     every step); the others follow. The model is only ever touched by this (main) thread."""
     n = max(1, min(8, engine.ctx // 2))
     engine.generate([10] * n, n, 0.0)  # compile + capture the smallest buckets before serving
-    if engine.fast:  # and the step that draws a sampled token (OpenAI's default request)
+    if engine.fast:  # and the step that draws a sampled token (OpenAI's default request),
         engine.generate([10] * n, n, 1.0)
+        engine.generate([10] * n, n, 1.0, top_p=0.9)  # Picker's noise kernel and a top-p graph
     if not master:  # follower: run what rank 0 broadcasts until it says stop (None)
         served = 0
         while True:

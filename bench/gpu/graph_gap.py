@@ -11,7 +11,7 @@ import argparse
 import statistics
 
 import torch
-from template import load_template
+from template import load_template, random_model
 
 
 def main() -> None:
@@ -20,17 +20,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=288)
     a = ap.parse_args()
     g = load_template()
-    dev, dt = torch.device("cuda"), torch.bfloat16
+    dev = torch.device("cuda")
     s = g.ModelShape(24, 16, 2048, 50304, 2048)
-    with torch.device("meta"):
-        m = g.GPT(s).to(dt)
-    g.materialize(m, dev)
-    m.head.weight = m.tok_emb.weight
-    m.load_state_dict(g.shard(g.random_state_dict(s, 1337, dev, dt), s, 0, 1))
-    m.eval().requires_grad_(False)
-    if a.quant == "int8":
-        g.quantize_int8(m)
-    m.setup_cache(dev, dt)
+    m = random_model(g, s, 1337, a.quant)
     g.PDL["on"] = g.pdl_usable(dev)
     tok = torch.ones(1, 1, dtype=torch.long, device=dev)
     pos = torch.full((1,), 512, dtype=torch.long, device=dev)

@@ -1,7 +1,8 @@
 """What the OpenAI request options cost a served model: start gen.py --serve 0 with the given
 arguments, then POST the same /v1/completions request (a 512-byte prompt, 300 tokens, greedy)
 plainly and with each option (sampling, logprobs, penalties, a bias, echo's scoring), in turns,
-REPS times each; print each one's median wall time per request and its ratio to the plain one.
+REPS times each; print each one's median wall time per request, its ratio to the plain one,
+and its first request's time (what its kernels and graphs cost once, untimed in the median).
 
     python bench/gpu/serve_options.py GEN.py --size 1.3b --vocab-size 256 --quant int8
 """
@@ -23,6 +24,13 @@ OPTIONS = {  # name -> the fields added to ASK
     "temperature 1, top_p 0.9": {"temperature": 1.0, "top_p": 0.9, "seed": 1},
     "logprobs 5": {"logprobs": 5},
     "logprobs 0": {"logprobs": 0},
+    "temperature 1, logprobs 5": {"temperature": 1.0, "seed": 1, "logprobs": 5},
+    "temperature 1, top_p 0.9, logprobs 5": {
+        "temperature": 1.0,
+        "top_p": 0.9,
+        "seed": 1,
+        "logprobs": 5,
+    },
     "penalties": {"frequency_penalty": 0.5, "presence_penalty": 0.5},
     "logit_bias": {"logit_bias": {"120": 1.0}},
     "echo scoring (max_tokens 0)": {"echo": True, "logprobs": 1, "max_tokens": 0},
@@ -46,8 +54,9 @@ def main() -> int:
             return 1
         print(line, flush=True)
         base = base_of(line)
-        for extra in OPTIONS.values():  # each option's first request: its kernels, once
-            post(base, {**ASK, **extra})
+        first = {}  # each option's first request: its kernels or graphs, once
+        for name, extra in OPTIONS.items():
+            first[name] = post(base, {**ASK, **extra})[0]
         times: dict[str, list[float]] = {name: [] for name in OPTIONS}
         tokens = {}
         for _ in range(REPS):  # in turns, so a drift in the clock or the GPU hits all alike
@@ -56,11 +65,15 @@ def main() -> int:
                 times[name].append(seconds)
                 tokens[name] = answer["usage"]["completion_tokens"]
         plain = statistics.median(times["plain"])
-        print(f"| option | tokens | median ms / request | ratio to plain | (REPS {REPS}) |")
-        print("|---|---:|---:|---:|---|")
+        print(
+            f"| option | tokens | median ms / request | ratio to plain | first ms | (REPS {REPS}) |"
+        )
+        print("|---|---:|---:|---:|---:|---|")
         for name, ts in times.items():
-            mid = statistics.median(ts)
-            print(f"| {name} | {tokens[name]} | {mid * 1e3:.1f} | {mid / plain:.3f} | |")
+            mid, once = statistics.median(ts), first[name] * 1e3
+            print(
+                f"| {name} | {tokens[name]} | {mid * 1e3:.1f} | {mid / plain:.3f} | {once:.1f} | |"
+            )
         return 0
 
 

@@ -40,10 +40,11 @@ generate_setup() {  # W, G: the template copied as `envtool init --template gene
   G="python3 $W/gen.py"
 }
 generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share, its log names
-  # prefixed by TAG (g14, g15). The new template is $G, the old one .gpuwork/generate_old.py;
+  # prefixed by TAG (g14, g15). The new template is $G, the old one $OLD (default
+  # .gpuwork/generate_old.py);
   # T8 (the int8 tiles the sweeps time) comes from the round's script. Returns 1 for a PART
   # it does not know, so the script can try its own.
-  local t=$1 old="python3 .gpuwork/generate_old.py"
+  local t=$1 old="python3 ${OLD:-.gpuwork/generate_old.py}"
   local sw="python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles ${T8:-}"
   local lm="--size 124m --data /tmp/train.txt --vocab-size 256 --seq-len 1024 --batch-size 16 --max-steps 1000 --warmup-steps 30 --log-every 100 --resume never --out-dir /tmp/lout"
   local ev="--ckpt /tmp/lout --eval-data /tmp/heldout.txt --eval-windows 128 --max-new-tokens 300 --repeat 1 --temperature 0.8 --compile-cache /tmp/cl"
@@ -56,7 +57,7 @@ generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share,
   new124) step $t-124m 50 $G --size 124m $BENCH --compile-cache /tmp/c124 ;;
   old124) step $t-124m-old 50 $old --size 124m $BENCH --compile-cache /tmp/c124o ;;
   sweepnew) step sweep-new 120 $sw ;;
-  sweepold) step sweep-old 120 $sw --template .gpuwork/generate_old.py ;;
+  sweepold) step sweep-old 120 $sw --template ${OLD:-.gpuwork/generate_old.py} ;;
   # old beside new on one set of picks: the old template's cold start, then restarts of each,
   # alternating, PAIRS times; serve_options.py on each (1.3B int8, 124M), old first (cold)
   oldcold) step $t-int8-old 100 $old --size 1.3b $BENCH --compile-cache /tmp/ci --quant int8 ;;
@@ -65,11 +66,12 @@ generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share,
       step $t-int8-old-$i 40 $old --size 1.3b $BENCH --quant int8 --compile-cache /tmp/ci
     done ;;
   options) local s13="--size 1.3b --vocab-size 256 --seq-len 2048 --quant int8"
-    step $t-options-old 150 python3 bench/gpu/serve_options.py .gpuwork/generate_old.py $s13 --compile-cache /tmp/cs
+    step $t-options-old 150 python3 bench/gpu/serve_options.py ${OLD:-.gpuwork/generate_old.py} $s13 --compile-cache /tmp/cs
     step $t-options-new 100 python3 bench/gpu/serve_options.py $W/gen.py $s13 --compile-cache /tmp/cs ;;
   options124) local s124="--size 124m --vocab-size 256 --seq-len 2048"
-    step $t-options124-old 100 python3 bench/gpu/serve_options.py .gpuwork/generate_old.py $s124 --compile-cache /tmp/cs124
+    step $t-options124-old 100 python3 bench/gpu/serve_options.py ${OLD:-.gpuwork/generate_old.py} $s124 --compile-cache /tmp/cs124
     step $t-options124-new 80 python3 bench/gpu/serve_options.py $W/gen.py $s124 --compile-cache /tmp/cs124 ;;
+  pickcheck) step $t-pick-check 120 python3 bench/gpu/pick_check.py $W/gen.py 124m ;;
   probe13) step probe-1.3b 90 python3 $P 1.3b ;;
   probe124) step probe-124m 50 python3 $P 124m ;;
   train) stdlib_corpus; step train-124m 120 python3 templates/lm.py $lm ;;
@@ -78,7 +80,7 @@ generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share,
   *) return 1 ;;
   esac
 }
-GENERATE_SUMMARY="^=== |^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
+GENERATE_SUMMARY="^=== |^PICK_CHECK|^HEAD_VS|^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
 stdlib_corpus() {  # /tmp/train.txt, /tmp/heldout.txt: the Python standard library's sources as
   # text, the last 400,000 bytes held out (the trained-checkpoint checks)
   local std; std=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')

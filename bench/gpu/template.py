@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import torch
+
 
 def load_template(path: str = "templates/generate.py") -> ModuleType:
     """The generate template, imported without running its main (its argv set aside). A
@@ -19,3 +21,19 @@ def load_template(path: str = "templates/generate.py") -> ModuleType:
     g = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(g)
     return g
+
+
+def random_model(g: ModuleType, s, seed: int, quant: str = "none"):
+    """The template's GPT of shape s on the GPU in bf16, random weights drawn as its own
+    benchmark draws them (random_state_dict), quantized as --quant, with its KV cache."""
+    dev, dt = torch.device("cuda"), torch.bfloat16
+    with torch.device("meta"):
+        m = g.GPT(s).to(dt)
+    g.materialize(m, dev)
+    m.head.weight = m.tok_emb.weight  # materialize unties: tie again
+    m.load_state_dict(g.shard(g.random_state_dict(s, seed, dev, dt), s, 0, 1))
+    m.eval().requires_grad_(False)
+    if quant == "int8":
+        g.quantize_int8(m)
+    m.setup_cache(dev, dt)
+    return m

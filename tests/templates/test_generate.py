@@ -578,28 +578,59 @@ e = g.Engine(m, torch.device("cpu"), cfg, 0, 1)
 assert e.fast
 ids = [3, 141, 59, 26, 53]
 calls, heads = [], []
-real, real_gemv = g.sample, g.gemv
-g.sample = lambda *a: calls.append(1) or real(*a)
+real, real_gemv = g.Picker.step, g.gemv
+def spy_step(self, logits, tok, pos, out, plan, fast):
+    calls.append(plan[0])
+    return real(self, logits, tok, pos, out, plan, fast)
+g.Picker.step = spy_step
 def spy(*a, **k):
     if k.get("best") is not None:
         heads.append(k.get("sample") is not None)
     return real_gemv(*a, **k)
 g.gemv = spy
 out = e.generate(ids, 10, temperature=0.7, seed=99)["tokens"]
-assert len(calls) == 1, calls  # the prompt's token only: no eager sampling a step
+assert calls == [g.PICK_DRAW], calls  # the prompt's token only: nothing after a step
 assert heads == [True] * 9, heads  # every step after it drew in the head
-heads.clear()
+heads.clear(); calls.clear()
 greedy = e.generate(ids, 10, temperature=0)["tokens"]  # greedy after a draw: no draw compiled in
-assert heads == [False] * 9, heads
-g.sample, g.gemv = real, real_gemv
+assert heads == [False] * 9 and calls == [g.PICK_ARGMAX], (heads, calls)
+calls.clear()
+# a logit_bias that changes nothing takes the draw out of the head into Picker.step: the
+# same noise, so the same tokens
+none = {"bias": {7: 0.0}, "presence": 0.0, "freq": 0.0}
+assert e.generate(ids, 10, temperature=0.7, seed=99, adjust=none)["tokens"] == out
+assert calls == [g.PICK_DRAW] * 10, calls
+g.Picker.step, g.gemv = real, real_gemv
+def noise_at(j):
+    return gumbel(99, len(ids) + j - 1, 256)  # the decode step's input position
 for j in range(1, 10):
     logits = m.logits(torch.tensor([ids + out[:j]]))[0, -1]
-    p = len(ids) + j - 1  # the decode step's input position
-    assert out[j] == int((logits / 0.7 + gumbel(99, p, 256)).argmax()), j
+    assert out[j] == int((logits / 0.7 + noise_at(j)).argmax()), j
 assert e.generate(ids, 10, temperature=0.7, seed=99)["tokens"] == out  # a seed repeats
 assert e.generate(ids, 10, temperature=0.7, seed=98)["tokens"] != out
 for j in range(1, 10):
     assert greedy[j] == int(m.logits(torch.tensor([ids + greedy[:j]]))[0, -1].argmax())
+
+# top-p, penalties and logprobs after the step (Picker.step): each token the reference's pick
+# from the full forward pass's logits, with the head's noise at its position
+inv_t = torch.tensor(1 / 0.7)
+r = e.generate(ids, 12, temperature=0.7, seed=99, top_p=0.6, logprobs=3,
+               adjust={"bias": {32: 2.0}, "presence": 0.5, "freq": 0.8})
+toks, counts = r["tokens"], torch.zeros(256)
+for j in range(12):
+    logits = m.logits(torch.tensor([ids + toks[:j]]))[0, -1]
+    y = (logits + torch.eye(256)[32] * 2.0 - 0.8 * counts - 0.5 * (counts > 0).float()) * inv_t
+    ps, order = torch.sort(y, descending=True)
+    p = ps.softmax(0)
+    keep = order[(p.cumsum(0) - p) <= 0.6]
+    assert toks[j] in keep.tolist(), j  # the first token's too (noise at the prompt's end)
+    mask = torch.full((256,), float("-inf")); mask[keep] = 0
+    assert toks[j] == int((y + mask + noise_at(j)).argmax()), j
+    lp = logits.log_softmax(0)
+    chosen, top = r["logprobs"][j]
+    assert abs(chosen - float(lp[toks[j]])) < 1e-4, j
+    assert [i for i, _ in top] == lp.topk(3).indices.tolist(), j
+    counts[toks[j]] += 1
 print("DRAWN", chi2)
 """
 
@@ -612,7 +643,9 @@ def test_the_triton_step_draws_a_sampled_token_itself(tmp_path: Path) -> None:
     no eager sampling a step; a greedy step's head has no draw in it. Run by Triton's
     interpreter: a draw is the argmax of logits / T plus the noise a test kernel draws the
     same way, for the head alone and for the Engine's steps; 1,000 draws follow
-    softmax(logits / T); a seed repeats; greedy stays the argmax."""
+    softmax(logits / T); a seed repeats; greedy stays the argmax. Top-p, penalties and
+    logit_bias pick after the step with the same noise (a bias of 0 gives the head's tokens),
+    each pick the reference's from the full forward pass, with its logprobs."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
     proc = run_with_template(tmp_path, DRAW_CHECK, triton_env(), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -1163,7 +1196,7 @@ def test_the_latest_round_script_stops_before_the_gpu_without_its_carried_files(
         timeout=60,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "missing: .gpuwork/decode_probe.py" in proc.stderr, proc.stderr
+    assert "missing: .gpuwork/" in proc.stderr, proc.stderr
     assert not (tmp_path / "asked-the-gpu").exists() and "===" not in proc.stdout
 
 

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Issue 25 round 34: OpenAI's request options in a CUDA graph of their own. Top-p, penalties,
+# logit_bias and logprobs ran as eager kernels after each decode step's graph (round 33: +11 %
+# for top_p 0.9 at 1.3B int8, +90 % at 124M; logprobs 5 +7 % / +26 %). Now Picker.step does
+# that work on the engine's buffers with its parameters read from the device, captured once a
+# plan; its draw is the head's noise (Philox at the seed and position). Here: pick_check.py
+# (each step's pick eagerly and replayed, bit for bit; the head's draw against Picker's), then
+# serve_options.py beside 6885ed6's template (round 33's, carried as .gpuwork/generate_r33.py:
+# `git show 6885ed6:templates/generate.py > .gpuwork/generate_r33.py`) at 1.3B int8 and 124M,
+# and greedy restarts alternating on one cold start's picks (nothing should change there).
+# Run with carry [".gpuwork"]: TAG=call1 BUDGET=560.
+set -u
+source "$(dirname "$0")/steps.sh"
+OLD=.gpuwork/generate_r33.py
+need .gpuwork/generate_r33.py
+machine_line; generate_setup
+for part in ${PARTS:-pickcheck options options124 oldcold pairs}; do
+  PAIRS=${PAIRS:-2} generate_part g34 $part || echo "unknown part: $part"
+done
+summarize "$GENERATE_SUMMARY"
