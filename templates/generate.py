@@ -1932,7 +1932,10 @@ class LogitAdjust:
         self.presence.fill_(presence)
         self.freq.fill_(freq)
 
-    def __call__(self, logits):
+    def __call__(self, logits, penalties: bool = True):
+        """penalties False: the bias alone (a request without them: fewer kernels a step)."""
+        if not penalties:
+            return logits + self.bias
         penalty = self.freq * self.counts + self.presence * (self.counts > 0).float()
         return logits + self.bias - penalty
 
@@ -1974,8 +1977,9 @@ class Logprobs:
 
 
 # Picker.step's plan: which token (PICK_NONE: the step's own argmax or draw stands), top-k
-# (0: off), top-p on, logit_bias / penalties on, logprobs kept
+# (0: off), top-p on, logit_bias alone or with penalties (0: neither), logprobs kept
 PICK_NONE, PICK_ARGMAX, PICK_DRAW = 0, 1, 2
+ADJUST_BIAS, ADJUST_PENALTIES = 1, 2
 
 
 class Picker:
@@ -1983,7 +1987,7 @@ class Picker:
     top-k, top-p, logit_bias or penalties choose instead of the step's own, and the logprobs
     kept. In place on the engine's buffers (tok, out[pos], the counts, a row of logprobs),
     its parameters read from the device (temperature, seed and top-p set per request), so
-    one CUDA graph of a plan serves every request with that plan (Engine.run_pick). Its draw
+    one CUDA graph of a step and a plan serves every request with that plan (run_decode). Its draw
     is the head's (gumbel, Philox at the seed and position) where the decode is Triton, so
     a seed picks the same tokens either way; elsewhere torch's generator's."""
 
@@ -2010,7 +2014,7 @@ class Picker:
         input): tok and out[pos] <- the plan's token, its count, its logprobs row. No sync."""
         pick, top_k, top_p, adjusted, keep = plan
         if pick != PICK_NONE:
-            y = self.adjust(logits) if adjusted else logits
+            y = self.adjust(logits, adjusted == ADJUST_PENALTIES) if adjusted else logits
             if pick == PICK_DRAW:
                 y = nucleus(y * self.inv_t, top_k, self.top_p if top_p else None)
                 if fast:
@@ -2115,10 +2119,9 @@ class Engine:
         if fast:  # not compiled: the Triton kernels are the step; captured in one graph
             self.decode_fn = decode_step_fast
         self.prefill_graphs: dict[int, tuple] = {}
-        self.decode_graphs: dict[int, tuple] = {}
+        self.decode_graphs: dict[int | tuple, tuple] = {}
         vocab, top = model.shape.vocab_size, max(MAX_LOGPROBS.values())
         self.picker = Picker(vocab, self.ctx, top, model.work, device)
-        self.pick_graphs: dict[tuple, tuple] = {}
         self.tuned = not (fast and self.graphs and device.type == "cuda")
         self.tiles: dict | None = None  # tune's picks and time
 
@@ -2220,50 +2223,44 @@ class Engine:
         graph.replay()
         return out
 
-    def run_decode(self, S: int, draw: bool = False):
+    def run_decode(self, S: int, draw: bool = False, plan: tuple | None = None):
+        """One decode step (tok, pos, out advanced), then Picker.step's plan where it has work
+        (another token, logprobs): in the step's CUDA graph where the decode is Triton (a
+        graph a plan, captured on its first request: a few ms), else eagerly after it."""
         if self.fast:  # one graph for every length (the kernels read it from pos), one more
             S = DRAW if draw else 0  # for a step that draws its token (generate's drawn)
-        if not self.graphs:
-            return self.decode_fn(self.model, self.tok, self.pos, self.out, S)
-        if not self.tuned:
-            self.tune()
-        if S not in self.decode_graphs:
-            # Warm-up runs the step for real: put back tok and pos (the cache and out writes
-            # repeat the same values, harmless).
-            saved = self.tok.clone(), self.pos.clone()
-
-            def reset() -> None:
-                self.tok.copy_(saved[0])
-                self.pos.copy_(saved[1])
-
-            self.decode_graphs[S] = self._capture(
-                lambda: self.decode_fn(self.model, self.tok, self.pos, self.out, S), reset
-            )
-        graph, out = self.decode_graphs[S]
-        graph.replay()
-        return out
-
-    def run_pick(self, plan: tuple, logits) -> None:
-        """Picker.step after a decode step: a CUDA graph a plan (and decode graph) where the
-        decode is Triton (its draw reads everything from the device), else eager."""
+        after = plan is not None and (plan[0] != PICK_NONE or plan[4])
+        inside = after and self.fast  # its draw reads everything from the device
         picker = self.picker
 
-        def fn() -> None:
+        def step():
+            logits = self.decode_fn(self.model, self.tok, self.pos, self.out, S)
+            if inside:
+                picker.step(logits, self.tok, self.pos, self.out, plan, True)
+            return logits
+
+        if not self.graphs:
+            logits = step()
+        else:
+            if not self.tuned:
+                self.tune()
+            key = (S, plan) if inside else S
+            if key not in self.decode_graphs:
+                # Warm-up runs the step for real: put back what it moved on (the cache, out and
+                # logprobs rows it wrote are written again by the replay, harmless)
+                state = (self.tok, self.pos, picker.row, picker.adjust.counts)
+                saved = [t.clone() for t in state]
+
+                def reset() -> None:
+                    for t, v in zip(state, saved, strict=True):
+                        t.copy_(v)
+
+                self.decode_graphs[key] = self._capture(step, reset)
+            graph, logits = self.decode_graphs[key]
+            graph.replay()
+        if after and not inside:
             picker.step(logits, self.tok, self.pos, self.out, plan, self.fast)
-
-        if not (self.graphs and self.fast):
-            return fn()
-        key = (plan, logits.data_ptr())
-        if key not in self.pick_graphs:  # a few ms, the first request with this plan
-            state = (self.tok, picker.row, picker.adjust.counts)
-            saved = [t.clone() for t in state]
-
-            def reset() -> None:  # what a warm-up run changed (out[pos] and its row: rewritten)
-                for t, s in zip(state, saved, strict=True):
-                    t.copy_(s)
-
-            self.pick_graphs[key] = self._capture(fn, reset)
-        self.pick_graphs[key][0].replay()
+        return logits
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -2313,9 +2310,13 @@ class Engine:
         picker.set(temperature, seed, top_p, adjust)
         # Temperature alone (OpenAI's default request): the Triton step draws the token itself
         # (_gemv_kernel's SAMPLE, a graph of its own); top-k, top-p, bias and penalties pick
-        # another after it (Picker.step), as they pick the first token after the prompt
+        # another after it (Picker.step, in the step's graph), as they pick the first token
         drawn = self.fast and not greedy and not adjust and not (top_k or top_p_on)
-        first = (PICK_ARGMAX if greedy else PICK_DRAW, top_k, top_p_on, bool(adjust), bool(kept))
+        adjusted = 0
+        if adjust:
+            penalties = adjust["presence"] or adjust["freq"]
+            adjusted = ADJUST_PENALTIES if penalties else ADJUST_BIAS
+        first = (PICK_ARGMAX if greedy else PICK_DRAW, top_k, top_p_on, adjusted, bool(kept))
         plan = (PICK_NONE if drawn or (greedy and not adjust) else first[0], *first[1:])
 
         def told(i: int) -> bool:  # on_token of step i's token, self.tok
@@ -2334,9 +2335,7 @@ class Engine:
         n = 1
         while n < max_new and not stop and not (cancelled and cancelled()):
             pos = P + n - 1  # the input token's position
-            logits = self.run_decode(self.decode_bucket(pos + 1), drawn)
-            if plan[0] != PICK_NONE or kept:  # before the next step writes over its logits
-                self.run_pick(plan, logits)
+            self.run_decode(self.decode_bucket(pos + 1), drawn, plan)
             n += 1
             if on_token:
                 stop = told(n - 1)
