@@ -1352,6 +1352,16 @@ if triton is not None:
         tl.store(best_ptr, tl.full((), _LOWEST_KEY, tl.int64))
 
     @triton.jit
+    def _adjust_kernel(x_ptr, b_ptr, c_ptr, pres_ptr, freq_ptr, y_ptr, N, BLOCK: tl.constexpr):
+        """y = x + bias - freq * counts - presence * (counts > 0): LogitAdjust in one launch."""
+        rn = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = rn < N
+        c = tl.load(c_ptr + rn, mask=mask, other=0.0)
+        y = tl.load(x_ptr + rn, mask=mask) + tl.load(b_ptr + rn, mask=mask)
+        y = y - tl.load(freq_ptr) * c - tl.load(pres_ptr) * (c > 0).to(tl.float32)
+        tl.store(y_ptr + rn, y, mask=mask)
+
+    @triton.jit
     def _gumbel_kernel(y_ptr, seed_ptr, pos_ptr, N, BLOCK: tl.constexpr):
         """y += the Gumbel noise _gemv_kernel's SAMPLE adds in the step whose input is at
         pos - 1 (pos advanced past it): the same Philox numbers, so the same draw."""
@@ -1932,10 +1942,18 @@ class LogitAdjust:
         self.presence.fill_(presence)
         self.freq.fill_(freq)
 
-    def __call__(self, logits, penalties: bool = True):
-        """penalties False: the bias alone (a request without them: fewer kernels a step)."""
+    def __call__(self, logits, penalties: bool = True, fast: bool = False):
+        """penalties False: the bias alone (a request without them: fewer kernels a step).
+        fast: one Triton kernel (_adjust_kernel) for the penalties' six torch ones."""
         if not penalties:
             return logits + self.bias
+        if fast:
+            y = torch.empty_like(logits)
+            N = y.numel()
+            _adjust_kernel[(triton.cdiv(N, 1024),)](
+                logits, self.bias, self.counts, self.presence, self.freq, y, N, BLOCK=1024
+            )
+            return y
         penalty = self.freq * self.counts + self.presence * (self.counts > 0).float()
         return logits + self.bias - penalty
 
@@ -1953,15 +1971,16 @@ class Logprobs:
         self.values = torch.empty(steps, k, device=device)
         self.ids = torch.empty(steps, k, device=device, dtype=torch.int64)
 
-    def keep(self, at, logits, tok) -> None:
+    def keep(self, at, logits, tok, top: bool = True) -> None:
         """Rows at..at+m-1: logits (m, V) and the tokens they chose, tok (m elements). at: an
-        int, or a (1,) device tensor (m 1: Picker's graph reads the row there). No sync."""
+        int, or a (1,) device tensor (m 1: Picker's graph reads the row there). top False:
+        the chosen tokens' alone (no top-k over the vocabulary). No sync."""
         m = tok.numel()
         if not isinstance(at, torch.Tensor):
             at = torch.arange(at, at + m, device=self.chosen.device)
         lp = logits.float().view(m, -1).log_softmax(dim=-1)
         self.chosen.index_copy_(0, at, lp.gather(1, tok.view(m, 1)).view(m))
-        if self.ids.shape[1]:
+        if top and self.ids.shape[1]:
             top = lp.topk(self.ids.shape[1])
             self.values.index_copy_(0, at, top.values)
             self.ids.index_copy_(0, at, top.indices)
@@ -1977,15 +1996,17 @@ class Logprobs:
 
 
 # Picker.step's plan: which token (PICK_NONE: the step's own argmax or draw stands), top-k
-# (0: off), top-p on, logit_bias alone or with penalties (0: neither), logprobs kept
+# (0: off), top-p on, logit_bias alone or with penalties (0: neither), logprobs kept (0: no;
+# the chosen token's alone, or with the likeliest tokens')
 PICK_NONE, PICK_ARGMAX, PICK_DRAW = 0, 1, 2
 ADJUST_BIAS, ADJUST_PENALTIES = 1, 2
+KEEP_CHOSEN, KEEP_TOP = 1, 2
 
 
 class Picker:
     """What a decode step leaves to do after it, for OpenAI's request options: the token that
     top-k, top-p, logit_bias or penalties choose instead of the step's own, and the logprobs
-    kept. In place on the engine's buffers (tok, out[pos], the counts, a row of logprobs),
+    kept. In place on the engine's buffers (tok, out[pos], the counts, logprobs row pos),
     its parameters read from the device (temperature, seed and top-p set per request), so
     one CUDA graph of a step and a plan serves every request with that plan (run_decode). Its draw
     is the head's (gumbel, Philox at the seed and position) where the decode is Triton, so
@@ -1995,8 +2016,7 @@ class Picker:
         self.inv_t, self.seed = work["inv_t"], work["seed"]  # the head's draw reads them too
         self.top_p = torch.ones(1, device=device)
         self.adjust = LogitAdjust(vocab, device)
-        self.kept = Logprobs(ctx, k, device)
-        self.row = torch.zeros(1, dtype=torch.long, device=device)  # the next row of kept
+        self.kept = Logprobs(ctx + 1, k, device)  # a row a position, as out
         self.gen: torch.Generator | None = None  # torch's draw (no Triton): the request's
 
     def set(self, temperature: float, seed: int, top_p: float, adjust: dict | None) -> None:
@@ -2006,7 +2026,6 @@ class Picker:
         self.top_p.fill_(top_p)
         if adjust:
             self.adjust.set(**adjust)
-        self.row.zero_()
         self.gen = torch.Generator(device=self.inv_t.device).manual_seed(seed)
 
     def step(self, logits, tok, pos, out, plan: tuple, fast: bool) -> None:
@@ -2014,7 +2033,7 @@ class Picker:
         input): tok and out[pos] <- the plan's token, its count, its logprobs row. No sync."""
         pick, top_k, top_p, adjusted, keep = plan
         if pick != PICK_NONE:
-            y = self.adjust(logits, adjusted == ADJUST_PENALTIES) if adjusted else logits
+            y = self.adjust(logits, adjusted == ADJUST_PENALTIES, fast) if adjusted else logits
             if pick == PICK_DRAW:
                 y = nucleus(y * self.inv_t, top_k, self.top_p if top_p else None)
                 if fast:
@@ -2028,8 +2047,7 @@ class Picker:
             if adjusted:
                 self.adjust.count(nxt)
         if keep:
-            self.kept.keep(self.row, logits, tok)
-            self.row.add_(1)
+            self.kept.keep(pos, logits, tok, keep == KEEP_TOP)
 
 
 # --- ENGINE ---
@@ -2248,7 +2266,7 @@ class Engine:
             if key not in self.decode_graphs:
                 # Warm-up runs the step for real: put back what it moved on (the cache, out and
                 # logprobs rows it wrote are written again by the replay, harmless)
-                state = (self.tok, self.pos, picker.row, picker.adjust.counts)
+                state = (self.tok, self.pos, picker.adjust.counts)
                 saved = [t.clone() for t in state]
 
                 def reset() -> None:
@@ -2316,11 +2334,12 @@ class Engine:
         if adjust:
             penalties = adjust["presence"] or adjust["freq"]
             adjusted = ADJUST_PENALTIES if penalties else ADJUST_BIAS
-        first = (PICK_ARGMAX if greedy else PICK_DRAW, top_k, top_p_on, adjusted, bool(kept))
+        keep = 0 if kept is None else KEEP_TOP if logprobs else KEEP_CHOSEN
+        first = (PICK_ARGMAX if greedy else PICK_DRAW, top_k, top_p_on, adjusted, keep)
         plan = (PICK_NONE if drawn or (greedy and not adjust) else first[0], *first[1:])
 
         def told(i: int) -> bool:  # on_token of step i's token, self.tok
-            row = kept.rows(i, i + 1, logprobs)[0] if kept else None
+            row = kept.rows(P + i, P + i + 1, logprobs)[0] if kept else None
             return on_token(int(self.tok.item()), row)
 
         self.sync()
@@ -2342,7 +2361,7 @@ class Engine:
         tokens = self.out[P : P + n].tolist()  # syncs
         result = {"tokens": tokens, "ttft_s": ttft, "decode_s": time.perf_counter() - t1}
         if kept:
-            result["logprobs"] = kept.rows(0, n, logprobs)
+            result["logprobs"] = kept.rows(P, P + n, logprobs)
         return result
 
 
