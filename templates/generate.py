@@ -3705,6 +3705,8 @@ def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
     if engine.fast:  # and the step that draws a sampled token (OpenAI's default request),
         engine.generate([10] * n, n, 1.0)
         engine.generate([10] * n, n, 1.0, top_p=0.9)  # Picker's noise kernel and a top-p graph
+        pen = {"bias": {}, "presence": 0.0, "freq": 1.0}  # and its penalties' kernel
+        engine.generate([10] * n, n, 0.0, adjust=pen)
     if not master:  # follower: run what rank 0 broadcasts until it says stop (None)
         served = 0
         while True:
