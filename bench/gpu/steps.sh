@@ -71,6 +71,9 @@ generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share,
   options124) local s124="--size 124m --vocab-size 256 --seq-len 2048"
     step $t-options124-old 100 python3 bench/gpu/serve_options.py ${OLD:-.gpuwork/generate_old.py} $s124 --compile-cache /tmp/cs124
     step $t-options124-new 80 python3 bench/gpu/serve_options.py $W/gen.py $s124 --compile-cache /tmp/cs124 ;;
+  ready13) local r13="--size 1.3b --vocab-size 256 --seq-len 2048 --quant int8 --compile-cache /tmp/cr"
+    step $t-ready-cold 150 python3 bench/gpu/serve_ready.py $W/gen.py $r13
+    step $t-ready-restart 60 python3 bench/gpu/serve_ready.py $W/gen.py $r13 ;;
   pickcheck) step $t-pick-check 120 python3 bench/gpu/pick_check.py $W/gen.py 124m ;;
   probe13) step probe-1.3b 90 python3 $P 1.3b ;;
   probe124) step probe-124m 50 python3 $P 124m ;;
@@ -80,7 +83,7 @@ generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share,
   *) return 1 ;;
   esac
 }
-GENERATE_SUMMARY="^=== |^PICK_CHECK|^HEAD_VS|^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
+GENERATE_SUMMARY="^=== |^PICK_CHECK|^HEAD_VS|^serve:|^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
 stdlib_corpus() {  # /tmp/train.txt, /tmp/heldout.txt: the Python standard library's sources as
   # text, the last 400,000 bytes held out (the trained-checkpoint checks)
   local std; std=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
