@@ -9,7 +9,8 @@
 # `git show 6885ed6:templates/generate.py > .gpuwork/generate_r33.py`) at 1.3B int8 and 124M,
 # and greedy restarts alternating on one cold start's picks (nothing should change there).
 # PARTS="ready13 options124" (call 4): the server's time to its first answer, cold and
-# restarted, with the warm-up that now also compiles Picker's kernels.
+# restarted, with the warm-up that now also compiles Picker's kernels; PARTS="ready13old
+# ready13" (call 5): cold beside 6885ed6's on one machine.
 # Run with carry [".gpuwork"]: TAG=call1 BUDGET=560.
 set -u
 source "$(dirname "$0")/steps.sh"

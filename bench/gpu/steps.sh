@@ -74,6 +74,8 @@ generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share,
   ready13) local r13="--size 1.3b --vocab-size 256 --seq-len 2048 --quant int8 --compile-cache /tmp/cr"
     step $t-ready-cold 150 python3 bench/gpu/serve_ready.py $W/gen.py $r13
     step $t-ready-restart 60 python3 bench/gpu/serve_ready.py $W/gen.py $r13 ;;
+  ready13old) local r13="--size 1.3b --vocab-size 256 --seq-len 2048 --quant int8 --compile-cache /tmp/cro"
+    step $t-ready-cold-old 150 python3 bench/gpu/serve_ready.py ${OLD:-.gpuwork/generate_old.py} $r13 ;;
   pickcheck) step $t-pick-check 120 python3 bench/gpu/pick_check.py $W/gen.py 124m ;;
   probe13) step probe-1.3b 90 python3 $P 1.3b ;;
   probe124) step probe-124m 50 python3 $P 124m ;;
