@@ -6,8 +6,10 @@ parameters than the graph was captured with) runs with the engine's graphs, then
 off (the same kernels on the same tile picks, launched one by one): the tokens must be the
 same and the logprobs within 1e-4. Then how many tokens a request whose logit_bias changes
 nothing (so Picker.step draws) shares with the same request drawn by the head (the same
-Philox noise: all of them, unless a fused multiply-add rounds a near-tie apart). Random
-weights, byte-level vocabulary.
+Philox noise: all of them, unless a fused multiply-add rounds a near-tie apart), and how many
+top-p requests _nucleus_kernel (one program: sort, softmax, cumsum, the draw) and torch's
+kernels give the same tokens (a cumulative sum rounded otherwise may move the nucleus's edge).
+Random weights, byte-level vocabulary.
 
     python bench/gpu/pick_check.py GEN.py [SIZE]
 """
@@ -66,6 +68,12 @@ def main() -> int:
     plans = [k for k in e.decode_graphs if isinstance(k, tuple)]
     print(f"PICK_CHECK {len(asks)} requests, {len(plans)} step graphs with a plan, "
           f"{len(bad)} differing {bad[:3]}; logprobs at most {worst:.2e} apart", flush=True)  # fmt: skip
+    nuc = [ask for ask in asks if "top_p" in ask]  # _nucleus_kernel against torch's top-p
+    kernel = [e.generate(ids, 200, **ask)["tokens"] for ask in nuc]
+    g.NUCLEUS_MAX = 0
+    torch_p = [e.generate(ids, 200, **ask)["tokens"] for ask in nuc]
+    alike = sum(a == b for a, b in zip(kernel, torch_p, strict=True))
+    print(f"NUCLEUS_VS_TORCH {alike} of {len(nuc)} top-p requests the same 200 tokens")
     same = []
     for seed in range(1, 6):
         head = e.generate(ids, 300, temperature=1.0, seed=seed)["tokens"]
