@@ -1362,6 +1362,17 @@ if triton is not None:
         tl.store(y_ptr + rn, y, mask=mask)
 
     @triton.jit
+    def _sort_desc(y, rn):
+        """y (fp32, one program's) -> (y sorted descending, each value's index rn), ties the
+        lower index first: one sort of int64 keys (the head's argmax keys) carries both."""
+        bits = y.to(tl.int32, bitcast=True)
+        order = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # as a signed int: y's order
+        key = tl.sort((order.to(tl.int64) << 32) + (0x7FFFFFFF - rn).to(tl.int64), descending=True)
+        o = (key >> 32).to(tl.int32)
+        v = tl.where(o >= 0, o, o ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+        return v, 0x7FFFFFFF - (key & 0xFFFFFFFF).to(tl.int32)
+
+    @triton.jit
     def _nucleus_kernel(
         y_ptr, t_ptr, p_ptr, seed_ptr, pos_ptr, tok_ptr, out_ptr, N, BLOCK: tl.constexpr
     ):
@@ -1371,12 +1382,7 @@ if triton is not None:
         (the head's, at its index: _gumbel_kernel's numbers), the argmax -> tok, out[pos]."""
         rn = tl.arange(0, BLOCK)
         y = tl.load(y_ptr + rn, mask=rn < N, other=float("-inf")) * tl.load(t_ptr)
-        bits = y.to(tl.int32, bitcast=True)
-        order = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # as a signed int: y's order
-        key = tl.sort((order.to(tl.int64) << 32) + (0x7FFFFFFF - rn).to(tl.int64), descending=True)
-        n = 0x7FFFFFFF - (key & 0xFFFFFFFF).to(tl.int32)  # each sorted value's index
-        o = (key >> 32).to(tl.int32)
-        v = tl.where(o >= 0, o, o ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+        v, n = _sort_desc(y, rn)
         e = tl.exp(v - tl.max(v, 0))
         p = e / tl.sum(e, 0)
         keep = (tl.cumsum(p, 0) - p <= tl.load(p_ptr)) & (n < N)
@@ -1386,6 +1392,33 @@ if triton is not None:
         tok = tl.sum(tl.where(rn == tl.argmax(g, 0), n, 0), 0).to(tl.int64)
         tl.store(tok_ptr, tok)
         tl.store(out_ptr + pos, tok)
+
+    @triton.jit
+    def _keep_kernel(
+        x_ptr,
+        tok_ptr,
+        pos_ptr,
+        c_ptr,
+        v_ptr,
+        i_ptr,
+        N,
+        K: tl.constexpr,
+        TOP: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        """Logprobs.keep in one program, for a vocabulary of at most BLOCK: row pos of the
+        chosen token's log-probability and (TOP) the K likeliest tokens' and their ids, the
+        logits sorted as _nucleus_kernel sorts them (ties: the lower index first)."""
+        rn = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + rn, mask=rn < N, other=float("-inf"))
+        m = tl.max(x, 0)
+        lse = m + tl.log(tl.sum(tl.exp(x - m), 0))
+        pos = tl.load(pos_ptr)
+        tl.store(c_ptr + pos, tl.sum(tl.where(rn == tl.load(tok_ptr), x, 0.0), 0) - lse)
+        if TOP:
+            v, n = _sort_desc(x, rn)
+            tl.store(v_ptr + pos * K + rn, v - lse, mask=rn < K)
+            tl.store(i_ptr + pos * K + rn, n.to(tl.int64), mask=rn < K)
 
     @triton.jit
     def _gumbel_kernel(y_ptr, seed_ptr, pos_ptr, N, BLOCK: tl.constexpr):
@@ -1938,8 +1971,8 @@ def nucleus(logits, top_k: int, top_p):
     return logits
 
 
-NUCLEUS_MAX = 1024  # the largest vocabulary _nucleus_kernel sorts in one program (its sort
-# grows as V log² V in one program: past a byte vocabulary, torch's kernels)
+SMALL_VOCAB = 1024  # the largest vocabulary Picker's one-program kernels take whole
+# (_nucleus_kernel, _keep_kernel: their sort grows as V log² V; past it, torch's kernels)
 
 
 def gumbel(logits, seed, pos) -> torch.Tensor:
@@ -2038,9 +2071,9 @@ class Picker:
     top-k, top-p, logit_bias or penalties choose instead of the step's own, and the logprobs
     kept. In place on the engine's buffers (tok, out[pos], the counts, logprobs row pos),
     its parameters read from the device (temperature, seed and top-p set per request), so
-    one CUDA graph of a step and a plan serves every request with that plan (run_decode). Its draw
-    is the head's (gumbel, Philox at the seed and position) where the decode is Triton, so
-    a seed picks the same tokens either way; elsewhere torch's generator's."""
+    one CUDA graph of a step and a plan serves every request with that plan (run_decode).
+    Its draw is the head's (gumbel, Philox at the seed and position) where the decode is
+    Triton, so a seed picks the same tokens either way; elsewhere torch's generator's."""
 
     def __init__(self, vocab: int, ctx: int, k: int, work: dict, device: torch.device):
         self.inv_t, self.seed = work["inv_t"], work["seed"]  # the head's draw reads them too
@@ -2065,10 +2098,10 @@ class Picker:
         if pick != PICK_NONE:
             y = self.adjust(logits, adjusted == ADJUST_PENALTIES, fast) if adjusted else logits
             N = y.shape[-1]
-            if pick == PICK_DRAW and fast and top_p and not top_k and N <= NUCLEUS_MAX:
+            if pick == PICK_DRAW and fast and top_p and not top_k and N <= SMALL_VOCAB:
                 _nucleus_kernel[(1,)](  # one launch for the fifteen below (round 35)
                     y, self.inv_t, self.top_p, self.seed, pos, tok, out, N,
-                    BLOCK=max(16, triton.next_power_of_2(N)), num_warps=4,
+                    BLOCK=max(32, triton.next_power_of_2(N)), num_warps=4,
                 )  # fmt: skip
             else:
                 if pick == PICK_DRAW:
@@ -2083,7 +2116,14 @@ class Picker:
                 out.index_copy_(0, pos, nxt)
             if adjusted:
                 self.adjust.count(tok)
-        if keep:
+        if keep and fast and logits.shape[-1] <= SMALL_VOCAB:
+            k = self.kept
+            N = logits.shape[-1]
+            _keep_kernel[(1,)](  # one launch for log_softmax, gather, top-k and five copies
+                logits, tok, pos, k.chosen, k.values, k.ids, N, K=k.ids.shape[1],
+                TOP=keep == KEEP_TOP, BLOCK=max(32, triton.next_power_of_2(N)), num_warps=4,
+            )  # fmt: skip
+        elif keep:
             self.kept.keep(pos, logits, tok, keep == KEEP_TOP)
 
 
@@ -2175,7 +2215,8 @@ class Engine:
             self.decode_fn = decode_step_fast
         self.prefill_graphs: dict[int, tuple] = {}
         self.decode_graphs: dict[int | tuple, tuple] = {}
-        vocab, top = model.shape.vocab_size, max(MAX_LOGPROBS.values())
+        vocab = model.shape.vocab_size
+        top = min(max(MAX_LOGPROBS.values()), vocab)  # topk's k: at most the vocabulary
         self.picker = Picker(vocab, self.ctx, top, model.work, device)
         self.tuned = not (fast and self.graphs and device.type == "cuda")
         self.tiles: dict | None = None  # tune's picks and time
@@ -3741,9 +3782,11 @@ def serve(engine: Engine, cfg: Config, master: bool, ctrl) -> dict:
     engine.generate([10] * n, n, 0.0)  # compile + capture the smallest buckets before serving
     if engine.fast:  # and the step that draws a sampled token (OpenAI's default request),
         engine.generate([10] * n, n, 1.0)
-        engine.generate([10] * n, n, 1.0, top_p=0.9)  # Picker's noise kernel and a top-p graph
-        pen = {"bias": {}, "presence": 0.0, "freq": 1.0}  # and its penalties' kernel
-        engine.generate([10] * n, n, 0.0, adjust=pen)
+        # and Picker's kernels (top-p's draw, logprobs, penalties), compiled here once and
+        # not in a first request's time
+        engine.generate([10] * n, n, 1.0, top_p=0.9, logprobs=1)
+        pen = {"bias": {}, "presence": 0.0, "freq": 1.0}
+        engine.generate([10] * n, n, 0.0, logprobs=0, adjust=pen)
     if not master:  # follower: run what rank 0 broadcasts until it says stop (None)
         served = 0
         while True:

@@ -7,8 +7,9 @@ off (the same kernels on the same tile picks, launched one by one): the tokens m
 same and the logprobs within 1e-4. Then how many tokens a request whose logit_bias changes
 nothing (so Picker.step draws) shares with the same request drawn by the head (the same
 Philox noise: all of them, unless a fused multiply-add rounds a near-tie apart), and how many
-top-p requests _nucleus_kernel (one program: sort, softmax, cumsum, the draw) and torch's
-kernels give the same tokens (a cumulative sum rounded otherwise may move the nucleus's edge).
+top-p and logprobs requests the one-program kernels (_nucleus_kernel: sort, softmax, cumsum,
+the draw; _keep_kernel: log-softmax, top-k) and torch's kernels give the same tokens (a
+cumulative sum rounded otherwise may move the nucleus's edge), and their logprobs.
 Random weights, byte-level vocabulary.
 
     python bench/gpu/pick_check.py GEN.py [SIZE]
@@ -68,12 +69,22 @@ def main() -> int:
     plans = [k for k in e.decode_graphs if isinstance(k, tuple)]
     print(f"PICK_CHECK {len(asks)} requests, {len(plans)} step graphs with a plan, "
           f"{len(bad)} differing {bad[:3]}; logprobs at most {worst:.2e} apart", flush=True)  # fmt: skip
-    nuc = [ask for ask in asks if "top_p" in ask]  # _nucleus_kernel against torch's top-p
-    kernel = [e.generate(ids, 200, **ask)["tokens"] for ask in nuc]
-    g.NUCLEUS_MAX = 0
-    torch_p = [e.generate(ids, 200, **ask)["tokens"] for ask in nuc]
-    alike = sum(a == b for a, b in zip(kernel, torch_p, strict=True))
-    print(f"NUCLEUS_VS_TORCH {alike} of {len(nuc)} top-p requests the same 200 tokens")
+    # the one-program kernels (_nucleus_kernel, _keep_kernel) against torch's kernels
+    small = [ask for ask in asks if "top_p" in ask or "logprobs" in ask]
+    kernel = [e.generate(ids, 200, **ask) for ask in small]
+    g.SMALL_VOCAB = 0
+    torch_k = [e.generate(ids, 200, **ask) for ask in small]
+    alike = [a["tokens"] == b["tokens"] for a, b in zip(kernel, torch_k, strict=True)]
+    apart = 0.0
+    for a, b, ok in zip(kernel, torch_k, alike, strict=True):
+        for x, y in zip(a.get("logprobs", []) if ok else [], b.get("logprobs", []), strict=False):
+            apart = max(
+                apart,
+                abs(x[0] - y[0]),
+                *(abs(p[1] - q[1]) for p, q in zip(x[1], y[1], strict=True)),
+            )
+    print(f"ONE_PROGRAM_VS_TORCH {sum(alike)} of {len(small)} requests the same 200 tokens; "
+          f"logprobs at most {apart:.2e} apart")  # fmt: skip
     same = []
     for seed in range(1, 6):
         head = e.generate(ids, 300, temperature=1.0, seed=seed)["tokens"]

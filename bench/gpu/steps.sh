@@ -85,7 +85,7 @@ generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share,
   *) return 1 ;;
   esac
 }
-GENERATE_SUMMARY="^=== |^PICK_CHECK|^HEAD_VS|^NUCLEUS_VS|^serve:|^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
+GENERATE_SUMMARY="^=== |^PICK_CHECK|^HEAD_VS|^ONE_PROGRAM|^serve:|^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
 stdlib_corpus() {  # /tmp/train.txt, /tmp/heldout.txt: the Python standard library's sources as
   # text, the last 400,000 bytes held out (the trained-checkpoint checks)
   local std; std=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
