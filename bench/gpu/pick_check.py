@@ -72,7 +72,8 @@ def main() -> int:
     # the one-program kernels (_nucleus_kernel, _keep_kernel) against torch's kernels
     small = [ask for ask in asks if "top_p" in ask or "logprobs" in ask]
     kernel = [e.generate(ids, 200, **ask) for ask in small]
-    g.SMALL_VOCAB = 0
+    g.SMALL_VOCAB = 0  # and the graphs captured with them dropped: captured again without
+    e.decode_graphs = {k: v for k, v in e.decode_graphs.items() if not isinstance(k, tuple)}
     torch_k = [e.generate(ids, 200, **ask) for ask in small]
     alike = [a["tokens"] == b["tokens"] for a, b in zip(kernel, torch_k, strict=True)]
     apart = 0.0
