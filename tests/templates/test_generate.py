@@ -2392,6 +2392,49 @@ def test_echo_scores_the_prompt_as_an_evaluation_harness_asks(
     assert tokens.text == text and tokens.logprobs.token_logprobs == scored.logprobs.token_logprobs
 
 
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_triton_server_picks_top_p_penalties_and_logprobs_as_the_model_says(
+    trained: Path, tmp_path: Path
+) -> None:
+    """The GPU's path, run by Triton's interpreter: a server whose decode is the Triton step
+    starts (its warm-up compiles Picker's kernels: top-p's one-program draw, logprobs,
+    penalties) and answers through the OpenAI client as the model says: penalties' greedy
+    tokens the reference's, top-p's tokens each inside the nucleus of a full forward pass,
+    logprobs the model's own, a seed repeated the same tokens."""
+    import torch
+
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch)")
+    openai = pytest.importorskip("openai")
+    args = ["--ckpt", str(trained), "--eager", "--decode-kernels", "triton"]
+    server = Server(args, tmp_path, guard_s=400, env={"TRITON_INTERPRET": "1"})
+    try:
+        client = openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0)
+        model = client.models.list().data[0].id
+        ask = {"model": model, "prompt": PROMPT, "max_tokens": 10}
+        penalties = {"frequency_penalty": 1.5, "presence_penalty": 0.5, "temperature": 0}
+        want = reference_greedy(trained, PROMPT.encode(), 10, presence=0.5, freq=1.5)
+        got = client.completions.create(**ask, **penalties).choices[0].text
+        assert list(got.encode()) == want
+
+        nucleus = {"temperature": 1.0, "top_p": 0.5, "seed": 11, "logprobs": 3}
+        done = client.completions.create(**ask, **nucleus).choices[0]
+        tokens = list(done.text.encode())
+        ref = reference_logprobs(trained, PROMPT.encode(), tokens)
+        for i, t in enumerate(tokens):
+            p, order = ref[i].exp().sort(descending=True)
+            inside = order[(p.cumsum(0) - p) <= 0.5 + 1e-4].tolist()
+            assert t in inside, (i, t, inside)
+        want = ref.gather(1, torch.tensor(tokens)[:, None])[:, 0].tolist()
+        assert done.logprobs.token_logprobs == pytest.approx(want, abs=1e-3)
+        for i, top in enumerate(done.logprobs.top_logprobs):
+            assert {chr(t) for t in ref[i].topk(3).indices.tolist()} <= set(top)
+        again = client.completions.create(**ask, **nucleus).choices[0]
+        assert again.text == done.text and again.logprobs == done.logprobs
+    finally:
+        server.close()
+
+
 @pytest.mark.integration
 def test_logit_bias_and_penalties_steer_the_tokens_as_a_full_forward_pass_says(
     server: Server, trained: Path
