@@ -2833,7 +2833,7 @@ def parse_openai(body: bytes, path: str, ctx: int, model_name: str, vocab: int =
     ):
         raise BadRequest(400, "stream_options: only include_usage (bool)", "stream_options")
     return {
-        "logprobs": parse_logprobs(get, chat),
+        "logprobs": parse_logprobs(get, chat, vocab),
         "adjust": parse_adjust(get, vocab),
         "ids": ids,
         "max_new_tokens": max_new,
@@ -2893,13 +2893,15 @@ def parse_adjust(get: dict, vocab: int) -> dict | None:
     return {"bias": bias, "presence": presence, "freq": freq}
 
 
-def parse_logprobs(get: dict, chat: bool) -> int | None:
+def parse_logprobs(get: dict, chat: bool, vocab: int = 256) -> int | None:
     """How many likeliest tokens to report beside each chosen token's log-probability; None:
-    no logprobs. Completions ask with logprobs: k; chat with logprobs: true, top_logprobs: k."""
+    no logprobs. Completions ask with logprobs: k; chat with logprobs: true, top_logprobs: k.
+    At most OpenAI's bound, and the vocabulary (a model of fewer words has no more)."""
     name = "top_logprobs" if chat else "logprobs"
     k = get[name]
-    if k is not None and not 0 <= k <= MAX_LOGPROBS[name]:
-        raise BadRequest(400, f"{name} must be in [0, {MAX_LOGPROBS[name]}]", name)
+    most = min(MAX_LOGPROBS[name], vocab)
+    if k is not None and not 0 <= k <= most:
+        raise BadRequest(400, f"{name} must be in [0, {most}]", name)
     if not chat:
         return k
     if k is not None and not get["logprobs"]:  # as OpenAI answers it

@@ -1757,6 +1757,10 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
     with pytest.raises(gen.BadRequest) as caught:  # 1e400 parses as inf
         gen.parse_openai(b'{"prompt": "x", "logit_bias": {"65": 1e400}}', "/v1/completions", 64, "")
     assert caught.value.param == "logit_bias"
+    few = json.dumps({**asked, "logprobs": True, "top_logprobs": 12}).encode()
+    with pytest.raises(gen.BadRequest) as caught:  # a model of 10 words has no 12 likeliest
+        gen.parse_openai(few, chat_path, 64, "", vocab=10)
+    assert caught.value.param == "top_logprobs" and "[0, 10]" in str(caught.value)
     adjusted = parse({"prompt": "x", "logit_bias": {"65": -100, "255": 5}, "frequency_penalty": 1})
     assert adjusted["adjust"] == {"bias": {65: -100.0, 255: 5.0}, "presence": 0.0, "freq": 1.0}
     zeros = {"prompt": "x", "logit_bias": {}, "presence_penalty": 0, "frequency_penalty": None}
