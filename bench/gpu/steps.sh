@@ -40,10 +40,9 @@ generate_setup() {  # W, G: the template copied as `envtool init --template gene
   G="python3 $W/gen.py"
 }
 generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share, its log names
-  # prefixed by TAG (g14, g15). The new template is $G, the old one $OLD (default
-  # .gpuwork/generate_old.py);
-  # T8 (the int8 tiles the sweeps time) comes from the round's script. Returns 1 for a PART
-  # it does not know, so the script can try its own.
+  # prefixed by TAG (g14, g15). The new template is $G, the old one $OLD (by default
+  # .gpuwork/generate_old.py); T8 (the int8 tiles the sweeps time) comes from the round's
+  # script. Returns 1 for a PART it does not know, so the script can try its own.
   local t=$1 old="python3 ${OLD:-.gpuwork/generate_old.py}"
   local sw="python3 bench/gpu/gemv_cost.py --sweep --quant int8 --tiles ${T8:-}"
   local lm="--size 124m --data /tmp/train.txt --vocab-size 256 --seq-len 1024 --batch-size 16 --max-steps 1000 --warmup-steps 30 --log-every 100 --resume never --out-dir /tmp/lout"
