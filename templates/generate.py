@@ -1373,25 +1373,46 @@ if triton is not None:
         return v, 0x7FFFFFFF - (key & 0xFFFFFFFF).to(tl.int32)
 
     @triton.jit
-    def _nucleus_kernel(
-        y_ptr, t_ptr, p_ptr, seed_ptr, pos_ptr, tok_ptr, out_ptr, N, BLOCK: tl.constexpr
-    ):
-        """Top-p's draw in one program, for a vocabulary of at most BLOCK: logits * (1 / T)
-        sorted (descending, as the head's int64 keys, which carry each index), the smallest
-        prefix with mass top_p kept (nucleus's rule), each kept token's Gumbel noise added
-        (the head's, at its index: _gumbel_kernel's numbers), the argmax -> tok, out[pos]."""
+    def _pick_kernel(
+        y_ptr, b_ptr, c_ptr, pres_ptr, freq_ptr, t_ptr, p_ptr, seed_ptr, pos_ptr, tok_ptr,
+        out_ptr, N, ADJUST: tl.constexpr, PENALTIES: tl.constexpr, DRAW: tl.constexpr,
+        TOP_P: tl.constexpr, BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        """Picker.step's pick in one program, for a vocabulary of at most BLOCK: the logits
+        plus logit_bias (ADJUST) less the penalties (PENALTIES: _adjust_kernel's sum), then
+        their argmax, or (DRAW) times 1 / T, the top-p nucleus kept (TOP_P: sorted by
+        _sort_desc, the smallest prefix with mass top_p, as nucleus), each kept token's
+        Gumbel noise added (the head's, at its index), the argmax -> tok, out[pos], its count."""
         rn = tl.arange(0, BLOCK)
-        y = tl.load(y_ptr + rn, mask=rn < N, other=float("-inf")) * tl.load(t_ptr)
-        v, n = _sort_desc(y, rn)
-        e = tl.exp(v - tl.max(v, 0))
-        p = e / tl.sum(e, 0)
-        keep = (tl.cumsum(p, 0) - p <= tl.load(p_ptr)) & (n < N)
+        mask = rn < N
+        y = tl.load(y_ptr + rn, mask=mask, other=float("-inf"))
+        if ADJUST:
+            y = y + tl.load(b_ptr + rn, mask=mask, other=0.0)
+            if PENALTIES:
+                c = tl.load(c_ptr + rn, mask=mask, other=0.0)
+                y = y - tl.load(freq_ptr) * c - tl.load(pres_ptr) * (c > 0).to(tl.float32)
         pos = tl.load(pos_ptr)
-        at = ((pos - 1) * N + n).to(tl.uint32)
-        g = tl.where(keep, v - tl.log(-tl.log(tl.rand(tl.load(seed_ptr), at))), float("-inf"))
-        tok = tl.sum(tl.where(rn == tl.argmax(g, 0), n, 0), 0).to(tl.int64)
+        if DRAW:
+            y = y * tl.load(t_ptr)
+            n = rn
+            keep = mask
+            if TOP_P:
+                y, n = _sort_desc(y, rn)
+                e = tl.exp(y - tl.max(y, 0))
+                p = e / tl.sum(e, 0)
+                keep = (tl.cumsum(p, 0) - p <= tl.load(p_ptr)) & (n < N)
+            at = ((pos - 1) * N + n).to(tl.uint32)
+            g = tl.log(-tl.log(tl.rand(tl.load(seed_ptr), at)))
+            tok = tl.sum(
+                tl.where(rn == tl.argmax(tl.where(keep, y - g, float("-inf")), 0), n, 0), 0
+            )
+        else:
+            tok = tl.argmax(y, 0, tie_break_left=True)
+        tok = tok.to(tl.int64)
         tl.store(tok_ptr, tok)
         tl.store(out_ptr + pos, tok)
+        if ADJUST:  # one program: no other reads or writes the count
+            tl.store(c_ptr + tok, tl.load(c_ptr + tok) + 1.0)
 
     @triton.jit
     def _keep_kernel(
@@ -1408,7 +1429,7 @@ if triton is not None:
     ):
         """Logprobs.keep in one program, for a vocabulary of at most BLOCK: row pos of the
         chosen token's log-probability and (TOP) the K likeliest tokens' and their ids, the
-        logits sorted as _nucleus_kernel sorts them (ties: the lower index first)."""
+        logits sorted by _sort_desc, as _pick_kernel's (ties: the lower index first)."""
         rn = tl.arange(0, BLOCK)
         x = tl.load(x_ptr + rn, mask=rn < N, other=float("-inf"))
         m = tl.max(x, 0)
@@ -1972,7 +1993,7 @@ def nucleus(logits, top_k: int, top_p):
 
 
 SMALL_VOCAB = 1024  # the largest vocabulary Picker's one-program kernels take whole
-# (_nucleus_kernel, _keep_kernel: their sort grows as V log² V; past it, torch's kernels)
+# (_pick_kernel, _keep_kernel: their sort grows as V log² V; past it, torch's kernels)
 
 
 def gumbel(logits, seed, pos) -> torch.Tensor:
@@ -2095,30 +2116,32 @@ class Picker:
         """logits (1, V) of the token whose position pos now holds (pos advanced past its
         input): tok and out[pos] <- the plan's token, its count, its logprobs row. No sync."""
         pick, top_k, top_p, adjusted, keep = plan
-        if pick != PICK_NONE:
+        N = logits.shape[-1]
+        small = fast and N <= SMALL_VOCAB  # one program a job (round 35), past it torch's
+        if pick != PICK_NONE and small and not top_k:
+            a = self.adjust
+            _pick_kernel[(1,)](  # one launch for up to twenty below
+                logits, a.bias, a.counts, a.presence, a.freq, self.inv_t, self.top_p, self.seed,
+                pos, tok, out, N, ADJUST=bool(adjusted), PENALTIES=adjusted == ADJUST_PENALTIES,
+                DRAW=pick == PICK_DRAW, TOP_P=bool(top_p),
+                BLOCK=max(32, triton.next_power_of_2(N)), num_warps=4,
+            )  # fmt: skip
+        elif pick != PICK_NONE:
             y = self.adjust(logits, adjusted == ADJUST_PENALTIES, fast) if adjusted else logits
-            N = y.shape[-1]
-            if pick == PICK_DRAW and fast and top_p and not top_k and N <= SMALL_VOCAB:
-                _nucleus_kernel[(1,)](  # one launch for the fifteen below (round 35)
-                    y, self.inv_t, self.top_p, self.seed, pos, tok, out, N,
-                    BLOCK=max(32, triton.next_power_of_2(N)), num_warps=4,
-                )  # fmt: skip
-            else:
-                if pick == PICK_DRAW:
-                    y = nucleus(y * self.inv_t, top_k, self.top_p if top_p else None)
-                    if fast:
-                        y = gumbel(y, self.seed, pos)
-                    else:  # the same race, with torch's noise: -log Exp(1) is Gumbel
-                        noise = torch.empty_like(y).exponential_(1.0, generator=self.gen)
-                        y = y - noise.log()
-                nxt = y.argmax(dim=-1)
-                tok.copy_(nxt.view(1, 1))
-                out.index_copy_(0, pos, nxt)
+            if pick == PICK_DRAW:
+                y = nucleus(y * self.inv_t, top_k, self.top_p if top_p else None)
+                if fast:
+                    y = gumbel(y, self.seed, pos)
+                else:  # the same race, with torch's noise: -log Exp(1) is Gumbel
+                    noise = torch.empty_like(y).exponential_(1.0, generator=self.gen)
+                    y = y - noise.log()
+            nxt = y.argmax(dim=-1)
+            tok.copy_(nxt.view(1, 1))
+            out.index_copy_(0, pos, nxt)
             if adjusted:
                 self.adjust.count(tok)
-        if keep and fast and logits.shape[-1] <= SMALL_VOCAB:
+        if keep and small:
             k = self.kept
-            N = logits.shape[-1]
             _keep_kernel[(1,)](  # one launch for log_softmax, gather, top-k and five copies
                 logits, tok, pos, k.chosen, k.values, k.ids, N, K=k.ids.shape[1],
                 TOP=keep == KEEP_TOP, BLOCK=max(32, triton.next_power_of_2(N)), num_warps=4,

@@ -6,11 +6,11 @@ parameters than the graph was captured with) runs with the engine's graphs, then
 off (the same kernels on the same tile picks, launched one by one): the tokens must be the
 same and the logprobs within 1e-4. Then how many tokens a request whose logit_bias changes
 nothing (so Picker.step draws) shares with the same request drawn by the head (the same
-Philox noise: all of them, unless a fused multiply-add rounds a near-tie apart), and how many
-top-p and logprobs requests the one-program kernels (_nucleus_kernel: sort, softmax, cumsum,
-the draw; _keep_kernel: log-softmax, top-k) and torch's kernels give the same tokens (a
-cumulative sum rounded otherwise may move the nucleus's edge), and their logprobs.
-Random weights, byte-level vocabulary.
+Philox noise: all of them, unless a fused multiply-add rounds a near-tie apart), and for how
+many of the requests the one-program kernels (_pick_kernel: bias, penalties, sort, softmax,
+cumulative sum, the draw; _keep_kernel: log-softmax, top-k) and torch's kernels give the same
+tokens (a sum rounded otherwise may move the nucleus's edge), and their logprobs. Random
+weights, byte-level vocabulary.
 
     python bench/gpu/pick_check.py GEN.py [SIZE]
 """
@@ -69,8 +69,8 @@ def main() -> int:
     plans = [k for k in e.decode_graphs if isinstance(k, tuple)]
     print(f"PICK_CHECK {len(asks)} requests, {len(plans)} step graphs with a plan, "
           f"{len(bad)} differing {bad[:3]}; logprobs at most {worst:.2e} apart", flush=True)  # fmt: skip
-    # the one-program kernels (_nucleus_kernel, _keep_kernel) against torch's kernels
-    small = [ask for ask in asks if "top_p" in ask or "logprobs" in ask]
+    # the one-program kernels (_pick_kernel, _keep_kernel) against torch's kernels
+    small = asks  # every one picks or keeps (_pick_kernel, _keep_kernel)
     kernel = [e.generate(ids, 200, **ask) for ask in small]
     g.SMALL_VOCAB = 0  # and the graphs captured with them dropped: captured again without
     e.decode_graphs = {k: v for k, v in e.decode_graphs.items() if not isinstance(k, tuple)}

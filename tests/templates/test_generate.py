@@ -631,7 +631,7 @@ for j in range(12):
     assert abs(chosen - float(lp[toks[j]])) < 1e-4, j
     assert [i for i, _ in top] == lp.topk(3).indices.tolist(), j
     counts[toks[j]] += 1
-# that draw and those logprobs were one launch each (_nucleus_kernel, _keep_kernel): torch's
+# that draw and those logprobs were one launch each (_pick_kernel, _keep_kernel): torch's
 # sort, softmax, cumsum, log_softmax and top-k agree
 g.SMALL_VOCAB = 0
 again = e.generate(ids, 12, temperature=0.7, seed=99, top_p=0.6, logprobs=3,
@@ -717,11 +717,18 @@ for pdl in (False, True):
     build(g._advance_kernel, {"best_ptr": "*i64", "tok_ptr": "*i64", "pos_ptr": "*i64",
           "out_ptr": "*i64"}, dict(PDL=pdl))
     n += 3
-# Picker's kernels: top-p's draw (a byte vocabulary and the largest), the noise, the penalties
+# Picker's kernels: the pick (argmax or draw; bias, penalties, top-p) and the logprobs at a
+# byte vocabulary and the largest, the noise and penalties of a larger one
 for block in (256, g.SMALL_VOCAB):
-    build(g._nucleus_kernel, {"y_ptr": "*fp32", "t_ptr": "*fp32", "p_ptr": "*fp32",
-          "seed_ptr": "*i64", "pos_ptr": "*i64", "tok_ptr": "*i64", "out_ptr": "*i64",
-          "N": "i32"}, dict(BLOCK=block), num_warps=4)
+    picks = ((0, 0, 1, 1), (1, 1, 1, 1)) if block > 256 else (  # ADJUST, PENALTIES, DRAW,
+        (1, 0, 0, 0), (1, 1, 0, 0), (0, 0, 1, 0), (1, 0, 1, 0), (0, 0, 1, 1), (1, 1, 1, 1))  # TOP_P
+    for adjust, penalties, draw, top_p in picks:
+        build(g._pick_kernel, {"y_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32",
+              "pres_ptr": "*fp32", "freq_ptr": "*fp32", "t_ptr": "*fp32", "p_ptr": "*fp32",
+              "seed_ptr": "*i64", "pos_ptr": "*i64", "tok_ptr": "*i64", "out_ptr": "*i64",
+              "N": "i32"}, dict(ADJUST=adjust, PENALTIES=penalties, DRAW=draw, TOP_P=top_p,
+              BLOCK=block), num_warps=4)
+        n += 1
     for top in (False, True):
         build(g._keep_kernel, {"x_ptr": "*fp32", "tok_ptr": "*i64", "pos_ptr": "*i64",
               "c_ptr": "*fp32", "v_ptr": "*fp32", "i_ptr": "*i64", "N": "i32"},
@@ -730,7 +737,7 @@ build(g._gumbel_kernel, {"y_ptr": "*fp32", "seed_ptr": "*i64", "pos_ptr": "*i64"
       dict(BLOCK=1024))
 build(g._adjust_kernel, {"x_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32",
       "pres_ptr": "*fp32", "freq_ptr": "*fp32", "y_ptr": "*fp32", "N": "i32"}, dict(BLOCK=1024))
-n += 8
+n += 6
 for bm in (16, 64, 128):  # int8_matmul's tiles
     build(g._int8_mm_kernel, {"a_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*fp32",
           "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32"},
@@ -1292,7 +1299,7 @@ def test_triton_decode_kernels_compile_for_hopper(tmp_path: Path) -> None:
     proc = run_with_template(tmp_path, COMPILE_CHECK, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # GEMV_TILES, attention, embedding and advance, int8 prefill, Picker's
-    assert proc.stdout.split()[-1] == str(11 + 10 + 6 + 1 + 3 + 8), proc.stdout
+    assert proc.stdout.split()[-1] == str(11 + 10 + 6 + 1 + 3 + 6 + 8), proc.stdout
 
 
 @pytest.mark.slow
