@@ -1352,14 +1352,23 @@ if triton is not None:
         tl.store(best_ptr, tl.full((), _LOWEST_KEY, tl.int64))
 
     @triton.jit
+    def _adjusted(x, b_ptr, c_ptr, pres_ptr, freq_ptr, rn, mask, PENALTIES: tl.constexpr):
+        """x + bias - freq * counts - presence * (counts > 0) at rn (LogitAdjust's sum)."""
+        y = x + tl.load(b_ptr + rn, mask=mask, other=0.0)
+        if PENALTIES:
+            c = tl.load(c_ptr + rn, mask=mask, other=0.0)
+            y = y - tl.load(freq_ptr) * c - tl.load(pres_ptr) * (c > 0).to(tl.float32)
+        return y
+
+    @triton.jit
     def _adjust_kernel(x_ptr, b_ptr, c_ptr, pres_ptr, freq_ptr, y_ptr, N, BLOCK: tl.constexpr):
-        """y = x + bias - freq * counts - presence * (counts > 0): LogitAdjust in one launch."""
+        """y = _adjusted(x) with the penalties: LogitAdjust in one launch."""
         rn = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = rn < N
-        c = tl.load(c_ptr + rn, mask=mask, other=0.0)
-        y = tl.load(x_ptr + rn, mask=mask) + tl.load(b_ptr + rn, mask=mask)
-        y = y - tl.load(freq_ptr) * c - tl.load(pres_ptr) * (c > 0).to(tl.float32)
-        tl.store(y_ptr + rn, y, mask=mask)
+        x = tl.load(x_ptr + rn, mask=mask)
+        tl.store(
+            y_ptr + rn, _adjusted(x, b_ptr, c_ptr, pres_ptr, freq_ptr, rn, mask, True), mask=mask
+        )
 
     @triton.jit
     def _sort_desc(y, rn):
@@ -1379,7 +1388,7 @@ if triton is not None:
         TOP_P: tl.constexpr, BLOCK: tl.constexpr,
     ):  # fmt: skip
         """Picker.step's pick in one program, for a vocabulary of at most BLOCK: the logits
-        plus logit_bias (ADJUST) less the penalties (PENALTIES: _adjust_kernel's sum), then
+        plus logit_bias (ADJUST) less the penalties (PENALTIES: _adjusted's sum), then
         their argmax, or (DRAW) times 1 / T, the top-p nucleus kept (TOP_P: sorted by
         _sort_desc, the smallest prefix with mass top_p, as nucleus), each kept token's
         Gumbel noise added (the head's, at its index), the argmax -> tok, out[pos], its count."""
@@ -1387,10 +1396,7 @@ if triton is not None:
         mask = rn < N
         y = tl.load(y_ptr + rn, mask=mask, other=float("-inf"))
         if ADJUST:
-            y = y + tl.load(b_ptr + rn, mask=mask, other=0.0)
-            if PENALTIES:
-                c = tl.load(c_ptr + rn, mask=mask, other=0.0)
-                y = y - tl.load(freq_ptr) * c - tl.load(pres_ptr) * (c > 0).to(tl.float32)
+            y = _adjusted(y, b_ptr, c_ptr, pres_ptr, freq_ptr, rn, mask, PENALTIES)
         pos = tl.load(pos_ptr)
         if DRAW:
             y = y * tl.load(t_ptr)
