@@ -11,13 +11,14 @@
 # eager, the head's draw against Picker's, the one-program kernels against torch's), then
 # serve_options.py beside c50d7c0's template (round 34's, carried as .gpuwork/generate_r34.py:
 # `git show c50d7c0:templates/generate.py > .gpuwork/generate_r34.py`) at 124M and 1.3B
-# int8. Run with carry [".gpuwork"]: TAG=call1 BUDGET=400.
+# int8, and greedy restarts alternating (the first token is now _pick_kernel's argmax: TTFT
+# should not move). Run with carry [".gpuwork"]: TAG=call1 BUDGET=480.
 set -u
 source "$(dirname "$0")/steps.sh"
 OLD=.gpuwork/generate_r34.py
 need .gpuwork/generate_r34.py
 machine_line; generate_setup
-for part in ${PARTS:-pickcheck options124 options}; do
-  generate_part g35 $part || echo "unknown part: $part"
+for part in ${PARTS:-pickcheck options124 options oldcold pairs}; do
+  PAIRS=${PAIRS:-2} generate_part g35 $part || echo "unknown part: $part"
 done
 summarize "$GENERATE_SUMMARY"
