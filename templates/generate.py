@@ -105,6 +105,7 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -2002,10 +2003,10 @@ SMALL_VOCAB = 1024  # the largest vocabulary Picker's one-program kernels take w
 # (_pick_kernel, _keep_kernel: their sort grows as V log² V; past it, torch's kernels)
 
 
-def gumbel(logits, seed, pos) -> torch.Tensor:
-    """logits (1, V) fp32 + the Gumbel noise _gemv_kernel's SAMPLE draws for the step whose
-    input is at pos - 1 (Philox at the seed): argmax of the sum = the head's draw. No sync."""
-    y = logits.contiguous().clone()
+def gumbel(y, seed, pos) -> torch.Tensor:
+    """y (1, V) fp32, contiguous, the caller's own: += the Gumbel noise _gemv_kernel's SAMPLE
+    draws for the step whose input is at pos - 1 (Philox at the seed), in place: argmax of
+    the sum = the head's draw. No sync."""
     N = y.numel()
     _gumbel_kernel[(triton.cdiv(N, 1024),)](y, seed, pos, N, BLOCK=1024)
     return y
@@ -2085,12 +2086,24 @@ class Logprobs:
         ]
 
 
-# Picker.step's plan: which token (PICK_NONE: the step's own argmax or draw stands), top-k
-# (0: off), top-p on, logit_bias alone or with penalties (0: neither), logprobs kept (0: no;
-# the chosen token's alone, or with the likeliest tokens')
 PICK_NONE, PICK_ARGMAX, PICK_DRAW = 0, 1, 2
 ADJUST_BIAS, ADJUST_PENALTIES = 1, 2
 KEEP_CHOSEN, KEEP_TOP = 1, 2
+
+
+class Plan(NamedTuple):
+    """What Picker.step does after a step: the shape of a request's options (a key of the
+    step's CUDA graphs; the values themselves are read from the device)."""
+
+    pick: int  # PICK_NONE (the step's own argmax or draw stands), PICK_ARGMAX or PICK_DRAW
+    top_k: int  # 0: off
+    top_p: bool
+    adjust: int  # 0, ADJUST_BIAS (logit_bias alone) or ADJUST_PENALTIES (with penalties)
+    keep: int  # logprobs: 0, KEEP_CHOSEN (the chosen token's) or KEEP_TOP (and the likeliest)
+
+    def works(self) -> bool:
+        """Anything to do after the step (another token, or logprobs)."""
+        return self.pick != PICK_NONE or self.keep != 0
 
 
 class Picker:
@@ -2118,7 +2131,7 @@ class Picker:
             self.adjust.set(**adjust)
         self.gen = torch.Generator(device=self.inv_t.device).manual_seed(seed)
 
-    def step(self, logits, tok, pos, out, plan: tuple, fast: bool) -> None:
+    def step(self, logits, tok, pos, out, plan: Plan, fast: bool) -> None:
         """logits (1, V) of the token whose position pos now holds (pos advanced past its
         input): tok and out[pos] <- the plan's token, its count, its logprobs row. No sync."""
         pick, top_k, top_p, adjusted, keep = plan
@@ -2135,7 +2148,7 @@ class Picker:
         elif pick != PICK_NONE:
             y = self.adjust(logits, adjusted == ADJUST_PENALTIES, fast) if adjusted else logits
             if pick == PICK_DRAW:
-                y = nucleus(y * self.inv_t, top_k, self.top_p if top_p else None)
+                y = nucleus(y * self.inv_t, top_k, self.top_p if top_p else None)  # a new tensor
                 if fast:
                     y = gumbel(y, self.seed, pos)
                 else:  # the same race, with torch's noise: -log Exp(1) is Gumbel
@@ -2348,13 +2361,13 @@ class Engine:
         graph.replay()
         return out
 
-    def run_decode(self, S: int, draw: bool = False, plan: tuple | None = None):
+    def run_decode(self, S: int, draw: bool = False, plan: Plan | None = None):
         """One decode step (tok, pos, out advanced), then Picker.step's plan where it has work
         (another token, logprobs): in the step's CUDA graph where the decode is Triton (a
         graph a plan, captured on its first request: a few ms), else eagerly after it."""
         if self.fast:  # one graph for every length (the kernels read it from pos), one more
             S = DRAW if draw else 0  # for a step that draws its token (generate's drawn)
-        after = plan is not None and (plan[0] != PICK_NONE or plan[4])
+        after = plan is not None and plan.works()
         inside = after and self.fast  # its draw reads everything from the device
         picker = self.picker
 
@@ -2442,8 +2455,8 @@ class Engine:
             penalties = adjust["presence"] or adjust["freq"]
             adjusted = ADJUST_PENALTIES if penalties else ADJUST_BIAS
         keep = 0 if kept is None else KEEP_TOP if logprobs else KEEP_CHOSEN
-        first = (PICK_ARGMAX if greedy else PICK_DRAW, top_k, top_p_on, adjusted, keep)
-        plan = (PICK_NONE if drawn or (greedy and not adjust) else first[0], *first[1:])
+        first = Plan(PICK_ARGMAX if greedy else PICK_DRAW, top_k, top_p_on, adjusted, keep)
+        plan = first._replace(pick=PICK_NONE) if drawn or (greedy and not adjust) else first
 
         def told(i: int) -> bool:  # on_token of step i's token, self.tok
             row = kept.rows(P + i, P + i + 1, logprobs)[0] if kept else None

@@ -17,8 +17,4 @@ set -u
 source "$(dirname "$0")/steps.sh"
 OLD=.gpuwork/generate_r34.py
 need .gpuwork/generate_r34.py
-machine_line; generate_setup
-for part in ${PARTS:-pickcheck options124 options oldcold pairs}; do
-  PAIRS=${PAIRS:-2} generate_part g35 $part || echo "unknown part: $part"
-done
-summarize "$GENERATE_SUMMARY"
+PAIRS=${PAIRS:-2} generate_round g35 ${PARTS:-pickcheck options124 options oldcold pairs}

@@ -85,6 +85,13 @@ generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share,
   esac
 }
 GENERATE_SUMMARY="^=== |^PICK_CHECK|^HEAD_VS|^ONE_PROGRAM|^serve:|^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
+generate_round() {  # generate_round TAG PART...: a generate round's call, whole: the machine
+  # line, the template's copy, each part (generate_part), the summary
+  local t=$1 part; shift
+  machine_line; generate_setup
+  for part in "$@"; do generate_part $t $part || echo "unknown part: $part"; done
+  summarize "$GENERATE_SUMMARY"
+}
 stdlib_corpus() {  # /tmp/train.txt, /tmp/heldout.txt: the Python standard library's sources as
   # text, the last 400,000 bytes held out (the trained-checkpoint checks)
   local std; std=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')

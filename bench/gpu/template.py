@@ -6,8 +6,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import torch
-
 
 def load_template(path: str = "templates/generate.py") -> ModuleType:
     """The generate template, imported without running its main (its argv set aside). A
@@ -26,6 +24,8 @@ def load_template(path: str = "templates/generate.py") -> ModuleType:
 def random_model(g: ModuleType, s, seed: int, quant: str = "none"):
     """The template's GPT of shape s on the GPU in bf16, random weights drawn as its own
     benchmark draws them (random_state_dict), quantized as --quant, with its KV cache."""
+    import torch  # here: load_template's usage error stays a one-line exit, without torch
+
     dev, dt = torch.device("cuda"), torch.bfloat16
     with torch.device("meta"):
         m = g.GPT(s).to(dt)

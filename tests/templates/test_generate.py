@@ -580,7 +580,7 @@ ids = [3, 141, 59, 26, 53]
 calls, heads = [], []
 real, real_gemv = g.Picker.step, g.gemv
 def spy_step(self, logits, tok, pos, out, plan, fast):
-    calls.append(plan[0])
+    calls.append(plan.pick)
     return real(self, logits, tok, pos, out, plan, fast)
 g.Picker.step = spy_step
 def spy(*a, **k):
