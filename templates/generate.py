@@ -858,6 +858,13 @@ if triton is not None:
     _INT8_OFFSET = tl.constexpr(INT8_OFFSET)
 
     @triton.jit
+    def _gumbel_log(seed, pos, N, n):
+        """log(-log u), u Philox's uniform at (seed, pos * N + n): y minus it is y plus Gumbel
+        noise, whose argmax is a draw from softmax(y) (the Gumbel-max trick). The head's draw
+        and Picker's take their noise here: a seed and a position give the same numbers."""
+        return tl.log(-tl.log(tl.rand(seed, (pos * N + n).to(tl.uint32))))
+
+    @triton.jit
     def _int8_biased(w, COMPILED: tl.constexpr):
         """Stored w + INT8_OFFSET -> fp32 w + INT8_BIAS without the conversion instruction (a
         quarter of the FMA rate) or a subtraction: a byte permute a weight."""
@@ -1236,8 +1243,7 @@ if triton is not None:
         if ARGMAX:
             y = tl.where(nmask, y, float("-inf"))
             if SAMPLE:
-                at = (pos * N + rn).to(tl.uint32)
-                y = y * inv_t - tl.log(-tl.log(tl.rand(seed, at)))
+                y = y * inv_t - _gumbel_log(seed, pos, N, rn)
             top = tl.max(y, 0)
             n = tl.program_id(0) * BLOCK_N + tl.argmax(y, 0, tie_break_left=True)
             bits = top.to(tl.int32, bitcast=True)
@@ -1408,8 +1414,7 @@ if triton is not None:
                 e = tl.exp(y - tl.max(y, 0))
                 p = e / tl.sum(e, 0)
                 keep = (tl.cumsum(p, 0) - p <= tl.load(p_ptr)) & (n < N)
-            at = ((pos - 1) * N + n).to(tl.uint32)
-            g = tl.log(-tl.log(tl.rand(tl.load(seed_ptr), at)))
+            g = _gumbel_log(tl.load(seed_ptr), pos - 1, N, n)
             tok = tl.sum(
                 tl.where(rn == tl.argmax(tl.where(keep, y - g, float("-inf")), 0), n, 0), 0
             )
@@ -1454,9 +1459,9 @@ if triton is not None:
         pos - 1 (pos advanced past it): the same Philox numbers, so the same draw."""
         rn = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = rn < N
-        at = ((tl.load(pos_ptr) - 1) * N + rn).to(tl.uint32)
         y = tl.load(y_ptr + rn, mask=mask)
-        tl.store(y_ptr + rn, y - tl.log(-tl.log(tl.rand(tl.load(seed_ptr), at))), mask=mask)
+        g = _gumbel_log(tl.load(seed_ptr), tl.load(pos_ptr) - 1, N, rn)
+        tl.store(y_ptr + rn, y - g, mask=mask)
 
     @triton.jit
     def _int8_mm_kernel(
