@@ -3006,9 +3006,13 @@ def logprob_token(t: int) -> tuple[str, list[int] | None]:
     """A token as OpenAI's logprobs name it, and its bytes: a byte that is a character alone is
     that character, another byte "bytes:\\xNN" (as OpenAI writes a part of a character); past
     the bytes (a model of another vocabulary) "token_id:N", as vLLM writes it, with no bytes."""
-    if t > 255:
-        return f"token_id:{t}", None
-    return (chr(t) if t < 128 else f"bytes:\\x{t:02x}"), [t]
+    if 0 <= t < 256:
+        return BYTE_NAMES[t], [t]
+    return f"token_id:{t}", None
+
+
+# The 256 bytes' names, once: a 300-token reply with logprobs 5 names 2,100 tokens.
+BYTE_NAMES = tuple(chr(t) if t < 128 else f"bytes:\\x{t:02x}" for t in range(256))
 
 
 class LogprobsOut:
@@ -3025,10 +3029,11 @@ class LogprobsOut:
     def render(self, pairs: list[tuple[int, tuple | None]]) -> dict:
         """pairs: (token, its Logprobs row), in order; an echoed prompt's first token has no
         row (None: null, as in OpenAI's replies)."""
+        floor = self.FLOOR  # comparisons, not max(): this loop runs k + 1 times a token
 
         def entry(t: int, lp: float) -> dict:
             name, raw = logprob_token(t)
-            return {"token": name, "logprob": max(lp, self.FLOOR), "bytes": raw}
+            return {"token": name, "logprob": lp if lp > floor else floor, "bytes": raw}
 
         if self.chat:
             content = [
@@ -3046,9 +3051,11 @@ class LogprobsOut:
                 out["top_logprobs"].append(None)
             else:
                 lp, top = row
-                likeliest = {logprob_token(i)[0]: max(v, self.FLOOR) for i, v in top}
-                out["token_logprobs"].append(max(lp, self.FLOOR))
-                out["top_logprobs"].append({**likeliest, name: max(lp, self.FLOOR)})
+                lp = lp if lp > floor else floor
+                likeliest = {logprob_token(i)[0]: v if v > floor else floor for i, v in top}
+                likeliest[name] = lp  # the chosen, where it is among them or after them
+                out["token_logprobs"].append(lp)
+                out["top_logprobs"].append(likeliest)
             if t < 256:
                 self.chars += len(self.decoder.decode(bytes([t])))
         return out

@@ -1812,6 +1812,11 @@ def test_logprobs_cover_the_tokens_of_the_text_and_never_a_stops(gen) -> None:
         "bytes": None,
         "top_logprobs": [{"token": "\x07", "logprob": -1e-3, "bytes": [7]}],
     }
+    # a NaN (logits that overflowed) is no JSON either: the floor, not "NaN" in the reply
+    nan = gen.LogprobsOut(chat=False).render([(98, (float("nan"), [(99, float("nan"))]))])
+    assert json.loads(json.dumps(nan, allow_nan=False))["top_logprobs"] == [
+        {"c": -9999.0, "b": -9999.0}
+    ]
 
 
 def test_a_chat_stream_holds_back_only_what_may_begin_a_stop(gen) -> None:
