@@ -2084,11 +2084,74 @@ class Logprobs:
     def rows(self, start: int, stop: int, k: int | None = None) -> list:
         """Steps start..stop-1 as (chosen's, [(id, logprob) of the k likeliest, likeliest
         first]) (k: all kept); one sync."""
-        chosen = self.chosen[start:stop].tolist()
-        ids, values = self.ids[start:stop, :k].tolist(), self.values[start:stop, :k].tolist()
+        return self.as_rows(*self.sources(start, stop, k))
+
+    def sources(self, start: int, stop: int, k: int | None) -> list:
+        """The device slices rows start..stop-1 are read from: chosen, ids, values."""
+        return [self.chosen[start:stop], self.ids[start:stop, :k], self.values[start:stop, :k]]
+
+    @staticmethod
+    def as_rows(chosen, ids, values) -> list:
+        chosen, ids, values = chosen.tolist(), ids.tolist(), values.tolist()
         return [
             (c, list(zip(i, v, strict=True))) for c, i, v in zip(chosen, ids, values, strict=True)
         ]
+
+
+READ_AHEAD = 1  # decode steps queued beyond the token the host reads (streams, stops)
+
+
+class StepReader:
+    """Each step's token (and its logprobs row) copied to the host behind the step, read while
+    the next step runs: streaming and stop sequences see every token without the GPU idling
+    for a sync each token (a .item() waits for the whole queue, and nothing is queued behind
+    it until the host has looked). send(pos) queues the copies of out[pos] and logprobs row
+    pos on a stream of their own (stream), behind the step that wrote them: on the decode's
+    stream each copy was a gap between two steps' graphs (~10 us a token at 124M, round 36).
+    Those entries are written once a request, so a later step cannot race the copy. take()
+    returns the oldest sent, waiting for its own copies alone (an event). Engine.generate
+    keeps READ_AHEAD + 1 sends untaken at most: a slot each."""
+
+    def __init__(self, out, kept: Logprobs | None, k: int | None, stream=None):
+        self.out, self.kept, self.k, self.stream = out, kept, k, stream
+        self.slots = []
+        for _ in range(READ_AHEAD + 1):
+            # pinned: the copies run asynchronously, off the host's path
+            pin = stream is not None
+            bufs = [torch.empty(t.shape, dtype=t.dtype, pin_memory=pin) for t in self.sources(0)]
+            self.slots.append((bufs, torch.cuda.Event() if pin else None))
+        self.sent = self.taken = 0
+
+    def sources(self, pos: int) -> list:
+        rows = self.kept.sources(pos, pos + 1, self.k) if self.kept is not None else []
+        return [self.out[pos : pos + 1], *rows]
+
+    def send(self, pos: int) -> None:
+        """Queue the copies of out[pos] and logprobs row pos (the step just launched wrote
+        them)."""
+        if self.sent - self.taken >= len(self.slots):  # it would overwrite an untaken token
+            raise RuntimeError("StepReader: take() the oldest token before another send()")
+        bufs, event = self.slots[self.sent % len(self.slots)]
+        pairs = zip(bufs, self.sources(pos), strict=True)
+        if self.stream is None:  # a CPU: plain copies
+            for buf, src in pairs:
+                buf.copy_(src)
+        else:
+            self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
+            with torch.cuda.stream(self.stream):
+                for buf, src in pairs:
+                    buf.copy_(src, non_blocking=True)
+                event.record(self.stream)
+        self.sent += 1
+
+    def take(self) -> tuple[int, tuple | None]:
+        """The oldest sent step's (token, its Logprobs row or None)."""
+        bufs, event = self.slots[self.taken % len(self.slots)]
+        if event is not None:
+            event.synchronize()
+        self.taken += 1
+        row = Logprobs.as_rows(*bufs[1:])[0] if self.kept is not None else None
+        return int(bufs[0].item()), row
 
 
 PICK_NONE, PICK_ARGMAX, PICK_DRAW = 0, 1, 2
@@ -2198,6 +2261,8 @@ class Engine:
         self.tok = torch.zeros(1, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(1, dtype=torch.long, device=device)
         self.out = torch.zeros(self.ctx + 1, dtype=torch.long, device=device)
+        # StepReader's copies of each token to the host, beside the decode's stream
+        self.copies = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.prefill_fn, self.decode_fn = prefill_step, decode_step
         # Triton decode kernels: asked for, or on a GPU unless --eager (the plain torch path)
         attn = model.blocks[0].attn
@@ -2435,8 +2500,8 @@ class Engine:
         adjust: dict | None = None,
     ) -> dict:
         """Prompt ids -> {"tokens", "ttft_s", "decode_s"}. on_token(id, row) is called per
-        token (a host sync per token: streaming only), row its Logprobs row or None; returning
-        True from it stops early. cancelled() is asked every step, without a sync: True stops
+        token, while the next token's step runs (StepReader), row its Logprobs row or None;
+        returning True from it stops early (the step computed past it is dropped). cancelled() is asked every step, without a sync: True stops
         early too. logprobs: keep each token's log-probability and its k likeliest tokens'
         ("logprobs" in the result: Logprobs.rows). adjust: LogitAdjust's bias, presence and
         freq (greedy then takes the adjusted argmax, not the step's own)."""
@@ -2463,9 +2528,11 @@ class Engine:
         first = Plan(PICK_ARGMAX if greedy else PICK_DRAW, top_k, top_p_on, adjusted, keep)
         plan = first._replace(pick=PICK_NONE) if drawn or (greedy and not adjust) else first
 
-        def told(i: int) -> bool:  # on_token of step i's token, self.tok
-            row = kept.rows(P + i, P + i + 1, logprobs)[0] if kept else None
-            return on_token(int(self.tok.item()), row)
+        # on_token sees token i while steps i + 1.. i + READ_AHEAD run, computed past a stop
+        reader = StepReader(self.out, kept, logprobs, self.copies) if on_token else None
+
+        def told() -> bool:  # on_token of the oldest token not yet told
+            return on_token(*reader.take())
 
         self.sync()
         t0 = time.perf_counter()
@@ -2474,15 +2541,24 @@ class Engine:
         picker.step(logits, self.tok, self.pos, self.out, first, self.fast)
         self.tok.item()  # the sync that ends time-to-first-token
         ttft = time.perf_counter() - t0
-        stop = told(0) if on_token else False
+        stop = False
+        if reader:
+            reader.send(P)
+            stop = told()
         t1 = time.perf_counter()
-        n = 1
+        n = said = 1  # tokens generated, tokens on_token saw
         while n < max_new and not stop and not (cancelled and cancelled()):
             pos = P + n - 1  # the input token's position
             self.run_decode(self.decode_bucket(pos + 1), drawn, plan)
+            if reader:
+                reader.send(pos + 1)  # token n and its logprobs row, at position P + n
             n += 1
-            if on_token:
-                stop = told(n - 1)
+            if reader and n - said > READ_AHEAD:  # the oldest's step is done; the rest run on
+                stop, said = told(), said + 1
+        while reader and not stop and said < n:  # the last ones (or a client gone)
+            stop, said = told(), said + 1
+        if reader:
+            n = said  # a token computed past the stop is not the request's
         tokens = self.out[P : P + n].tolist()  # syncs
         result = {"tokens": tokens, "ttft_s": ttft, "decode_s": time.perf_counter() - t1}
         if kept:
@@ -2972,6 +3048,12 @@ class StreamText:
         self.stops, self.buf, self.sent, self.end = stops, bytearray(), 0, None
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.ends: list[int] = []  # per token fed: the text's bytes up to its end
+        # the stops' proper prefixes by length, longest first (held() runs after every byte)
+        longest = max((len(s) for s in stops), default=1)
+        self.prefixes = [
+            (k, tuple(s[:k] for s in stops if len(s) > k)) for k in range(longest - 1, 0, -1)
+        ]
+        self.tails = {p[-1] for _, ps in self.prefixes for p in ps}  # their last bytes
 
     def kept(self) -> int:
         """How many of the tokens fed are in the text sent so far: a stop's never are."""
@@ -2979,8 +3061,10 @@ class StreamText:
 
     def held(self) -> int:
         """How many bytes at the end may yet begin a stop sequence (only those wait)."""
-        for k in range(max((len(s) for s in self.stops), default=1) - 1, 0, -1):
-            if any(len(s) > k and self.buf.endswith(s[:k]) for s in self.stops):
+        if not self.buf or self.buf[-1] not in self.tails:  # no prefix ends here: most bytes
+            return 0
+        for k, prefixes in self.prefixes:
+            if self.buf.endswith(prefixes):
                 return k
         return 0
 
@@ -3744,7 +3828,7 @@ def run_choice(
             spec["top_k"],
             spec["top_p"],
             seed,
-            on_token=on_token if stream or stops else None,  # a host sync per token: only then
+            on_token=on_token if stream or stops else None,  # each token to the host: only then
             cancelled=cancelled,  # no sync: a plain request stops too when its client leaves
             logprobs=spec.get("logprobs"),
             adjust=spec.get("adjust"),

@@ -76,6 +76,8 @@ generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share,
   ready13old) local r13="--size 1.3b --vocab-size 256 --seq-len 2048 --quant int8 --compile-cache /tmp/cro"
     step $t-ready-cold-old 150 python3 bench/gpu/serve_ready.py ${OLD:-.gpuwork/generate_old.py} $r13 ;;
   pickcheck) step $t-pick-check 120 python3 bench/gpu/pick_check.py $W/gen.py 124m ;;
+  streamcost) step $t-stream-cost-old 90 python3 bench/gpu/stream_cost.py ${OLD:-.gpuwork/generate_old.py} 124m
+    step $t-stream-cost 90 python3 bench/gpu/stream_cost.py $W/gen.py 124m ;;
   probe13) step probe-1.3b 90 python3 $P 1.3b ;;
   probe124) step probe-124m 50 python3 $P 124m ;;
   train) stdlib_corpus; step train-124m 120 python3 templates/lm.py $lm ;;
@@ -84,7 +86,7 @@ generate_part() {  # generate_part TAG PART: a step the rounds from 14 on share,
   *) return 1 ;;
   esac
 }
-GENERATE_SUMMARY="^=== |^PICK_CHECK|^HEAD_VS|^ONE_PROGRAM|^serve:|^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
+GENERATE_SUMMARY="^=== |^PICK_CHECK|^STREAM_SAME|^STEP_READER|^HEAD_VS|^ONE_PROGRAM|^serve:|^prefill|^decode|^eval|TTFT|Error|error|gemv_tiles|WRONG|^\| |autotuned|fit,|^PDL|: \(|us .* TB/s"
 generate_round() {  # generate_round TAG PART...: a generate round's call, whole: the machine
   # line, the template's copy, each part (generate_part), the summary
   local t=$1 part; shift

@@ -640,6 +640,17 @@ assert again["tokens"] == toks, (again["tokens"], toks)
 for (c1, top1), (c2, top2) in zip(r["logprobs"], again["logprobs"]):
     assert abs(c1 - c2) < 1e-5 and [i for i, _ in top1] == [i for i, _ in top2]
     assert max(abs(a - b) for (_, a), (_, b) in zip(top1, top2)) < 1e-5
+# streaming and stops: on_token sees each token one step behind the decode (StepReader), the
+# same tokens and rows in order; a stop at the fifth keeps five (the step past it dropped)
+for stop_at in (5, 99):
+    seen = []
+    def on_token(t, row):
+        seen.append((t, row))
+        return len(seen) == stop_at
+    cut = e.generate(ids, 12, temperature=0.7, seed=99, top_p=0.6, logprobs=3, on_token=on_token,
+                     adjust={"bias": {32: 2.0}, "presence": 0.5, "freq": 0.8})
+    assert [t for t, _ in seen] == cut["tokens"] == toks[:stop_at], (seen, cut["tokens"])
+    assert [row for _, row in seen] == cut["logprobs"]
 print("DRAWN", chi2)
 """
 
@@ -1778,6 +1789,37 @@ def test_openai_requests_are_checked_field_by_field(gen) -> None:
     assert (scoring["echo"], scoring["max_new_tokens"], spec["echo"]) == (True, 0, False)
 
 
+def test_a_step_reader_hands_over_each_token_and_row_in_order(gen) -> None:
+    """Streaming reads token i while step i + 1 runs: StepReader's slots hold the copies of
+    out[pos] and logprobs row pos queued behind each step, each token handed over once, in
+    order, with Logprobs.rows' own row; a send with every slot untaken (it would overwrite a
+    token not yet read) is refused."""
+    import torch
+
+    out = torch.zeros(9, dtype=torch.int64)
+    kept = gen.Logprobs(9, 3, torch.device("cpu"))
+    kept.keep(0, torch.randn(9, 256), torch.arange(9))  # rows 0..8
+    reader = gen.StepReader(out, kept, 2)
+    got = []
+    for pos in range(9):
+        out[pos] = 100 + pos  # the step writes its token at its position
+        reader.send(pos)
+        out[pos] = -1  # the copy holds what the step wrote, whatever comes after
+        if pos:  # one step behind
+            got.append(reader.take())
+    got.append(reader.take())
+    assert [t for t, _ in got] == list(range(100, 109))
+    assert [row for _, row in got] == kept.rows(0, 9, 2)
+    assert all(len(top) == 2 for _, (_, top) in got)
+    for pos in range(gen.READ_AHEAD + 1):  # a slot each
+        reader.send(pos)
+    with pytest.raises(RuntimeError, match="take"):
+        reader.send(0)
+    bare = gen.StepReader(out, None, None)
+    bare.send(3)
+    assert bare.take() == (-1, None)
+
+
 def test_logprobs_cover_the_tokens_of_the_text_and_never_a_stops(gen) -> None:
     """The tokens whose log-probabilities a reply carries are those of its text: every one when
     nothing stops it (tokens past the bytes too), none of a stop sequence's or after it; their
@@ -1817,6 +1859,24 @@ def test_logprobs_cover_the_tokens_of_the_text_and_never_a_stops(gen) -> None:
     assert json.loads(json.dumps(nan, allow_nan=False))["top_logprobs"] == [
         {"c": -9999.0, "b": -9999.0}
     ]
+
+
+def test_a_stream_holds_back_exactly_the_bytes_that_may_begin_a_stop(gen) -> None:
+    """held() runs after every byte of a reply with stops: however it is made fast, it is the
+    longest end of the text that is a stop's proper beginning (random stops and texts)."""
+    rng = random.Random(0)
+    for _ in range(300):
+        stops = [
+            bytes(rng.choice(b"ab\n") for _ in range(rng.randint(1, 5)))
+            for _ in range(rng.randint(1, 3))
+        ]
+        stream = gen.StreamText(stops)
+        for b in bytes(rng.choice(b"abc\n") for _ in range(30)):
+            stream.feed(b)
+            if stream.end is not None:
+                break
+            ends = [k for s in stops for k in range(1, len(s)) if stream.buf.endswith(s[:k])]
+            assert stream.held() == max(ends, default=0), (stops, bytes(stream.buf))
 
 
 def test_a_chat_stream_holds_back_only_what_may_begin_a_stop(gen) -> None:
