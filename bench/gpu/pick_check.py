@@ -17,18 +17,13 @@ weights, byte-level vocabulary.
 
 import sys
 
-import torch
-from template import load_template, random_model  # bench/gpu: the script's own folder
+from template import load_template, random_engine  # bench/gpu: the script's own folder
 
 
 def main() -> int:
     size = sys.argv[2] if len(sys.argv) > 2 else "124m"
     g = load_template(sys.argv[1])  # sets argv aside
-    dev = torch.device("cuda")
-    n_layer, n_head, d_model = g.SIZES[size]
-    s = g.ModelShape(n_layer, n_head, d_model, 256, 2048)
-    m = random_model(g, s, 0)
-    e = g.Engine(m, dev, g.Config(), 0, 1)
+    e = random_engine(g, size)
     assert e.fast and e.graphs, "needs the Triton decode and CUDA graphs"
     ids = list(b"the quick brown fox jumps over the lazy dog; " * 8)
     pen = {"bias": {}, "presence": 0.5, "freq": 0.5}

@@ -14,7 +14,7 @@ import sys
 import time
 
 import torch
-from template import load_template, random_model  # bench/gpu: the script's own folder
+from template import load_template, random_engine  # bench/gpu: the script's own folder
 
 REPS = int(os.environ.get("REPS", "7"))
 
@@ -22,10 +22,7 @@ REPS = int(os.environ.get("REPS", "7"))
 def main() -> int:
     size = sys.argv[2] if len(sys.argv) > 2 else "124m"
     g = load_template(sys.argv[1])  # sets argv aside
-    dev = torch.device("cuda")
-    n_layer, n_head, d_model = g.SIZES[size]
-    s = g.ModelShape(n_layer, n_head, d_model, 256, 2048)
-    e = g.Engine(random_model(g, s, 0), dev, g.Config(), 0, 1)
+    e = random_engine(g, size)
     ids = list(b"the quick brown fox jumps over the lazy dog; " * 11)[:512]
 
     def read(t, row):

@@ -37,3 +37,13 @@ def random_model(g: ModuleType, s, seed: int, quant: str = "none"):
         g.quantize_int8(m)
     m.setup_cache(dev, dt)
     return m
+
+
+def random_engine(g: ModuleType, size: str, seed: int = 0):
+    """The template's serving Engine on the GPU (its defaults: Triton decode, CUDA graphs) for
+    a random-weights model of a --size, byte-level vocabulary, context 2048."""
+    import torch
+
+    n_layer, n_head, d_model = g.SIZES[size]
+    s = g.ModelShape(n_layer, n_head, d_model, 256, 2048)
+    return g.Engine(random_model(g, s, seed), torch.device("cuda"), g.Config(), 0, 1)
