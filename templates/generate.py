@@ -2501,10 +2501,11 @@ class Engine:
     ) -> dict:
         """Prompt ids -> {"tokens", "ttft_s", "decode_s"}. on_token(id, row) is called per
         token, while the next token's step runs (StepReader), row its Logprobs row or None;
-        returning True from it stops early (the step computed past it is dropped). cancelled() is asked every step, without a sync: True stops
-        early too. logprobs: keep each token's log-probability and its k likeliest tokens'
-        ("logprobs" in the result: Logprobs.rows). adjust: LogitAdjust's bias, presence and
-        freq (greedy then takes the adjusted argmax, not the step's own)."""
+        returning True from it stops early (the step computed past it is dropped).
+        cancelled() is asked every step, without a sync: True stops early too. logprobs: keep
+        each token's log-probability and its k likeliest tokens' ("logprobs" in the result:
+        Logprobs.rows). adjust: LogitAdjust's bias, presence and freq (greedy then takes the
+        adjusted argmax, not the step's own)."""
         P = len(ids)
         if P < 1 or P + max_new > self.ctx:
             raise ValueError(f"prompt {P} + new tokens {max_new} must fit the context {self.ctx}")
@@ -2528,7 +2529,7 @@ class Engine:
         first = Plan(PICK_ARGMAX if greedy else PICK_DRAW, top_k, top_p_on, adjusted, keep)
         plan = first._replace(pick=PICK_NONE) if drawn or (greedy and not adjust) else first
 
-        # on_token sees token i while steps i + 1.. i + READ_AHEAD run, computed past a stop
+        # on_token sees token i while steps i + 1 .. i + READ_AHEAD run (computed past a stop)
         reader = StepReader(self.out, kept, logprobs, self.copies) if on_token else None
 
         def told() -> bool:  # on_token of the oldest token not yet told
