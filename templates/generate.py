@@ -3040,6 +3040,19 @@ def stop_cut(text: bytes | bytearray, stops: list[bytes]) -> int | None:
     return min(ends) if ends else None
 
 
+def kmp_failure(s: bytes) -> list[int]:
+    """For each i, the length of the longest proper prefix of s[: i + 1] that is also its
+    suffix (Knuth-Morris-Pratt's table: where a partial match of s falls back to)."""
+    fail, k = [0] * len(s), 0
+    for i in range(1, len(s)):
+        while k and s[i] != s[k]:
+            k = fail[k - 1]
+        if s[i] == s[k]:
+            k += 1
+        fail[i] = k
+    return fail
+
+
 class StreamText:
     """A completion's text: token bytes decoded as UTF-8 as they come, holding back the bytes
     that may yet begin a stop sequence (a stop sequence is never sent). Streamed, the pieces go
@@ -3049,12 +3062,11 @@ class StreamText:
         self.stops, self.buf, self.sent, self.end = stops, bytearray(), 0, None
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.ends: list[int] = []  # per token fed: the text's bytes up to its end
-        # the stops' proper prefixes by length, longest first (held() runs after every byte)
-        longest = max((len(s) for s in stops), default=1)
-        self.prefixes = [
-            (k, tuple(s[:k] for s in stops if len(s) > k)) for k in range(longest - 1, 0, -1)
-        ]
-        self.tails = {p[-1] for _, ps in self.prefixes for p in ps}  # their last bytes
+        # per stop, how many of its first bytes the text ends with (Knuth-Morris-Pratt: a
+        # byte costs O(1) amortized; a stop is up to a request body long, so held() may not
+        # look back over its prefixes after every byte, nor keep them all)
+        self.fails = [kmp_failure(s) for s in stops]
+        self.matched = [0] * len(stops)
 
     def kept(self) -> int:
         """How many of the tokens fed are in the text sent so far: a stop's never are."""
@@ -3062,17 +3074,17 @@ class StreamText:
 
     def held(self) -> int:
         """How many bytes at the end may yet begin a stop sequence (only those wait)."""
-        if not self.buf or self.buf[-1] not in self.tails:  # no prefix ends here: most bytes
-            return 0
-        for k, prefixes in self.prefixes:
-            if self.buf.endswith(prefixes):
-                return k
-        return 0
+        return max(self.matched, default=0)
 
     def feed(self, token: int) -> str:
         piece = ""
         if self.end is None and token < 256:  # not after a stop, and a byte
             self.buf.append(token)
+            for i, (stop, fail) in enumerate(zip(self.stops, self.fails, strict=True)):
+                q = self.matched[i]
+                while q and stop[q] != token:
+                    q = fail[q - 1]
+                self.matched[i] = q + 1 if stop[q] == token else 0
             self.end = stop_cut(self.buf, self.stops)
             piece = self.take(self.end if self.end is not None else len(self.buf) - self.held())
         self.ends.append(len(self.buf))
