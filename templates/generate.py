@@ -2077,9 +2077,9 @@ class Logprobs:
         lp = logits.float().view(m, -1).log_softmax(dim=-1)
         self.chosen.index_copy_(0, at, lp.gather(1, tok.view(m, 1)).view(m))
         if top and self.ids.shape[1]:
-            top = lp.topk(self.ids.shape[1])
-            self.values.index_copy_(0, at, top.values)
-            self.ids.index_copy_(0, at, top.indices)
+            likeliest = lp.topk(self.ids.shape[1])
+            self.values.index_copy_(0, at, likeliest.values)
+            self.ids.index_copy_(0, at, likeliest.indices)
 
     def rows(self, start: int, stop: int, k: int | None = None) -> list:
         """Steps start..stop-1 as (chosen's, [(id, logprob) of the k likeliest, likeliest
@@ -3033,13 +3033,6 @@ def parse_logprobs(get: dict, chat: bool, vocab: int = 256) -> int | None:
     return (k or 0) if get["logprobs"] else None
 
 
-def stop_cut(text: bytes | bytearray, stops: list[bytes]) -> int | None:
-    """Where the text ends when a stop sequence has just completed at its end, else None. Called
-    after every byte, so the first completion ends the text (the stop is not part of it)."""
-    ends = [len(text) - len(s) for s in stops if text.endswith(s)]
-    return min(ends) if ends else None
-
-
 def kmp_failure(s: bytes) -> list[int]:
     """For each i, the length of the longest proper prefix of s[: i + 1] that is also its
     suffix (Knuth-Morris-Pratt's table: where a partial match of s falls back to)."""
@@ -3080,12 +3073,15 @@ class StreamText:
         piece = ""
         if self.end is None and token < 256:  # not after a stop, and a byte
             self.buf.append(token)
+            ends = []  # where the text ends if stops completed here: the first one ends it
             for i, (stop, fail) in enumerate(zip(self.stops, self.fails, strict=True)):
                 q = self.matched[i]
                 while q and stop[q] != token:
                     q = fail[q - 1]
-                self.matched[i] = q + 1 if stop[q] == token else 0
-            self.end = stop_cut(self.buf, self.stops)
+                self.matched[i] = q = q + 1 if stop[q] == token else 0
+                if q == len(stop):
+                    ends.append(len(self.buf) - q)
+            self.end = min(ends) if ends else None
             piece = self.take(self.end if self.end is not None else len(self.buf) - self.held())
         self.ends.append(len(self.buf))
         return piece
@@ -3814,16 +3810,14 @@ def run_choice(
     sequence ends generation on every rank alike: they all see the same tokens."""
     spec = job.spec
     stops, stream = spec.get("stop") or [], spec["stream"]
-    text = bytearray()
+    watched = stream or stops  # each token to the host as it comes: only then
+    completion, pieces = StreamText(stops), []  # the text a stream of these tokens sends
 
     def on_token(t: int, row) -> bool:
         if master and stream:
             job.events.put(("token", (t, row)))
-        if t < 256:
-            text.append(t)
-        if stops and stop_cut(text, stops) is not None:
-            return True
-        return cancelled()
+        pieces.append(completion.feed(t))
+        return completion.end is not None or cancelled()
 
     def cancelled() -> bool:
         # A client gone stops generation early, but only with one rank: the others would run
@@ -3841,7 +3835,7 @@ def run_choice(
             spec["top_k"],
             spec["top_p"],
             seed,
-            on_token=on_token if stream or stops else None,  # each token to the host: only then
+            on_token=on_token if watched else None,
             cancelled=cancelled,  # no sync: a plain request stops too when its client leaves
             logprobs=spec.get("logprobs"),
             adjust=spec.get("adjust"),
@@ -3849,8 +3843,9 @@ def run_choice(
     if not master:
         return None
     tokens = r["tokens"]
-    completion = StreamText(stops)  # the text a stream of these tokens sends, whole
-    whole = "".join(map(completion.feed, tokens)) + completion.finish()
+    if not watched:  # on_token fed every token it returned, and no other
+        pieces = [completion.feed(t) for t in tokens]
+    whole = "".join(pieces) + completion.finish()
     stopped = completion.end is not None
     steps = len(tokens) - 1
     return {

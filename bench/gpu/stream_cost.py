@@ -28,12 +28,12 @@ def main() -> int:
     def read(t, row):
         return False
 
-    def stopper():
-        text, stops = bytearray(), [b"@@never@@"]
+    def stopper():  # as the server's run_choice: the stream's text, its stop found
+        text = g.StreamText([b"@@never@@"])
 
         def on_token(t, row):
-            text.append(t)
-            return g.stop_cut(text, stops) is not None
+            text.feed(t)
+            return text.end is not None
 
         return on_token
 

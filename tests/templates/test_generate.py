@@ -1863,8 +1863,9 @@ def test_logprobs_cover_the_tokens_of_the_text_and_never_a_stops(gen) -> None:
 
 def test_a_stream_holds_back_exactly_the_bytes_that_may_begin_a_stop(gen) -> None:
     """held() runs after every byte of a reply with stops: however it is made fast, it is the
-    longest end of the text that is a stop's proper beginning (random stops and texts), and a
-    stop as long as a request allows costs a byte no more than a short one."""
+    longest end of the text that is a stop's proper beginning, and the text ends where the
+    first stop completes (random stops and texts); a stop as long as a request allows costs a
+    byte no more than a short one."""
     rng = random.Random(0)
     for _ in range(300):
         stops = [
@@ -1874,7 +1875,9 @@ def test_a_stream_holds_back_exactly_the_bytes_that_may_begin_a_stop(gen) -> Non
         stream = gen.StreamText(stops)
         for b in bytes(rng.choice(b"abc\n") for _ in range(30)):
             stream.feed(b)
-            if stream.end is not None:
+            done = [len(stream.buf) - len(s) for s in stops if stream.buf.endswith(s)]
+            assert stream.end == (min(done) if done else None), (stops, bytes(stream.buf))
+            if done:  # the first stop completed ends the text, before it
                 break
             ends = [k for s in stops for k in range(1, len(s)) if stream.buf.endswith(s[:k])]
             assert stream.held() == max(ends, default=0), (stops, bytes(stream.buf))
